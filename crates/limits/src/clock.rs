@@ -1,0 +1,157 @@
+//! Time sources for [`Rate`](crate::rate::Rate) and the token-bucket limiter.
+//!
+//! Everything in this crate that depends on time reads it through [`Clock`], so tests and replays
+//! drive time by hand with [`ManualClock`] instead of sleeping on the real clock (pingora-limits'
+//! own tests sleep for seconds). Production code uses [`MonotonicClock`], which never goes back.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+/// A source of monotonic time, in nanoseconds since the clock's own origin.
+///
+/// # Thread safety
+/// Clocks are shared by every thread that uses the structure reading them, so they are
+/// `Send + Sync`; [`now_nanos`](Clock::now_nanos) must never return less than an earlier call on
+/// any thread observed.
+pub trait Clock: Send + Sync {
+    /// Nanoseconds elapsed since this clock's origin.
+    fn now_nanos(&self) -> u64;
+}
+
+/// The real clock: [`Instant`], measured from when the clock was created.
+///
+/// A `u64` of nanoseconds lasts 584 years from the origin, so the conversion cannot overflow in
+/// practice; it saturates rather than wrap if it ever did.
+#[derive(Debug, Clone, Copy)]
+pub struct MonotonicClock {
+    origin: Instant,
+}
+
+impl MonotonicClock {
+    /// A clock whose origin is now.
+    pub fn new() -> Self {
+        Self {
+            origin: Instant::now(),
+        }
+    }
+}
+
+impl Default for MonotonicClock {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Clock for MonotonicClock {
+    #[inline]
+    fn now_nanos(&self) -> u64 {
+        u64::try_from(self.origin.elapsed().as_nanos()).unwrap_or(u64::MAX)
+    }
+}
+
+/// A clock that only moves when told to: for tests, simulations and replaying recorded traffic.
+///
+/// ```
+/// use keepcount_limits::clock::{Clock, ManualClock};
+/// use std::time::Duration;
+///
+/// let clock = ManualClock::new();
+/// assert_eq!(clock.now_nanos(), 0);
+/// clock.advance(Duration::from_millis(1500));
+/// assert_eq!(clock.now_nanos(), 1_500_000_000);
+/// ```
+#[derive(Debug, Default)]
+pub struct ManualClock {
+    nanos: AtomicU64,
+}
+
+impl ManualClock {
+    /// A clock standing at zero.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Moves the clock forward by `by` (saturating at `u64::MAX` nanoseconds).
+    pub fn advance(&self, by: Duration) {
+        let by = u64::try_from(by.as_nanos()).unwrap_or(u64::MAX);
+        // Relaxed: the clock carries no other data; readers only need a value that never
+        // decreases, which a single atomic location guarantees in every ordering.
+        let mut current = self.nanos.load(Ordering::Relaxed);
+        loop {
+            let next = current.saturating_add(by);
+            // CAS rather than fetch_add so that saturation is exact under concurrent advances.
+            match self.nanos.compare_exchange_weak(
+                current,
+                next,
+                Ordering::Relaxed,
+                Ordering::Relaxed,
+            ) {
+                Ok(_) => return,
+                Err(seen) => current = seen,
+            }
+        }
+    }
+}
+
+impl Clock for ManualClock {
+    #[inline]
+    fn now_nanos(&self) -> u64 {
+        self.nanos.load(Ordering::Relaxed)
+    }
+}
+
+impl<C: Clock + ?Sized> Clock for Arc<C> {
+    #[inline]
+    fn now_nanos(&self) -> u64 {
+        (**self).now_nanos()
+    }
+}
+
+impl<C: Clock + ?Sized> Clock for &C {
+    #[inline]
+    fn now_nanos(&self) -> u64 {
+        (**self).now_nanos()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn monotonic_clock_never_goes_back() {
+        let clock = MonotonicClock::new();
+        let mut last = clock.now_nanos();
+        for _ in 0..10_000 {
+            let now = clock.now_nanos();
+            assert!(now >= last);
+            last = now;
+        }
+    }
+
+    #[test]
+    fn manual_clock_moves_only_when_advanced() {
+        let clock = ManualClock::new();
+        assert_eq!(clock.now_nanos(), 0);
+        clock.advance(Duration::from_nanos(5));
+        clock.advance(Duration::from_secs(1));
+        assert_eq!(clock.now_nanos(), 1_000_000_005);
+    }
+
+    #[test]
+    fn manual_clock_saturates_instead_of_wrapping() {
+        let clock = ManualClock::new();
+        clock.advance(Duration::MAX);
+        clock.advance(Duration::from_secs(1));
+        assert_eq!(clock.now_nanos(), u64::MAX);
+    }
+
+    #[test]
+    fn shared_clock_is_seen_through_arc() {
+        let clock = Arc::new(ManualClock::new());
+        let reader: Arc<dyn Clock> = clock.clone();
+        clock.advance(Duration::from_millis(3));
+        assert_eq!(reader.now_nanos(), 3_000_000);
+    }
+}

@@ -1,0 +1,3 @@
+//! keepcount-limits: counting and limiting for services under load.
+
+pub mod clock;
