@@ -1,0 +1,1 @@
+//! keepcount-timeout: fast timeouts on a shared 10 ms tick.
