@@ -1,3 +1,36 @@
 //! keepcount-limits: counting and limiting for services under load.
+//!
+//! Lock-free, constant-memory counting in the style of Cloudflare's pingora-limits, and
+//! API-compatible with it: swap `pingora_limits::` for `keepcount_limits::` in the imports.
+//!
+//! - [`estimator::Estimator`]: a count-min sketch. How often has this key been seen?
+//! - [`rate::Rate`]: events per second per key over a sliding pair of intervals.
+//! - [`inflight::Inflight`]: how many operations per key are in progress, released on drop.
+//!
+//! # Why this crate rather than pingora-limits
+//! - **No panics** from any public API: invalid sizes are clamped (pingora-compatible
+//!   constructors) or refused (`try_new`, `with_seed`, `with_clock`); sub-millisecond and zero
+//!   `Rate` intervals work; counters wrap instead of overflowing.
+//! - **One stable, keyed hash** ([`hash`]): HalfSipHash-1-3 with a seed you may set, computed once
+//!   per key for all rows. Sketches with the same seed can be [merged](estimator::Estimator::merge)
+//!   and [serialized](estimator::Estimator::to_bytes), and agree to the bit with the Node
+//!   binding and its TypeScript fallback ([format spec]).
+//! - **Sizing from error bounds**: [`Estimator::from_error_bounds`](estimator::Estimator::from_error_bounds).
+//! - **Testable time**: everything time-based reads a [`clock::Clock`]; tests use
+//!   [`clock::ManualClock`] instead of sleeping.
+//! - **`Guard` releases everything it added**, including [`Guard::incr`](inflight::Guard::incr)
+//!   (pingora's releases only the first increment).
+//!
+//! # When not to use it
+//! For exact counts over a small known key set, a `HashMap` is simpler and exact. A sketch
+//! over-counts when many heavy keys share its counters: size it for your key cardinality.
+//!
+//! [format spec]: https://github.com/keepcount/keepcount/blob/main/docs/format.md
 
 pub mod clock;
+pub mod codec;
+pub mod estimator;
+pub mod hash;
+pub mod limiter;
+pub mod shape;
+pub mod store;

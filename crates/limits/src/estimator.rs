@@ -1,0 +1,674 @@
+//! A lock-free count-min sketch: [`Estimator`], API-compatible with pingora-limits' `Estimator`.
+//!
+//! A sketch of `hashes` rows × `slots` columns of atomic counters estimates how often each key was
+//! seen, in constant memory however many keys there are. `incr` adds to one counter per row and
+//! returns the smallest of them: the estimate never under-counts (for non-negative increments),
+//! and over-counts only when every row collides with heavier keys.
+//!
+//! # How keys reach counters
+//! The key is hashed **once** with keepcount's seeded HalfSipHash-1-3 ([`crate::hash`]); row `i`
+//! uses column `⌊(h1 + i·h2 mod 2^32) · slots / 2^32⌋` ([format §2–§3]). pingora-limits runs one
+//! full ahash per row with a random per-process state; keepcount's hash is keyed (so it resists
+//! hash flooding), stable for a given seed (so sketches can be merged, saved, and shared with the
+//! Node binding and its TypeScript fallback), and cheap in JavaScript (32-bit operations only).
+//!
+//! # When not to use it
+//! When you need exact counts for a small, known set of keys, a `HashMap` is simpler. When
+//! negative increments are common, the "never under-counts" guarantee no longer holds.
+//!
+//! [format §2–§3]: https://github.com/keepcount/keepcount/blob/main/docs/format.md
+
+use crate::hash::{KeyHash, KeyHasher, random_seed};
+use crate::shape::{Shape, ShapeError};
+use crate::store::{CounterStore, zeroed};
+use std::fmt;
+use std::hash::Hash;
+use std::sync::atomic::{AtomicI64, Ordering};
+
+/// A lock-free count-min sketch over `hashes × slots` atomic `i64` counters.
+///
+/// API-compatible with `pingora_limits::estimator::Estimator` (`new`, `incr`, `decr`, `get`,
+/// `reset` with the same signatures), plus fallible and seeded constructors, [`merge`],
+/// serialization ([`to_bytes`]/[`from_bytes`]), sizing from error bounds and a pre-hashed API.
+///
+/// Counters are `i64`; the API speaks `isize` like pingora's. On 64-bit targets the two are the
+/// same width and conversions are exact; on 32-bit targets results are truncated to `isize`.
+/// Counters wrap on overflow (no panic); a wrapped counter shows up as a negative estimate.
+///
+/// ```
+/// use keepcount_limits::estimator::Estimator;
+///
+/// let est = Estimator::new(4, 1024);
+/// assert_eq!(est.incr("a", 1), 1);
+/// assert_eq!(est.incr("a", 2), 3);
+/// est.decr("a", 1);
+/// assert_eq!(est.get("a"), 2);
+/// est.reset();
+/// assert_eq!(est.get("a"), 0);
+/// ```
+///
+/// # Performance
+/// One HalfSipHash-1-3 of the key, then one relaxed atomic add (or load) per row. Memory is
+/// `hashes × slots × 8` bytes of counters plus the struct itself (see [`memory_bytes`]).
+///
+/// # Thread safety
+/// `Send + Sync`; every operation takes `&self` and is lock-free. Counters use relaxed atomics:
+/// each counter is exact (no lost updates), but a reader may see one row's update before
+/// another's, which the minimum over rows absorbs.
+///
+/// [`merge`]: Estimator::merge
+/// [`to_bytes`]: Estimator::to_bytes
+/// [`from_bytes`]: Estimator::from_bytes
+/// [`memory_bytes`]: Estimator::memory_bytes
+pub struct Estimator<S: CounterStore = Box<[AtomicI64]>> {
+    store: S,
+    shape: Shape,
+    seed: u64,
+    /// The hasher keyed by `seed`, initialised once and cloned per key.
+    hasher: KeyHasher,
+}
+
+impl Estimator {
+    /// A sketch of `hashes` rows × `slots` columns with a random seed, like pingora's
+    /// `Estimator::new`, which cannot fail.
+    ///
+    /// Invalid sizes are clamped, never a panic: `hashes` to `1..=32`, then `slots` to
+    /// `1..=2^27 / hashes` (see [`Shape::clamped`]). Use [`try_new`](Estimator::try_new) to have
+    /// them refused instead. Note that a clamped absurd size still allocates up to 1 GiB.
+    ///
+    /// ```
+    /// use keepcount_limits::estimator::Estimator;
+    /// let est = Estimator::new(0, 0); // pingora would divide by zero on first use
+    /// assert_eq!((est.hashes(), est.slots()), (1, 1));
+    /// assert_eq!(est.incr(1u32, 5), 5);
+    /// ```
+    pub fn new(hashes: usize, slots: usize) -> Self {
+        Self::with_shape(Shape::clamped(hashes, slots), random_seed())
+    }
+
+    /// A sketch of `hashes` × `slots` with a random seed, or why the shape is refused.
+    ///
+    /// ```
+    /// use keepcount_limits::estimator::Estimator;
+    /// assert!(Estimator::try_new(4, 1024).is_ok());
+    /// assert!(Estimator::try_new(4, 0).is_err());
+    /// ```
+    pub fn try_new(hashes: usize, slots: usize) -> Result<Self, ShapeError> {
+        Ok(Self::with_shape(Shape::new(hashes, slots)?, random_seed()))
+    }
+
+    /// A sketch of `hashes` × `slots` keyed by `seed`: the same seed gives the same counters for
+    /// the same keys, in Rust and in Node, which [`merge`](Estimator::merge) requires.
+    ///
+    /// ```
+    /// use keepcount_limits::estimator::Estimator;
+    /// let a = Estimator::with_seed(4, 64, 42).unwrap();
+    /// let b = Estimator::with_seed(4, 64, 42).unwrap();
+    /// assert_eq!(a.hash_key("k"), b.hash_key("k"));
+    /// ```
+    pub fn with_seed(hashes: usize, slots: usize, seed: u64) -> Result<Self, ShapeError> {
+        Ok(Self::with_shape(Shape::new(hashes, slots)?, seed))
+    }
+
+    /// A sketch of a validated `shape` keyed by `seed`, on the heap.
+    ///
+    /// ```
+    /// use keepcount_limits::{estimator::Estimator, shape::Shape};
+    /// let est = Estimator::with_shape(Shape::new(2, 8).unwrap(), 7);
+    /// assert_eq!(est.seed(), 7);
+    /// ```
+    pub fn with_shape(shape: Shape, seed: u64) -> Self {
+        Self {
+            store: zeroed(shape.counters()),
+            shape,
+            seed,
+            hasher: KeyHasher::with_seed(seed),
+        }
+    }
+
+    /// A sketch sized so that an estimate exceeds the true count by more than `epsilon × N`
+    /// (N = total of all increments) with probability at most `delta`, with a random seed.
+    /// See [`Shape::from_error_bounds`].
+    ///
+    /// ```
+    /// use keepcount_limits::estimator::Estimator;
+    /// let est = Estimator::from_error_bounds(0.01, 0.05).unwrap();
+    /// assert_eq!((est.hashes(), est.slots()), (3, 272));
+    /// assert!(Estimator::from_error_bounds(1.5, 0.05).is_err());
+    /// ```
+    pub fn from_error_bounds(epsilon: f64, delta: f64) -> Result<Self, ShapeError> {
+        Ok(Self::with_shape(
+            Shape::from_error_bounds(epsilon, delta)?,
+            random_seed(),
+        ))
+    }
+}
+
+impl<S: CounterStore> Estimator<S> {
+    /// A sketch over counters the caller provides (they are used as they are, not zeroed).
+    /// The store must hold exactly `shape.counters()` counters.
+    ///
+    /// ```
+    /// use keepcount_limits::{estimator::Estimator, shape::Shape, store::zeroed};
+    /// let shape = Shape::new(2, 8).unwrap();
+    /// assert!(Estimator::with_store(zeroed(16), shape, 1).is_ok());
+    /// assert!(Estimator::with_store(zeroed(15), shape, 1).is_err());
+    /// ```
+    pub fn with_store(store: S, shape: Shape, seed: u64) -> Result<Self, ShapeError> {
+        let actual = store.counters().len();
+        if actual != shape.counters() {
+            return Err(ShapeError::StoreLength {
+                expected: shape.counters(),
+                actual,
+            });
+        }
+        Ok(Self {
+            store,
+            shape,
+            seed,
+            hasher: KeyHasher::with_seed(seed),
+        })
+    }
+
+    /// Adds `value` to `key` and returns the new estimate (the minimum over rows), like
+    /// pingora's. Counters wrap on overflow: a negative result tells the caller.
+    ///
+    /// ```
+    /// use keepcount_limits::estimator::Estimator;
+    /// let est = Estimator::new(4, 1024);
+    /// assert_eq!(est.incr("a", 1), 1);
+    /// assert_eq!(est.incr(&"a", 2), 3); // `&T` hashes like `T`
+    /// ```
+    #[inline]
+    pub fn incr<T: Hash>(&self, key: T, value: isize) -> isize {
+        self.incr_hash(self.hash_key(key), value)
+    }
+
+    /// Subtracts `value` from `key`, like pingora's.
+    ///
+    /// ```
+    /// use keepcount_limits::estimator::Estimator;
+    /// let est = Estimator::new(4, 1024);
+    /// est.incr("a", 3);
+    /// est.decr("a", 1);
+    /// assert_eq!(est.get("a"), 2);
+    /// ```
+    #[inline]
+    pub fn decr<T: Hash>(&self, key: T, value: isize) {
+        self.decr_hash(self.hash_key(key), value);
+    }
+
+    /// The estimated count of `key`, like pingora's.
+    ///
+    /// ```
+    /// use keepcount_limits::estimator::Estimator;
+    /// let est = Estimator::new(4, 1024);
+    /// assert_eq!(est.get("never seen"), 0);
+    /// ```
+    #[inline]
+    pub fn get<T: Hash>(&self, key: T) -> isize {
+        self.get_hash(self.hash_key(key))
+    }
+
+    /// Sets every counter to zero, like pingora's. Not atomic as a whole: increments racing with
+    /// a reset may survive it in some rows.
+    ///
+    /// ```
+    /// use keepcount_limits::estimator::Estimator;
+    /// let est = Estimator::new(4, 1024);
+    /// est.incr("a", 3);
+    /// est.reset();
+    /// assert_eq!(est.get("a"), 0);
+    /// ```
+    pub fn reset(&self) {
+        for counter in self.store.counters() {
+            // Relaxed: each counter is independent; a reset publishes nothing else.
+            counter.store(0, Ordering::Relaxed);
+        }
+    }
+
+    /// Hashes `key` once for the pre-hashed API ([`incr_hash`](Self::incr_hash),
+    /// [`get_hash`](Self::get_hash), [`decr_hash`](Self::decr_hash)). Advanced API: the result is
+    /// only meaningful for sketches with this sketch's seed.
+    ///
+    /// ```
+    /// use keepcount_limits::estimator::Estimator;
+    /// let est = Estimator::with_seed(4, 1024, 42).unwrap();
+    /// let key = est.hash_key("1.2.3.4");
+    /// est.incr_hash(key, 2);
+    /// assert_eq!(est.get("1.2.3.4"), 2);
+    /// ```
+    #[inline]
+    pub fn hash_key<T: Hash>(&self, key: T) -> KeyHash {
+        self.hasher.hash_one_key(key)
+    }
+
+    /// [`incr`](Self::incr) for a key hashed with [`hash_key`](Self::hash_key). Advanced API.
+    ///
+    /// ```
+    /// use keepcount_limits::estimator::Estimator;
+    /// let est = Estimator::new(4, 1024);
+    /// let key = est.hash_key(7u32);
+    /// assert_eq!(est.incr_hash(key, 5), 5);
+    /// ```
+    #[inline]
+    pub fn incr_hash(&self, key: KeyHash, value: isize) -> isize {
+        // isize is at most 64 bits on every supported target: lossless.
+        let value = value as i64;
+        let mut min = i64::MAX;
+        self.for_each_counter(key, |counter| {
+            // Relaxed: the add itself is atomic (no lost updates) and returns this counter's
+            // value; nothing else is published through it.
+            let new = counter
+                .fetch_add(value, Ordering::Relaxed)
+                .wrapping_add(value);
+            min = min.min(new);
+        });
+        // Exact on 64-bit targets; truncates on 32-bit ones (documented on the type).
+        min as isize
+    }
+
+    /// [`decr`](Self::decr) for a key hashed with [`hash_key`](Self::hash_key). Advanced API.
+    ///
+    /// ```
+    /// use keepcount_limits::estimator::Estimator;
+    /// let est = Estimator::new(4, 1024);
+    /// let key = est.hash_key(7u32);
+    /// est.incr_hash(key, 5);
+    /// est.decr_hash(key, 2);
+    /// assert_eq!(est.get_hash(key), 3);
+    /// ```
+    #[inline]
+    pub fn decr_hash(&self, key: KeyHash, value: isize) {
+        // isize is at most 64 bits on every supported target: lossless.
+        let value = value as i64;
+        self.for_each_counter(key, |counter| {
+            // Relaxed: as in incr_hash, an atomic add that publishes nothing else.
+            counter.fetch_sub(value, Ordering::Relaxed);
+        });
+    }
+
+    /// [`get`](Self::get) for a key hashed with [`hash_key`](Self::hash_key). Advanced API.
+    ///
+    /// ```
+    /// use keepcount_limits::estimator::Estimator;
+    /// let est = Estimator::new(4, 1024);
+    /// assert_eq!(est.get_hash(est.hash_key("x")), 0);
+    /// ```
+    #[inline]
+    pub fn get_hash(&self, key: KeyHash) -> isize {
+        let mut min = i64::MAX;
+        self.for_each_counter(key, |counter| {
+            // Relaxed: a single counter's latest value is all an estimate needs.
+            min = min.min(counter.load(Ordering::Relaxed));
+        });
+        // Exact on 64-bit targets; truncates on 32-bit ones (documented on the type).
+        min as isize
+    }
+
+    /// Calls `f` with the key's counter in each row ([format §3]).
+    #[inline(always)]
+    fn for_each_counter(&self, key: KeyHash, mut f: impl FnMut(&AtomicI64)) {
+        let counters = self.store.counters();
+        let slots = self.shape.slots_u32();
+        let mut row_start = 0usize;
+        for row in 0..self.shape.hashes_u32() {
+            // A store shorter than the shape (a broken CounterStore) skips rows, never panics.
+            if let Some(counter) = counters.get(row_start + key.column(row, slots) as usize) {
+                f(counter);
+            }
+            row_start += slots as usize;
+        }
+    }
+
+    /// Adds `other`'s counters to this sketch's, element-wise (wrapping). Afterwards this sketch
+    /// answers as if it had seen both streams of increments: merging the sketches of A and B
+    /// gives exactly the sketch of A then B. Both must have the same shape and seed.
+    ///
+    /// ```
+    /// use keepcount_limits::estimator::Estimator;
+    /// let a = Estimator::with_seed(4, 64, 42).unwrap();
+    /// let b = Estimator::with_seed(4, 64, 42).unwrap();
+    /// a.incr("x", 2);
+    /// b.incr("x", 3);
+    /// a.merge(&b).unwrap();
+    /// assert_eq!(a.get("x"), 5);
+    /// assert!(a.merge(&Estimator::with_seed(4, 64, 43).unwrap()).is_err());
+    /// ```
+    ///
+    /// # Thread safety
+    /// Each counter is added atomically, but the merge as a whole is not a snapshot: increments
+    /// to either sketch during the merge may or may not be included.
+    pub fn merge<S2: CounterStore>(&self, other: &Estimator<S2>) -> Result<(), MergeError> {
+        if self.shape != other.shape {
+            return Err(MergeError::Shape {
+                ours: self.shape,
+                theirs: other.shape,
+            });
+        }
+        if self.seed != other.seed {
+            return Err(MergeError::Seed {
+                ours: self.seed,
+                theirs: other.seed,
+            });
+        }
+        for (ours, theirs) in self.store.counters().iter().zip(other.store.counters()) {
+            // Relaxed both: element-wise sums, nothing else is published.
+            ours.fetch_add(theirs.load(Ordering::Relaxed), Ordering::Relaxed);
+        }
+        Ok(())
+    }
+
+    /// Rows: counters touched per operation.
+    ///
+    /// ```
+    /// assert_eq!(keepcount_limits::estimator::Estimator::new(4, 8).hashes(), 4);
+    /// ```
+    #[inline]
+    pub fn hashes(&self) -> usize {
+        self.shape.hashes()
+    }
+
+    /// Columns per row.
+    ///
+    /// ```
+    /// assert_eq!(keepcount_limits::estimator::Estimator::new(4, 8).slots(), 8);
+    /// ```
+    #[inline]
+    pub fn slots(&self) -> usize {
+        self.shape.slots()
+    }
+
+    /// The validated shape.
+    ///
+    /// ```
+    /// let est = keepcount_limits::estimator::Estimator::new(4, 8);
+    /// assert_eq!(est.shape().counters(), 32);
+    /// ```
+    #[inline]
+    pub fn shape(&self) -> Shape {
+        self.shape
+    }
+
+    /// The hash seed. Sketches merge only with sketches of the same seed.
+    ///
+    /// ```
+    /// use keepcount_limits::estimator::Estimator;
+    /// assert_eq!(Estimator::with_seed(1, 1, 99).unwrap().seed(), 99);
+    /// ```
+    #[inline]
+    pub fn seed(&self) -> u64 {
+        self.seed
+    }
+
+    /// Bytes this sketch occupies: `hashes × slots × 8` for the counters plus
+    /// `size_of::<Estimator<S>>()` for the struct itself (store handle, shape, seed and the
+    /// pre-keyed hasher: 64 bytes for the default heap store on 64-bit targets).
+    ///
+    /// ```
+    /// use keepcount_limits::estimator::Estimator;
+    /// let est = Estimator::new(4, 8192);
+    /// assert_eq!(est.memory_bytes(), 4 * 8192 * 8 + std::mem::size_of::<Estimator>());
+    /// ```
+    pub fn memory_bytes(&self) -> usize {
+        self.shape.counters() * size_of::<AtomicI64>() + size_of::<Self>()
+    }
+
+    /// The counters, row-major, for the serializer.
+    pub(crate) fn counters(&self) -> &[AtomicI64] {
+        self.store.counters()
+    }
+}
+
+impl<S: CounterStore> fmt::Debug for Estimator<S> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Estimator")
+            .field("hashes", &self.shape.hashes())
+            .field("slots", &self.shape.slots())
+            .field("seed", &self.seed)
+            // The counters are too many to print.
+            .finish_non_exhaustive()
+    }
+}
+
+/// Why two sketches cannot be merged.
+///
+/// ```
+/// use keepcount_limits::estimator::{Estimator, MergeError};
+/// let a = Estimator::with_seed(4, 64, 1).unwrap();
+/// let err = a.merge(&Estimator::with_seed(4, 64, 2).unwrap()).unwrap_err();
+/// assert!(matches!(err, MergeError::Seed { ours: 1, theirs: 2 }));
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum MergeError {
+    /// The sketches have different `hashes` or `slots`.
+    Shape {
+        /// This sketch's shape.
+        ours: Shape,
+        /// The other sketch's shape.
+        theirs: Shape,
+    },
+    /// The sketches have different seeds, so a key uses different counters in each.
+    Seed {
+        /// This sketch's seed.
+        ours: u64,
+        /// The other sketch's seed.
+        theirs: u64,
+    },
+}
+
+impl fmt::Display for MergeError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Shape { ours, theirs } => write!(
+                f,
+                "cannot merge sketches of different shapes: {} × {} and {} × {}",
+                ours.hashes(),
+                ours.slots(),
+                theirs.hashes(),
+                theirs.slots()
+            ),
+            Self::Seed { ours, theirs } => write!(
+                f,
+                "cannot merge sketches with different seeds: {ours:#018x} and {theirs:#018x}"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for MergeError {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Arc;
+
+    // pingora-limits' own behaviours, ported.
+
+    #[test]
+    fn incr_returns_the_new_estimate() {
+        let est = Estimator::new(8, 8);
+        assert_eq!(est.incr("a", 1), 1);
+        assert_eq!(est.incr("b", 1), 1);
+        assert_eq!(est.incr("a", 2), 3);
+        assert_eq!(est.incr("b", 2), 3);
+    }
+
+    #[test]
+    fn decr_lowers_the_estimate() {
+        let est = Estimator::new(8, 8);
+        est.incr("a", 3);
+        est.incr("b", 3);
+        est.decr("a", 1);
+        est.decr("b", 1);
+        assert_eq!(est.get("a"), 2);
+        assert_eq!(est.get("b"), 2);
+    }
+
+    #[test]
+    fn get_reads_without_changing() {
+        let est = Estimator::new(8, 8);
+        est.incr("a", 1);
+        est.incr("a", 2);
+        est.incr("b", 1);
+        est.incr("b", 2);
+        assert_eq!(est.get("a"), 3);
+        assert_eq!(est.get("b"), 3);
+        assert_eq!(est.get("a"), 3);
+    }
+
+    #[test]
+    fn reset_zeroes_everything() {
+        let est = Estimator::new(8, 8);
+        est.incr("a", 1);
+        est.incr("b", 2);
+        est.decr("b", 1);
+        est.reset();
+        assert_eq!(est.get("a"), 0);
+        assert_eq!(est.get("b"), 0);
+    }
+
+    // keepcount's own behaviours.
+
+    #[test]
+    fn pingora_constructor_clamps_instead_of_panicking() {
+        for (hashes, slots) in [(0, 0), (0, 8), (8, 0), (1000, 1), (4, usize::MAX)] {
+            let est = Estimator::new(hashes, slots);
+            assert!((1..=32).contains(&est.hashes()));
+            assert!(est.slots() >= 1);
+            if est.shape().counters() <= 1 << 20 {
+                assert_eq!(est.incr("k", 1), 1);
+            }
+        }
+    }
+
+    #[test]
+    fn fallible_constructors_refuse_bad_shapes() {
+        assert_eq!(Estimator::try_new(0, 8).unwrap_err(), ShapeError::Hashes(0));
+        assert_eq!(
+            Estimator::with_seed(8, 0, 1).unwrap_err(),
+            ShapeError::ZeroSlots
+        );
+        assert!(Estimator::from_error_bounds(0.5, 0.0).is_err());
+    }
+
+    #[test]
+    fn incr_wraps_instead_of_panicking() {
+        let est = Estimator::with_seed(2, 4, 0).unwrap();
+        est.incr("a", isize::MAX);
+        assert_eq!(est.incr("a", 1), isize::MIN);
+    }
+
+    #[test]
+    fn same_seed_same_counters() {
+        let a = Estimator::with_seed(4, 1000, 42).unwrap();
+        let b = Estimator::with_seed(4, 1000, 42).unwrap();
+        for key in 0u32..100 {
+            assert_eq!(a.hash_key(key), b.hash_key(key));
+        }
+    }
+
+    #[test]
+    fn prehashed_api_matches_keyed_api() {
+        let est = Estimator::with_seed(4, 64, 5).unwrap();
+        let key = est.hash_key("k");
+        assert_eq!(est.incr_hash(key, 4), est.get("k"));
+        est.decr("k", 1);
+        assert_eq!(est.get_hash(key), 3);
+    }
+
+    #[test]
+    fn merge_refuses_other_shapes_and_seeds() {
+        let a = Estimator::with_seed(4, 64, 1).unwrap();
+        let shape = a
+            .merge(&Estimator::with_seed(4, 65, 1).unwrap())
+            .unwrap_err();
+        assert!(matches!(shape, MergeError::Shape { .. }));
+        assert_eq!(
+            shape.to_string(),
+            "cannot merge sketches of different shapes: 4 × 64 and 4 × 65"
+        );
+        let seed = a
+            .merge(&Estimator::with_seed(4, 64, 2).unwrap())
+            .unwrap_err();
+        assert!(seed.to_string().contains("different seeds"));
+    }
+
+    #[test]
+    fn merge_equals_concatenation() {
+        let a = Estimator::with_seed(3, 16, 9).unwrap();
+        let b = Estimator::with_seed(3, 16, 9).unwrap();
+        let both = Estimator::with_seed(3, 16, 9).unwrap();
+        for key in 0u32..50 {
+            a.incr(key, 1);
+            both.incr(key, 1);
+        }
+        for key in 25u32..80 {
+            b.incr(key, 2);
+            both.incr(key, 2);
+        }
+        a.merge(&b).unwrap();
+        assert_eq!(a.to_bytes(), both.to_bytes());
+    }
+
+    #[test]
+    fn memory_is_counters_plus_the_struct() {
+        let est = Estimator::with_seed(4, 8192, 0).unwrap();
+        assert_eq!(est.memory_bytes(), 4 * 8192 * 8 + size_of::<Estimator>());
+        #[cfg(target_pointer_width = "64")]
+        assert_eq!(size_of::<Estimator>(), 64);
+    }
+
+    #[test]
+    fn broken_store_skips_rows_instead_of_panicking() {
+        struct Shrinking;
+        impl CounterStore for Shrinking {
+            fn counters(&self) -> &[AtomicI64] {
+                &[]
+            }
+        }
+        let shape = Shape::new(2, 4).unwrap();
+        assert!(Estimator::with_store(Shrinking, shape, 0).is_err());
+        // Bypass the length check the way a store changing its length would.
+        let est = Estimator {
+            store: Shrinking,
+            shape,
+            seed: 0,
+            hasher: KeyHasher::with_seed(0),
+        };
+        assert_eq!(est.incr("a", 1), isize::MAX);
+        est.decr("a", 1);
+        assert_eq!(est.get("a"), isize::MAX);
+    }
+
+    #[test]
+    fn debug_shows_shape_not_counters() {
+        let est = Estimator::with_seed(2, 4, 3).unwrap();
+        assert_eq!(
+            format!("{est:?}"),
+            "Estimator { hashes: 2, slots: 4, seed: 3, .. }"
+        );
+    }
+
+    #[test]
+    fn concurrent_increments_of_one_key_are_exact() {
+        const THREADS: usize = 4;
+        const PER_THREAD: isize = 10_000;
+        let est = Arc::new(Estimator::with_seed(4, 1024, 1).unwrap());
+        let handles: Vec<_> = (0..THREADS)
+            .map(|_| {
+                let est = Arc::clone(&est);
+                std::thread::spawn(move || {
+                    for _ in 0..PER_THREAD {
+                        est.incr("hot", 1);
+                    }
+                })
+            })
+            .collect();
+        for handle in handles {
+            handle.join().unwrap();
+        }
+        assert_eq!(est.get("hot"), THREADS as isize * PER_THREAD);
+    }
+}
