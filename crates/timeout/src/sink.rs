@@ -1,0 +1,312 @@
+//! Deadline delivery for callers that are not tokio tasks.
+//!
+//! A [`DeadlineSink`] belongs to one consumer thread (in the Node binding: the main thread or
+//! one `worker_thread`). The thread registers deadlines in its sink; once per tick the clock
+//! thread moves the sink's due deadlines into an *expired batch* and, if that batch was empty,
+//! calls the sink's `notify` callback once. The callback only has to wake the owning thread
+//! (the binding calls a napi `ThreadsafeFunction`), which then takes the whole batch with
+//! [`drain_expired`](DeadlineSink::drain_expired) on its own thread.
+//!
+//! # Why this shape
+//! - **One callback per batch, not per deadline**: crossing into a JavaScript thread costs
+//!   microseconds; a tick that expires a thousand timers should cost one crossing. Notifying
+//!   only on the empty → non-empty transition also bounds the queue of pending wake-ups to one
+//!   per sink, however long the owner takes to drain.
+//! - **Deadlines, not callbacks, cross threads**: the sink stores `u64` grid deadlines. The
+//!   owner keeps its own map from deadline to waiters, so no user object is ever touched off its
+//!   thread, and registering a deadline that is already pending is one set lookup.
+//! - **The sink owns its set**: the clock thread never touches another sink's data, sinks are
+//!   independent across threads, and dropping the sink (worker termination) drops everything.
+//!
+//! # When not to use it
+//! Inside async Rust, use [`timeout`](crate::timeout) or [`TimerStub`](crate::timer::TimerStub):
+//! they wake tasks directly. For a handful of timers per second a plain OS timer per deadline
+//! is simpler than a 100 Hz clock thread.
+//!
+//! ```
+//! use keepcount_timeout::timer::TimerManager;
+//! use std::sync::mpsc;
+//! use std::time::Duration;
+//!
+//! let manager = TimerManager::new();
+//! let (wake, woken) = mpsc::sync_channel(1);
+//! let sink = manager.deadline_sink(move || {
+//!     let _ = wake.try_send(()); // only wake the owner; never block here
+//! });
+//! let deadline = sink.register(Duration::from_millis(20));
+//! assert_eq!(sink.register(Duration::from_millis(20)), deadline); // usually the same tick
+//! woken.recv().unwrap();
+//! assert!(sink.drain_expired().contains(&deadline));
+//! assert!(sink.now_ms() >= deadline.as_millis());
+//! ```
+
+use crate::timer::{Shared, TimerManager};
+use parking_lot::Mutex;
+use std::collections::BTreeSet;
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// The callback a sink calls, on the clock thread, when its expired batch becomes non-empty.
+type Notify = Box<dyn Fn() + Send + Sync>;
+
+/// A deadline on a manager's 10 ms grid: whole milliseconds on the manager clock
+/// ([`TimerManager::now_ms`]), always a multiple of 10.
+///
+/// Deadlines registered on one sink that round to the same grid point are equal, so it doubles
+/// as the id under which the owner files its waiters.
+///
+/// ```
+/// use keepcount_timeout::sink::Deadline;
+///
+/// let d = Deadline::from_millis(120);
+/// assert_eq!(d.as_millis(), 120);
+/// assert_eq!(u64::from(d), 120);
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Deadline(u64);
+
+impl Deadline {
+    /// The deadline at `ms` on the manager clock (for handing back one received earlier; values
+    /// off the grid are never registered, so [`cancel`](DeadlineSink::cancel) ignores them).
+    pub const fn from_millis(ms: u64) -> Self {
+        Self(ms)
+    }
+
+    /// Milliseconds since the manager's origin, on the same clock as [`TimerManager::now_ms`].
+    pub const fn as_millis(self) -> u64 {
+        self.0
+    }
+}
+
+impl From<Deadline> for u64 {
+    fn from(deadline: Deadline) -> Self {
+        deadline.0
+    }
+}
+
+/// State of one sink shared with the clock thread.
+pub(crate) struct SinkShared {
+    state: Mutex<SinkState>,
+    /// `None` once the sink is dropped; held by the clock thread while calling it, which is how
+    /// `Drop` waits out a call in progress.
+    notify: Mutex<Option<Notify>>,
+}
+
+#[derive(Default)]
+struct SinkState {
+    /// Deadlines not yet due.
+    pending: BTreeSet<u64>,
+    /// Deadlines due but not yet drained; disjoint from `pending`.
+    expired: Vec<u64>,
+}
+
+impl SinkShared {
+    /// Moves the deadlines due at `now_ms` into the batch; notifies if the batch was empty.
+    fn expire(&self, now_ms: u64) {
+        let became_ready = {
+            let mut state = self.state.lock();
+            match state.pending.first() {
+                Some(&first) if first <= now_ms => {}
+                _ => return,
+            }
+            // split_off keeps the keys < now_ms + 1 (the due ones) in `pending`.
+            let later = state.pending.split_off(&now_ms.saturating_add(1));
+            let due = std::mem::replace(&mut state.pending, later);
+            let was_empty = state.expired.is_empty();
+            state.expired.extend(due);
+            was_empty
+        };
+        if became_ready {
+            self.call_notify();
+        }
+    }
+
+    /// Adds one deadline straight to the batch (registration while paused for fork).
+    fn expire_now(&self, deadline: u64) {
+        let became_ready = {
+            let mut state = self.state.lock();
+            if state.expired.contains(&deadline) {
+                return;
+            }
+            state.pending.remove(&deadline);
+            state.expired.push(deadline);
+            state.expired.len() == 1
+        };
+        if became_ready {
+            self.call_notify();
+        }
+    }
+
+    fn call_notify(&self) {
+        // Called without the state lock, so the callback may call any sink method. Holding the
+        // notify lock during the call is what lets `Drop` guarantee no call after it returns.
+        if let Some(notify) = self.notify.lock().as_ref() {
+            notify();
+        }
+    }
+}
+
+/// One tick of delivery: expire every registered sink.
+pub(crate) fn deliver(manager: &Shared, now_ms: u64, scratch: &mut Vec<Arc<SinkShared>>) {
+    // Copy the list (a few `Arc`s, into a buffer reused every tick) so that creating or dropping
+    // sinks never waits for a callback.
+    scratch.extend(manager.sinks.lock().iter().cloned());
+    for sink in scratch.drain(..) {
+        sink.expire(now_ms);
+    }
+}
+
+/// A set of pending deadlines owned by one consumer thread, delivered in batches per tick.
+///
+/// Created by [`TimerManager::deadline_sink`]; see the [module docs](self) for the protocol.
+///
+/// # Guarantees
+/// - A deadline is delivered no earlier than the `duration` it was registered with, and
+///   normally within a tick plus scheduling delay after it (unless paused for fork, when
+///   registrations are delivered at once, as pingora's timers fire at once).
+/// - `notify` is called on the clock thread, at most once per tick, and only when the expired
+///   batch goes from empty to non-empty; it can also be spurious (the owner drained between the
+///   move and the call), so draining an empty batch must be harmless.
+/// - Once `drop` returns, `notify` is never called again (a call in progress is waited for).
+///
+/// # Thread safety
+/// `Send + Sync`; every method may be called from any thread, but the intended owner is one
+/// thread. `notify` runs on the clock thread while the clock holds the sink's callback lock: it
+/// must not block (use a non-blocking `ThreadsafeFunction` call) and must not drop the sink.
+pub struct DeadlineSink {
+    manager: Arc<Shared>,
+    shared: Arc<SinkShared>,
+}
+
+impl TimerManager {
+    /// Creates a sink whose expired deadlines are announced by calling `notify` on the clock
+    /// thread. The sink keeps the manager (and its clock thread) alive until dropped.
+    ///
+    /// ```
+    /// let manager = keepcount_timeout::timer::TimerManager::new();
+    /// let sink = manager.deadline_sink(|| {});
+    /// assert_eq!(sink.pending(), 0);
+    /// ```
+    pub fn deadline_sink<F>(&self, notify: F) -> DeadlineSink
+    where
+        F: Fn() + Send + Sync + 'static,
+    {
+        let shared = Arc::new(SinkShared {
+            state: Mutex::new(SinkState::default()),
+            notify: Mutex::new(Some(Box::new(notify))),
+        });
+        self.shared().sinks.lock().push(Arc::clone(&shared));
+        DeadlineSink {
+            manager: Arc::clone(self.shared()),
+            shared,
+        }
+    }
+}
+
+impl DeadlineSink {
+    /// Registers the deadline `duration` from now, rounded up to the 10 ms grid, and returns it.
+    ///
+    /// Registering a deadline that is already pending or expired-but-undrained changes nothing
+    /// and returns the same [`Deadline`]; it is delivered once.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    ///
+    /// let manager = keepcount_timeout::timer::TimerManager::new();
+    /// let sink = manager.deadline_sink(|| {});
+    /// let d = sink.register(Duration::from_millis(35));
+    /// assert_eq!(d.as_millis() % 10, 0);
+    /// assert!(d.as_millis() >= sink.now_ms() + 25);
+    /// ```
+    ///
+    /// # Performance
+    /// One clock read, one uncontended mutex and one `BTreeSet` lookup: the cost of
+    /// [`TimerManager::register_timer`] without the `Arc` clone.
+    pub fn register(&self, duration: Duration) -> Deadline {
+        let deadline = self.manager.deadline_after(duration);
+        if self.manager.is_paused() {
+            // Paused for fork: complete at once, as pingora's timers do.
+            self.shared.expire_now(deadline);
+            return Deadline(deadline);
+        }
+        let mut state = self.shared.state.lock();
+        if !state.pending.contains(&deadline) && !state.expired.contains(&deadline) {
+            state.pending.insert(deadline);
+        }
+        Deadline(deadline)
+    }
+
+    /// Removes a pending deadline, e.g. when its last waiter is gone. Returns whether it was
+    /// pending; an expired-but-undrained deadline is not removed (it will still be drained).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    ///
+    /// let manager = keepcount_timeout::timer::TimerManager::new();
+    /// let sink = manager.deadline_sink(|| {});
+    /// let d = sink.register(Duration::from_secs(60));
+    /// assert!(sink.cancel(d));
+    /// assert!(!sink.cancel(d));
+    /// assert_eq!(sink.pending(), 0);
+    /// ```
+    pub fn cancel(&self, deadline: Deadline) -> bool {
+        self.shared.state.lock().pending.remove(&deadline.0)
+    }
+
+    /// Takes the expired batch: every deadline that came due since the last drain, ascending and
+    /// distinct. Empty if nothing is due (e.g. after a spurious notify).
+    ///
+    /// ```
+    /// let manager = keepcount_timeout::timer::TimerManager::new();
+    /// let sink = manager.deadline_sink(|| {});
+    /// assert!(sink.drain_expired().is_empty());
+    /// ```
+    pub fn drain_expired(&self) -> Vec<Deadline> {
+        let mut batch = std::mem::take(&mut self.shared.state.lock().expired);
+        batch.sort_unstable();
+        batch.into_iter().map(Deadline).collect()
+    }
+
+    /// Deadlines registered and not yet drained (pending or expired in the batch).
+    ///
+    /// The Node binding keeps the event loop alive exactly while this is non-zero.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    ///
+    /// let manager = keepcount_timeout::timer::TimerManager::new();
+    /// let sink = manager.deadline_sink(|| {});
+    /// sink.register(Duration::from_secs(60));
+    /// assert_eq!(sink.pending(), 1);
+    /// ```
+    pub fn pending(&self) -> usize {
+        let state = self.shared.state.lock();
+        state.pending.len() + state.expired.len()
+    }
+
+    /// The manager clock in whole milliseconds, the clock [`Deadline`]s are on.
+    pub fn now_ms(&self) -> u64 {
+        self.manager.now_ms()
+    }
+}
+
+impl fmt::Debug for DeadlineSink {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("DeadlineSink")
+            .field("pending", &self.pending())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Drop for DeadlineSink {
+    fn drop(&mut self) {
+        // Taking the callback waits for a call in progress; the clock thread checks for `None`
+        // under the same lock, so no call starts after this line.
+        drop(self.shared.notify.lock().take());
+        self.manager
+            .sinks
+            .lock()
+            .retain(|sink| !Arc::ptr_eq(sink, &self.shared));
+    }
+}
