@@ -1,0 +1,89 @@
+/**
+ * The count-min sketch (docs/format.md §3): `hashes` rows of `slots` counters, one HalfSipHash per
+ * key, double hashing for the rows and multiply-shift for the column.
+ *
+ * Counters are a `Float64Array`: exact up to `Number.MAX_SAFE_INTEGER` in magnitude, which is the
+ * documented range of the Node API; beyond it sums round (where Rust's i64 counters would not).
+ */
+import type { EstimatorCore, Key } from '../lib/backend.js';
+import { hashKey } from './hasher.js';
+import { encode } from './wire.js';
+
+/** The fallback {@link EstimatorCore}. Arguments arrive validated by `lib/`. */
+export class FallbackEstimator implements EstimatorCore {
+  readonly counters: Float64Array;
+  /** Low 32 bits of the seed: the first HalfSipHash key word. */
+  private readonly k0: number;
+  /** High 32 bits of the seed. */
+  private readonly k1: number;
+
+  constructor(
+    readonly hashes: number,
+    readonly slots: number,
+    readonly seed: bigint,
+    counters: Float64Array = new Float64Array(hashes * slots),
+  ) {
+    this.counters = counters;
+    this.k0 = Number(BigInt.asUintN(32, seed));
+    this.k1 = Number(BigInt.asUintN(32, seed >> 32n));
+  }
+
+  incr(key: Key, value: number): number {
+    const h = hashKey(key, this.k0, this.k1);
+    return this.incrHashed(h.h1, h.h2, value);
+  }
+
+  get(key: Key): number {
+    const h = hashKey(key, this.k0, this.k1);
+    return this.getHashed(h.h1, h.h2);
+  }
+
+  /** Adds `value` to the key's counter in every row; returns the new estimate (their minimum). */
+  incrHashed(h1: number, h2: number, value: number): number {
+    const { counters, slots } = this;
+    let g = h1;
+    let min = Infinity;
+    for (let row = 0, base = 0; row < this.hashes; row++, base += slots) {
+      const c = (counters[base + column(g, slots)]! += value);
+      if (c < min) min = c;
+      g = (g + h2) >>> 0;
+    }
+    return min;
+  }
+
+  /** The key's estimate: the minimum of its counters. */
+  getHashed(h1: number, h2: number): number {
+    const { counters, slots } = this;
+    let g = h1;
+    let min = Infinity;
+    for (let row = 0, base = 0; row < this.hashes; row++, base += slots) {
+      const c = counters[base + column(g, slots)]!;
+      if (c < min) min = c;
+      g = (g + h2) >>> 0;
+    }
+    return min;
+  }
+
+  reset(): void {
+    this.counters.fill(0);
+  }
+
+  merge(other: EstimatorCore): void {
+    const theirs = (other as FallbackEstimator).counters;
+    const ours = this.counters;
+    for (let i = 0; i < ours.length; i++) ours[i]! += theirs[i]!;
+  }
+
+  serialize(): Uint8Array {
+    return encode(this.hashes, this.slots, this.seed, this.counters);
+  }
+}
+
+/**
+ * `floor(g * slots / 2^32)` exactly: `g * slots` can exceed 2^53, so `g` is split into 16-bit halves
+ * and the nested floors are exact (floor(floor(x) / d) = floor(x / d) for integer d).
+ */
+export function column(g: number, slots: number): number {
+  return Math.floor(((g >>> 16) * slots + Math.floor(((g & 0xffff) * slots) / 65536)) / 65536);
+}
+

@@ -1,0 +1,18 @@
+/** The pure-TypeScript backend: same API and bit-identical results as the native one. */
+import type { Backend } from '../lib/backend.js';
+import { FallbackEstimator } from './estimator.js';
+import { FallbackRate } from './rate.js';
+import { fallbackTicker } from './ticker.js';
+import { decode } from './wire.js';
+
+/** The fallback {@link Backend}. */
+export const fallbackBackend: Backend = {
+  name: 'fallback',
+  Estimator: FallbackEstimator,
+  deserializeEstimator(bytes) {
+    const d = decode(bytes);
+    return typeof d === 'string' ? d : new FallbackEstimator(d.hashes, d.slots, d.seed, d.counters);
+  },
+  Rate: FallbackRate,
+  ticker: fallbackTicker,
+};

@@ -1,0 +1,69 @@
+/**
+ * pingora-limits' `Rate` semantics, single-threaded: two sketches take turns collecting the current
+ * interval and reporting the previous one. Intervals are measured from the last reset, a reset
+ * happens on the first call at least one interval after it, and data two or more intervals old is
+ * dropped. Where pingora panics (clock before the last reset) this clamps to zero elapsed time.
+ */
+import type { Key, RateCore, RateSample } from '../lib/backend.js';
+import { FallbackEstimator } from './estimator.js';
+import { hashKey } from './hasher.js';
+
+/** The fallback {@link RateCore}. Arguments arrive validated by `lib/`. */
+export class FallbackRate implements RateCore {
+  private current: FallbackEstimator;
+  private previous: FallbackEstimator;
+  /** Elapsed ms (the caller's time base) of the last reset. */
+  private lastReset = 0;
+  private readonly k0: number;
+  private readonly k1: number;
+
+  constructor(
+    private readonly intervalMs: number,
+    hashes: number,
+    slots: number,
+    seed: bigint,
+  ) {
+    this.current = new FallbackEstimator(hashes, slots, seed);
+    this.previous = new FallbackEstimator(hashes, slots, seed);
+    this.k0 = Number(BigInt.asUintN(32, seed));
+    this.k1 = Number(BigInt.asUintN(32, seed >> 32n));
+  }
+
+  observe(key: Key, events: number, nowMs: number): number {
+    this.maybeReset(nowMs);
+    return this.current.incr(key, events);
+  }
+
+  previousCount(key: Key, nowMs: number): number {
+    if (this.maybeReset(nowMs) >= this.intervalMs * 2) return 0;
+    return this.previous.get(key);
+  }
+
+  sample(key: Key, nowMs: number): RateSample {
+    const past = this.maybeReset(nowMs);
+    const interval = this.intervalMs;
+    let prevSamples = 0;
+    let currSamples = 0;
+    if (past < interval * 2) {
+      // Both sketches share the seed, so one hash serves both lookups.
+      const h = hashKey(key, this.k0, this.k1);
+      prevSamples = this.previous.getHashed(h.h1, h.h2);
+      if (past < interval) currSamples = this.current.getHashed(h.h1, h.h2);
+    }
+    return { prevSamples, currSamples, currentIntervalFraction: (past % interval) / interval };
+  }
+
+  /** Rolls the sketches over if an interval has passed; returns ms since the last reset before it. */
+  private maybeReset(nowMs: number): number {
+    const past = Math.max(0, nowMs - this.lastReset);
+    if (past < this.intervalMs) return past;
+    const stale = this.previous;
+    stale.reset();
+    this.previous = this.current;
+    this.current = stale;
+    // Two intervals or more: what was current is stale too.
+    if (past >= this.intervalMs * 2) this.previous.reset();
+    this.lastReset = nowMs;
+    return past;
+  }
+}
