@@ -1,0 +1,174 @@
+/**
+ * The seam between the public API and the two implementations of it.
+ *
+ * `lib/` validates every argument once and then calls a {@link Backend}: the Rust core through the
+ * native adapter (`lib/native.ts`, mapping the napi-generated `binding.js`), or the pure-TypeScript
+ * `fallback/`. Backend methods therefore take only already-validated values and never throw for
+ * bad input; anything they report (a corrupt sketch) comes back as a value `lib/` turns into the
+ * one error message both backends share.
+ *
+ * Choice: `KEEPCOUNT_BACKEND=native` or `=fallback` forces one; unset, the native backend is used
+ * when it loads, else the fallback with one warning line on stderr per process
+ * (`KEEPCOUNT_SILENCE_FALLBACK=1` silences it).
+ *
+ * @module
+ */
+import { getEnvironmentData, setEnvironmentData } from 'node:worker_threads';
+import { fallbackBackend } from '../fallback/index.js';
+import { describe, withCode } from './errors.js';
+import nodeRequire from './require.cjs';
+
+/** A validated key: see `Key` in `keys.ts` for what each type means. */
+export type Key = string | number | bigint | Uint8Array;
+
+/** The name of a backend. */
+export type BackendName = 'native' | 'fallback';
+
+/**
+ * A count-min sketch (docs/format.md §3). Counts are numbers, exact within ±2^53; `value`s are
+ * safe integers, possibly negative.
+ */
+export interface EstimatorCore {
+  readonly hashes: number;
+  readonly slots: number;
+  /** In [0, 2^64). */
+  readonly seed: bigint;
+  /** Adds `value` to `key`'s counters; returns its new estimate. */
+  incr(key: Key, value: number): number;
+  /** `key`'s estimate. */
+  get(key: Key): number;
+  /** Zeroes every counter. */
+  reset(): void;
+  /** Adds `other`'s counters to this one's; `lib/` has checked hashes, slots and seed are equal. */
+  merge(other: EstimatorCore): void;
+  /** The version-1 serialized form (docs/format.md §5). */
+  serialize(): Uint8Array;
+}
+
+/** Creates an empty sketch; the shape is within docs/format.md §4 and `seed` in [0, 2^64). */
+export type EstimatorCoreConstructor = new (hashes: number, slots: number, seed: bigint) => EstimatorCore;
+
+/**
+ * The first check of docs/format.md §5 a serialized sketch fails, in the spec's order: length < 28,
+ * magic, version, flags, shape, exact total length, checksum.
+ */
+export type CorruptReason = 'short' | 'magic' | 'version' | 'flags' | 'shape' | 'length' | 'checksum';
+
+/** What `Rate.rateWith` needs from the core; `lib/` adds the interval. */
+export interface RateSample {
+  prevSamples: number;
+  currSamples: number;
+  currentIntervalFraction: number;
+}
+
+/**
+ * pingora-limits' `Rate` on a time base the caller supplies: `nowMs` is whole milliseconds
+ * elapsed since the core was created, never decreasing (`lib/` reads the user's clock and clamps).
+ * Each call first rolls the intervals over as pingora's `maybe_reset` does.
+ */
+export interface RateCore {
+  /** Adds `events` to `key` in the current interval; returns its count there. */
+  observe(key: Key, events: number, nowMs: number): number;
+  /** `key`'s count in the previous interval, 0 if two or more intervals passed without a reset. */
+  previousCount(key: Key, nowMs: number): number;
+  /** pingora's `rate_with` components for `key`. */
+  sample(key: Key, nowMs: number): RateSample;
+}
+
+/** `intervalMs` is an integer in [1, 2^52]; the shape is within §4; `seed` in [0, 2^64). */
+export type RateCoreConstructor = new (intervalMs: number, hashes: number, slots: number, seed: bigint) => RateCore;
+
+/** Keeps the process alive (like a ref'd `setTimeout`) or not, for one armed tick. */
+export interface TickHandle {
+  ref(): void;
+  unref(): void;
+}
+
+/**
+ * The time source behind `timeout`/`sleep`/`timeoutSignal`. `lib/timeout.ts` keeps the waiters in
+ * JavaScript, one bucket per 10 ms deadline, and asks the ticker to fire each bucket once.
+ */
+export interface Ticker {
+  /** Monotonic milliseconds (may be fractional); deadlines are on this time base. */
+  now(): number;
+  /**
+   * Calls `fire` once, on the JavaScript thread, no earlier than `now() >= deadlineMs`. Called once
+   * per distinct deadline. The returned handle starts ref'd.
+   */
+  arm(deadlineMs: number, fire: () => void): TickHandle;
+  /** pingora-timeout's `pause_for_fork`: stop the clock machinery before `fork()`. */
+  pauseForFork(): void;
+  /** pingora-timeout's `unpause`, after `fork()`. */
+  unpause(): void;
+}
+
+/** One implementation of keepcount. */
+export interface Backend {
+  readonly name: BackendName;
+  readonly Estimator: EstimatorCoreConstructor;
+  /** Decodes a serialized sketch, or names the first check it fails. */
+  deserializeEstimator(bytes: Uint8Array): EstimatorCore | CorruptReason;
+  readonly Rate: RateCoreConstructor;
+  readonly ticker: Ticker;
+}
+
+/** Shared with worker threads through environment data so the fallback warning prints once. */
+const WARNED_KEY = 'keepcount:fallback-warned';
+
+function warnFallback(reason: unknown): void {
+  if (process.env.KEEPCOUNT_SILENCE_FALLBACK === '1') return;
+  let flag = getEnvironmentData(WARNED_KEY) as Int32Array | undefined;
+  if (!(flag instanceof Int32Array)) {
+    flag = new Int32Array(new SharedArrayBuffer(4));
+    setEnvironmentData(WARNED_KEY, flag);
+  }
+  if (Atomics.compareExchange(flag, 0, 0, 1) !== 0) return;
+  process.stderr.write(
+    `keepcount: native binding unavailable (${describeLoadError(reason)}); using the TypeScript fallback. ` +
+      'Set KEEPCOUNT_BACKEND=fallback or KEEPCOUNT_SILENCE_FALLBACK=1 to silence this.\n',
+  );
+}
+
+function loadNative(): Backend {
+  // The adapter module exports `backend: Backend` and throws when the binding cannot load.
+  return (nodeRequire('./native.js') as { backend: Backend }).backend;
+}
+
+/** Picks the backend per `KEEPCOUNT_BACKEND` (see the module documentation). */
+export function loadBackend(): Backend {
+  const wanted = process.env.KEEPCOUNT_BACKEND ?? '';
+  switch (wanted) {
+    case 'fallback':
+      return fallbackBackend;
+    case 'native':
+      try {
+        return loadNative();
+      } catch (cause) {
+        throw withCode(
+          new Error(`KEEPCOUNT_BACKEND=native, but the native binding cannot load: ${describeLoadError(cause)}`, {
+            cause,
+          }),
+          'ERR_KEEPCOUNT_BACKEND',
+        );
+      }
+    case '':
+      try {
+        return loadNative();
+      } catch (cause) {
+        warnFallback(cause);
+        return fallbackBackend;
+      }
+    default:
+      throw withCode(
+        new Error(`KEEPCOUNT_BACKEND must be "native" or "fallback" (or unset). Received "${wanted}"`),
+        'ERR_KEEPCOUNT_BACKEND',
+      );
+  }
+}
+
+function describeLoadError(cause: unknown): string {
+  return cause instanceof Error ? (cause.message.split('\n', 1)[0] ?? '') : describe(cause);
+}
+
+/** The backend this process uses, chosen when keepcount is first imported. */
+export const active: Backend = loadBackend();

@@ -1,0 +1,53 @@
+/** Time sources for {@link Rate}. */
+import { invalidType } from './errors.js';
+import { millisecondsArgument } from './options.js';
+
+/**
+ * A source of time in milliseconds. `now()` must never decrease; a value below an earlier one is
+ * treated as no time passing.
+ */
+export interface Clock {
+  /** Milliseconds since an origin of the clock's choosing (fractions allowed). */
+  now(): number;
+}
+
+/** The default clock: `performance.now()`, monotonic. */
+export const monotonicClock: Clock = { now: () => performance.now() };
+
+/**
+ * A clock that only moves when told to: for tests, simulations and replaying recorded traffic.
+ *
+ * @example
+ * ```ts
+ * const clock = new ManualClock();
+ * const rate = new Rate({ intervalMs: 1000, clock });
+ * rate.observe('a', 5);
+ * clock.advance(1000);
+ * rate.rate('a'); // 5
+ * ```
+ */
+export class ManualClock implements Clock {
+  private ms: number;
+
+  /** A clock standing at `startMs` (a finite number >= 0). Defaults to 0. */
+  constructor(startMs = 0) {
+    this.ms = millisecondsArgument('The "startMs" argument', startMs, Number.MAX_SAFE_INTEGER);
+  }
+
+  now(): number {
+    return this.ms;
+  }
+
+  /** Moves the clock forward by `ms` (a finite number >= 0). */
+  advance(ms: number): void {
+    this.ms += millisecondsArgument('The "ms" argument', ms, Number.MAX_SAFE_INTEGER);
+  }
+}
+
+/** Returns `clock` if it has a `now()` method. */
+export function validateClock(clock: unknown): Clock {
+  if (typeof clock !== 'object' || clock === null || typeof (clock as Clock).now !== 'function') {
+    throw invalidType('The "clock" option', 'an object with a now() method', clock);
+  }
+  return clock as Clock;
+}

@@ -1,0 +1,42 @@
+/** The `ERR_KEEPCOUNT_CORRUPT` messages, one per check of docs/format.md §5, shared by both backends. */
+import type { CorruptReason } from './backend.js';
+import { withCode, type KeepcountError } from './errors.js';
+import { MAX_COUNTERS, MAX_HASHES } from './limits.js';
+
+const hex = (n: number, digits: number): string => `0x${n.toString(16).padStart(digits, '0')}`;
+
+/** The error for `bytes` failing the check `reason` (the header fields it quotes were checked to exist). */
+export function corruptError(reason: CorruptReason, bytes: Uint8Array): KeepcountError {
+  const view = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
+  const n = bytes.length;
+  let message: string;
+  switch (reason) {
+    case 'short':
+      message = `is ${n} bytes, shorter than the 28 bytes of header and checksum`;
+      break;
+    case 'magic':
+      message = `does not start with the magic "KCCM" (${hex(0x4b43434d, 8)}); found ${hex(view.getUint32(0), 8)}`;
+      break;
+    case 'version':
+      message = `has format version ${view.getUint16(4, true)}; this keepcount reads version 1`;
+      break;
+    case 'flags':
+      message = `has flags ${hex(view.getUint16(6, true), 4)}; version 1 requires 0`;
+      break;
+    case 'shape':
+      message =
+        `has shape ${view.getUint32(8, true)} hashes × ${view.getUint32(12, true)} slots, outside the limits ` +
+        `(1 to ${MAX_HASHES} hashes, 1 to ${MAX_COUNTERS} counters)`;
+      break;
+    case 'length': {
+      const hashes = view.getUint32(8, true);
+      const slots = view.getUint32(12, true);
+      message = `is ${n} bytes; a ${hashes}×${slots} sketch is exactly ${28 + 8 * hashes * slots} bytes`;
+      break;
+    }
+    case 'checksum':
+      message = `fails its CRC-32 check: the stored ${hex(view.getUint32(n - 4, true), 8)} does not match the contents`;
+      break;
+  }
+  return withCode(new Error(`Serialized sketch ${message}`), 'ERR_KEEPCOUNT_CORRUPT');
+}

@@ -1,0 +1,91 @@
+/**
+ * Every error keepcount throws carries a stable `code`:
+ *
+ * - `ERR_INVALID_ARG_TYPE` (`TypeError`): an argument or option has the wrong type, e.g. a key that
+ *   is not a string, number, bigint or Uint8Array.
+ * - `ERR_OUT_OF_RANGE` (`RangeError`): a number is outside its documented range: a zero, negative,
+ *   fractional or too large size, a non-finite or non-safe-integer count, a key number that is not
+ *   a safe integer or a bigint outside i64.
+ * - `ERR_KEEPCOUNT_MISMATCH` (`Error`): `merge` of sketches whose hashes, slots or seed differ.
+ * - `ERR_KEEPCOUNT_CORRUPT` (`Error`): `Estimator.deserialize` input that is not a valid version-1
+ *   sketch; the message says which check failed.
+ * - `ERR_KEEPCOUNT_RELEASED` (`Error`): `incr()` on an Inflight guard that was already released.
+ * - `ERR_KEEPCOUNT_BACKEND` (`Error`): `KEEPCOUNT_BACKEND` names an unknown backend, or forces
+ *   `native` where the binding cannot load (the load error is the `cause`).
+ * - `ERR_KEEPCOUNT_TIMEOUT` ({@link TimeoutError}): `timeout()` ran out of time.
+ *
+ * @module
+ */
+
+/** The `code` of every error keepcount throws. */
+export type ErrorCode =
+  | 'ERR_INVALID_ARG_TYPE'
+  | 'ERR_OUT_OF_RANGE'
+  | 'ERR_KEEPCOUNT_MISMATCH'
+  | 'ERR_KEEPCOUNT_CORRUPT'
+  | 'ERR_KEEPCOUNT_RELEASED'
+  | 'ERR_KEEPCOUNT_BACKEND'
+  | 'ERR_KEEPCOUNT_TIMEOUT';
+
+/** An error with a keepcount {@link ErrorCode}. */
+export type KeepcountError<E extends Error = Error> = E & { readonly code: ErrorCode };
+
+/** Rejection reason of {@link timeout} when the time runs out. */
+export class TimeoutError extends Error {
+  /** Always `'ERR_KEEPCOUNT_TIMEOUT'`. */
+  readonly code = 'ERR_KEEPCOUNT_TIMEOUT';
+  /** The `ms` the timeout was given. */
+  readonly timeoutMs: number;
+
+  constructor(timeoutMs: number) {
+    super(`Timed out after ${timeoutMs} ms`);
+    this.name = 'TimeoutError';
+    this.timeoutMs = timeoutMs;
+  }
+}
+
+export function withCode<E extends Error>(error: E, code: ErrorCode): KeepcountError<E> {
+  return Object.defineProperty(error, 'code', {
+    value: code,
+    enumerable: true,
+    configurable: true,
+    writable: true,
+  }) as KeepcountError<E>;
+}
+
+/** Describes a received value the way Node's own argument errors do. */
+export function describe(value: unknown): string {
+  switch (typeof value) {
+    case 'number':
+      return Object.is(value, -0) ? '-0' : String(value);
+    case 'bigint':
+      return `${value}n`;
+    case 'string':
+      return `type string (${JSON.stringify(value.length > 28 ? `${value.slice(0, 25)}...` : value)})`;
+    case 'undefined':
+      return 'undefined';
+    case 'function':
+      return `function ${value.name || '<anonymous>'}`;
+    case 'object':
+      if (value === null) return 'null';
+      return `an instance of ${(value.constructor as { name?: string } | undefined)?.name ?? 'Object'}`;
+    default:
+      return `type ${typeof value} (${String(value)})`;
+  }
+}
+
+/** `TypeError` `ERR_INVALID_ARG_TYPE`: `what` is e.g. `The "key" argument`. */
+export function invalidType(what: string, expected: string, received: unknown): KeepcountError<TypeError> {
+  return withCode(
+    new TypeError(`${what} must be ${expected}. Received ${describe(received)}`),
+    'ERR_INVALID_ARG_TYPE',
+  );
+}
+
+/** `RangeError` `ERR_OUT_OF_RANGE`. */
+export function outOfRange(what: string, expected: string, received: unknown): KeepcountError<RangeError> {
+  return withCode(
+    new RangeError(`${what} must be ${expected}. Received ${describe(received)}`),
+    'ERR_OUT_OF_RANGE',
+  );
+}

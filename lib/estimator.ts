@@ -1,0 +1,182 @@
+/** The count-min sketch: approximate counts for any number of keys in fixed memory. */
+import { active, type EstimatorCore } from './backend.js';
+import { invalidType, outOfRange, withCode } from './errors.js';
+import { validateKey, isUint8Array, type Key } from './keys.js';
+import { MAX_COUNTERS, MAX_HASHES } from './limits.js';
+import { countArgument, optionsObject, seedOption, shapeOptions } from './options.js';
+import { corruptError } from './corrupt.js';
+
+/** Options of {@link Estimator}. */
+export interface EstimatorOptions {
+  /**
+   * Rows of counters: each key touches one counter per row and its estimate is their minimum.
+   * An integer in [1, 32]. Defaults to 4.
+   */
+  hashes?: number;
+  /**
+   * Counters per row. An integer >= 1 with `hashes × slots <= 2^27`. Defaults to 8192 (with the
+   * default 4 hashes: 256 KiB, and a key's estimate is off only if another key shares its counter
+   * in all 4 rows).
+   */
+  slots?: number;
+  /**
+   * The HalfSipHash key: sketches merge only with sketches of the same seed, and someone who does
+   * not know it cannot craft colliding keys. A bigint in [0, 2^64) or a safe integer >= 0.
+   * Defaults to a random seed from `crypto.getRandomValues`.
+   */
+  seed?: bigint | number;
+}
+
+/** Options of {@link Estimator.fromErrorBounds}. */
+export interface ErrorBoundsOptions {
+  /** The tolerated overestimate as a fraction of the total count N: a number in (0, 1). Required. */
+  epsilon: number;
+  /** The probability of exceeding `epsilon × N`: a number in (0, 1). Required. */
+  delta: number;
+  /** As {@link EstimatorOptions.seed}. Defaults to a random seed. */
+  seed?: bigint | number;
+}
+
+/** pingora-limits Inflight's shape: 4 hashes keep lookups cheap, 8192 slots keep collisions rare. */
+const DEFAULT_SHAPE = { hashes: 4, slots: 8192 };
+
+/** Set by {@link Estimator.deserialize} for the constructor to adopt instead of making a sketch. */
+let adopting: EstimatorCore | undefined;
+
+/**
+ * A count-min sketch (Cormode & Muthukrishnan): `incr` and `get` cost one hash and `hashes` counter
+ * touches; an estimate is never below the true count (for non-negative increments) and exceeds it
+ * only through collisions.
+ *
+ * Counts are exact within ±2^53 (`Number.MAX_SAFE_INTEGER`); beyond that the fallback backend
+ * rounds and the native one converts its i64 counters to the nearest number.
+ *
+ * @example
+ * ```ts
+ * const hits = new Estimator({ seed: 42n });
+ * hits.incr('1.2.3.4');
+ * hits.get('1.2.3.4'); // 1
+ * ```
+ */
+export class Estimator {
+  readonly #core: EstimatorCore;
+
+  /** An empty sketch. Throws `RangeError` `ERR_OUT_OF_RANGE` for a shape outside the limits. */
+  constructor(options?: EstimatorOptions) {
+    if (adopting !== undefined) {
+      this.#core = adopting;
+      adopting = undefined;
+      return;
+    }
+    const o = optionsObject(options);
+    const { hashes, slots } = shapeOptions(o.hashes, o.slots, DEFAULT_SHAPE);
+    this.#core = new active.Estimator(hashes, slots, seedOption(o.seed));
+  }
+
+  /**
+   * A sketch sized so that an estimate exceeds the true count by more than `epsilon × N` (N: the
+   * total of all increments) with probability at most `delta`: `slots = ceil(e / epsilon)`,
+   * `hashes = ceil(ln(1 / delta))`. Throws `RangeError` if that shape is outside the limits.
+   */
+  static fromErrorBounds(options: ErrorBoundsOptions): Estimator {
+    const o = optionsObject(options);
+    const epsilon = openUnitOption('epsilon', o.epsilon);
+    const delta = openUnitOption('delta', o.delta);
+    const slots = Math.ceil(Math.E / epsilon);
+    const hashes = Math.ceil(Math.log(1 / delta));
+    if (hashes > MAX_HASHES) {
+      throw outOfRange('The "delta" option', `at least e^-${MAX_HASHES} (at most ${MAX_HASHES} hashes)`, delta);
+    }
+    if (hashes * slots > MAX_COUNTERS) {
+      throw outOfRange(
+        'The "epsilon" option',
+        `large enough for ${hashes} × ceil(e / epsilon) <= ${MAX_COUNTERS} counters`,
+        epsilon,
+      );
+    }
+    return new Estimator({ hashes, slots, seed: o.seed });
+  }
+
+  /**
+   * Reads a sketch written by {@link Estimator.serialize} (either backend, or the Rust crate).
+   * Throws `ERR_KEEPCOUNT_CORRUPT` naming the first check that failed.
+   */
+  static deserialize(bytes: Uint8Array): Estimator {
+    if (!isUint8Array(bytes)) throw invalidType('The "bytes" argument', 'an instance of Uint8Array', bytes);
+    const core = active.deserializeEstimator(bytes);
+    if (typeof core === 'string') throw corruptError(core, bytes);
+    adopting = core;
+    return new Estimator();
+  }
+
+  /** Rows of counters. */
+  get hashes(): number {
+    return this.#core.hashes;
+  }
+
+  /** Counters per row. */
+  get slots(): number {
+    return this.#core.slots;
+  }
+
+  /** The hash seed, in [0, 2^64). */
+  get seed(): bigint {
+    return this.#core.seed;
+  }
+
+  /** Length in bytes of {@link serialize}'s output: `28 + 8 × hashes × slots`. */
+  get byteLength(): number {
+    return 28 + 8 * this.#core.hashes * this.#core.slots;
+  }
+
+  /** Adds `value` (a safe integer, may be negative; defaults to 1) to `key`; returns its new estimate. */
+  incr(key: Key, value = 1): number {
+    return this.#core.incr(validateKey(key), countArgument('value', value));
+  }
+
+  /** Subtracts `value` (a safe integer; defaults to 1) from `key`; returns its new estimate. */
+  decr(key: Key, value = 1): number {
+    return this.#core.incr(validateKey(key), -countArgument('value', value));
+  }
+
+  /** `key`'s estimated count. */
+  get(key: Key): number {
+    return this.#core.get(validateKey(key));
+  }
+
+  /** Forgets every count. */
+  reset(): void {
+    this.#core.reset();
+  }
+
+  /**
+   * Adds `other`'s counts to this sketch, as if every increment of both had been made here.
+   * Throws `ERR_KEEPCOUNT_MISMATCH` unless both have the same hashes, slots and seed.
+   */
+  merge(other: Estimator): void {
+    if (!(other instanceof Estimator)) throw invalidType('The "other" argument', 'an instance of Estimator', other);
+    const a = this.#core;
+    const b = other.#core;
+    if (a.hashes !== b.hashes || a.slots !== b.slots || a.seed !== b.seed) {
+      throw withCode(
+        new Error(
+          `Cannot merge a ${b.hashes}×${b.slots} sketch with seed ${b.seed} into a ` +
+            `${a.hashes}×${a.slots} sketch with seed ${a.seed}: hashes, slots and seed must be equal`,
+        ),
+        'ERR_KEEPCOUNT_MISMATCH',
+      );
+    }
+    a.merge(b);
+  }
+
+  /** The sketch in the stable version-1 format (docs/format.md §5), {@link byteLength} bytes. */
+  serialize(): Uint8Array {
+    return this.#core.serialize();
+  }
+}
+
+function openUnitOption(name: string, value: unknown): number {
+  if (typeof value !== 'number') throw invalidType(`The "${name}" option`, 'of type number', value);
+  if (!(value > 0 && value < 1)) throw outOfRange(`The "${name}" option`, 'a number in (0, 1)', value);
+  return value;
+}

@@ -1,0 +1,19 @@
+/**
+ * keepcount: count-min sketch estimators, rate and in-flight limits, and cheap timeouts, on a Rust
+ * core with a bit-identical pure-TypeScript fallback.
+ *
+ * @module
+ */
+import { active, type BackendName } from './backend.js';
+
+export type { BackendName } from './backend.js';
+export { ManualClock, type Clock } from './clock.js';
+export { TimeoutError, type ErrorCode, type KeepcountError } from './errors.js';
+export { Estimator, type ErrorBoundsOptions, type EstimatorOptions } from './estimator.js';
+export { Inflight, type InflightGuard, type InflightOptions } from './inflight.js';
+export type { Key } from './keys.js';
+export { proportionalRate, Rate, type RateComponents, type RateOptions } from './rate.js';
+export { pauseForFork, sleep, timeout, timeoutSignal, unpause } from './timeout.js';
+
+/** Which implementation this process runs: the Rust core (`'native'`) or the TypeScript fallback. */
+export const backend: BackendName = active.name;

@@ -1,0 +1,130 @@
+/** Counts of things in progress per key, released by guards. */
+import { active, type EstimatorCore } from './backend.js';
+import { withCode } from './errors.js';
+import { ownKey, validateKey, type Key } from './keys.js';
+import { countArgument, optionsObject, seedOption, shapeOptions } from './options.js';
+
+/** Options of {@link Inflight}. */
+export interface InflightOptions {
+  /** Rows of the sketch; see `EstimatorOptions.hashes`. Defaults to 4. */
+  hashes?: number;
+  /** Counters per row; see `EstimatorOptions.slots`. Defaults to 8192 (pingora-limits' `Inflight`). */
+  slots?: number;
+  /** The hash seed; see `EstimatorOptions.seed`. Defaults to a random seed. */
+  seed?: bigint | number;
+}
+
+/** Holds what a guard added, for the explicit release and the garbage-collection safety net. */
+interface Ticket {
+  readonly core: EstimatorCore;
+  readonly key: Key;
+  added: number;
+}
+
+const settle = (ticket: Ticket): void => {
+  if (ticket.added !== 0) ticket.core.incr(ticket.key, -ticket.added);
+  ticket.added = 0;
+};
+
+/** Safety net: a guard collected without `release()` gives its count back then. */
+const unreleased = new FinalizationRegistry<Ticket>(settle);
+
+/** `Symbol.dispose` where the runtime has it (Node >= 20.4), else the symbol TypeScript's `using` looks up. */
+const dispose: typeof Symbol.dispose = Symbol.dispose ?? Symbol.for('Symbol.dispose');
+
+/**
+ * What {@link Inflight.incr} returns with the count: it gives back everything it added when
+ * released, explicitly, by `using`, or, as a safety net, some time after it is garbage-collected.
+ */
+export interface InflightGuard extends Disposable {
+  /** The key's current estimated count. */
+  get(): number;
+  /** Adds the guard's value again (it will be released too); returns the new estimate. */
+  incr(): number;
+  /** Gives back everything this guard added. Idempotent. */
+  release(): void;
+  /** True once released. */
+  readonly released: boolean;
+}
+
+class Guard implements InflightGuard {
+  readonly #ticket: Ticket;
+  readonly #value: number;
+  #released = false;
+
+  constructor(ticket: Ticket, value: number) {
+    this.#ticket = ticket;
+    this.#value = value;
+    unreleased.register(this, ticket, this);
+  }
+
+  get released(): boolean {
+    return this.#released;
+  }
+
+  get(): number {
+    return this.#ticket.core.get(this.#ticket.key);
+  }
+
+  incr(): number {
+    if (this.#released) {
+      throw withCode(new Error('Cannot incr() a released Inflight guard'), 'ERR_KEEPCOUNT_RELEASED');
+    }
+    this.#ticket.added += this.#value;
+    return this.#ticket.core.incr(this.#ticket.key, this.#value);
+  }
+
+  release(): void {
+    if (this.#released) return;
+    this.#released = true;
+    unreleased.unregister(this);
+    settle(this.#ticket);
+  }
+
+  [dispose](): void {
+    this.release();
+  }
+}
+
+/**
+ * Estimates how many of something are in progress per key (pingora-limits' `Inflight`): `incr`
+ * counts one in and returns a guard whose release counts it out.
+ *
+ * A guard that is garbage-collected unreleased is released by a `FinalizationRegistry`, so a
+ * forgotten guard cannot hold its count forever; but collection happens at the engine's
+ * discretion, possibly never in a short-lived process, so release guards explicitly (or with
+ * `using`) and treat the safety net as leak protection only.
+ *
+ * @example
+ * ```ts
+ * const inflight = new Inflight();
+ * const [guard, count] = inflight.incr(clientIp);
+ * try { if (count <= 10) await handle(); } finally { guard.release(); }
+ * ```
+ */
+export class Inflight {
+  readonly #core: EstimatorCore;
+
+  constructor(options?: InflightOptions) {
+    const o = optionsObject(options);
+    const { hashes, slots } = shapeOptions(o.hashes, o.slots, { hashes: 4, slots: 8192 });
+    this.#core = new active.Estimator(hashes, slots, seedOption(o.seed));
+  }
+
+  /**
+   * Adds `value` (a safe integer; defaults to 1) to `key`. Returns `[guard, count]`: the guard that
+   * gives it back and the key's new estimated count (a tuple, as pingora's `(Guard, isize)`).
+   */
+  incr(key: Key, value = 1): [guard: InflightGuard, count: number] {
+    const k = validateKey(key);
+    const v = countArgument('value', value);
+    const ticket: Ticket = { core: this.#core, key: ownKey(k), added: v };
+    const count = this.#core.incr(ticket.key, v);
+    return [new Guard(ticket, v), count];
+  }
+
+  /** `key`'s current estimated count. */
+  get(key: Key): number {
+    return this.#core.get(validateKey(key));
+  }
+}

@@ -1,0 +1,50 @@
+/**
+ * Key validation (docs/format.md §1): both backends receive only keys that passed here.
+ */
+import type { Key } from './backend.js';
+import { invalidType, outOfRange } from './errors.js';
+
+const I64_MIN = -(2n ** 63n);
+const I64_MAX = 2n ** 63n - 1n;
+
+/**
+ * A key: a `string` (hashed as UTF-8, lone surrogates as U+FFFD), a `number` that is a safe
+ * integer or a `bigint` in the i64 range (both hashed as i64, so `1` and `1n` are the same key), or
+ * a `Uint8Array` (Buffer included; hashed as length-prefixed bytes, so it differs from the string
+ * with the same content).
+ */
+export type { Key };
+
+/** Returns `key` if it is a valid {@link Key}; throws `TypeError`/`RangeError` otherwise. */
+export function validateKey(key: unknown): Key {
+  switch (typeof key) {
+    case 'string':
+      return key;
+    case 'number':
+      if (!Number.isSafeInteger(key)) {
+        throw outOfRange('The "key" argument', 'a safe integer when it is a number', key);
+      }
+      return key;
+    case 'bigint':
+      if (key < I64_MIN || key > I64_MAX) {
+        throw outOfRange('The "key" argument', 'in the i64 range when it is a bigint', key);
+      }
+      return key;
+    default:
+      if (isUint8Array(key)) return key;
+      throw invalidType('The "key" argument', 'of type string, number, bigint or Uint8Array', key);
+  }
+}
+
+/** A key that later mutation of the caller's bytes cannot change (for guards that outlive the call). */
+export function ownKey(key: Key): Key {
+  return typeof key === 'object' ? key.slice() : key;
+}
+
+/** True for a `Uint8Array` (or `Buffer`) from any realm, e.g. one a worker transferred. */
+export function isUint8Array(value: unknown): value is Uint8Array {
+  return (
+    value instanceof Uint8Array ||
+    (ArrayBuffer.isView(value) && (value as { [Symbol.toStringTag]?: string })[Symbol.toStringTag] === 'Uint8Array')
+  );
+}

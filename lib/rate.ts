@@ -1,0 +1,121 @@
+/** Event rates per key over fixed intervals, with pingora-limits' `Rate` semantics. */
+import { active, type RateCore } from './backend.js';
+import { monotonicClock, validateClock, type Clock } from './clock.js';
+import { invalidType, outOfRange } from './errors.js';
+import { validateKey, type Key } from './keys.js';
+import { countArgument, integerOption, optionsObject, seedOption, shapeOptions } from './options.js';
+
+/** Longest interval: 2^52 ms, so twice it is still exact. */
+const MAX_INTERVAL_MS = 4503599627370496;
+
+/** Options of {@link Rate}. */
+export interface RateOptions {
+  /** Length of one counting interval in milliseconds: an integer in [1, 2^52]. Required. */
+  intervalMs: number;
+  /** Rows of each of the two sketches; see `EstimatorOptions.hashes`. Defaults to 4. */
+  hashes?: number;
+  /**
+   * Counters per row of each of the two sketches. Defaults to 1024 (pingora-limits' `Rate`; fewer
+   * keys are live within one interval than an `Inflight` tracks).
+   */
+  slots?: number;
+  /** The hash seed; see `EstimatorOptions.seed`. Defaults to a random seed. */
+  seed?: bigint | number;
+  /**
+   * Where time comes from: an object whose `now()` returns milliseconds, e.g. a {@link ManualClock}.
+   * Defaults to `performance.now()`.
+   */
+  clock?: Clock;
+}
+
+/** What a {@link Rate.rateWith} function receives. */
+export interface RateComponents {
+  /** The key's count in the previous (completed) interval. */
+  prevSamples: number;
+  /** The key's count so far in the current interval. */
+  currSamples: number;
+  /** The interval length in milliseconds. */
+  intervalMs: number;
+  /** How much of the current interval has elapsed, in [0, 1). */
+  currentIntervalFraction: number;
+}
+
+/**
+ * pingora-limits' `PROPORTIONAL_RATE_ESTIMATE_CALC_FN`: events per second over the last interval,
+ * interpolating linearly between the previous and the current interval by how far into the current
+ * one we are (https://blog.cloudflare.com/counting-things-a-lot-of-different-things/).
+ */
+export function proportionalRate(components: RateComponents): number {
+  const { prevSamples, currSamples, intervalMs, currentIntervalFraction } = components;
+  return (prevSamples * (1 - currentIntervalFraction) + currSamples) / (intervalMs / 1000);
+}
+
+/**
+ * Counts events per key in intervals of `intervalMs` and reports the rate of the last completed
+ * one, like pingora-limits' `Rate`: intervals start at the first call at least one interval after
+ * the previous start, and data two or more intervals old reads as 0. Unlike pingora it never
+ * panics: a clock that goes backwards counts as no time passing.
+ *
+ * @example
+ * ```ts
+ * const clock = new ManualClock();
+ * const rate = new Rate({ intervalMs: 1000, clock });
+ * rate.observe('a', 3);
+ * rate.observe('a', 2); // 5
+ * clock.advance(1000);
+ * rate.rate('a'); // 5 (events per second)
+ * ```
+ */
+export class Rate {
+  /** The interval length in milliseconds. */
+  readonly intervalMs: number;
+  readonly #core: RateCore;
+  readonly #clock: Clock;
+  readonly #origin: number;
+
+  constructor(options: RateOptions) {
+    const o = optionsObject(options);
+    this.intervalMs = integerOption('intervalMs', o.intervalMs, 1, MAX_INTERVAL_MS);
+    const { hashes, slots } = shapeOptions(o.hashes, o.slots, { hashes: 4, slots: 1024 });
+    const seed = seedOption(o.seed);
+    this.#clock = o.clock === undefined ? monotonicClock : validateClock(o.clock);
+    this.#origin = this.#readClock();
+    this.#core = new active.Rate(this.intervalMs, hashes, slots, seed);
+  }
+
+  /** Records `events` (a safe integer; defaults to 1) for `key`; returns its count in the current interval. */
+  observe(key: Key, events = 1): number {
+    return this.#core.observe(validateKey(key), countArgument('events', events), this.#elapsed());
+  }
+
+  /** `key`'s events per second in the last completed interval (0 if none completed recently). */
+  rate(key: Key): number {
+    return (this.#core.previousCount(validateKey(key), this.#elapsed()) * 1000) / this.intervalMs;
+  }
+
+  /** `fn` applied to `key`'s {@link RateComponents}, e.g. {@link proportionalRate}. */
+  rateWith<T>(key: Key, fn: (components: RateComponents) => T): T {
+    const k = validateKey(key);
+    if (typeof fn !== 'function') throw invalidType('The "fn" argument', 'of type function', fn);
+    const s = this.#core.sample(k, this.#elapsed());
+    return fn({
+      prevSamples: s.prevSamples,
+      currSamples: s.currSamples,
+      intervalMs: this.intervalMs,
+      currentIntervalFraction: s.currentIntervalFraction,
+    });
+  }
+
+  #readClock(): number {
+    const now = this.#clock.now();
+    if (typeof now !== 'number' || !Number.isFinite(now)) {
+      throw outOfRange('The clock\'s now()', 'a finite number of milliseconds', now);
+    }
+    return now;
+  }
+
+  /** Whole milliseconds since construction, never negative. */
+  #elapsed(): number {
+    return Math.max(0, Math.floor(this.#readClock() - this.#origin));
+  }
+}
