@@ -31,6 +31,8 @@ pub mod clock;
 pub mod codec;
 pub mod estimator;
 pub mod hash;
+pub mod inflight;
 pub mod limiter;
+pub mod rate;
 pub mod shape;
 pub mod store;

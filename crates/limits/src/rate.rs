@@ -1,0 +1,648 @@
+//! Events per second per key: [`Rate`], API-compatible with pingora-limits' `Rate`.
+//!
+//! Two sketches take turns: one counts the current interval, the other holds the last completed
+//! one. [`Rate::rate`] reports the completed interval's count per second; [`Rate::rate_with`]
+//! hands both counts and the elapsed fraction to a function of your choice, such as
+//! [`PROPORTIONAL_RATE_ESTIMATE_CALC_FN`] (Cloudflare's sliding-window interpolation).
+//!
+//! Differences from pingora-limits, all deliberate: time is read from a [`Clock`] (tests drive a
+//! [`ManualClock`](crate::clock::ManualClock) instead of sleeping) in nanoseconds, so intervals
+//! below a millisecond work (pingora takes `% 0` on them) and a zero interval is refused or
+//! clamped to 1 ns; and a thread losing the reset race does not assert (pingora's
+//! `assert!(new >= now - 1000)` underflows in the first second).
+
+use crate::clock::{Clock, MonotonicClock};
+use crate::estimator::Estimator;
+use crate::hash::{KeyHash, random_seed};
+use crate::shape::{Shape, ShapeError};
+use std::fmt;
+use std::hash::Hash;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Duration;
+
+/// Rows of each of the two sketches behind [`Rate::new`], as in pingora-limits: see
+/// [`crate::inflight`] for why 4.
+const HASHES: usize = 4;
+/// Columns of each sketch behind [`Rate::new`], as in pingora-limits: a rate interval usually
+/// sees fewer distinct keys than an in-flight table, so 1024 rather than 8192.
+const SLOTS: usize = 1024;
+/// Nanoseconds per second, to report rates per second.
+const NANOS_PER_SEC: f64 = 1e9;
+
+/// What a rate function gets: the counts of the current (partial) and previous (completed)
+/// intervals, the interval, and how far into the current interval the sample was taken.
+///
+/// E.g. with a 10 s interval, sampled 2 s into the current interval,
+/// `current_interval_fraction` is `0.2`.
+///
+/// ```
+/// use keepcount_limits::rate::{Rate, RateComponents};
+/// use std::time::Duration;
+/// let rate = Rate::new(Duration::from_secs(1));
+/// let parts: RateComponents = rate.rate_with(&"k", |parts| parts);
+/// assert_eq!(parts.interval, Duration::from_secs(1));
+/// ```
+#[non_exhaustive]
+#[derive(Debug, Clone, Copy, PartialEq, PartialOrd)]
+pub struct RateComponents {
+    /// Events counted in the previous, completed interval (0 once two intervals passed idle).
+    pub prev_samples: isize,
+    /// Events counted so far in the current interval.
+    pub curr_samples: isize,
+    /// The interval's length.
+    pub interval: Duration,
+    /// Elapsed fraction of the current interval, in `[0, 1)`.
+    pub current_interval_fraction: f64,
+}
+
+/// The sliding-window estimate of events per second over the last `interval`: the previous
+/// interval's count weighted by the part of it still inside the window, plus the current count,
+/// divided by the interval in seconds. See
+/// <https://blog.cloudflare.com/counting-things-a-lot-of-different-things/>.
+///
+/// ```
+/// use keepcount_limits::clock::ManualClock;
+/// use keepcount_limits::rate::{Rate, PROPORTIONAL_RATE_ESTIMATE_CALC_FN};
+/// use std::time::Duration;
+///
+/// let clock = ManualClock::new();
+/// let rate = Rate::with_clock(Duration::from_secs(1), 4, 1024, 1, &clock).unwrap();
+/// rate.observe(&"k", 10);
+/// clock.advance(Duration::from_millis(1000));
+/// rate.observe(&"k", 4);
+/// clock.advance(Duration::from_millis(250));
+/// // 10 × (1 − 0.25) + 4
+/// assert_eq!(rate.rate_with(&"k", PROPORTIONAL_RATE_ESTIMATE_CALC_FN), 11.5);
+/// ```
+pub static PROPORTIONAL_RATE_ESTIMATE_CALC_FN: fn(RateComponents) -> f64 =
+    |parts: RateComponents| {
+        let prev = parts.prev_samples as f64;
+        let curr = parts.curr_samples as f64;
+        let weighted = prev * (1.0 - parts.current_interval_fraction) + curr;
+        weighted / parts.interval.as_secs_f64()
+    };
+
+/// Per-key event rate over fixed intervals, like pingora-limits' `Rate`, reading time from `C`.
+///
+/// It counts events for periods of `interval` and reports the rate of the latest completed
+/// period while counting the current one. An interval starts when the first operation after the
+/// previous one's end notices it ended (as in pingora), not on a fixed grid. After two intervals
+/// without any operation, both counts are stale and the rate is 0.
+///
+/// ```
+/// use keepcount_limits::rate::Rate;
+/// use std::time::Duration;
+///
+/// let rate = Rate::new(Duration::from_secs(1));
+/// assert_eq!(rate.observe(&"k", 3), 3);
+/// assert_eq!(rate.rate(&"k"), 0.0); // no completed interval yet
+/// ```
+///
+/// # Performance
+/// One key hash per call, plus a clock read and two sketch lookups at most; at interval ends one
+/// thread zeroes a sketch (`hashes × slots` stores).
+///
+/// # Thread safety
+/// `Send + Sync` when `C` is. Operations racing with an interval change may count an event in
+/// either interval, as in pingora.
+pub struct Rate<C: Clock = MonotonicClock> {
+    red: Estimator,
+    blue: Estimator,
+    /// `true`: `red` counts the current interval and `blue` holds the previous one.
+    red_or_blue: AtomicBool,
+    clock: C,
+    /// The clock's reading at construction; times below are measured from here.
+    start: u64,
+    /// When the current interval started, in nanoseconds since `start`.
+    last_reset: AtomicU64,
+    /// The interval in nanoseconds, at least 1.
+    interval_nanos: u64,
+}
+
+impl Rate {
+    /// A rate over `interval` with pingora's default sketches (4 × 1024) and a random seed.
+    ///
+    /// Never panics: a zero interval is treated as 1 ns, one longer than `u64::MAX` ns
+    /// (584 years) as that. Use [`Rate::with_clock`] to have a zero interval refused.
+    ///
+    /// ```
+    /// use keepcount_limits::rate::Rate;
+    /// use std::time::Duration;
+    /// let rate = Rate::new(Duration::ZERO); // pingora would take `% 0`
+    /// assert_eq!(rate.interval(), Duration::from_nanos(1));
+    /// rate.observe(&1, 1);
+    /// ```
+    pub fn new(interval: Duration) -> Self {
+        Self::new_with_estimator_config(interval, HASHES, SLOTS)
+    }
+
+    /// A rate over `interval` whose two sketches have `hashes × slots` counters, random seed.
+    ///
+    /// Never panics: the interval as in [`Rate::new`], the shape clamped as in
+    /// [`Estimator::new`].
+    ///
+    /// ```
+    /// use keepcount_limits::rate::Rate;
+    /// use std::time::Duration;
+    /// let rate = Rate::new_with_estimator_config(Duration::from_millis(100), 2, 64);
+    /// assert_eq!(rate.observe(&"k", 2), 2);
+    /// ```
+    pub fn new_with_estimator_config(interval: Duration, hashes: usize, slots: usize) -> Self {
+        let interval_nanos = nanos(interval).max(1);
+        Self::build(
+            interval_nanos,
+            Shape::clamped(hashes, slots),
+            random_seed(),
+            MonotonicClock::new(),
+        )
+    }
+}
+
+impl<C: Clock> Rate<C> {
+    /// A rate over `interval` reading time from `clock`, whose two sketches have
+    /// `hashes × slots` counters keyed by `seed`; or why the configuration is refused (zero
+    /// interval, bad shape).
+    ///
+    /// ```
+    /// use keepcount_limits::clock::ManualClock;
+    /// use keepcount_limits::rate::Rate;
+    /// use std::time::Duration;
+    ///
+    /// let clock = ManualClock::new();
+    /// let rate = Rate::with_clock(Duration::from_secs(1), 4, 1024, 7, &clock).unwrap();
+    /// rate.observe(&"k", 5);
+    /// clock.advance(Duration::from_secs(1));
+    /// assert_eq!(rate.rate(&"k"), 5.0);
+    /// assert!(Rate::with_clock(Duration::ZERO, 4, 1024, 7, &clock).is_err());
+    /// ```
+    pub fn with_clock(
+        interval: Duration,
+        hashes: usize,
+        slots: usize,
+        seed: u64,
+        clock: C,
+    ) -> Result<Self, RateError> {
+        let interval_nanos = nanos(interval);
+        if interval_nanos == 0 {
+            return Err(RateError::ZeroInterval);
+        }
+        let shape = Shape::new(hashes, slots).map_err(RateError::Shape)?;
+        Ok(Self::build(interval_nanos, shape, seed, clock))
+    }
+
+    fn build(interval_nanos: u64, shape: Shape, seed: u64, clock: C) -> Self {
+        Self {
+            // Same seed for both, so one KeyHash addresses the key in either.
+            red: Estimator::with_shape(shape, seed),
+            blue: Estimator::with_shape(shape, seed),
+            red_or_blue: AtomicBool::new(true),
+            start: clock.now_nanos(),
+            clock,
+            last_reset: AtomicU64::new(0),
+            interval_nanos,
+        }
+    }
+
+    /// The interval, as used (after any clamping).
+    ///
+    /// ```
+    /// use keepcount_limits::rate::Rate;
+    /// use std::time::Duration;
+    /// assert_eq!(Rate::new(Duration::from_micros(250)).interval(), Duration::from_micros(250));
+    /// ```
+    pub fn interval(&self) -> Duration {
+        Duration::from_nanos(self.interval_nanos)
+    }
+
+    /// The completed interval's count of `key`, per second, like pingora's. 0 before the first
+    /// interval completes and once two intervals have passed without any operation.
+    ///
+    /// ```
+    /// use keepcount_limits::clock::ManualClock;
+    /// use keepcount_limits::rate::Rate;
+    /// use std::time::Duration;
+    ///
+    /// let clock = ManualClock::new();
+    /// let rate = Rate::with_clock(Duration::from_millis(500), 4, 1024, 7, &clock).unwrap();
+    /// rate.observe(&"k", 5);
+    /// clock.advance(Duration::from_millis(500));
+    /// assert_eq!(rate.rate(&"k"), 10.0); // 5 events in half a second
+    /// ```
+    pub fn rate<T: Hash>(&self, key: &T) -> f64 {
+        self.rate_hash(self.hash_key(key))
+    }
+
+    /// Counts `events` for `key` in the current interval and returns the key's count so far in
+    /// it, like pingora's.
+    ///
+    /// ```
+    /// use keepcount_limits::rate::Rate;
+    /// use std::time::Duration;
+    /// let rate = Rate::new(Duration::from_secs(1));
+    /// assert_eq!(rate.observe(&"k", 3), 3);
+    /// assert_eq!(rate.observe(&"k", 2), 5);
+    /// ```
+    pub fn observe<T: Hash>(&self, key: &T, events: isize) -> isize {
+        self.observe_hash(self.hash_key(key), events)
+    }
+
+    /// Calls `rate_calc_fn` with the previous and current counts of `key`, the interval and the
+    /// elapsed fraction of the current interval, and returns its result, like pingora's:
+    /// after two idle intervals both counts are 0; when the current interval has just ended,
+    /// the previous count is the interval that just ended and the current count 0.
+    ///
+    /// ```
+    /// use keepcount_limits::clock::ManualClock;
+    /// use keepcount_limits::rate::{Rate, RateComponents};
+    /// use std::time::Duration;
+    ///
+    /// let clock = ManualClock::new();
+    /// let rate = Rate::with_clock(Duration::from_secs(1), 4, 1024, 7, &clock).unwrap();
+    /// rate.observe(&"k", 5);
+    /// let weighted = |p: RateComponents| p.prev_samples as f64 * 0.1 + p.curr_samples as f64 * 0.9;
+    /// assert_eq!(rate.rate_with(&"k", weighted), 4.5);
+    /// ```
+    pub fn rate_with<F, T, K>(&self, key: &K, rate_calc_fn: F) -> T
+    where
+        F: FnMut(RateComponents) -> T,
+        K: Hash,
+    {
+        self.rate_with_hash(self.hash_key(key), rate_calc_fn)
+    }
+
+    /// Hashes `key` once for [`observe_hash`](Self::observe_hash),
+    /// [`rate_hash`](Self::rate_hash) and [`rate_with_hash`](Self::rate_with_hash). Advanced API.
+    ///
+    /// ```
+    /// use keepcount_limits::rate::Rate;
+    /// use std::time::Duration;
+    /// let rate = Rate::new(Duration::from_secs(1));
+    /// let key = rate.hash_key("k");
+    /// rate.observe_hash(key, 2);
+    /// assert_eq!(rate.observe(&"k", 1), 3);
+    /// ```
+    #[inline]
+    pub fn hash_key<T: Hash>(&self, key: T) -> KeyHash {
+        self.red.hash_key(key)
+    }
+
+    /// [`observe`](Self::observe) for a key hashed with [`hash_key`](Self::hash_key).
+    ///
+    /// ```
+    /// use keepcount_limits::rate::Rate;
+    /// use std::time::Duration;
+    /// let rate = Rate::new(Duration::from_secs(1));
+    /// assert_eq!(rate.observe_hash(rate.hash_key(1u32), 4), 4);
+    /// ```
+    pub fn observe_hash(&self, key: KeyHash, events: isize) -> isize {
+        self.maybe_reset();
+        self.current(self.red_or_blue()).incr_hash(key, events)
+    }
+
+    /// [`rate`](Self::rate) for a key hashed with [`hash_key`](Self::hash_key).
+    ///
+    /// ```
+    /// use keepcount_limits::rate::Rate;
+    /// use std::time::Duration;
+    /// let rate = Rate::new(Duration::from_secs(1));
+    /// assert_eq!(rate.rate_hash(rate.hash_key(1u32)), 0.0);
+    /// ```
+    pub fn rate_hash(&self, key: KeyHash) -> f64 {
+        let past = self.maybe_reset();
+        if past >= self.interval_nanos.saturating_mul(2) {
+            // Two intervals missed: no data, report 0 as a short cut (as pingora does).
+            return 0.0;
+        }
+        self.previous(self.red_or_blue()).get_hash(key) as f64 * NANOS_PER_SEC
+            / self.interval_nanos as f64
+    }
+
+    /// [`rate_with`](Self::rate_with) for a key hashed with [`hash_key`](Self::hash_key).
+    ///
+    /// ```
+    /// use keepcount_limits::rate::Rate;
+    /// use std::time::Duration;
+    /// let rate = Rate::new(Duration::from_secs(1));
+    /// let key = rate.hash_key(1u32);
+    /// rate.observe_hash(key, 3);
+    /// assert_eq!(rate.rate_with_hash(key, |p| p.curr_samples), 3);
+    /// ```
+    pub fn rate_with_hash<F, T>(&self, key: KeyHash, mut rate_calc_fn: F) -> T
+    where
+        F: FnMut(RateComponents) -> T,
+    {
+        let past = self.maybe_reset();
+        let (prev_samples, curr_samples) = if past >= self.interval_nanos.saturating_mul(2) {
+            // Two intervals missed: both counts are stale.
+            (0, 0)
+        } else if past >= self.interval_nanos {
+            // This call just ended the interval: what was current is now previous.
+            (self.previous(self.red_or_blue()).get_hash(key), 0)
+        } else {
+            let red_or_blue = self.red_or_blue();
+            (
+                self.previous(red_or_blue).get_hash(key),
+                self.current(red_or_blue).get_hash(key),
+            )
+        };
+        rate_calc_fn(RateComponents {
+            prev_samples,
+            curr_samples,
+            interval: self.interval(),
+            // interval_nanos >= 1: no division or remainder by zero.
+            current_interval_fraction: (past % self.interval_nanos) as f64
+                / self.interval_nanos as f64,
+        })
+    }
+
+    fn current(&self, red_or_blue: bool) -> &Estimator {
+        if red_or_blue { &self.red } else { &self.blue }
+    }
+
+    fn previous(&self, red_or_blue: bool) -> &Estimator {
+        if red_or_blue { &self.blue } else { &self.red }
+    }
+
+    fn red_or_blue(&self) -> bool {
+        // SeqCst, as pingora: the flag and last_reset are read and written as one sequence, so
+        // a thread that sees the new last_reset also sees the flipped flag.
+        self.red_or_blue.load(Ordering::SeqCst)
+    }
+
+    /// Starts a new interval if the current one has ended; returns the time since the current
+    /// interval started, as seen before any reset (what the callers' branches are based on).
+    fn maybe_reset(&self) -> u64 {
+        let now = self.clock.now_nanos().saturating_sub(self.start);
+        // SeqCst: pairs with the CAS below; see red_or_blue.
+        let last_reset = self.last_reset.load(Ordering::SeqCst);
+        // Saturating: another thread may have reset with a later `now` than ours.
+        let past = now.saturating_sub(last_reset);
+        if past < self.interval_nanos {
+            return past;
+        }
+        let red_or_blue = self.red_or_blue();
+        // CAS so exactly one thread ends the interval that `last_reset` started. SeqCst on
+        // success so the flag flip below is ordered after it for every thread; SeqCst on failure
+        // (stronger than needed) keeps the reasoning to one total order.
+        if self
+            .last_reset
+            .compare_exchange(last_reset, now, Ordering::SeqCst, Ordering::SeqCst)
+            .is_ok()
+        {
+            // First clear the previous sketch, which becomes the current one...
+            self.previous(red_or_blue).reset();
+            // ...then flip the flag so that others count into the cleared sketch.
+            self.red_or_blue.store(!red_or_blue, Ordering::SeqCst);
+            if past >= self.interval_nanos.saturating_mul(2) {
+                // Two intervals passed: what was current is stale too. After the flip it is
+                // the previous sketch.
+                self.current(red_or_blue).reset();
+            }
+        }
+        // On failure another thread ended the interval; nothing to do (pingora asserts here).
+        past
+    }
+}
+
+impl<C: Clock> fmt::Debug for Rate<C> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Rate")
+            .field("interval", &self.interval())
+            .field("estimator", &self.red)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Duration in nanoseconds, saturating at `u64::MAX` (584 years).
+fn nanos(duration: Duration) -> u64 {
+    u64::try_from(duration.as_nanos()).unwrap_or(u64::MAX)
+}
+
+/// Why a [`Rate`] configuration was refused.
+///
+/// ```
+/// use keepcount_limits::clock::MonotonicClock;
+/// use keepcount_limits::rate::{Rate, RateError};
+/// use std::time::Duration;
+/// let err = Rate::with_clock(Duration::ZERO, 4, 8, 0, MonotonicClock::new()).unwrap_err();
+/// assert_eq!(err, RateError::ZeroInterval);
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq)]
+#[non_exhaustive]
+pub enum RateError {
+    /// The interval is zero.
+    ZeroInterval,
+    /// The sketches' shape is outside the limits.
+    Shape(ShapeError),
+}
+
+impl fmt::Display for RateError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::ZeroInterval => f.write_str("the rate interval must be longer than zero"),
+            Self::Shape(err) => write!(f, "bad rate sketch shape: {err}"),
+        }
+    }
+}
+
+impl std::error::Error for RateError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            Self::Shape(err) => Some(err),
+            Self::ZeroInterval => None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::clock::ManualClock;
+    use std::sync::Arc;
+
+    const SECOND: Duration = Duration::from_secs(1);
+
+    fn rate(clock: &ManualClock) -> Rate<&ManualClock> {
+        Rate::with_clock(SECOND, HASHES, SLOTS, 42, clock).unwrap()
+    }
+
+    // pingora-limits' test_observe_rate, on a manual clock.
+    #[test]
+    fn reports_the_last_completed_interval_then_zero_after_two_idle_ones() {
+        let clock = ManualClock::new();
+        let r = rate(&clock);
+        let key = 1;
+        assert_eq!(r.observe(&key, 3), 3);
+        assert_eq!(r.observe(&key, 2), 5);
+        assert_eq!(r.rate(&key), 0.0);
+
+        clock.advance(SECOND);
+        assert_eq!(r.observe(&key, 4), 4);
+        assert_eq!(r.rate(&key), 5.0);
+
+        clock.advance(SECOND);
+        assert_eq!(r.rate(&key), 4.0);
+
+        clock.advance(SECOND);
+        assert_eq!(r.rate(&key), 0.0);
+    }
+
+    // pingora-limits' test_observe_rate_custom_90_10.
+    #[test]
+    fn rate_with_gets_previous_and_current_counts() {
+        let clock = ManualClock::new();
+        let r = rate(&clock);
+        let key = 1;
+        let f = |p: RateComponents| {
+            (p.prev_samples as f64 * 0.1 + p.curr_samples as f64 * 0.9) / p.interval.as_secs_f64()
+        };
+        r.observe(&key, 3);
+        r.observe(&key, 2);
+        assert_eq!(r.rate_with(&key, f), 5. * 0.9);
+
+        clock.advance(SECOND);
+        assert_eq!(r.observe(&key, 4), 4);
+        assert_eq!(r.rate_with(&key, f), 5. * 0.1 + 4. * 0.9);
+
+        clock.advance(SECOND);
+        assert_eq!(r.rate_with(&key, f), 4. * 0.1);
+
+        clock.advance(SECOND);
+        assert_eq!(r.rate_with(&key, f), 0.0);
+    }
+
+    // pingora-limits' test_observe_rate_custom_proportional, exact instead of approximate.
+    #[test]
+    fn proportional_estimate_slides_across_intervals() {
+        let clock = ManualClock::new();
+        let r = rate(&clock);
+        let key = 1;
+        let f = PROPORTIONAL_RATE_ESTIMATE_CALC_FN;
+        r.observe(&key, 3);
+        r.observe(&key, 2);
+        assert_eq!(r.rate_with(&key, f), 5.);
+
+        clock.advance(SECOND / 2);
+        assert_eq!(r.rate_with(&key, f), 5.);
+        assert_eq!(r.rate(&key), 0.);
+
+        clock.advance(SECOND / 2);
+        assert_eq!(r.observe(&key, 4), 4);
+        assert_eq!(r.rate_with(&key, f), 9.);
+
+        clock.advance(SECOND * 3 / 4);
+        assert_eq!(r.rate_with(&key, f), 5. * 0.25 + 4.);
+
+        clock.advance(SECOND / 4);
+        assert_eq!(r.rate_with(&key, f), 4.);
+        assert_eq!(r.rate(&key), 4.);
+
+        clock.advance(SECOND / 2);
+        assert_eq!(r.rate_with(&key, f), 4. / 2.);
+        assert_eq!(r.rate(&key), 4.);
+
+        clock.advance(SECOND);
+        assert_eq!(r.rate_with(&key, f), 0.);
+    }
+
+    #[test]
+    fn the_call_that_ends_an_interval_sees_it_as_previous() {
+        let clock = ManualClock::new();
+        let r = rate(&clock);
+        r.observe(&"k", 6);
+        clock.advance(SECOND + SECOND / 4);
+        let parts = r.rate_with(&"k", |p| p);
+        assert_eq!((parts.prev_samples, parts.curr_samples), (6, 0));
+        assert_eq!(parts.current_interval_fraction, 0.25);
+    }
+
+    #[test]
+    fn sub_millisecond_intervals_work() {
+        let clock = ManualClock::new();
+        let r = Rate::with_clock(Duration::from_micros(100), 4, 64, 1, &clock).unwrap();
+        r.observe(&"k", 2);
+        clock.advance(Duration::from_micros(100));
+        assert_eq!(r.rate(&"k"), 20_000.0);
+        let fraction = r.rate_with(&"k", |p| p.current_interval_fraction);
+        assert_eq!(fraction, 0.0);
+    }
+
+    #[test]
+    fn infallible_constructors_clamp_instead_of_panicking() {
+        let r = Rate::new_with_estimator_config(Duration::ZERO, 0, 0);
+        assert_eq!(r.interval(), Duration::from_nanos(1));
+        r.observe(&"k", 1);
+        let _ = r.rate(&"k");
+        let _ = r.rate_with(&"k", PROPORTIONAL_RATE_ESTIMATE_CALC_FN);
+        assert_eq!(Rate::new(Duration::MAX).interval().as_nanos(), u128::from(u64::MAX));
+    }
+
+    #[test]
+    fn fallible_constructor_refuses_bad_configuration() {
+        let clock = ManualClock::new();
+        assert_eq!(
+            Rate::with_clock(Duration::ZERO, 4, 8, 0, &clock).unwrap_err(),
+            RateError::ZeroInterval
+        );
+        let shape = Rate::with_clock(SECOND, 4, 0, 0, &clock).unwrap_err();
+        assert_eq!(shape, RateError::Shape(ShapeError::ZeroSlots));
+        assert_eq!(
+            shape.to_string(),
+            "bad rate sketch shape: slots must be at least 1, got 0"
+        );
+    }
+
+    #[test]
+    fn time_is_measured_from_construction() {
+        let clock = ManualClock::new();
+        clock.advance(SECOND * 10);
+        let r = rate(&clock);
+        r.observe(&"k", 1);
+        assert_eq!(r.rate(&"k"), 0.0);
+        clock.advance(SECOND);
+        assert_eq!(r.rate(&"k"), 1.0);
+    }
+
+    #[test]
+    fn concurrent_observations_in_one_interval_are_exact_and_resets_never_panic() {
+        const THREADS: usize = 4;
+        const PER_THREAD: isize = 5_000;
+        let clock = Arc::new(ManualClock::new());
+        let r = Arc::new(Rate::with_clock(SECOND, 4, 1024, 3, Arc::clone(&clock)).unwrap());
+        let run = |r: &Arc<Rate<Arc<ManualClock>>>| {
+            let handles: Vec<_> = (0..THREADS)
+                .map(|_| {
+                    let r = Arc::clone(r);
+                    std::thread::spawn(move || {
+                        for _ in 0..PER_THREAD {
+                            r.observe(&"hot", 1);
+                            let _ = r.rate(&"hot");
+                        }
+                    })
+                })
+                .collect();
+            for handle in handles {
+                handle.join().unwrap();
+            }
+        };
+        run(&r);
+        assert_eq!(r.observe(&"hot", 0), THREADS as isize * PER_THREAD);
+        clock.advance(SECOND);
+        assert_eq!(r.rate(&"hot"), (THREADS as isize * PER_THREAD) as f64);
+
+        // Now race interval changes against observations: no panic, no lost reset.
+        let ticker = {
+            let clock = Arc::clone(&clock);
+            std::thread::spawn(move || {
+                for _ in 0..1000 {
+                    clock.advance(Duration::from_millis(7));
+                    std::thread::yield_now();
+                }
+            })
+        };
+        run(&r);
+        ticker.join().unwrap();
+        clock.advance(SECOND * 3);
+        assert_eq!(r.rate(&"hot"), 0.0);
+    }
+}
