@@ -117,7 +117,10 @@ mod tests {
 
     #[test]
     fn returns_a_ready_value_at_once() {
-        assert_eq!(block_on(fast_timeout(Duration::from_secs(1), async { 1 })), Ok(1));
+        assert_eq!(
+            block_on(fast_timeout(Duration::from_secs(1), async { 1 })),
+            Ok(1)
+        );
     }
 
     #[test]
@@ -126,6 +129,9 @@ mod tests {
             fast_sleep(Duration::from_millis(10)).await;
             1
         };
-        assert_eq!(block_on(fast_timeout(Duration::from_secs(100), slow)), Ok(1));
+        assert_eq!(
+            block_on(fast_timeout(Duration::from_secs(100), slow)),
+            Ok(1)
+        );
     }
 }

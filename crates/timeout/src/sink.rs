@@ -310,3 +310,200 @@ impl Drop for DeadlineSink {
             .retain(|sink| !Arc::ptr_eq(sink, &self.shared));
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+    use std::sync::mpsc;
+    use std::time::Instant;
+
+    /// A sink whose notify counts calls and sends a wake-up on a channel.
+    fn counted(manager: &TimerManager) -> (DeadlineSink, Arc<AtomicUsize>, mpsc::Receiver<()>) {
+        let calls = Arc::new(AtomicUsize::new(0));
+        let (wake, woken) = mpsc::channel();
+        let counter = Arc::clone(&calls);
+        let sink = manager.deadline_sink(move || {
+            counter.fetch_add(1, Ordering::SeqCst);
+            let _ = wake.send(());
+        });
+        (sink, calls, woken)
+    }
+
+    #[test]
+    fn registering_a_pending_deadline_is_a_lookup() {
+        let manager = TimerManager::new();
+        let sink = manager.deadline_sink(|| {});
+        let same = (0..10).any(|_| {
+            let a = sink.register(Duration::from_secs(1));
+            a == sink.register(Duration::from_secs(1))
+        });
+        assert!(same);
+        let before = sink.pending();
+        let d = sink.register(Duration::from_secs(3));
+        sink.register(Duration::from_secs(3));
+        assert!(sink.pending() <= before + 2);
+        assert!(sink.cancel(d) || sink.pending() == before + 1);
+    }
+
+    #[test]
+    fn many_deadlines_arrive_in_one_batch_with_one_notify() {
+        let manager = TimerManager::new();
+        let (sink, calls, woken) = counted(&manager);
+        let start = Instant::now();
+        let mut registered: Vec<Deadline> = (0..200)
+            .map(|i| sink.register(Duration::from_micros(i * 150)))
+            .collect();
+        registered.sort_unstable();
+        registered.dedup();
+        assert_eq!(sink.pending(), registered.len());
+        woken.recv().expect("notify");
+        // Deadlines spread over ~30 ms expire over several ticks, but until the owner drains,
+        // the batch stays non-empty and no further notify is sent.
+        std::thread::sleep(Duration::from_millis(60));
+        assert_eq!(calls.load(Ordering::SeqCst), 1);
+        let batch = sink.drain_expired();
+        assert_eq!(batch, registered);
+        assert_eq!(sink.pending(), 0);
+        for d in &batch {
+            // Never early: each deadline is at or before the moment we drained it.
+            assert!(d.as_millis() <= sink.now_ms());
+        }
+        assert!(start.elapsed() >= Duration::from_micros(199 * 150));
+    }
+
+    #[test]
+    fn a_deadline_is_delivered_no_earlier_than_its_duration() {
+        let manager = TimerManager::new();
+        let (sink, _, woken) = counted(&manager);
+        for ms in [0, 1, 9, 10, 11, 25] {
+            let start = Instant::now();
+            let d = sink.register(Duration::from_millis(ms));
+            woken.recv().expect("notify");
+            assert_eq!(sink.drain_expired(), vec![d]);
+            let waited = start.elapsed();
+            assert!(waited >= Duration::from_millis(ms), "{ms} ms: {waited:?}");
+            assert!(
+                waited < Duration::from_millis(ms + 10 + 60),
+                "{ms} ms: {waited:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn each_notify_follows_a_drain() {
+        let manager = TimerManager::new();
+        let (sink, calls, woken) = counted(&manager);
+        for round in 1..=3 {
+            sink.register(Duration::from_millis(5));
+            woken.recv().expect("notify");
+            assert_eq!(sink.drain_expired().len(), 1);
+            assert_eq!(calls.load(Ordering::SeqCst), round);
+        }
+    }
+
+    #[test]
+    fn sinks_on_different_threads_are_isolated() {
+        let manager = TimerManager::new();
+        std::thread::scope(|s| {
+            for t in 0..3u64 {
+                let manager = &manager;
+                s.spawn(move || {
+                    let (sink, calls, woken) = counted(manager);
+                    let mine: Vec<Deadline> = (0..50)
+                        .map(|i| sink.register(Duration::from_millis(10 * t + i % 7)))
+                        .collect();
+                    let mut got = Vec::new();
+                    while sink.pending() > 0 {
+                        woken
+                            .recv_timeout(Duration::from_secs(2))
+                            .expect("notify on time");
+                        got.extend(sink.drain_expired());
+                    }
+                    // Only this sink's deadlines, each once.
+                    let mut expected = mine;
+                    expected.sort_unstable();
+                    expected.dedup();
+                    got.sort_unstable();
+                    assert_eq!(got, expected);
+                    assert!(calls.load(Ordering::SeqCst) >= 1);
+                });
+            }
+        });
+    }
+
+    #[test]
+    fn cancelled_deadlines_are_not_delivered() {
+        let manager = TimerManager::new();
+        let (sink, calls, _woken) = counted(&manager);
+        let d = sink.register(Duration::from_millis(10));
+        assert!(sink.cancel(d));
+        assert_eq!(sink.pending(), 0);
+        std::thread::sleep(Duration::from_millis(40));
+        assert!(sink.drain_expired().is_empty());
+        assert_eq!(calls.load(Ordering::SeqCst), 0);
+        assert!(!sink.cancel(Deadline::from_millis(3)));
+    }
+
+    #[test]
+    fn dropping_a_sink_unregisters_it() {
+        let manager = TimerManager::new();
+        let (sink, calls, _woken) = counted(&manager);
+        sink.register(Duration::from_millis(10));
+        assert_eq!(manager.shared().sinks.lock().len(), 1);
+        drop(sink);
+        assert!(manager.shared().sinks.lock().is_empty());
+        std::thread::sleep(Duration::from_millis(40));
+        assert_eq!(calls.load(Ordering::SeqCst), 0);
+    }
+
+    #[test]
+    fn notify_never_runs_after_drop_returns() {
+        // Stress: drop sinks while the clock thread is delivering to them.
+        let manager = TimerManager::new();
+        let violations = Arc::new(AtomicUsize::new(0));
+        for round in 0..100u64 {
+            let dropped = Arc::new(AtomicBool::new(false));
+            let (seen, bad) = (Arc::clone(&dropped), Arc::clone(&violations));
+            let sink = manager.deadline_sink(move || {
+                // Widen the race window, then check the sink was not dropped meanwhile.
+                std::thread::sleep(Duration::from_micros(200));
+                if seen.load(Ordering::SeqCst) {
+                    bad.fetch_add(1, Ordering::SeqCst);
+                }
+            });
+            for i in 0..20 {
+                sink.register(Duration::from_micros(i * 500));
+            }
+            std::thread::sleep(Duration::from_micros(round * 100 % 12_000));
+            drop(sink);
+            dropped.store(true, Ordering::SeqCst);
+        }
+        std::thread::sleep(Duration::from_millis(30));
+        assert_eq!(violations.load(Ordering::SeqCst), 0);
+    }
+
+    #[test]
+    fn registrations_while_paused_are_delivered_at_once() {
+        let manager = TimerManager::new();
+        let (sink, calls, _woken) = counted(&manager);
+        manager.pause_for_fork();
+        let d = sink.register(Duration::from_secs(100));
+        assert_eq!(calls.load(Ordering::SeqCst), 1);
+        assert_eq!(sink.drain_expired(), vec![d]);
+        manager.unpause();
+        sink.register(Duration::from_secs(100));
+        assert_eq!(sink.pending(), 1);
+        assert!(sink.drain_expired().is_empty());
+    }
+
+    #[test]
+    fn deadlines_are_on_the_manager_clock() {
+        let manager = TimerManager::new();
+        let sink = manager.deadline_sink(|| {});
+        let now = manager.now_ms();
+        let d = sink.register(Duration::from_millis(100)).as_millis();
+        assert_eq!(d % 10, 0);
+        assert!(d >= now + 100 && d <= sink.now_ms() + 110, "{now} {d}");
+    }
+}

@@ -200,6 +200,15 @@ impl TimerManager {
     }
 }
 
+impl std::fmt::Debug for TimerManager {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TimerManager")
+            .field("now_ms", &self.now_ms())
+            .field("paused", &self.shared.is_paused())
+            .finish_non_exhaustive()
+    }
+}
+
 impl Shared {
     pub(crate) fn now_ms(&self) -> u64 {
         floor_millis(grid::saturating_nanos(self.zero.elapsed()))
@@ -322,8 +331,14 @@ mod tests {
                 .collect();
             for task in tasks {
                 let (asked, waited) = task.await.expect("task");
-                assert!(waited >= asked, "fired early: asked {asked:?}, waited {waited:?}");
-                assert!(waited < asked + RESOLUTION + SLACK, "late: {asked:?} {waited:?}");
+                assert!(
+                    waited >= asked,
+                    "fired early: asked {asked:?}, waited {waited:?}"
+                );
+                assert!(
+                    waited < asked + RESOLUTION + SLACK,
+                    "late: {asked:?} {waited:?}"
+                );
             }
         });
     }
@@ -373,7 +388,7 @@ mod tests {
             // The registration right after the stop sees a fresh heartbeat: nothing restarts
             // the clock, and this timer waits.
             let orphan = manager.register_timer(Duration::from_millis(10));
-            tokio::time::sleep(delay + Duration::from_millis(30)).await;
+            std::thread::sleep(delay + Duration::from_millis(30));
             assert!(!manager.shared.watchdog.looks_alive(manager.now_ms()));
             // This registration finds the heartbeat stale and starts a new thread, which also
             // fires the orphan.

@@ -63,6 +63,9 @@ mod tests {
             tokio::time::sleep(Duration::from_millis(5)).await;
             1
         };
-        assert_eq!(block_on(tokio_timeout(Duration::from_secs(10), slow)), Ok(1));
+        assert_eq!(
+            block_on(tokio_timeout(Duration::from_secs(10), slow)),
+            Ok(1)
+        );
     }
 }

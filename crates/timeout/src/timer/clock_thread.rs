@@ -118,7 +118,10 @@ impl Watchdog {
         }
         // Relaxed: only the CAS winner writes; older threads read it at their next tick, and
         // reading it late only lets a stalled thread run one tick longer.
-        let generation = self.generation.fetch_add(1, Ordering::Relaxed).wrapping_add(1);
+        let generation = self
+            .generation
+            .fetch_add(1, Ordering::Relaxed)
+            .wrapping_add(1);
         self.pid.store(std::process::id(), Ordering::Relaxed);
         let manager = Arc::downgrade(shared);
         let zero = shared.zero;

@@ -57,6 +57,14 @@ impl Timer {
 /// ```
 pub struct TimerStub(pub(crate) Arc<Timer>);
 
+impl std::fmt::Debug for TimerStub {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TimerStub")
+            .field("fired", &self.0.fired.load(Ordering::Relaxed))
+            .finish()
+    }
+}
+
 impl TimerStub {
     /// Waits until the timer fires; returns at once if it already has.
     ///
