@@ -86,4 +86,3 @@ export class FallbackEstimator implements EstimatorCore {
 export function column(g: number, slots: number): number {
   return Math.floor(((g >>> 16) * slots + Math.floor(((g & 0xffff) * slots) / 65536)) / 65536);
 }
-

@@ -35,9 +35,7 @@ export function encode(hashes: number, slots: number, seed: bigint, counters: Fl
 }
 
 /** A decoded sketch, or the first check it fails. */
-export type Decoded =
-  | { hashes: number; slots: number; seed: bigint; counters: Float64Array }
-  | CorruptReason;
+export type Decoded = { hashes: number; slots: number; seed: bigint; counters: Float64Array } | CorruptReason;
 
 /** Decodes and validates a sketch in the spec's order. */
 export function decode(bytes: Uint8Array): Decoded {

@@ -76,16 +76,10 @@ export function describe(value: unknown): string {
 
 /** `TypeError` `ERR_INVALID_ARG_TYPE`: `what` is e.g. `The "key" argument`. */
 export function invalidType(what: string, expected: string, received: unknown): KeepcountError<TypeError> {
-  return withCode(
-    new TypeError(`${what} must be ${expected}. Received ${describe(received)}`),
-    'ERR_INVALID_ARG_TYPE',
-  );
+  return withCode(new TypeError(`${what} must be ${expected}. Received ${describe(received)}`), 'ERR_INVALID_ARG_TYPE');
 }
 
 /** `RangeError` `ERR_OUT_OF_RANGE`. */
 export function outOfRange(what: string, expected: string, received: unknown): KeepcountError<RangeError> {
-  return withCode(
-    new RangeError(`${what} must be ${expected}. Received ${describe(received)}`),
-    'ERR_OUT_OF_RANGE',
-  );
+  return withCode(new RangeError(`${what} must be ${expected}. Received ${describe(received)}`), 'ERR_OUT_OF_RANGE');
 }

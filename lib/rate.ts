@@ -109,7 +109,7 @@ export class Rate {
   #readClock(): number {
     const now = this.#clock.now();
     if (typeof now !== 'number' || !Number.isFinite(now)) {
-      throw outOfRange('The clock\'s now()', 'a finite number of milliseconds', now);
+      throw outOfRange("The clock's now()", 'a finite number of milliseconds', now);
     }
     return now;
   }
