@@ -1,0 +1,60 @@
+import { spawn } from 'node:child_process';
+import { join } from 'node:path';
+import type { ExecutionContext } from 'ava';
+import { backend } from '../lib/index.js';
+
+/** A spec title naming the backend under test, e.g. `[fallback] merges sketches`. */
+export const title = (sentence: string): string => `[${backend}] ${sentence}`;
+
+/** What an error must look like: its class, `code` and exact message. */
+export interface ErrorShape {
+  instanceOf: new (...args: never[]) => Error;
+  code: string;
+  message: string | RegExp;
+}
+
+/** Asserts `fn` throws an error of exactly this shape. */
+export function throwsShape(t: ExecutionContext, fn: () => unknown, shape: ErrorShape): void {
+  t.throws(fn, { instanceOf: shape.instanceOf, code: shape.code, message: shape.message });
+}
+
+/** Asserts `promise` rejects with an error of exactly this shape. */
+export async function rejectsShape(t: ExecutionContext, promise: Promise<unknown>, shape: ErrorShape): Promise<void> {
+  await t.throwsAsync(promise, { instanceOf: shape.instanceOf, code: shape.code, message: shape.message });
+}
+
+export const fixture = (name: string): string => join(__dirname, 'fixtures', name);
+
+export interface ChildResult {
+  code: number | null;
+  stdout: string;
+  stderr: string;
+  /** performance.now() when the child first wrote `done` to stdout, if it did. */
+  doneAt: number | undefined;
+  exitAt: number;
+}
+
+/** Runs a fixture with tsx in a child process, inheriting KEEPCOUNT_BACKEND unless `env` overrides it. */
+export function runFixture(
+  name: string,
+  options: { env?: Record<string, string | undefined>; nodeArgs?: string[] } = {},
+): Promise<ChildResult> {
+  const env: Record<string, string | undefined> = { ...process.env, ...options.env };
+  for (const key of Object.keys(env)) if (env[key] === undefined) delete env[key];
+  const child = spawn(process.execPath, [...(options.nodeArgs ?? []), '--import', 'tsx', fixture(name)], {
+    env,
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  let stdout = '';
+  let stderr = '';
+  let doneAt: number | undefined;
+  child.stdout.setEncoding('utf8').on('data', (chunk: string) => {
+    stdout += chunk;
+    if (doneAt === undefined && stdout.includes('done')) doneAt = performance.now();
+  });
+  child.stderr.setEncoding('utf8').on('data', (chunk: string) => (stderr += chunk));
+  return new Promise((resolve, reject) => {
+    child.on('error', reject);
+    child.on('exit', (code) => resolve({ code, stdout, stderr, doneAt, exitAt: performance.now() }));
+  });
+}
