@@ -81,7 +81,7 @@ test(title('reset forgets every count'), (t) => {
   t.deepEqual(e.serialize(), new Estimator({ seed: 9n }).serialize());
 });
 
-test(title('merge equals making both sketches\' increments in one'), (t) => {
+test(title("merge equals making both sketches' increments in one"), (t) => {
   const options = { hashes: 4, slots: 64, seed: 11n };
   const a = new Estimator(options);
   const b = new Estimator(options);
@@ -179,7 +179,10 @@ test(title('refuses shapes outside the limits'), (t) => {
       'The "slots" option must be at most 33554432 with 4 hashes (hashes × slots <= 134217728). Received 67108864',
     ],
     [{ seed: -1 }, 'The "seed" option must be a safe integer >= 0 when it is a number. Received -1'],
-    [{ seed: 2 ** 60 }, 'The "seed" option must be a safe integer >= 0 when it is a number. Received 1152921504606847000'],
+    [
+      { seed: 2 ** 60 },
+      'The "seed" option must be a safe integer >= 0 when it is a number. Received 1152921504606847000',
+    ],
     [{ seed: 0.5 }, 'The "seed" option must be a safe integer >= 0 when it is a number. Received 0.5'],
     [{ seed: -1n }, 'The "seed" option must be in [0, 2^64) when it is a bigint. Received -1n'],
     [{ seed: 2n ** 64n }, 'The "seed" option must be in [0, 2^64) when it is a bigint. Received 18446744073709551616n'],
