@@ -38,7 +38,8 @@ export function validateKey(key: unknown): Key {
 
 /** A key that later mutation of the caller's bytes cannot change (for guards that outlive the call). */
 export function ownKey(key: Key): Key {
-  return typeof key === 'object' ? key.slice() : key;
+  // Not key.slice(): Buffer#slice shares memory.
+  return typeof key === 'object' ? new Uint8Array(key) : key;
 }
 
 /** True for a `Uint8Array` (or `Buffer`) from any realm, e.g. one a worker transferred. */

@@ -1,0 +1,95 @@
+import test from 'ava';
+import { Inflight, type InflightGuard } from '../lib/index.js';
+import { runFixture, throwsShape, title } from './helpers.js';
+
+test(title('counts in and out per key (pingora inflight_count)'), (t) => {
+  const inflight = new Inflight({ seed: 1n });
+  const [g1, v1] = inflight.incr('a', 1);
+  t.is(v1, 1);
+  const [g2, v2] = inflight.incr('a', 2);
+  t.is(v2, 3);
+  g1.release();
+  t.is(g2.get(), 2);
+  g2.release();
+  const [g3, v3] = inflight.incr('a');
+  t.is(v3, 1);
+  g3.release();
+  t.is(inflight.get('a'), 0);
+});
+
+test(title('guards add their value again with incr() and give everything back once'), (t) => {
+  const inflight = new Inflight({ hashes: 2, slots: 64, seed: 2n });
+  const [guard] = inflight.incr(7, 3);
+  t.is(guard.incr(), 6);
+  t.is(guard.incr(), 9);
+  t.is(inflight.get(7n), 9);
+  t.false(guard.released);
+  guard.release();
+  t.true(guard.released);
+  t.is(inflight.get(7), 0);
+  guard.release();
+  guard[Symbol.dispose]();
+  t.is(inflight.get(7), 0);
+  throwsShape(t, () => guard.incr(), {
+    instanceOf: Error,
+    code: 'ERR_KEEPCOUNT_RELEASED',
+    message: 'Cannot incr() a released Inflight guard',
+  });
+  t.is(guard.get(), 0);
+});
+
+test(title('`using` releases the guard at the end of the block'), (t) => {
+  const inflight = new Inflight({ seed: 3n });
+  {
+    using guard = inflight.incr('k', 4)[0];
+    t.is(guard.get(), 4);
+    t.is(inflight.get('k'), 4);
+  }
+  t.is(inflight.get('k'), 0);
+});
+
+test(title('guards keep their own copy of byte keys'), (t) => {
+  const inflight = new Inflight({ seed: 4n });
+  const key = Buffer.from('abc');
+  const [guard] = inflight.incr(key);
+  key[0] = 0x78;
+  guard.release();
+  t.is(inflight.get(Buffer.from('abc')), 0);
+  t.is(inflight.get(key), 0);
+});
+
+test(title('a guard collected without release gives its count back (FinalizationRegistry)'), async (t) => {
+  const child = await runFixture('gc-guard.ts', { nodeArgs: ['--expose-gc'] });
+  t.is(child.code, 0, child.stderr);
+  t.deepEqual(JSON.parse(child.stdout), { before: [5, 6], after: [0, 0], kept: 2 });
+});
+
+test(title('refuses bad options, keys and values'), (t) => {
+  throwsShape(t, () => new Inflight({ hashes: 0 }), {
+    instanceOf: RangeError,
+    code: 'ERR_OUT_OF_RANGE',
+    message: 'The "hashes" option must be an integer in [1, 32]. Received 0',
+  });
+  const inflight = new Inflight();
+  throwsShape(t, () => inflight.incr({} as never), {
+    instanceOf: TypeError,
+    code: 'ERR_INVALID_ARG_TYPE',
+    message: 'The "key" argument must be of type string, number, bigint or Uint8Array. Received an instance of Object',
+  });
+  throwsShape(t, () => inflight.incr('k', Infinity), {
+    instanceOf: RangeError,
+    code: 'ERR_OUT_OF_RANGE',
+    message: 'The "value" argument must be a safe integer. Received Infinity',
+  });
+  t.is(inflight.get('k'), 0);
+});
+
+test(title('defaults to 4 hashes × 8192 slots like pingora'), (t) => {
+  // Distinct keys do not disturb each other's counts in a default-sized sketch.
+  const inflight = new Inflight({ seed: 5n });
+  const guards: InflightGuard[] = [];
+  for (let i = 0; i < 1000; i++) guards.push(inflight.incr(i)[0]);
+  for (let i = 0; i < 1000; i++) t.is(inflight.get(i), 1);
+  for (const g of guards) g.release();
+  for (let i = 0; i < 1000; i++) t.is(inflight.get(i), 0);
+});
