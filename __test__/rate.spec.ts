@@ -26,7 +26,10 @@ test(title('reads 0 after two missed intervals and measures intervals from the l
   rate.observe('k', 10);
   clock.advance(2000);
   t.is(rate.rate('k'), 0);
-  t.deepEqual(rate.rateWith('k', (c) => [c.prevSamples, c.currSamples]), [0, 0]);
+  t.deepEqual(
+    rate.rateWith('k', (c) => [c.prevSamples, c.currSamples]),
+    [0, 0],
+  );
   t.is(rate.observe('k'), 1);
   clock.advance(1500); // the reset above happened at 2000: an interval has passed at 3000
   t.is(rate.rate('k'), 1);

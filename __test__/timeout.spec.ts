@@ -1,0 +1,125 @@
+import test from 'ava';
+import { sleep, timeout, TimeoutError, timeoutSignal } from '../lib/index.js';
+import { rejectsShape, runFixture, throwsShape, title } from './helpers.js';
+
+/** How late a deadline may fire on this noisy, shared box: one 10 ms tick plus generous slack. */
+const LATE_MS = 10 + 500;
+const never = () => new Promise<never>(() => {});
+
+test(title('timeout settles as the promise does when it wins'), async (t) => {
+  t.is(await timeout(Promise.resolve(42), 1000), 42);
+  t.is(
+    await timeout(new Promise((resolve) => setTimeout(() => resolve('late but in time'), 20)), 5000),
+    'late but in time',
+  );
+  const error = new Error('boom');
+  t.is(await t.throwsAsync(timeout(Promise.reject(error), 1000)), error);
+  const thenable = { then: (resolve: (v: string) => void) => resolve('thenable') };
+  t.is(await timeout(thenable, 1000), 'thenable');
+});
+
+test(title('timeout never rejects early and at most about one tick late'), async (t) => {
+  await Promise.all(
+    [0, 1, 9, 10, 15, 33, 100].map(async (ms) => {
+      const start = performance.now();
+      const error = await t.throwsAsync(timeout(never(), ms), { instanceOf: TimeoutError });
+      const elapsed = performance.now() - start;
+      t.true(elapsed >= ms, `${ms} ms fired after ${elapsed}`);
+      t.true(elapsed <= ms + LATE_MS, `${ms} ms fired after ${elapsed}`);
+      t.is(error?.timeoutMs, ms);
+    }),
+  );
+});
+
+test(title('TimeoutError has its name, code and message'), async (t) => {
+  await rejectsShape(t, timeout(never(), 20), {
+    instanceOf: TimeoutError,
+    code: 'ERR_KEEPCOUNT_TIMEOUT',
+    message: 'Timed out after 20 ms',
+  });
+  const error = new TimeoutError(5);
+  t.is(error.name, 'TimeoutError');
+  t.true(error instanceof Error);
+  t.is(error.code, 'ERR_KEEPCOUNT_TIMEOUT');
+});
+
+test(title('promises that win do not reject later and others in their tick still time out'), async (t) => {
+  const results = await Promise.allSettled(
+    Array.from({ length: 2000 }, (_, i) => timeout(i % 2 === 0 ? Promise.resolve(i) : never(), 30)),
+  );
+  results.forEach((r, i) => {
+    if (i % 2 === 0) t.deepEqual(r, { status: 'fulfilled', value: i });
+    else t.true(r.status === 'rejected' && r.reason instanceof TimeoutError);
+  });
+});
+
+test(title('sleep never resolves early'), async (t) => {
+  for (const ms of [0, 5, 25]) {
+    const start = performance.now();
+    t.is(await sleep(ms), undefined);
+    const elapsed = performance.now() - start;
+    t.true(elapsed >= ms && elapsed <= ms + LATE_MS, `${ms} ms slept ${elapsed}`);
+  }
+});
+
+test(title('timeoutSignal aborts like AbortSignal.timeout, never early'), async (t) => {
+  const start = performance.now();
+  const signal = timeoutSignal(30);
+  t.false(signal.aborted);
+  await new Promise((resolve) => signal.addEventListener('abort', resolve, { once: true }));
+  const elapsed = performance.now() - start;
+  t.true(elapsed >= 30 && elapsed <= 30 + LATE_MS, `aborted after ${elapsed}`);
+  t.true(signal.reason instanceof DOMException);
+  t.is((signal.reason as DOMException).name, 'TimeoutError');
+  t.is((signal.reason as DOMException).message, 'The operation was aborted due to timeout');
+  let thrown: unknown;
+  try {
+    signal.throwIfAborted();
+  } catch (reason) {
+    thrown = reason;
+  }
+  t.is(thrown, signal.reason);
+});
+
+test(title('timeoutSignal shares one signal per 10 ms tick'), (t) => {
+  // Two calls in a row fall in the same tick unless a grid boundary passes between them.
+  const shared = Array.from({ length: 5 }, () => timeoutSignal(1000) === timeoutSignal(1000));
+  t.true(shared.includes(true));
+  t.not(timeoutSignal(1000), timeoutSignal(5000));
+});
+
+test(title('refuses bad durations and promises'), async (t) => {
+  const range = { instanceOf: RangeError, code: 'ERR_OUT_OF_RANGE' };
+  const type = { instanceOf: TypeError, code: 'ERR_INVALID_ARG_TYPE' };
+  for (const ms of [-1, NaN, Infinity, 2 ** 53]) {
+    const message = `The "ms" argument must be a number of milliseconds in [0, 9007199254740991]. Received ${ms}`;
+    await rejectsShape(t, timeout(Promise.resolve(), ms), { ...range, message });
+    await rejectsShape(t, sleep(ms), { ...range, message });
+    throwsShape(t, () => timeoutSignal(ms), { ...range, message });
+  }
+  await rejectsShape(t, timeout(Promise.resolve(), '5' as never), {
+    ...type,
+    message: 'The "ms" argument must be of type number. Received type string ("5")',
+  });
+  await rejectsShape(t, timeout(5 as never, 10), {
+    ...type,
+    message: 'The "promise" argument must be a promise or thenable. Received 5',
+  });
+  await rejectsShape(t, timeout(null as never, 10), {
+    ...type,
+    message: 'The "promise" argument must be a promise or thenable. Received null',
+  });
+});
+
+test(title('a process exits promptly once no timeout or sleep is pending'), async (t) => {
+  const child = await runFixture('exit-when-idle.ts');
+  t.is(child.code, 0, child.stderr);
+  t.true(child.doneAt !== undefined, child.stdout);
+  t.true(child.exitAt - child.doneAt! < 1000, `exited ${child.exitAt - child.doneAt!} ms after done`);
+});
+
+test(title('pending timeouts and sleeps keep the process alive until they fire'), async (t) => {
+  const child = await runFixture('alive-while-pending.ts');
+  t.is(child.code, 0, child.stderr);
+  t.is(child.stdout, 'slept\nERR_KEEPCOUNT_TIMEOUT\n');
+});
