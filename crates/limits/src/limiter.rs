@@ -62,7 +62,7 @@
 //! - Keys seen for the first time on the request path (client addresses, say) that should each
 //!   get a bucket: this limiter only limits keys it was configured with, and adding one is a copy
 //!   of the table. Use a keyed limiter that creates state on first sight (governor's
-//!   `RateLimiter::keyed`) or an approximate one ([`Estimator`](crate)-based) instead.
+//!   `RateLimiter::keyed`) or an approximate count ([`Estimator`](crate::estimator::Estimator)) instead.
 //! - Limits shared across processes or machines: the state is in this process's memory.
 //! - Many threads on one key, or any overall quota, at very high rates: those checks serialize on
 //!   one mutex (that is what makes them exact).
@@ -94,7 +94,27 @@
 //! below zero. Tested with threads racing on one key, and by property tests on random sequences.
 //!
 //! # Performance
-//! Measured by `cargo bench -p keepcount-limits --bench limiter` (see that file).
+//! `cargo bench -p keepcount-limits --bench limiter`, 2026-11-21, 2-core AMD EPYC VM (shared),
+//! release with LTO; median of 3 interleaved runs of 2M checks per thread, every check admitted;
+//! two-thread figures are wall time over both threads' checks. Governor 0.10 is
+//! `RateLimiter::keyed` (dashmap, one quota for all keys), pre-filled with every key; "naive" is
+//! a `Mutex<std HashMap>` of token counts.
+//!
+//! | scenario | threads | keepcount | governor | naive |
+//! |---|---|---|---|---|
+//! | one hot key | 1 | 47 ns | 46 ns (0.98×) | 59 ns (1.26×) |
+//! | one hot key | 2 | 64 ns | 57 ns (0.89×) | 88 ns (1.37×) |
+//! | 1M keys, uniform | 1 | 845 ns | 353 ns (0.42×) | 425 ns (0.50×) |
+//! | 1M keys, uniform | 2 | 1080 ns | 352 ns (0.33×) | 703 ns (0.65×) |
+//! | heap per key, 1M keys | | 164 B | 36 B | 52 B |
+//!
+//! On one hot key the limiter costs what governor does. Over a million keys it is 2.4× slower
+//! and 4.5× larger, for two reasons that are the price of its guarantees: each key's bucket is
+//! its own allocation that the table points to (a second dependent cache miss per check, but
+//! what lets an update swap the table without blocking checks and never hand one key's tokens to
+//! another), and each bucket carries its own two-dimension quota and exact `u128` counts
+//! (128 bytes with the `Arc` header, against governor's 8-byte cell under one quota for all
+//! keys).
 
 mod bucket;
 mod decision;
