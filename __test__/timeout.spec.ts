@@ -14,7 +14,7 @@ test(title('timeout settles as the promise does when it wins'), async (t) => {
   );
   const error = new Error('boom');
   t.is(await t.throwsAsync(timeout(Promise.reject(error), 1000)), error);
-  const thenable = { then: (resolve: (v: string) => void) => resolve('thenable') };
+  const thenable = { then: (resolve: (v: string) => void) => resolve('thenable') } as PromiseLike<string>;
   t.is(await timeout(thenable, 1000), 'thenable');
 });
 
