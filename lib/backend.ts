@@ -18,7 +18,12 @@ import { fallbackBackend } from '../fallback/index.js';
 import { describe, withCode } from './errors.js';
 import nodeRequire from './require.cjs';
 
-/** A validated key: see `Key` in `keys.ts` for what each type means. */
+/**
+ * A key: a `string` (hashed as UTF-8, lone surrogates as U+FFFD), a `number` that is a safe
+ * integer or a `bigint` in the i64 range (both hashed as i64, so `1` and `1n` are the same key), or
+ * a `Uint8Array` (Buffer included; hashed as length-prefixed bytes, so it differs from the string
+ * with the same content). See docs/format.md §1. Backends receive only keys `lib/keys.ts` validated.
+ */
 export type Key = string | number | bigint | Uint8Array;
 
 /** The name of a backend. */

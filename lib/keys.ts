@@ -7,12 +7,6 @@ import { invalidType, outOfRange } from './errors.js';
 const I64_MIN = -(2n ** 63n);
 const I64_MAX = 2n ** 63n - 1n;
 
-/**
- * A key: a `string` (hashed as UTF-8, lone surrogates as U+FFFD), a `number` that is a safe
- * integer or a `bigint` in the i64 range (both hashed as i64, so `1` and `1n` are the same key), or
- * a `Uint8Array` (Buffer included; hashed as length-prefixed bytes, so it differs from the string
- * with the same content).
- */
 export type { Key };
 
 /** Returns `key` if it is a valid {@link Key}; throws `TypeError`/`RangeError` otherwise. */
