@@ -574,7 +574,10 @@ mod tests {
         r.observe(&"k", 1);
         let _ = r.rate(&"k");
         let _ = r.rate_with(&"k", PROPORTIONAL_RATE_ESTIMATE_CALC_FN);
-        assert_eq!(Rate::new(Duration::MAX).interval().as_nanos(), u128::from(u64::MAX));
+        assert_eq!(
+            Rate::new(Duration::MAX).interval().as_nanos(),
+            u128::from(u64::MAX)
+        );
     }
 
     #[test]
