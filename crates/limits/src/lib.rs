@@ -21,6 +21,13 @@
 //! - **`Guard` releases everything it added**, including [`Guard::incr`](inflight::Guard::incr)
 //!   (pingora's releases only the first increment).
 //!
+//! # Performance
+//! `Estimator::incr` with a `u32` key on a 4 × 8192 sketch: 19.9 ns/event single-threaded against
+//! pingora-limits' 16.0 ns (its per-row ahash is cheaper than our one keyed HalfSipHash-1-3), and
+//! ~5× faster than `Mutex<HashMap>` or `DashMap`, in 256 KiB instead of 38–53 MB for 1M keys
+//! (`cargo bench -p keepcount-limits --bench estimator`, AMD EPYC, 2 shared vCPUs, 2026-11-21;
+//! full table in the crate README).
+//!
 //! # When not to use it
 //! For exact counts over a small known key set, a `HashMap` is simpler and exact. A sketch
 //! over-counts when many heavy keys share its counters: size it for your key cardinality.
