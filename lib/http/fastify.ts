@@ -1,0 +1,136 @@
+/**
+ * Fastify adapters: `onRequest` hooks for a route or a scope, and a plugin that installs them.
+ * Fastify itself is only a type import here: nothing loads it at runtime.
+ *
+ * @module
+ */
+import type { FastifyPluginCallback, FastifyReply, FastifyRequest } from 'fastify';
+import { clientIp, trustProxyOption, type TrustProxy } from './client-ip.js';
+import { rateLimitHeaders, type RateLimitDecision } from './headers.js';
+import { functionOption, quotaOf, upstreamLimitOf } from './node.js';
+import type { Quota, QuotaOptions } from './quota.js';
+import type { UpstreamLimit, UpstreamLimitOptions, UpstreamSlot } from './upstream.js';
+
+/** An async `onRequest` hook. */
+export type OnRequestHook = (request: FastifyRequest, reply: FastifyReply) => Promise<void>;
+
+/** Options of {@link fastifyRateLimit}: as the node middleware's, with Fastify's request and reply. */
+export interface FastifyRateLimitOptions extends Partial<QuotaOptions> {
+  /** A ready quota to count in; replaces `limit`/`windowMs`/... */
+  quota?: Quota;
+  /** Which proxies to believe for the default key; see {@link TrustProxy}. Defaults to `false`. */
+  trustProxy?: TrustProxy;
+  /**
+   * The key to count the request under. Defaults to the client IP per `trustProxy`, read from the
+   * socket and `X-Forwarded-For` (Fastify's own `trustProxy` setting is not consulted).
+   */
+  key?: (request: FastifyRequest) => string;
+  /** Requests to let through uncounted and without headers. Defaults to none. */
+  skip?: (request: FastifyRequest) => boolean;
+  /** Answers a refused request (headers already set). Defaults to 429 with a short text body. */
+  onLimit?: (request: FastifyRequest, reply: FastifyReply, decision: RateLimitDecision) => unknown;
+}
+
+/**
+ * An `onRequest` hook that rate-limits like the node `rateLimit` middleware.
+ *
+ * @example
+ * ```ts
+ * app.get('/search', { onRequest: fastifyRateLimit({ limit: 10, windowMs: 1000 }) }, handler);
+ * ```
+ */
+export function fastifyRateLimit(options: FastifyRateLimitOptions): OnRequestHook {
+  const quota = quotaOf(options);
+  const trustProxy = trustProxyOption(options.trustProxy);
+  const key =
+    functionOption<(r: FastifyRequest) => string>('key', options.key) ??
+    ((request: FastifyRequest) => clientIp(request.raw, trustProxy));
+  const skip = functionOption<(r: FastifyRequest) => boolean>('skip', options.skip);
+  const onLimit = functionOption<NonNullable<FastifyRateLimitOptions['onLimit']>>('onLimit', options.onLimit);
+  return async (request, reply) => {
+    if (skip?.(request) === true) return;
+    const decision = quota.consume(key(request));
+    reply.headers(rateLimitHeaders(decision));
+    if (decision.allowed) return;
+    if (onLimit !== undefined) await onLimit(request, reply, decision);
+    else await reply.code(429).type('text/plain; charset=utf-8').send('Too Many Requests\n');
+  };
+}
+
+/** Options of {@link fastifyUpstreamLimit}. */
+export interface FastifyUpstreamLimitOptions extends Partial<UpstreamLimitOptions> {
+  /** A ready limit to count in; replaces `max`/`inflight`. */
+  limit?: UpstreamLimit;
+  /** The upstream a request goes to. Defaults to `'default'`. */
+  upstream?: (request: FastifyRequest) => string;
+  /** Answers a refused request. Defaults to 503 with `Retry-After: 1`. */
+  onLimit?: (request: FastifyRequest, reply: FastifyReply, slot: UpstreamSlot) => unknown;
+}
+
+/**
+ * An `onRequest` hook capping requests in flight per upstream like the node `upstreamLimit`
+ * middleware: 503 over `max`, the slot released when the raw response closes (finished, failed or
+ * aborted).
+ *
+ * @example
+ * ```ts
+ * app.get('/proxy', { onRequest: fastifyUpstreamLimit({ max: 20 }) }, proxyHandler);
+ * ```
+ */
+export function fastifyUpstreamLimit(options: FastifyUpstreamLimitOptions): OnRequestHook {
+  const limit = upstreamLimitOf(options);
+  const upstream = functionOption<(r: FastifyRequest) => string>('upstream', options.upstream) ?? (() => 'default');
+  const onLimit = functionOption<NonNullable<FastifyUpstreamLimitOptions['onLimit']>>('onLimit', options.onLimit);
+  return async (request, reply) => {
+    const slot = limit.acquire(upstream(request));
+    if (!slot.allowed) {
+      if (onLimit !== undefined) await onLimit(request, reply, slot);
+      else
+        await reply
+          .code(503)
+          .header('Retry-After', '1')
+          .type('text/plain; charset=utf-8')
+          .send('Service Unavailable\n');
+      return;
+    }
+    reply.raw.once('close', slot.release);
+    if (reply.raw.destroyed) slot.release();
+  };
+}
+
+/** Options of {@link keepcountFastify}: which hooks to install. */
+export interface KeepcountFastifyOptions {
+  /** Installs {@link fastifyRateLimit} with these options. */
+  rateLimit?: FastifyRateLimitOptions;
+  /** Installs {@link fastifyUpstreamLimit} with these options (after the rate limit). */
+  upstreamLimit?: FastifyUpstreamLimitOptions;
+}
+
+/**
+ * A Fastify plugin installing the hooks on the scope that registers it (not encapsulated, as
+ * `fastify-plugin` would do, so registering on the root protects every route).
+ *
+ * @example
+ * ```ts
+ * await app.register(keepcountFastify, { rateLimit: { limit: 100, windowMs: 60_000 } });
+ * ```
+ */
+export const keepcountFastify: FastifyPluginCallback<KeepcountFastifyOptions> = Object.assign(
+  (
+    instance: Parameters<FastifyPluginCallback<KeepcountFastifyOptions>>[0],
+    options: KeepcountFastifyOptions,
+    done: (error?: Error) => void,
+  ) => {
+    try {
+      if (options.rateLimit !== undefined) instance.addHook('onRequest', fastifyRateLimit(options.rateLimit));
+      if (options.upstreamLimit !== undefined) {
+        instance.addHook('onRequest', fastifyUpstreamLimit(options.upstreamLimit));
+      }
+      done();
+    } catch (error) {
+      done(error as Error);
+    }
+  },
+  // What fastify-plugin sets: skip encapsulation, and the name in Fastify's plugin tree.
+  { [Symbol.for('skip-override')]: true, [Symbol.for('fastify.display-name')]: 'keepcount' },
+);

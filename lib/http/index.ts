@@ -1,0 +1,53 @@
+/**
+ * keepcount/http: HTTP protection on keepcount's counters, framework-neutral at the core.
+ *
+ * - {@link Quota} (requests per key per window, with IETF RateLimit headers) and
+ *   {@link UpstreamLimit} (in-flight calls per upstream), {@link withDeadline} for upstream calls.
+ * - `(req, res, next)` middleware for node:http and Express: {@link rateLimit}, {@link upstreamLimit}.
+ * - Fastify: {@link fastifyRateLimit}, {@link fastifyUpstreamLimit} hooks and the
+ *   {@link keepcountFastify} plugin.
+ * - Drop-in stores: {@link KeepcountStore} for express-rate-limit, {@link KeepcountFastifyStore}
+ *   for @fastify/rate-limit.
+ *
+ * Express, Fastify and the rate-limit packages are optional peer dependencies: nothing here loads
+ * them at runtime.
+ *
+ * @module
+ */
+export { clientIp, type TrustProxy } from './client-ip.js';
+export {
+  fastifyRateLimit,
+  fastifyUpstreamLimit,
+  keepcountFastify,
+  type FastifyRateLimitOptions,
+  type FastifyUpstreamLimitOptions,
+  type KeepcountFastifyOptions,
+  type OnRequestHook,
+} from './fastify.js';
+export { rateLimitHeaders, type RateLimitDecision } from './headers.js';
+export {
+  rateLimit,
+  upstreamLimit,
+  type Middleware,
+  type Next,
+  type RateLimitOptions,
+  type UpstreamLimitMiddlewareOptions,
+} from './node.js';
+export { Quota, type QuotaOptions } from './quota.js';
+export { KeepcountStore, type ClientRateLimitInfo, type KeepcountStoreOptions } from './stores/express-rate-limit.js';
+export {
+  KeepcountFastifyStore,
+  keepcountFastifyStore,
+  type FastifyStore,
+  type FastifyStoreCallback,
+  type FastifyStoreConstructor,
+  type FastifyStoreParams,
+  type KeepcountFastifyStoreOptions,
+} from './stores/fastify-rate-limit.js';
+export {
+  isDeadlineError,
+  UpstreamLimit,
+  withDeadline,
+  type UpstreamLimitOptions,
+  type UpstreamSlot,
+} from './upstream.js';

@@ -1,0 +1,167 @@
+/**
+ * `(req, res, next)` middleware for node:http and Express (4 and 5: both pass Node's own request
+ * and response objects, so one implementation serves both).
+ *
+ * @module
+ */
+import type { IncomingMessage, ServerResponse } from 'node:http';
+import { invalidType } from '../errors.js';
+import { clientIp, trustProxyOption, type TrustProxy } from './client-ip.js';
+import { rateLimitHeaders, type RateLimitDecision } from './headers.js';
+import { Quota, type QuotaOptions } from './quota.js';
+import { UpstreamLimit, type UpstreamLimitOptions, type UpstreamSlot } from './upstream.js';
+
+/** A middleware's `next`: call it to go on, with an error to fail the request. */
+export type Next = (error?: unknown) => void;
+
+/** A `(req, res, next)` middleware, usable with `app.use()` and from a node:http handler. */
+export type Middleware<Req extends IncomingMessage = IncomingMessage, Res extends ServerResponse = ServerResponse> = (
+  req: Req,
+  res: Res,
+  next: Next,
+) => void;
+
+/** Options of {@link rateLimit}: a {@link QuotaOptions} quota (or a ready `Quota`) and the rules. */
+export interface RateLimitOptions<
+  Req extends IncomingMessage = IncomingMessage,
+  Res extends ServerResponse = ServerResponse,
+> extends Partial<QuotaOptions> {
+  /** A ready quota to count in (e.g. shared by several routes); replaces `limit`/`windowMs`/... */
+  quota?: Quota;
+  /** Which proxies to believe for the default key; see {@link TrustProxy}. Defaults to `false`. */
+  trustProxy?: TrustProxy;
+  /** The key to count the request under. Defaults to the client IP per `trustProxy`. */
+  key?: (req: Req) => string;
+  /** Requests to let through uncounted and without headers, e.g. health checks. Defaults to none. */
+  skip?: (req: Req) => boolean;
+  /**
+   * Answers a refused request; the RateLimit and Retry-After headers are already set. Defaults to
+   * `429 Too Many Requests` with a short text body.
+   */
+  onLimit?: (req: Req, res: Res, decision: RateLimitDecision) => void;
+}
+
+/** Builds the {@link Quota} a `rateLimit` option set describes. */
+export function quotaOf(options: Partial<QuotaOptions> & { quota?: Quota }): Quota {
+  if (options.quota !== undefined) {
+    if (!(options.quota instanceof Quota)) throw invalidType('The "quota" option', 'a Quota', options.quota);
+    return options.quota;
+  }
+  return new Quota(options as QuotaOptions);
+}
+
+/** Validates an optional function option. */
+export function functionOption<F>(name: string, value: unknown): F | undefined {
+  if (value !== undefined && typeof value !== 'function') {
+    throw invalidType(`The "${name}" option`, 'of type function', value);
+  }
+  return value as F | undefined;
+}
+
+const tooMany = (_req: IncomingMessage, res: ServerResponse): void => {
+  res.statusCode = 429;
+  res.setHeader('Content-Type', 'text/plain; charset=utf-8');
+  res.end('Too Many Requests\n');
+};
+
+/**
+ * Rate-limits requests: counts each (unless `skip`ped) under its key, sets `RateLimit-Policy` and
+ * `RateLimit` on every counted response, and answers requests over the quota with `onLimit`
+ * (429 and `Retry-After` by default).
+ *
+ * @example
+ * ```ts
+ * app.use(rateLimit({ limit: 100, windowMs: 60_000, trustProxy: 1 }));
+ * // node:http
+ * const limit = rateLimit({ limit: 100, windowMs: 60_000 });
+ * http.createServer((req, res) => limit(req, res, () => handle(req, res)));
+ * ```
+ */
+export function rateLimit<Req extends IncomingMessage = IncomingMessage, Res extends ServerResponse = ServerResponse>(
+  options: RateLimitOptions<Req, Res>,
+): Middleware<Req, Res> {
+  const quota = quotaOf(options);
+  const trustProxy = trustProxyOption(options.trustProxy);
+  const key = functionOption<(req: Req) => string>('key', options.key) ?? ((req: Req) => clientIp(req, trustProxy));
+  const skip = functionOption<(req: Req) => boolean>('skip', options.skip);
+  const onLimit =
+    functionOption<NonNullable<RateLimitOptions<Req, Res>['onLimit']>>('onLimit', options.onLimit) ?? tooMany;
+  return (req, res, next) => {
+    let decision: RateLimitDecision;
+    try {
+      if (skip?.(req) === true) return next();
+      decision = quota.consume(key(req));
+      for (const [name, value] of Object.entries(rateLimitHeaders(decision))) res.setHeader(name, value);
+    } catch (error) {
+      return next(error);
+    }
+    if (decision.allowed) return next();
+    onLimit(req, res, decision);
+  };
+}
+
+/** Options of {@link upstreamLimit}. */
+export interface UpstreamLimitMiddlewareOptions<
+  Req extends IncomingMessage = IncomingMessage,
+  Res extends ServerResponse = ServerResponse,
+> extends Partial<UpstreamLimitOptions> {
+  /** A ready limit to count in (e.g. shared with other routes); replaces `max`/`inflight`. */
+  limit?: UpstreamLimit;
+  /** The upstream a request goes to. Defaults to `'default'`: one limit for the route. */
+  upstream?: (req: Req) => string;
+  /** Answers a refused request. Defaults to `503 Service Unavailable` with `Retry-After: 1`. */
+  onLimit?: (req: Req, res: Res, slot: UpstreamSlot) => void;
+}
+
+const unavailable = (_req: IncomingMessage, res: ServerResponse): void => {
+  res.statusCode = 503;
+  res.setHeader('Retry-After', '1');
+  res.setHeader('Content-Type', 'text/plain; charset=utf-8');
+  res.end('Service Unavailable\n');
+};
+
+/** Builds the {@link UpstreamLimit} an `upstreamLimit` option set describes. */
+export function upstreamLimitOf(options: Partial<UpstreamLimitOptions> & { limit?: UpstreamLimit }): UpstreamLimit {
+  if (options.limit !== undefined) {
+    if (!(options.limit instanceof UpstreamLimit)) {
+      throw invalidType('The "limit" option', 'an UpstreamLimit', options.limit);
+    }
+    return options.limit;
+  }
+  return new UpstreamLimit(options as UpstreamLimitOptions);
+}
+
+/**
+ * Caps requests in flight per upstream: counts the request in, answers 503 (`onLimit`) when that
+ * takes the upstream over `max`, and otherwise counts it out when the response closes: after it
+ * finished, failed, or the client went away, whichever comes first (the `close` event of the
+ * response fires on every one of those paths).
+ *
+ * @example
+ * ```ts
+ * app.get('/api/:service', upstreamLimit({ max: 20, upstream: (req) => req.params.service }), proxy);
+ * ```
+ */
+export function upstreamLimit<
+  Req extends IncomingMessage = IncomingMessage,
+  Res extends ServerResponse = ServerResponse,
+>(options: UpstreamLimitMiddlewareOptions<Req, Res>): Middleware<Req, Res> {
+  const limit = upstreamLimitOf(options);
+  const upstream = functionOption<(req: Req) => string>('upstream', options.upstream) ?? (() => 'default');
+  const onLimit =
+    functionOption<NonNullable<UpstreamLimitMiddlewareOptions<Req, Res>['onLimit']>>('onLimit', options.onLimit) ??
+    unavailable;
+  return (req, res, next) => {
+    let slot: UpstreamSlot;
+    try {
+      slot = limit.acquire(upstream(req));
+    } catch (error) {
+      return next(error);
+    }
+    if (!slot.allowed) return onLimit(req, res, slot);
+    res.once('close', slot.release);
+    // A response already closed (the client left before we got here) fires no more events.
+    if (res.closed || res.destroyed) slot.release();
+    next();
+  };
+}

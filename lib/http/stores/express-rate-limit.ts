@@ -1,0 +1,117 @@
+/**
+ * A store for express-rate-limit (v8) counting in keepcount: `store: new KeepcountStore()`.
+ *
+ * Where it differs from express-rate-limit's exact `MemoryStore`:
+ * - One window for all keys (keepcount's `Rate`): it starts on the first request at least
+ *   `windowMs` after the previous start, so `resetTime` is the same for every key, and a client's
+ *   first window may be shorter than `windowMs`.
+ * - `totalHits` is a count-min estimate: never low, sometimes high when a key collides with busy
+ *   keys in every row (see `slots`).
+ * - `resetKey(key)` subtracts the key's current estimate from each of its counters. Keys sharing a
+ *   counter with it lose that much there, so a colliding key can read low until the window turns.
+ *   An exact removal is impossible in a sketch; `resetAll()` is exact (fresh sketches).
+ * - `decrement(key)` subtracts one only while the key's estimate is above zero, so a decrement
+ *   that lands in a later window (a slow response) cannot drive counters negative.
+ * - `get(key)` returns `undefined` for a key whose estimate is 0, as `MemoryStore` does for a key
+ *   it has not seen.
+ *
+ * Memory is fixed (hashes × slots × 2 counters) however many clients there are; nothing is swept.
+ *
+ * @module
+ */
+import type { Clock } from '../../clock.js';
+import { invalidType } from '../../errors.js';
+import { Quota } from '../quota.js';
+
+/** express-rate-limit's `ClientRateLimitInfo`. */
+export interface ClientRateLimitInfo {
+  totalHits: number;
+  resetTime: Date | undefined;
+}
+
+/** Options of {@link KeepcountStore}. */
+export interface KeepcountStoreOptions {
+  /** Prepended to every key; lets two limiters share one store without sharing counts. Defaults to `''`. */
+  prefix?: string;
+  /** Rows of the sketch. Defaults to 4. */
+  hashes?: number;
+  /** Counters per row. Defaults to 1024. */
+  slots?: number;
+  /** The hash seed. Defaults to a random seed. */
+  seed?: bigint | number;
+  /** Where window time comes from (e.g. a `ManualClock`); `resetTime` is `Date.now()` plus what is left. */
+  clock?: Clock;
+}
+
+/**
+ * express-rate-limit's `Store` interface on a keepcount sketch.
+ *
+ * @example
+ * ```ts
+ * import { rateLimit } from 'express-rate-limit';
+ * import { KeepcountStore } from 'keepcount/http';
+ * app.use(rateLimit({ windowMs: 60_000, limit: 100, store: new KeepcountStore() }));
+ * ```
+ */
+export class KeepcountStore {
+  /** Prepended to keys. */
+  readonly prefix: string;
+  /** Counts of one instance never affect another: express-rate-limit's double-count checks use this. */
+  readonly localKeys = true;
+  readonly #options: KeepcountStoreOptions;
+  #quota: Quota | undefined;
+
+  constructor(options: KeepcountStoreOptions = {}) {
+    if (typeof options !== 'object' || options === null)
+      throw invalidType('The "options" argument', 'of type object', options);
+    this.#options = { ...options };
+    this.prefix = options.prefix ?? '';
+  }
+
+  /** Called by express-rate-limit with its options; takes `windowMs` from them. */
+  init(options: { windowMs: number }): void {
+    const { hashes, slots, seed, clock } = this.#options;
+    // `limit` is express-rate-limit's business: the store only counts.
+    this.#quota = new Quota({ limit: 0, windowMs: options.windowMs, hashes, slots, seed, clock });
+  }
+
+  /** Counts a hit for `key`. */
+  increment(key: string): ClientRateLimitInfo {
+    const { count, resetMs } = this.#ready().consume(this.prefix + key);
+    return { totalHits: count, resetTime: this.#resetTime(resetMs) };
+  }
+
+  /** Takes back one hit, never below zero. */
+  decrement(key: string): void {
+    const k = this.prefix + key;
+    if (this.#ready().current(k).count > 0) this.#ready().adjust(k, -1);
+  }
+
+  /** Subtracts `key`'s current estimate (see the module notes on colliding keys). */
+  resetKey(key: string): void {
+    const k = this.prefix + key;
+    const { count } = this.#ready().current(k);
+    if (count > 0) this.#ready().adjust(k, -count);
+  }
+
+  /** `key`'s hits and reset time, or `undefined` when its estimate is 0. */
+  get(key: string): ClientRateLimitInfo | undefined {
+    const { count, resetMs } = this.#ready().current(this.prefix + key);
+    return count > 0 ? { totalHits: count, resetTime: this.#resetTime(resetMs) } : undefined;
+  }
+
+  /** Forgets every count (fresh sketches). */
+  resetAll(): void {
+    const quota = this.#ready();
+    this.init({ windowMs: quota.windowMs });
+  }
+
+  #resetTime(resetMs: number): Date {
+    return new Date(Date.now() + resetMs);
+  }
+
+  #ready(): Quota {
+    if (this.#quota === undefined) throw new Error('KeepcountStore used before init(): pass it to express-rate-limit');
+    return this.#quota;
+  }
+}

@@ -1,0 +1,133 @@
+/**
+ * A custom store for @fastify/rate-limit (v11) counting in keepcount:
+ * `store: KeepcountFastifyStore` (or `keepcountFastifyStore({ slots: 4096 })` for options).
+ *
+ * Where it differs from the plugin's exact `LocalStore`:
+ * - One window for all keys (keepcount's `Rate`), starting on the first request at least
+ *   `timeWindow` after the previous start; `ttl` is what is left of it, the same for every key.
+ *   One sketch pair per distinct `timeWindow` value (a `timeWindow` function returning many
+ *   different values creates many; keep it to a few).
+ * - `current` is a count-min estimate: never low, sometimes high on a collision in every row.
+ * - `continueExceeding` and `exponentialBackoff` extend one key's window; a shared window cannot,
+ *   so the constructor refuses them rather than silently ignoring them.
+ * - Memory is fixed per sketch; the plugin's `cache` (LRU size) option does not apply.
+ *
+ * `child(routeOptions)` gives each route with its own `config.rateLimit` separate counts, as
+ * `LocalStore` does.
+ *
+ * @module
+ */
+import type { Clock } from '../../clock.js';
+import { invalidType } from '../../errors.js';
+import { Quota } from '../quota.js';
+
+/** Options of {@link keepcountFastifyStore}. */
+export interface KeepcountFastifyStoreOptions {
+  /** Rows of each sketch. Defaults to 4. */
+  hashes?: number;
+  /** Counters per row. Defaults to 1024. */
+  slots?: number;
+  /** The hash seed. Defaults to a random seed. */
+  seed?: bigint | number;
+  /** Where window time comes from, e.g. a `ManualClock`. Defaults to `performance.now()`. */
+  clock?: Clock;
+}
+
+/** What the plugin passes to a store's constructor and `child()` (the fields read here). */
+export interface FastifyStoreParams {
+  continueExceeding?: boolean;
+  exponentialBackoff?: boolean;
+}
+
+/** The callback of `incr`/`read`. */
+export type FastifyStoreCallback = (error: Error | null, result?: { current: number; ttl: number }) => void;
+
+/** @fastify/rate-limit's custom store interface (`FastifyRateLimitStore`), plus `read`. */
+export interface FastifyStore {
+  incr(key: string, callback: FastifyStoreCallback, timeWindow: number, max: number): void;
+  read(key: string, callback: FastifyStoreCallback, timeWindow: number, max?: number): void;
+  child(routeOptions: FastifyStoreParams): FastifyStore;
+}
+
+/** A store class as the plugin's `store` option takes it. */
+export type FastifyStoreConstructor = new (params: FastifyStoreParams) => FastifyStore;
+
+/** Unsupported per-key window extensions, refused by name. */
+function refuseExtensions(params: FastifyStoreParams | undefined): void {
+  for (const name of ['continueExceeding', 'exponentialBackoff'] as const) {
+    if (params?.[name] === true) {
+      throw new Error(`The keepcount store shares one window between keys and cannot support ${name}`);
+    }
+  }
+}
+
+/**
+ * A store class for @fastify/rate-limit with these sketch options.
+ *
+ * @example
+ * ```ts
+ * await app.register(import('@fastify/rate-limit'), {
+ *   max: 100, timeWindow: 60_000, store: keepcountFastifyStore({ slots: 4096 }),
+ * });
+ * ```
+ */
+export function keepcountFastifyStore(options: KeepcountFastifyStoreOptions = {}): FastifyStoreConstructor {
+  if (typeof options !== 'object' || options === null)
+    throw invalidType('The "options" argument', 'of type object', options);
+  const sketch = { ...options };
+
+  return class KeepcountFastifyStore implements FastifyStore {
+    readonly #quotas = new Map<number, Quota>();
+
+    constructor(params: FastifyStoreParams) {
+      refuseExtensions(params);
+    }
+
+    incr(key: string, callback: FastifyStoreCallback, timeWindow: number): void {
+      let result;
+      try {
+        const { count, resetMs } = this.#quota(timeWindow).consume(key);
+        result = { current: count, ttl: resetMs };
+      } catch (error) {
+        return callback(error as Error);
+      }
+      callback(null, result);
+    }
+
+    /** The plugin's non-mutating peek (`createRateLimit(...)(req, { increment: false })`). */
+    read(key: string, callback: FastifyStoreCallback, timeWindow: number): void {
+      let result;
+      try {
+        const { count, resetMs } = this.#quota(timeWindow).current(key);
+        result = { current: count, ttl: count > 0 ? resetMs : 0 };
+      } catch (error) {
+        return callback(error as Error);
+      }
+      callback(null, result);
+    }
+
+    child(routeOptions: FastifyStoreParams): FastifyStore {
+      return new KeepcountFastifyStore(routeOptions);
+    }
+
+    #quota(timeWindow: number): Quota {
+      let quota = this.#quotas.get(timeWindow);
+      if (quota === undefined) {
+        // `max` is the plugin's business: the store only counts.
+        quota = new Quota({ limit: 0, windowMs: timeWindow, ...sketch });
+        this.#quotas.set(timeWindow, quota);
+      }
+      return quota;
+    }
+  };
+}
+
+/**
+ * The store class with default sketch options: `store: KeepcountFastifyStore`.
+ *
+ * @example
+ * ```ts
+ * await app.register(import('@fastify/rate-limit'), { max: 100, timeWindow: '1 minute', store: KeepcountFastifyStore });
+ * ```
+ */
+export const KeepcountFastifyStore: FastifyStoreConstructor = keepcountFastifyStore();
