@@ -1,0 +1,244 @@
+import test from 'ava';
+import express from 'express';
+import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
+import { ManualClock, sleep } from '../lib/index.js';
+import {
+  isDeadlineError,
+  Quota,
+  rateLimit,
+  upstreamLimit,
+  UpstreamLimit,
+  withDeadline,
+  type Middleware,
+} from '../lib/http/index.js';
+import { title } from './helpers.js';
+import { abortAfter, close, deferred, eventually, get, listen, parseField } from './http-client.js';
+
+type Handler = (req: IncomingMessage, res: ServerResponse) => void | Promise<void>;
+
+/** The same middleware chain and handler, mounted on plain node:http or on Express. */
+const frameworks: Record<string, (chain: Middleware[], handler: Handler) => Server> = {
+  'node:http': (chain, handler) =>
+    createServer((req, res) => {
+      const run = (i: number): void => {
+        if (i === chain.length) {
+          Promise.resolve(handler(req, res)).catch(() => res.writeHead(500).end());
+          return;
+        }
+        chain[i]!(req, res, (error) => (error === undefined ? run(i + 1) : res.writeHead(500).end()));
+      };
+      run(0);
+    }),
+  express: (chain, handler) => {
+    const app = express();
+    for (const mw of chain) app.use(mw);
+    app.get('/{*path}', (req, res, next) => Promise.resolve(handler(req, res)).catch(next));
+    return createServer(app);
+  },
+};
+
+const ok: Handler = (_req, res) => void res.end('ok');
+
+for (const [name, serve] of Object.entries(frameworks)) {
+  test(
+    title(`${name}: refuses past the limit with RateLimit headers, Retry-After, and again allows after the window`),
+    async (t) => {
+      const clock = new ManualClock();
+      const server = serve([rateLimit({ limit: 3, windowMs: 60_000, clock })], ok);
+      const port = await listen(server);
+      t.teardown(() => close(server));
+
+      const replies = [];
+      for (let i = 0; i < 5; i++) replies.push(await get(port));
+      t.deepEqual(
+        replies.map((r) => r.status),
+        [200, 200, 200, 429, 429],
+      );
+      for (const [i, r] of replies.entries()) {
+        t.deepEqual(parseField(r.headers['ratelimit-policy']), { name: 'default', params: { q: 3, w: 60 } });
+        t.deepEqual(parseField(r.headers.ratelimit), { name: 'default', params: { r: Math.max(0, 2 - i), t: 60 } });
+      }
+      t.is(replies[0]!.headers['retry-after'], undefined);
+      t.is(replies[3]!.headers['retry-after'], '60');
+      t.is(replies[3]!.body, 'Too Many Requests\n');
+
+      clock.advance(45_000);
+      const late = await get(port);
+      t.is(late.status, 429);
+      t.is(parseField(late.headers.ratelimit).params.t, 15);
+      t.is(late.headers['retry-after'], '15');
+
+      clock.advance(15_000);
+      const next = await get(port);
+      t.is(next.status, 200);
+      t.is(parseField(next.headers.ratelimit).params.r, 2);
+    },
+  );
+
+  test(title(`${name}: ignores X-Forwarded-For unless trusted, then believes exactly the trusted hops`), async (t) => {
+    const clock = new ManualClock();
+    const untrusted = serve([rateLimit({ limit: 1, windowMs: 1000, clock })], ok);
+    const oneHop = serve([rateLimit({ limit: 1, windowMs: 1000, clock, trustProxy: 1 })], ok);
+    const byFn = serve(
+      [rateLimit({ limit: 1, windowMs: 1000, clock, trustProxy: (ip) => ip === '127.0.0.1' || ip === '10.0.0.1' })],
+      ok,
+    );
+    const ports = await Promise.all([untrusted, oneHop, byFn].map(listen));
+    t.teardown(() => Promise.all([untrusted, oneHop, byFn].map(close)));
+    const [u, o, f] = ports as [number, number, number];
+
+    // Untrusted: a client rotating X-Forwarded-For is still one client.
+    t.is((await get(u, '/', { 'x-forwarded-for': '203.0.113.1' })).status, 200);
+    t.is((await get(u, '/', { 'x-forwarded-for': '203.0.113.2' })).status, 429);
+
+    // One trusted hop: the last entry is the client; what the client prepended is ignored.
+    t.is((await get(o, '/', { 'x-forwarded-for': '198.51.100.9, 203.0.113.1' })).status, 200);
+    t.is((await get(o, '/', { 'x-forwarded-for': '198.51.100.8, 203.0.113.1' })).status, 429);
+    t.is((await get(o, '/', { 'x-forwarded-for': '203.0.113.2' })).status, 200);
+    // Garbage instead of an address keys the request by the proxy, not by the garbage.
+    t.is((await get(o, '/', { 'x-forwarded-for': 'not-an-ip' })).status, 200);
+    t.is((await get(o, '/', { 'x-forwarded-for': 'also-not' })).status, 429);
+
+    // A trust function walks back through trusted proxies: 10.0.0.1 is one, 203.0.113.5 the client.
+    t.is((await get(f, '/', { 'x-forwarded-for': '203.0.113.5, 10.0.0.1' })).status, 200);
+    t.is((await get(f, '/', { 'x-forwarded-for': '198.51.100.1, 203.0.113.5, 10.0.0.1' })).status, 429);
+    t.is((await get(f, '/', { 'x-forwarded-for': '203.0.113.6, 10.0.0.1' })).status, 200);
+  });
+
+  test(title(`${name}: skip rules pass requests uncounted and a custom handler answers refusals`), async (t) => {
+    const clock = new ManualClock();
+    const server = serve(
+      [
+        rateLimit({
+          limit: 1,
+          windowMs: 1000,
+          clock,
+          key: (req) => String(req.headers['x-client']),
+          skip: (req) => req.url === '/health',
+          onLimit: (_req, res, decision) => {
+            res.statusCode = 418;
+            res.end(`slow down ${decision.key}: ${decision.count}/${decision.limit}`);
+          },
+        }),
+      ],
+      ok,
+    );
+    const port = await listen(server);
+    t.teardown(() => close(server));
+
+    for (let i = 0; i < 3; i++) {
+      const health = await get(port, '/health', { 'x-client': 'a' });
+      t.is(health.status, 200);
+      t.is(health.headers.ratelimit, undefined);
+    }
+    t.is((await get(port, '/', { 'x-client': 'a' })).status, 200);
+    const refused = await get(port, '/', { 'x-client': 'a' });
+    t.is(refused.status, 418);
+    t.is(refused.body, 'slow down a: 2/1');
+    t.is(refused.headers['retry-after'], '1');
+    t.is((await get(port, '/', { 'x-client': 'b' })).status, 200);
+  });
+
+  test(
+    title(`${name}: answers 503 above the in-flight threshold and releases on finish, error and client abort`),
+    async (t) => {
+      const limit = new UpstreamLimit({ max: 2 });
+      const gate = deferred();
+      let arrivals = 0;
+      const arrived = [deferred(), deferred()];
+      const server = serve([upstreamLimit({ limit, upstream: () => 'origin' })], async (req, res) => {
+        arrivals++;
+        arrived[arrivals - 1]?.resolve();
+        if (req.url === '/fail') throw new Error('upstream failed');
+        if (req.url === '/hang') return; // never answers: only the client's abort ends it
+        await gate.promise;
+        res.end('ok');
+      });
+      const port = await listen(server);
+      t.teardown(() => close(server));
+
+      const slow = [get(port, '/slow'), get(port, '/slow')];
+      await Promise.all(arrived.map((d) => d.promise));
+      t.is(limit.inflight.get('origin'), 2);
+      const over = await get(port, '/slow');
+      t.is(over.status, 503);
+      t.is(over.headers['retry-after'], '1');
+      t.is(limit.inflight.get('origin'), 2, 'a refused request holds no slot');
+      gate.resolve();
+      t.deepEqual(
+        (await Promise.all(slow)).map((r) => r.status),
+        [200, 200],
+      );
+      t.true(await eventually(() => limit.inflight.get('origin') === 0), 'finished requests release');
+
+      t.is((await get(port, '/fail')).status, 500);
+      t.true(await eventually(() => limit.inflight.get('origin') === 0), 'failed requests release');
+
+      for (let round = 0; round < 3; round++) {
+        const here = [deferred(), deferred()];
+        const before = arrivals;
+        const watch = setInterval(() => {
+          if (arrivals >= before + 1) here[0]!.resolve();
+          if (arrivals >= before + 2) here[1]!.resolve();
+        }, 2);
+        await Promise.all([abortAfter(port, '/hang', here[0]!.promise), abortAfter(port, '/hang', here[1]!.promise)]);
+        clearInterval(watch);
+        t.true(await eventually(() => limit.inflight.get('origin') === 0), `aborted requests release (round ${round})`);
+      }
+      t.is((await get(port, '/fail')).status, 500, 'slots are free again: no 503');
+    },
+  );
+
+  test(title(`${name}: a deadline on the upstream call answers 504 when it is slow`), async (t) => {
+    const upstream = createServer((req, res) => {
+      const delay = req.url === '/slow' ? 1000 : 0;
+      const timer = setTimeout(() => res.end('upstream'), delay);
+      res.on('close', () => clearTimeout(timer));
+    });
+    const upstreamPort = await listen(upstream);
+    t.teardown(() => close(upstream));
+    const server = serve([], async (req, res) => {
+      try {
+        const reply = await withDeadline(100, (signal) =>
+          fetch(`http://127.0.0.1:${upstreamPort}${req.url}`, { signal }),
+        );
+        res.end(await reply.text());
+      } catch (error) {
+        res.statusCode = isDeadlineError(error) ? 504 : 502;
+        res.end();
+      }
+    });
+    const port = await listen(server);
+    t.teardown(() => close(server));
+
+    const fast = await get(port, '/fast');
+    t.is(fast.status, 200);
+    t.is(fast.body, 'upstream');
+    const started = performance.now();
+    t.is((await get(port, '/slow')).status, 504);
+    t.true(performance.now() - started < 800, 'the deadline, not the upstream, ended it');
+  });
+}
+
+test(title('withDeadline rejects with TimeoutError even when the call ignores the signal'), async (t) => {
+  const error = await t.throwsAsync(withDeadline(20, () => sleep(2000)));
+  t.is((error as Error & { code?: string }).code, 'ERR_KEEPCOUNT_TIMEOUT');
+  t.true(isDeadlineError(error));
+  t.false(isDeadlineError(new Error('refused')));
+  t.is(await withDeadline(1000, async (signal) => signal.aborted), false);
+});
+
+test(title('options are validated with keepcount error codes'), (t) => {
+  t.throws(() => rateLimit({ limit: -1, windowMs: 1000 }), { instanceOf: RangeError, code: 'ERR_OUT_OF_RANGE' });
+  t.throws(() => rateLimit({ limit: 1, windowMs: 1000, trustProxy: true as never }), {
+    instanceOf: TypeError,
+    code: 'ERR_INVALID_ARG_TYPE',
+    message: 'The "trustProxy" option must be false, a number or a function. Received type boolean (true)',
+  });
+  t.throws(() => rateLimit({ quota: {} as Quota }), { instanceOf: TypeError, code: 'ERR_INVALID_ARG_TYPE' });
+  t.throws(() => rateLimit({ limit: 1, windowMs: 1000, policy: 'naïve' }), {
+    instanceOf: TypeError,
+    code: 'ERR_INVALID_ARG_TYPE',
+  });
+  t.throws(() => upstreamLimit({ max: 0 }), { instanceOf: RangeError, code: 'ERR_OUT_OF_RANGE' });
+});
