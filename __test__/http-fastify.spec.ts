@@ -1,0 +1,103 @@
+import test from 'ava';
+import Fastify from 'fastify';
+import { ManualClock } from '../lib/index.js';
+import { fastifyRateLimit, fastifyUpstreamLimit, keepcountFastify, UpstreamLimit } from '../lib/http/index.js';
+import { title } from './helpers.js';
+import { abortAfter, deferred, eventually, get, parseField } from './http-client.js';
+
+async function start(app: ReturnType<typeof Fastify>): Promise<number> {
+  await app.listen({ port: 0, host: '127.0.0.1' });
+  const address = app.server.address();
+  if (address === null || typeof address === 'string') throw new Error('no port');
+  return address.port;
+}
+
+test(
+  title('fastify plugin: refuses past the limit with RateLimit headers and Retry-After, skip and key honoured'),
+  async (t) => {
+    const clock = new ManualClock();
+    const app = Fastify();
+    await app.register(keepcountFastify, {
+      rateLimit: {
+        limit: 2,
+        windowMs: 10_000,
+        clock,
+        policy: 'api',
+        trustProxy: 1,
+        skip: (request) => request.url === '/health',
+      },
+    });
+    app.get('/', async () => 'ok');
+    app.get('/health', async () => 'up');
+    const port = await start(app);
+    t.teardown(() => app.close());
+
+    const statuses = [];
+    for (let i = 0; i < 3; i++) {
+      const r = await get(port, '/', { 'x-forwarded-for': '203.0.113.1' });
+      statuses.push(r.status);
+      t.deepEqual(parseField(r.headers['ratelimit-policy']), { name: 'api', params: { q: 2, w: 10 } });
+      t.deepEqual(parseField(r.headers.ratelimit), { name: 'api', params: { r: Math.max(0, 1 - i), t: 10 } });
+    }
+    t.deepEqual(statuses, [200, 200, 429]);
+    t.is((await get(port, '/', { 'x-forwarded-for': '203.0.113.2' })).status, 200, 'another client behind the proxy');
+    const health = await get(port, '/health', { 'x-forwarded-for': '203.0.113.1' });
+    t.is(health.status, 200);
+    t.is(health.headers.ratelimit, undefined);
+    clock.advance(10_000);
+    t.is((await get(port, '/', { 'x-forwarded-for': '203.0.113.1' })).status, 200);
+  },
+);
+
+test(title('fastify hook: a custom refusal handler answers'), async (t) => {
+  const clock = new ManualClock();
+  const app = Fastify();
+  const onRequest = fastifyRateLimit({
+    limit: 0,
+    windowMs: 1000,
+    clock,
+    onLimit: (_request, reply, decision) => reply.code(429).send({ retryInMs: decision.resetMs }),
+  });
+  app.get('/', { onRequest }, async () => 'ok');
+  const port = await start(app);
+  t.teardown(() => app.close());
+  const r = await get(port, '/');
+  t.is(r.status, 429);
+  t.deepEqual(JSON.parse(r.body), { retryInMs: 1000 });
+  t.is(r.headers['retry-after'], '1');
+});
+
+test(title('fastify hook: 503 above the in-flight threshold, slots released on finish, error and abort'), async (t) => {
+  const limit = new UpstreamLimit({ max: 1 });
+  const app = Fastify();
+  const gate = deferred();
+  let arrived = deferred();
+  app.get('/slow', { onRequest: fastifyUpstreamLimit({ limit }) }, async () => {
+    arrived.resolve();
+    await gate.promise;
+    return 'ok';
+  });
+  app.get('/fail', { onRequest: fastifyUpstreamLimit({ limit }) }, async () => {
+    throw new Error('upstream failed');
+  });
+  app.get('/hang', { onRequest: fastifyUpstreamLimit({ limit }) }, (_request, _reply) => {
+    arrived.resolve(); // never replies: only the client's abort ends it
+  });
+  const port = await start(app);
+  t.teardown(() => app.close());
+
+  const slow = get(port, '/slow');
+  await arrived.promise;
+  t.is(limit.inflight.get('default'), 1);
+  t.is((await get(port, '/slow')).status, 503);
+  gate.resolve();
+  t.is((await slow).status, 200);
+  t.true(await eventually(() => limit.inflight.get('default') === 0));
+  t.is((await get(port, '/fail')).status, 500);
+  t.true(await eventually(() => limit.inflight.get('default') === 0));
+  for (let i = 0; i < 3; i++) {
+    arrived = deferred();
+    await abortAfter(port, '/hang', arrived.promise);
+    t.true(await eventually(() => limit.inflight.get('default') === 0), `abort ${i} released`);
+  }
+});

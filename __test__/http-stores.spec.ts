@@ -1,0 +1,145 @@
+import fastifyRateLimitPlugin from '@fastify/rate-limit';
+import test from 'ava';
+import express from 'express';
+import { rateLimit as expressRateLimit } from 'express-rate-limit';
+import Fastify from 'fastify';
+import { createServer } from 'node:http';
+import { ManualClock } from '../lib/index.js';
+import { KeepcountFastifyStore, keepcountFastifyStore, KeepcountStore } from '../lib/http/index.js';
+import { title } from './helpers.js';
+import { close, get, listen } from './http-client.js';
+
+test(
+  title('express-rate-limit with KeepcountStore limits, sends its draft-8 headers, resets keys and windows'),
+  async (t) => {
+    const clock = new ManualClock();
+    const store = new KeepcountStore({ clock, prefix: 'api:' });
+    const limiter = expressRateLimit({
+      windowMs: 60_000,
+      limit: 2,
+      standardHeaders: 'draft-8',
+      legacyHeaders: false,
+      store,
+      keyGenerator: (req) => String(req.headers['x-client']),
+    });
+    const app = express();
+    app.use(limiter);
+    app.get('/', (_req, res) => void res.send('ok'));
+    const server = createServer(app);
+    const port = await listen(server);
+    t.teardown(() => close(server));
+    const a = { 'x-client': 'a' };
+
+    const statuses = [];
+    for (let i = 0; i < 3; i++) statuses.push((await get(port, '/', a)).status);
+    t.deepEqual(statuses, [200, 200, 429]);
+    t.is((await get(port, '/', { 'x-client': 'b' })).status, 200);
+    const info = await limiter.getKey('a');
+    t.is(info?.totalHits, 3);
+    t.true(info!.resetTime!.getTime() > Date.now() + 59_000);
+    t.is(await limiter.getKey('never-seen'), undefined);
+
+    const refused = await get(port, '/', a);
+    t.regex(String(refused.headers.ratelimit), /^"2-in-1min"; r=0; t=60$/);
+    t.is(refused.headers['retry-after'], '60');
+
+    await limiter.resetKey('a');
+    t.is(await limiter.getKey('a'), undefined);
+    t.is((await get(port, '/', a)).status, 200, 'reset key starts over');
+
+    clock.advance(60_000);
+    t.is((await get(port, '/', { 'x-client': 'b' })).status, 200);
+    t.is((await get(port, '/', { 'x-client': 'b' })).status, 200, 'a new window');
+  },
+);
+
+test(title('KeepcountStore: decrement never goes below zero and resetAll forgets everyone'), async (t) => {
+  const clock = new ManualClock();
+  const store = new KeepcountStore({ clock });
+  t.throws(() => store.increment('a'), { message: 'KeepcountStore used before init(): pass it to express-rate-limit' });
+  store.init({ windowMs: 1000 });
+  t.is(store.localKeys, true);
+  t.is(store.prefix, '');
+  t.is(store.increment('a').totalHits, 1);
+  t.is(store.increment('a').totalHits, 2);
+  store.decrement('a');
+  t.is(store.get('a')?.totalHits, 1);
+  store.decrement('a');
+  store.decrement('a');
+  t.is(store.get('a'), undefined);
+  t.is(store.increment('a').totalHits, 1, 'no negative count left behind');
+  store.increment('b');
+  store.resetAll();
+  t.is(store.get('a'), undefined);
+  t.is(store.get('b'), undefined);
+});
+
+test(title('express-rate-limit skipFailedRequests decrements through the store'), async (t) => {
+  const clock = new ManualClock();
+  const limiter = expressRateLimit({
+    windowMs: 1000,
+    limit: 1,
+    skipFailedRequests: true,
+    store: new KeepcountStore({ clock }),
+  });
+  const app = express();
+  app.use(limiter);
+  app.get('/fail', (_req, res) => void res.status(500).end());
+  app.get('/', (_req, res) => void res.send('ok'));
+  const server = createServer(app);
+  const port = await listen(server);
+  t.teardown(() => close(server));
+  for (let i = 0; i < 3; i++) t.is((await get(port, '/fail')).status, 500);
+  // express-rate-limit decrements when the failed response finishes; let that run.
+  await new Promise((r) => setTimeout(r, 20));
+  t.is((await get(port, '/')).status, 200, 'failed requests were taken back');
+  t.is((await get(port, '/')).status, 429);
+});
+
+test(title('@fastify/rate-limit with the keepcount store limits globally and per route through child()'), async (t) => {
+  const clock = new ManualClock();
+  const app = Fastify();
+  await app.register(fastifyRateLimitPlugin, { max: 2, timeWindow: 5000, store: keepcountFastifyStore({ clock }) });
+  app.get('/', async () => 'ok');
+  app.get('/strict', { config: { rateLimit: { max: 1, timeWindow: 1000 } } }, async () => 'ok');
+  await app.listen({ port: 0, host: '127.0.0.1' });
+  t.teardown(() => app.close());
+  const { port } = app.server.address() as { port: number };
+
+  const statuses = [];
+  for (let i = 0; i < 3; i++) statuses.push((await get(port, '/')).status);
+  t.deepEqual(statuses, [200, 200, 429]);
+  const refused = await get(port, '/');
+  t.is(refused.headers['x-ratelimit-limit'], '2');
+  t.is(refused.headers['x-ratelimit-remaining'], '0');
+  t.is(refused.headers['retry-after'], '5');
+
+  t.is((await get(port, '/strict')).status, 200, 'the route counts on its own');
+  t.is((await get(port, '/strict')).status, 429);
+  clock.advance(1000);
+  t.is((await get(port, '/strict')).status, 200);
+  t.is((await get(port, '/')).status, 429, 'the global window has not turned');
+  clock.advance(4000);
+  t.is((await get(port, '/')).status, 200);
+});
+
+test(title('the fastify store reads without counting, and refuses per-key window extensions'), async (t) => {
+  const clock = new ManualClock();
+  const Store = keepcountFastifyStore({ clock });
+  const store = new Store({});
+  const call = (method: 'incr' | 'read', key: string) =>
+    new Promise<{ current: number; ttl: number }>((resolve, reject) =>
+      store[method](key, (error, result) => (error ? reject(error) : resolve(result!)), 1000, 5),
+    );
+  t.deepEqual(await call('read', 'a'), { current: 0, ttl: 0 });
+  t.deepEqual(await call('incr', 'a'), { current: 1, ttl: 1000 });
+  clock.advance(250);
+  t.deepEqual(await call('incr', 'a'), { current: 2, ttl: 750 });
+  t.deepEqual(await call('read', 'a'), { current: 2, ttl: 750 });
+  t.throws(() => new KeepcountFastifyStore({ continueExceeding: true }), {
+    message: 'The keepcount store shares one window between keys and cannot support continueExceeding',
+  });
+  t.throws(() => store.child({ exponentialBackoff: true }), {
+    message: 'The keepcount store shares one window between keys and cannot support exponentialBackoff',
+  });
+});
