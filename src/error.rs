@@ -1,0 +1,177 @@
+//! Rust errors to JavaScript errors, in one place ([`map_error`]).
+//!
+//! Every failure becomes the error class and `code` that `lib/errors.ts` documents for the same
+//! problem: `TypeError` `ERR_INVALID_ARG_TYPE`, `RangeError` `ERR_OUT_OF_RANGE`, `Error`
+//! `ERR_KEEPCOUNT_MISMATCH`, `Error` `ERR_KEEPCOUNT_CORRUPT`. `lib/` validates arguments before
+//! they get here, so these are the errors of direct callers of the binding.
+
+use keepcount_limits::codec::DecodeError;
+use keepcount_limits::estimator::MergeError;
+use keepcount_limits::rate::RateError;
+use keepcount_limits::shape::ShapeError;
+use napi::bindgen_prelude::{JsError, JsRangeError, JsTypeError};
+use napi::{Env, Status};
+
+/// The binding's result: a [`Failure`] until [`map_error`] throws it.
+pub(crate) type Result<T> = std::result::Result<T, Failure>;
+
+/// Which JavaScript error class a failure is thrown as.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Class {
+    Error,
+    TypeError,
+    RangeError,
+}
+
+/// A failure to report to JavaScript: its class, stable `code` and message.
+#[derive(Debug)]
+pub(crate) struct Failure {
+    class: Class,
+    code: &'static str,
+    message: String,
+}
+
+impl Failure {
+    /// `TypeError` `ERR_INVALID_ARG_TYPE`: `what` (e.g. `The "key" argument`) must be `expected`.
+    pub(crate) fn invalid_type(what: &str, expected: &str) -> Self {
+        Self {
+            class: Class::TypeError,
+            code: "ERR_INVALID_ARG_TYPE",
+            message: format!("{what} must be {expected}"),
+        }
+    }
+
+    /// The `TypeError` for a key of a type keys cannot have.
+    pub(crate) fn invalid_key_type() -> Self {
+        Self::invalid_type(
+            "The \"key\" argument",
+            "of type string, number, bigint or Uint8Array",
+        )
+    }
+
+    /// `RangeError` `ERR_OUT_OF_RANGE`: `what` must be `expected`.
+    pub(crate) fn out_of_range(what: &str, expected: &str) -> Self {
+        Self {
+            class: Class::RangeError,
+            code: "ERR_OUT_OF_RANGE",
+            message: format!("{what} must be {expected}"),
+        }
+    }
+}
+
+impl From<ShapeError> for Failure {
+    fn from(err: ShapeError) -> Self {
+        Self {
+            class: Class::RangeError,
+            code: "ERR_OUT_OF_RANGE",
+            message: format!("Invalid sketch shape: {err}"),
+        }
+    }
+}
+
+impl From<RateError> for Failure {
+    fn from(err: RateError) -> Self {
+        Self {
+            class: Class::RangeError,
+            code: "ERR_OUT_OF_RANGE",
+            message: format!("Invalid rate: {err}"),
+        }
+    }
+}
+
+impl From<MergeError> for Failure {
+    fn from(err: MergeError) -> Self {
+        Self {
+            class: Class::Error,
+            code: "ERR_KEEPCOUNT_MISMATCH",
+            message: format!("Cannot merge: {err}"),
+        }
+    }
+}
+
+/// The `CorruptReason` (`lib/backend.ts`) naming the check of docs/format.md §5 that `err`
+/// failed, or, for a decode error this binding does not know yet, the failure to throw instead.
+pub(crate) fn corrupt_reason(err: DecodeError) -> Result<&'static str> {
+    Ok(match err {
+        DecodeError::Truncated { .. } => "short",
+        DecodeError::BadMagic(_) => "magic",
+        DecodeError::UnsupportedVersion(_) => "version",
+        DecodeError::ReservedFlags(_) => "flags",
+        DecodeError::Shape(_) => "shape",
+        DecodeError::Length { .. } => "length",
+        DecodeError::Checksum { .. } => "checksum",
+        other => {
+            return Err(Failure {
+                class: Class::Error,
+                code: "ERR_KEEPCOUNT_CORRUPT",
+                message: format!("Serialized sketch is invalid: {other}"),
+            });
+        }
+    })
+}
+
+/// Throws `failure` as its JavaScript error and returns the error napi-rs expects for a pending
+/// exception (it then throws nothing more).
+pub(crate) fn map_error(env: &Env, failure: Failure) -> napi::Error {
+    let Failure {
+        class,
+        code,
+        message,
+    } = failure;
+    let error = napi::Error::new(code, message);
+    let raw = env.raw();
+    // SAFETY: `env` is the live env of the current call, on its own thread.
+    unsafe {
+        match class {
+            Class::Error => JsError::from(error).throw_into(raw),
+            Class::TypeError => JsTypeError::from(error).throw_into(raw),
+            Class::RangeError => JsRangeError::from(error).throw_into(raw),
+        }
+    }
+    napi::Error::from_status(Status::PendingException)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_decode_error_names_its_check() {
+        let shape = ShapeError::ZeroSlots;
+        let cases = [
+            (DecodeError::Truncated { len: 3 }, "short"),
+            (DecodeError::BadMagic(*b"XXXX"), "magic"),
+            (DecodeError::UnsupportedVersion(2), "version"),
+            (DecodeError::ReservedFlags(1), "flags"),
+            (DecodeError::Shape(shape), "shape"),
+            (
+                DecodeError::Length {
+                    expected: 36,
+                    actual: 35,
+                },
+                "length",
+            ),
+            (
+                DecodeError::Checksum {
+                    stored: 1,
+                    computed: 2,
+                },
+                "checksum",
+            ),
+        ];
+        for (err, reason) in cases {
+            assert_eq!(corrupt_reason(err).ok(), Some(reason));
+        }
+    }
+
+    #[test]
+    fn failures_carry_the_codes_of_lib_errors() {
+        assert_eq!(Failure::invalid_key_type().code, "ERR_INVALID_ARG_TYPE");
+        assert_eq!(
+            Failure::from(ShapeError::ZeroSlots).class,
+            Class::RangeError
+        );
+        let mismatch = Failure::from(MergeError::Seed { ours: 1, theirs: 2 });
+        assert_eq!(mismatch.code, "ERR_KEEPCOUNT_MISMATCH");
+    }
+}

@@ -1,0 +1,153 @@
+//! `Rate`: the per-key rate of `keepcount-limits`, on a time base JavaScript supplies.
+//!
+//! The clock lives in JavaScript (`lib/rate.ts` reads the user's `Clock`), so every call passes
+//! `nowMs`, whole milliseconds since the rate was created. [`CallerClock`] hands that reading to
+//! the crate's `Rate`. The crate counts its clock in nanoseconds, but the binding gives it
+//! milliseconds in both the clock and the interval: `Rate` only compares, subtracts and divides
+//! the two, so the unit cancels, and intervals up to the API's 2^52 ms do not overflow the
+//! crate's `u64` nanoseconds (which end at 584 years). The fraction of the interval comes out as
+//! `(past % interval) / interval` in f64, the fallback's formula, bit for bit.
+
+use crate::args;
+use crate::error::{Result as Outcome, map_error};
+use crate::keys;
+use keepcount_limits::clock::Clock;
+use keepcount_limits::rate::{Rate as Sketches, RateComponents};
+use napi::bindgen_prelude::{BigInt, Unknown};
+use napi::{Env, JsValue, Result};
+use napi_derive::napi;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+/// Longest interval `lib/rate.ts` accepts: 2^52 ms, so twice it is still exact in a double.
+const MAX_INTERVAL_MS: u64 = 1 << 52;
+
+/// The time the current call passed in, in milliseconds (reported to `Rate` as its "nanoseconds").
+#[derive(Debug, Default, Clone)]
+struct CallerClock(Arc<AtomicU64>);
+
+impl Clock for CallerClock {
+    fn now_nanos(&self) -> u64 {
+        // Relaxed: the value is set and read on the one JavaScript thread that owns the object.
+        self.0.load(Ordering::Relaxed)
+    }
+}
+
+/// pingora-limits' `Rate` semantics over `hashes × slots` sketches keyed by `seed`, on the
+/// caller's time base. Use the package's `Rate`; this class takes only validated input.
+#[napi]
+pub struct Rate {
+    sketches: Sketches<CallerClock>,
+    now: CallerClock,
+}
+
+/// What `Rate.rateWith` needs: both counts and how far into the current interval `nowMs` is.
+#[napi(object)]
+pub struct RateSample {
+    /// The key's count in the previous interval.
+    pub prev_samples: f64,
+    /// The key's count so far in the current interval.
+    pub curr_samples: f64,
+    /// Elapsed fraction of the current interval, in [0, 1).
+    pub current_interval_fraction: f64,
+}
+
+#[napi]
+impl Rate {
+    /// A rate over intervals of `intervalMs` (an integer in [1, 2^52]) with two sketches of
+    /// `hashes × slots` keyed by `seed`; otherwise a `RangeError`. Time starts at 0.
+    #[napi(constructor, catch_unwind)]
+    pub fn new(env: &Env, interval_ms: f64, hashes: f64, slots: f64, seed: BigInt) -> Result<Self> {
+        (|| -> Outcome<Self> {
+            let interval = args::integer(
+                "The \"intervalMs\" argument",
+                interval_ms,
+                1,
+                MAX_INTERVAL_MS,
+            )?;
+            let hashes = args::dimension("The \"hashes\" argument", hashes)?;
+            let slots = args::dimension("The \"slots\" argument", slots)?;
+            let now = CallerClock::default();
+            // The clock counts milliseconds, so the interval is given in them too (module docs).
+            let sketches = Sketches::with_clock(
+                Duration::from_nanos(interval),
+                hashes,
+                slots,
+                args::seed(&seed)?,
+                now.clone(),
+            )?;
+            Ok(Self { sketches, now })
+        })()
+        .map_err(|failure| map_error(env, failure))
+    }
+
+    /// Adds `events` (a safe integer) to `key` in the interval current at `nowMs`; returns the
+    /// key's count there.
+    #[napi(catch_unwind)]
+    pub fn observe(
+        &self,
+        env: &Env,
+        #[napi(ts_arg_type = "string | number | bigint | Uint8Array")] key: Unknown,
+        events: f64,
+        now_ms: f64,
+    ) -> Result<f64> {
+        (|| -> Outcome<f64> {
+            let events = args::count("The \"events\" argument", events)?;
+            // SAFETY: live handles of this call.
+            let key =
+                unsafe { keys::hash_key(env.raw(), key.raw(), |k| self.sketches.hash_key(k)) }?;
+            self.set_now(now_ms)?;
+            Ok(self.sketches.observe_hash(key, events) as f64)
+        })()
+        .map_err(|failure| map_error(env, failure))
+    }
+
+    /// `key`'s count in the previous interval as of `nowMs`; 0 if two or more intervals passed.
+    #[napi(catch_unwind)]
+    pub fn previous_count(
+        &self,
+        env: &Env,
+        #[napi(ts_arg_type = "string | number | bigint | Uint8Array")] key: Unknown,
+        now_ms: f64,
+    ) -> Result<f64> {
+        self.components(env, key, now_ms)
+            .map(|parts| parts.prev_samples as f64)
+    }
+
+    /// pingora's `rate_with` components for `key` as of `nowMs`.
+    #[napi(catch_unwind)]
+    pub fn sample(
+        &self,
+        env: &Env,
+        #[napi(ts_arg_type = "string | number | bigint | Uint8Array")] key: Unknown,
+        now_ms: f64,
+    ) -> Result<RateSample> {
+        self.components(env, key, now_ms).map(|parts| RateSample {
+            prev_samples: parts.prev_samples as f64,
+            curr_samples: parts.curr_samples as f64,
+            current_interval_fraction: parts.current_interval_fraction,
+        })
+    }
+}
+
+impl Rate {
+    /// Rolls the intervals over as of `now_ms` and reads `key`'s counts.
+    fn components(&self, env: &Env, key: Unknown, now_ms: f64) -> Result<RateComponents> {
+        (|| -> Outcome<RateComponents> {
+            // SAFETY: live handles of this call.
+            let key =
+                unsafe { keys::hash_key(env.raw(), key.raw(), |k| self.sketches.hash_key(k)) }?;
+            self.set_now(now_ms)?;
+            Ok(self.sketches.rate_with_hash(key, |parts| parts))
+        })()
+        .map_err(|failure| map_error(env, failure))
+    }
+
+    fn set_now(&self, now_ms: f64) -> Outcome<()> {
+        let now = args::millis("The \"nowMs\" argument", now_ms)?;
+        // Relaxed: see CallerClock.
+        self.now.0.store(now, Ordering::Relaxed);
+        Ok(())
+    }
+}
