@@ -33,7 +33,10 @@ export interface KeepcountFastifyStoreOptions {
   clock?: Clock;
 }
 
-/** What the plugin passes to a store's constructor and `child()` (the fields read here). */
+/**
+ * The fields read from what the plugin passes to a store's constructor and `child()` (its
+ * merged options; typed as any object so Fastify's `RouteOptions` fits).
+ */
 export interface FastifyStoreParams {
   continueExceeding?: boolean;
   exponentialBackoff?: boolean;
@@ -46,14 +49,15 @@ export type FastifyStoreCallback = (error: Error | null, result?: { current: num
 export interface FastifyStore {
   incr(key: string, callback: FastifyStoreCallback, timeWindow: number, max: number): void;
   read(key: string, callback: FastifyStoreCallback, timeWindow: number, max?: number): void;
-  child(routeOptions: FastifyStoreParams): FastifyStore;
+  child(routeOptions: object): FastifyStore;
 }
 
 /** A store class as the plugin's `store` option takes it. */
-export type FastifyStoreConstructor = new (params: FastifyStoreParams) => FastifyStore;
+export type FastifyStoreConstructor = new (params: object) => FastifyStore;
 
 /** Unsupported per-key window extensions, refused by name. */
-function refuseExtensions(params: FastifyStoreParams | undefined): void {
+function refuseExtensions(options: object | undefined): void {
+  const params = options as FastifyStoreParams | undefined;
   for (const name of ['continueExceeding', 'exponentialBackoff'] as const) {
     if (params?.[name] === true) {
       throw new Error(`The keepcount store shares one window between keys and cannot support ${name}`);
@@ -79,7 +83,7 @@ export function keepcountFastifyStore(options: KeepcountFastifyStoreOptions = {}
   return class KeepcountFastifyStore implements FastifyStore {
     readonly #quotas = new Map<number, Quota>();
 
-    constructor(params: FastifyStoreParams) {
+    constructor(params: object) {
       refuseExtensions(params);
     }
 
@@ -106,7 +110,7 @@ export function keepcountFastifyStore(options: KeepcountFastifyStoreOptions = {}
       callback(null, result);
     }
 
-    child(routeOptions: FastifyStoreParams): FastifyStore {
+    child(routeOptions: object): FastifyStore {
       return new KeepcountFastifyStore(routeOptions);
     }
 
