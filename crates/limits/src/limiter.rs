@@ -41,22 +41,37 @@
 //!   to load. Here the table is a `hashbrown` map built anew by each update and published with
 //!   `arc-swap`: it grows to whatever the key list needs.
 //! - **Inherited tokens.** A key added in place of a removed one reuses its slot and can start
-//!   with the old key's tokens. Here a bucket belongs to its key (an `Arc` the table points to,
-//!   never recycled by index): an added key starts with a full bucket of its own quota, a removed
-//!   key's bucket is dropped with it, and keys that stay keep their bucket and its state.
+//!   with the old key's tokens. Here a removed key's slot is reused only after the update that
+//!   removed it has waited for every check still reading the old table (the same quiescent wait,
+//!   done by the writer), and a reused slot is reset to a full bucket of its new key's quota: an
+//!   added key starts full, and no key ever sees another key's tokens. Keys that stay keep their
+//!   slot and its state.
 //!
 //! Per-worker buckets also make LightningFilter admit up to `workers ×` its quota; here every
 //! thread shares one bucket per key, so the quota is exact (see the invariant below).
 //!
+//! ## Layout
+//! Like LightningFilter, the table maps a key to an *index* and the buckets live in arrays that
+//! never move. Buckets sit inline in an arena of doubling chunks (`slots.rs`): a slot is the key,
+//! a one-byte `parking_lot` lock, a quota id and the packed counts (56 bytes for a `u64` key,
+//! against 128 for the `Arc`-allocated bucket with its own quota this replaced). The table is a
+//! `hashbrown::HashTable<u32>` of slot indexes that compares keys in the slots, so it costs 5
+//! bytes a bucket and a million keys' table (10 MB) stays in a 32 MB last-level cache, where a
+//! map with keys inline (17 bytes a bucket, governor's) does not: a check on a cold key misses
+//! about once, on its slot, which holds the key it compares and the bucket it updates. Quotas are
+//! interned: slots name them by id, ids are reference-counted by the writer and reused once no
+//! slot names them, and the best-effort and overall buckets hold theirs inline.
+//!
 //! Readers never wait for writers: [`check`](Limiter::check) loads the current table with
-//! `arc-swap` (lock-free: no lock, no retry loop) and then takes the key's own small mutex. An
-//! update builds the next table on the side, swaps it in, and only then waits, like
-//! LightningFilter's quiescent wait, for the checks still reading the old table to finish, so that
-//! the old table is freed by the writer and never by a caller of `check`. Crates: `arc-swap`
-//! (the table snapshot: wait-free loads, maintained and widely used), `parking_lot` (a one-byte
-//! mutex per bucket, one CAS each way uncontended), `hashbrown` (the table, with its default
-//! `foldhash` hasher: seeded per map, several times faster than SipHash on short keys, and
-//! resistant enough for keys an attacker chooses in a table the operator configured).
+//! `arc-swap` (lock-free: no lock, no retry loop), probes it and takes the key's own slot lock.
+//! An update builds the next table on the side, swaps it in, and only then waits, like
+//! LightningFilter's quiescent wait, for the checks still reading the old table to finish, so
+//! that the old table is freed by the writer and never by a caller of `check`, and the slots
+//! only it named can be reused. Crates: `arc-swap` (the table snapshot: wait-free loads,
+//! maintained and widely used), `parking_lot` (a one-byte lock per bucket, one CAS each way
+//! uncontended), `hashbrown` (the table, hashed with its default `foldhash`, seeded per limiter:
+//! several times faster than SipHash on short keys, and resistant enough for keys an attacker
+//! chooses in a table the operator configured, since a flood of unknown keys only probes it).
 //!
 //! # When not to use it
 //! - Keys seen for the first time on the request path (client addresses, say) that should each
@@ -120,47 +135,143 @@ mod bucket;
 mod decision;
 mod error;
 mod quota;
+mod slots;
 
 use std::borrow::Borrow;
-use std::hash::Hash;
+use std::hash::{BuildHasher, Hash};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use arc_swap::ArcSwap;
-use hashbrown::HashMap;
-use hashbrown::hash_map::Entry;
+use hashbrown::{DefaultHashBuilder, HashMap, HashTable};
 use parking_lot::Mutex;
 
 use crate::clock::{Clock, MonotonicClock};
-use bucket::{Bucket, admit};
+use bucket::{Bucket, Governed, Owned, State, admit};
 pub use decision::Decision;
+use decision::Wait;
 pub use error::LimiterError;
 pub use quota::{Limit, Quota};
+use slots::{Arena, QuotaCell, Slot};
 
-/// The key table: each configured key's own bucket.
-type Table<K> = HashMap<K, Arc<Bucket>>;
+/// The key table: the slot index of each configured key, hashed by the key stored in the slot.
+type Table = HashTable<u32>;
 
 /// A per-key token-bucket limiter with a shared best-effort bucket, an optional overall quota and
 /// live updates. See the [module docs](self) for the design and the exact arithmetic.
 ///
+/// Every method that reads the clock has an `_at` twin taking the reading (`now`, nanoseconds on
+/// the clock's time base) from the caller instead, for callers that keep their own clock (the
+/// Node binding passes JavaScript's). Readings should not go backwards; one that does counts as
+/// no time passing.
+///
 /// # Performance
-/// A check is one clock reading, one wait-free table load, one hash lookup and one uncontended
-/// mutex (two with an overall quota). Updates copy the table: `O(keys)` each, so load many changes
-/// at once with [`replace_keys`](Self::replace_keys).
+/// A check is one clock reading, one wait-free table load, one hash and probe of a table of
+/// 4-byte indexes, and one uncontended lock of the key's slot (plus one with an overall quota).
+/// Updates copy the table of indexes: `O(keys)` each, so load many changes at once with
+/// [`replace_keys`](Self::replace_keys).
 ///
 /// # Thread safety
 /// `Send + Sync` when `K` is. Checks run in parallel and never wait for an update; checks on one
 /// key (or on unknown keys, or any check while an overall quota is set) serialize on that
-/// bucket's mutex for a few dozen instructions. Updates serialize among themselves.
+/// bucket's lock for a few dozen instructions. Updates serialize among themselves, and each one
+/// that changes the key set waits for the checks still reading the previous table.
 pub struct Limiter<K, C = MonotonicClock> {
-    table: ArcSwap<Table<K>>,
+    table: ArcSwap<Table>,
+    /// Keyed buckets, by slot index. A slot outlives every table that names it (module docs).
+    slots: Arena<Slot<K>>,
+    /// Interned quotas of keyed buckets, by quota id.
+    quotas: Arena<QuotaCell>,
+    /// Seeded per limiter (foldhash): keys come from clients.
+    hasher: DefaultHashBuilder,
     best_effort: Bucket,
     overall: Bucket,
-    /// Whether the overall bucket limits anything: lets checks skip its mutex when it does not.
+    /// Whether the overall bucket limits anything: lets checks skip its lock when it does not.
     overall_limited: AtomicBool,
-    /// Serializes updates so that none is lost between loading and swapping the table.
-    updates: Mutex<()>,
+    /// Serializes updates and holds their bookkeeping.
+    writer: Mutex<Writer>,
     clock: C,
+}
+
+/// What only updates touch: slot and quota-id allocation.
+#[derive(Default)]
+struct Writer {
+    /// Slots `[0, next_slot)` have been handed out and hold a key (live, or stale if freed).
+    next_slot: u32,
+    /// Slots no published table names any more, to reuse.
+    free_slots: Vec<u32>,
+    /// Id of each interned quota.
+    quota_ids: HashMap<Quota, u32>,
+    /// Per quota id: the quota and how many slots refer to it (0: free).
+    quota_refs: Vec<(Quota, u32)>,
+    /// Quota ids no slot refers to, to reuse.
+    free_quotas: Vec<u32>,
+}
+
+impl Writer {
+    /// A slot no table names, and whether it holds a (stale) key.
+    fn alloc_slot<K>(&mut self, slots: &Arena<Slot<K>>) -> Result<u32, LimiterError> {
+        if let Some(id) = self.free_slots.pop() {
+            return Ok(id);
+        }
+        let id = self.next_slot;
+        // u32::MAX stays unused so that `next_slot` counts every slot without overflowing.
+        if id == u32::MAX {
+            return Err(LimiterError::TooManyKeys);
+        }
+        slots.get_or_alloc(id).ok_or(LimiterError::TooManyKeys)?;
+        self.next_slot = id + 1;
+        Ok(id)
+    }
+
+    /// Whether slot `id` held a key before [`alloc_slot`](Self::alloc_slot) returned it.
+    fn had_key(&self, id: u32, fresh_from: u32) -> bool {
+        id < fresh_from
+    }
+
+    /// The id of `quota`, interned with one more reference.
+    fn intern(&mut self, quotas: &Arena<QuotaCell>, quota: Quota) -> Result<u32, LimiterError> {
+        if let Some(&id) = self.quota_ids.get(&quota) {
+            self.quota_refs[id as usize].1 += 1;
+            return Ok(id);
+        }
+        let id = match self.free_quotas.pop() {
+            Some(id) => {
+                self.quota_refs[id as usize] = (quota, 1);
+                id
+            }
+            None => {
+                let id =
+                    u32::try_from(self.quota_refs.len()).map_err(|_| LimiterError::TooManyKeys)?;
+                self.quota_refs.push((quota, 1));
+                id
+            }
+        };
+        let Some(cell) = quotas.get_or_alloc(id) else {
+            self.release(id);
+            return Err(LimiterError::TooManyKeys);
+        };
+        // SAFETY: the id was free, so no slot refers to it yet; slots that will are written after
+        // this, under their lock (see `slots` module rules).
+        unsafe { cell.set(quota) };
+        self.quota_ids.insert(quota, id);
+        Ok(id)
+    }
+
+    /// Drops one reference to quota `id`, freeing it at zero.
+    fn release(&mut self, id: u32) {
+        let (quota, refs) = &mut self.quota_refs[id as usize];
+        *refs -= 1;
+        if *refs == 0 {
+            self.quota_ids.remove(quota);
+            self.free_quotas.push(id);
+        }
+    }
+
+    /// The quota with id `id`.
+    fn quota(&self, id: u32) -> Quota {
+        self.quota_refs[id as usize].0
+    }
 }
 
 impl<K: Hash + Eq> Limiter<K> {
@@ -180,15 +291,19 @@ impl<K: Hash + Eq> Limiter<K> {
 
 impl<K: Hash + Eq, C: Clock> Limiter<K, C> {
     /// Like [`new`](Limiter::new), on `clock` (a [`ManualClock`](crate::clock::ManualClock) in
-    /// tests; `Arc<ManualClock>` to keep a handle that advances it).
+    /// tests; `Arc<ManualClock>` to keep a handle that advances it). The best-effort bucket
+    /// starts full as of the clock's reading now.
     pub fn with_clock(best_effort: Quota, clock: C) -> Self {
         let now = clock.now_nanos();
         Self {
             table: ArcSwap::from_pointee(Table::new()),
+            slots: Arena::new(),
+            quotas: Arena::new(),
+            hasher: DefaultHashBuilder::default(),
             best_effort: Bucket::full(best_effort, now),
             overall: Bucket::full(Quota::UNLIMITED, now),
             overall_limited: AtomicBool::new(false),
-            updates: Mutex::new(()),
+            writer: Mutex::new(Writer::default()),
             clock,
         }
     }
@@ -212,27 +327,64 @@ impl<K: Hash + Eq, C: Clock> Limiter<K, C> {
     ///
     /// # Performance
     /// Never blocks on an update; see [`Limiter`].
+    #[inline]
     pub fn check<Q>(&self, key: &Q, cost: u64) -> Decision
     where
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
     {
         // Read the clock before touching any shared state: a slow clock then delays no one.
-        let now = self.clock.now_nanos();
+        self.check_at(key, cost, self.clock.now_nanos())
+    }
+
+    /// [`check`](Self::check) at clock reading `now`.
+    ///
+    /// ```
+    /// use keepcount_limits::clock::ManualClock;
+    /// use keepcount_limits::limiter::{Decision, Limit, Limiter, Quota};
+    /// use std::time::Duration;
+    ///
+    /// // Two a second, bursts of one; the clock only stamps the start (0).
+    /// let quota = Quota::new(Some(Limit::per_second(2, 1)), None);
+    /// let limiter: Limiter<u8, _> = Limiter::with_clock(quota, ManualClock::new());
+    /// assert_eq!(limiter.check_at(&1, 1, 1_000), Decision::Allowed);
+    /// assert_eq!(
+    ///     limiter.check_at(&1, 1, 1_000).retry_after(),
+    ///     Some(Duration::from_millis(500))
+    /// );
+    /// assert_eq!(limiter.check_at(&1, 1, 500_001_000), Decision::Allowed);
+    /// ```
+    pub fn check_at<Q>(&self, key: &Q, cost: u64, now: u64) -> Decision
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        // Held to the end: the slot found through it is not reused while the guard lives.
         let table = self.table.load();
-        let bucket = table.get(key).map_or(&self.best_effort, |own| own);
         let costs = [1, cost];
-        let mut own = bucket.lock();
-        // Relaxed: the flag is only a hint to skip the overall mutex. Whatever it reads, the
-        // overall bucket's quota is read under that mutex, and an overall bucket that limits
-        // nothing (flag false) admits everything, so a stale flag only moves this check to just
-        // before or just after a concurrent `set_overall`, never breaks a quota.
-        let wait = if self.overall_limited.load(Ordering::Relaxed) {
-            // Lock order is always own bucket, then overall: no deadlock.
-            let mut overall = self.overall.lock();
-            admit(&mut own, Some(&mut overall), now, costs)
-        } else {
-            admit(&mut own, None, now, costs)
+        let slot = self
+            .find(&table, self.hasher.hash_one(key), key)
+            .and_then(|id| self.slots.get(id));
+        let wait = match slot {
+            Some(slot) => {
+                let mut guard = slot.lock();
+                let (mut state, quota_id) = guard.read();
+                // SAFETY: we hold the lock of a slot referring to `quota_id`. Ids are interned
+                // before any slot refers to them, so the cell always exists; DENY_ALL only keeps
+                // this panic-free.
+                let quota = self
+                    .quotas
+                    .get(quota_id)
+                    .map_or(Quota::DENY_ALL, |cell| unsafe { cell.get() });
+                let wait = self.admit_with_overall((&mut state, &quota), now, costs);
+                guard.write(state, quota_id);
+                wait
+            }
+            None => {
+                let mut best_effort = self.best_effort.lock();
+                let Owned { quota, state } = &mut *best_effort;
+                self.admit_with_overall((state, quota), now, costs)
+            }
         };
         wait.decision()
     }
@@ -271,44 +423,103 @@ impl<K: Hash + Eq, C: Clock> Limiter<K, C> {
     /// ```
     ///
     /// # Errors
-    /// [`LimiterError::DuplicateKey`] if `entries` names a key twice; the limiter is unchanged.
+    /// [`LimiterError::DuplicateKey`] if `entries` names a key twice,
+    /// [`LimiterError::TooManyKeys`] beyond `u32::MAX − 1` keys; the limiter is then unchanged.
     ///
     /// # Performance
     /// `O(keys)`; checks proceed meanwhile, on the old table until the new one is swapped in.
-    /// Returns once no check still reads the old table, which it then frees.
+    /// Returns once no check still reads the old table; only then are the slots of removed keys
+    /// reused.
     pub fn replace_keys<I>(&self, entries: I) -> Result<(), LimiterError>
     where
         I: IntoIterator<Item = (K, Quota)>,
     {
-        let _updates = self.updates.lock();
-        let now = self.clock.now_nanos();
+        self.replace_keys_at(entries, self.clock.now_nanos())
+    }
+
+    /// [`replace_keys`](Self::replace_keys) at clock reading `now`.
+    pub fn replace_keys_at<I>(&self, entries: I, now: u64) -> Result<(), LimiterError>
+    where
+        I: IntoIterator<Item = (K, Quota)>,
+    {
+        let mut writer = self.writer.lock();
+        let writer = &mut *writer;
+        let fresh_from = writer.next_slot;
         let current = self.table.load_full();
         let entries = entries.into_iter();
         let mut next = Table::with_capacity(entries.size_hint().0);
+        // (slot, quota) of keys that stay and of keys that arrive.
         let mut kept = Vec::new();
-        for (key, quota) in entries {
-            let Entry::Vacant(slot) = next.entry(key) else {
-                return Err(LimiterError::DuplicateKey);
-            };
-            let bucket = match current.get(slot.key()) {
-                Some(bucket) => {
-                    kept.push((Arc::clone(bucket), quota));
-                    Arc::clone(bucket)
+        let mut fresh = Vec::new();
+        let built = (|| {
+            for (key, quota) in entries {
+                let hash = self.hasher.hash_one(&key);
+                if self.find(&next, hash, &key).is_some() {
+                    return Err(LimiterError::DuplicateKey);
                 }
-                None => Arc::new(Bucket::full(quota, now)),
-            };
-            slot.insert(bucket);
-        }
-        // Only now, with the whole list accepted, change the buckets that stay. Checks on the old
-        // table see the new quotas too: both tables point at the same buckets.
-        for (bucket, quota) in kept {
-            let mut state = bucket.lock();
-            if state.quota() != quota {
-                state.set_quota(quota, now);
+                let id = match self.find(&current, hash, &key) {
+                    Some(id) => {
+                        kept.push((id, quota));
+                        id
+                    }
+                    None => {
+                        let id = writer.alloc_slot(&self.slots)?;
+                        fresh.push((id, quota));
+                        if let Some(slot) = self.slots.get(id) {
+                            // SAFETY: a slot just allocated is named by no published table, and
+                            // it held a key exactly if it was handed out before this update.
+                            unsafe { slot.set_key(key, writer.had_key(id, fresh_from)) };
+                        }
+                        id
+                    }
+                };
+                next.insert_unique(hash, id, |&id| self.hash_slot(id));
+            }
+            Ok(())
+        })();
+        // Intern every quota before changing anything, so a failure leaves the limiter as it was.
+        let interned = built.and_then(|()| {
+            let mut ids = Vec::with_capacity(kept.len() + fresh.len());
+            for &(_, quota) in kept.iter().chain(&fresh) {
+                match writer.intern(&self.quotas, quota) {
+                    Ok(id) => ids.push(id),
+                    Err(err) => {
+                        ids.into_iter().for_each(|id| writer.release(id));
+                        return Err(err);
+                    }
+                }
+            }
+            Ok(ids)
+        });
+        let quota_ids = match interned {
+            Ok(ids) => ids,
+            Err(err) => {
+                // The new slots hold keys now, but no table names them: free for reuse.
+                writer.free_slots.extend(fresh.iter().map(|&(id, _)| id));
+                return Err(err);
+            }
+        };
+        let (kept_ids, fresh_ids) = quota_ids.split_at(kept.len());
+        for (&(id, quota), &quota_id) in fresh.iter().zip(fresh_ids) {
+            if let Some(slot) = self.slots.get(id) {
+                slot.lock().write(State::full(&quota, now), quota_id);
             }
         }
+        // Checks on the old table see the stayers' new quotas too: both tables name the same slots.
+        let mut stays = vec![false; writer.next_slot as usize];
+        for (&(id, quota), &quota_id) in kept.iter().zip(kept_ids) {
+            stays[id as usize] = true;
+            let old = self.update_slot(writer, id, quota, quota_id, now);
+            writer.release(old);
+        }
+        let removed: Vec<u32> = current
+            .iter()
+            .copied()
+            .filter(|&id| !stays[id as usize])
+            .collect();
         drop(current);
         self.publish(next);
+        self.free_slots(writer, removed);
         Ok(())
     }
 
@@ -332,18 +543,34 @@ impl<K: Hash + Eq, C: Clock> Limiter<K, C> {
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
     {
-        let _updates = self.updates.lock();
-        let now = self.clock.now_nanos();
+        self.set_quota_at(key, quota, self.clock.now_nanos())
+    }
+
+    /// [`set_quota`](Self::set_quota) at clock reading `now`.
+    pub fn set_quota_at<Q>(&self, key: &Q, quota: Quota, now: u64) -> Result<(), LimiterError>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        let mut writer = self.writer.lock();
         let table = self.table.load();
-        let bucket = table.get(key).ok_or(LimiterError::UnknownKey)?;
-        bucket.lock().set_quota(quota, now);
+        let id = self
+            .find(&table, self.hasher.hash_one(key), key)
+            .ok_or(LimiterError::UnknownKey)?;
+        let quota_id = writer.intern(&self.quotas, quota)?;
+        let old = self.update_slot(&writer, id, quota, quota_id, now);
+        writer.release(old);
         Ok(())
     }
 
     /// Changes the best-effort quota in place, keeping its tokens (capped to the new burst).
     pub fn set_best_effort(&self, quota: Quota) {
-        let _updates = self.updates.lock();
-        let now = self.clock.now_nanos();
+        self.set_best_effort_at(quota, self.clock.now_nanos());
+    }
+
+    /// [`set_best_effort`](Self::set_best_effort) at clock reading `now`.
+    pub fn set_best_effort_at(&self, quota: Quota, now: u64) {
+        let _writer = self.writer.lock();
         self.best_effort.lock().set_quota(quota, now);
     }
 
@@ -360,11 +587,18 @@ impl<K: Hash + Eq, C: Clock> Limiter<K, C> {
     /// assert!(!limiter.check_one(&3).is_allowed());
     /// ```
     pub fn set_overall(&self, quota: Option<Quota>) {
-        let _updates = self.updates.lock();
-        let now = self.clock.now_nanos();
+        self.set_overall_at(quota, self.clock.now_nanos());
+    }
+
+    /// [`set_overall`](Self::set_overall) at clock reading `now`.
+    pub fn set_overall_at(&self, quota: Option<Quota>, now: u64) {
+        let _writer = self.writer.lock();
         let quota = quota.unwrap_or(Quota::UNLIMITED);
         self.overall.lock().set_quota(quota, now);
-        // Relaxed: see `check`; the bucket, not the flag, carries the quota.
+        // Relaxed: the flag is only a hint to skip the overall lock. Whatever a check reads, the
+        // overall quota is read under that lock, and an overall bucket that limits nothing (flag
+        // false) admits everything, so a stale flag only moves the check to just before or just
+        // after this update, never breaks a quota.
         self.overall_limited
             .store(quota.is_limited(), Ordering::Relaxed);
     }
@@ -375,20 +609,24 @@ impl<K: Hash + Eq, C: Clock> Limiter<K, C> {
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
     {
-        self.table
-            .load()
-            .get(key)
-            .map(|bucket| bucket.lock().quota())
+        let table = self.table.load();
+        let slot = self
+            .slots
+            .get(self.find(&table, self.hasher.hash_one(key), key)?)?;
+        let guard = slot.lock();
+        let (_, quota_id) = guard.read();
+        // SAFETY: we hold the lock of a slot referring to `quota_id`.
+        self.quotas.get(quota_id).map(|cell| unsafe { cell.get() })
     }
 
     /// The best-effort quota.
     pub fn best_effort(&self) -> Quota {
-        self.best_effort.lock().quota()
+        self.best_effort.lock().quota
     }
 
     /// The overall quota, if any.
     pub fn overall(&self) -> Option<Quota> {
-        Some(self.overall.lock().quota()).filter(Quota::is_limited)
+        Some(self.overall.lock().quota).filter(Quota::is_limited)
     }
 
     /// How many keys the table holds.
@@ -401,13 +639,157 @@ impl<K: Hash + Eq, C: Clock> Limiter<K, C> {
         self.len() == 0
     }
 
-    /// Publishes `next` as the table and frees the previous one once no check reads it.
-    fn publish(&self, next: Table<K>) {
+    /// Adds `key` with a full bucket of `quota`, or changes its quota in place (keeping its
+    /// tokens, capped) if it is already in the table.
+    ///
+    /// # Errors
+    /// [`LimiterError::TooManyKeys`] beyond `u32::MAX − 1` keys.
+    ///
+    /// # Performance
+    /// Adding copies the table of indexes, `O(keys)`: add many keys with one
+    /// [`replace_keys`](Self::replace_keys).
+    pub fn insert(&self, key: K, quota: Quota) -> Result<(), LimiterError> {
+        self.insert_at(key, quota, self.clock.now_nanos())
+    }
+
+    /// [`insert`](Self::insert) at clock reading `now`.
+    pub fn insert_at(&self, key: K, quota: Quota, now: u64) -> Result<(), LimiterError> {
+        let mut writer = self.writer.lock();
+        let writer = &mut *writer;
+        let current = self.table.load_full();
+        let hash = self.hasher.hash_one(&key);
+        let quota_id = writer.intern(&self.quotas, quota)?;
+        if let Some(id) = self.find(&current, hash, &key) {
+            let old = self.update_slot(writer, id, quota, quota_id, now);
+            writer.release(old);
+            return Ok(());
+        }
+        let fresh_from = writer.next_slot;
+        let id = match writer.alloc_slot(&self.slots) {
+            Ok(id) => id,
+            Err(err) => {
+                writer.release(quota_id);
+                return Err(err);
+            }
+        };
+        if let Some(slot) = self.slots.get(id) {
+            // SAFETY: a slot just allocated is named by no published table; it held a key exactly
+            // if it was handed out before this update.
+            unsafe { slot.set_key(key, writer.had_key(id, fresh_from)) };
+            slot.lock().write(State::full(&quota, now), quota_id);
+        }
+        let mut next = Table::clone(&current);
+        drop(current);
+        next.insert_unique(hash, id, |&id| self.hash_slot(id));
+        self.publish(next);
+        Ok(())
+    }
+
+    /// Removes `key` from the table: it falls to the best-effort bucket, and its slot is reused
+    /// (reset to full) once no check can reach it.
+    ///
+    /// # Errors
+    /// [`LimiterError::UnknownKey`] if `key` is not in the table.
+    ///
+    /// # Performance
+    /// Copies the table of indexes, `O(keys)`.
+    pub fn remove<Q>(&self, key: &Q) -> Result<(), LimiterError>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        let mut writer = self.writer.lock();
+        let current = self.table.load_full();
+        let hash = self.hasher.hash_one(key);
+        let id = self
+            .find(&current, hash, key)
+            .ok_or(LimiterError::UnknownKey)?;
+        let mut next = Table::clone(&current);
+        drop(current);
+        if let Ok(entry) = next.find_entry(hash, |&other| other == id) {
+            entry.remove();
+        }
+        self.publish(next);
+        self.free_slots(&mut writer, vec![id]);
+        Ok(())
+    }
+
+    /// The slot index of `key` in `table`.
+    #[inline]
+    fn find<Q>(&self, table: &Table, hash: u64, key: &Q) -> Option<u32>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        table
+            .find(hash, |&id| {
+                self.slots.get(id).is_some_and(|slot| {
+                    // SAFETY: every index in a table (published, or being built by the writer,
+                    // which wrote its key first) names a slot whose key is written and stays
+                    // unchanged while a table naming it can be read.
+                    unsafe { slot.key() }.borrow() == key
+                })
+            })
+            .copied()
+    }
+
+    /// The hash of slot `id`'s key, for the table to grow by. Writer only.
+    fn hash_slot(&self, id: u32) -> u64 {
+        self.slots.get(id).map_or(0, |slot| {
+            // SAFETY: only called on indexes already in a table: see `find`.
+            self.hasher.hash_one(unsafe { slot.key() })
+        })
+    }
+
+    /// Puts `quota` (interned as `quota_id`) in force on slot `id` as of `now`; returns the id of
+    /// the quota it had, for the caller to release.
+    fn update_slot(&self, writer: &Writer, id: u32, quota: Quota, quota_id: u32, now: u64) -> u32 {
+        let Some(slot) = self.slots.get(id) else {
+            return quota_id;
+        };
+        let mut guard = slot.lock();
+        let (mut state, old) = guard.read();
+        if old != quota_id {
+            state.set_quota(&writer.quota(old), &quota, now);
+            guard.write(state, quota_id);
+        }
+        old
+    }
+
+    /// Releases the quotas of slots no table names any more and queues them for reuse. Called
+    /// after [`publish`](Self::publish), so no check can still reach them.
+    fn free_slots(&self, writer: &mut Writer, removed: Vec<u32>) {
+        for id in removed {
+            if let Some(slot) = self.slots.get(id) {
+                let (_, quota_id) = slot.lock().read();
+                writer.release(quota_id);
+                writer.free_slots.push(id);
+            }
+        }
+    }
+
+    /// Admits `costs` against `own` and the overall bucket if it limits anything.
+    #[inline]
+    fn admit_with_overall(&self, own: Governed<'_>, now: u64, costs: [u64; 2]) -> Wait {
+        // Relaxed: see `set_overall_at`.
+        if self.overall_limited.load(Ordering::Relaxed) {
+            // Lock order is always own bucket, then overall: no deadlock.
+            let mut overall = self.overall.lock();
+            let Owned { quota, state } = &mut *overall;
+            admit(own, Some((state, quota)), now, costs)
+        } else {
+            admit(own, None, now, costs)
+        }
+    }
+
+    /// Publishes `next` as the table and returns once no check reads the previous one.
+    fn publish(&self, next: Table) {
         let mut old = self.table.swap(Arc::new(next));
         // `swap` has turned every check's borrowed snapshot of the old table into a counted
         // reference, so the old table is ours alone once the count drops to one: the checks that
         // still hold it finish within a lookup and a bucket update. Waiting here, not dropping a
-        // reference, keeps the freeing of a large table off the checks' path.
+        // reference, keeps the freeing of a large table off the checks' path, and tells the
+        // caller when the slots only the old table named can be reused.
         loop {
             match Arc::try_unwrap(old) {
                 Ok(table) => return drop(table),
@@ -420,49 +802,12 @@ impl<K: Hash + Eq, C: Clock> Limiter<K, C> {
     }
 }
 
-impl<K: Hash + Eq + Clone, C: Clock> Limiter<K, C> {
-    /// Adds `key` with a full bucket of `quota`, or changes its quota in place (keeping its
-    /// tokens, capped) if it is already in the table.
-    ///
-    /// # Performance
-    /// Adding copies the table, `O(keys)`: add many keys with one
-    /// [`replace_keys`](Self::replace_keys).
-    pub fn insert(&self, key: K, quota: Quota) {
-        let _updates = self.updates.lock();
-        let now = self.clock.now_nanos();
-        let current = self.table.load_full();
-        if let Some(bucket) = current.get(&key) {
-            bucket.lock().set_quota(quota, now);
-            return;
+impl<K, C> Drop for Limiter<K, C> {
+    fn drop(&mut self) {
+        let handed_out = self.writer.get_mut().next_slot as usize;
+        for slot in self.slots.entries_mut().take(handed_out) {
+            // SAFETY: slots `[0, next_slot)` hold a key, and `&mut self` means no check runs.
+            unsafe { slot.drop_key() };
         }
-        let mut next = Table::clone(&current);
-        drop(current);
-        next.insert(key, Arc::new(Bucket::full(quota, now)));
-        self.publish(next);
-    }
-
-    /// Removes `key` from the table: it falls to the best-effort bucket and its own bucket is
-    /// dropped.
-    ///
-    /// # Errors
-    /// [`LimiterError::UnknownKey`] if `key` is not in the table.
-    ///
-    /// # Performance
-    /// Copies the table, `O(keys)`.
-    pub fn remove<Q>(&self, key: &Q) -> Result<(), LimiterError>
-    where
-        K: Borrow<Q>,
-        Q: Hash + Eq + ?Sized,
-    {
-        let _updates = self.updates.lock();
-        let current = self.table.load_full();
-        if !current.contains_key(key) {
-            return Err(LimiterError::UnknownKey);
-        }
-        let mut next = Table::clone(&current);
-        drop(current);
-        next.remove(key);
-        self.publish(next);
-        Ok(())
     }
 }

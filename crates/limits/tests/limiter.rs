@@ -260,10 +260,10 @@ fn updates_to_unknown_keys_are_errors() {
 #[test]
 fn insert_and_remove_one_key() {
     let (_, limiter) = manual(Quota::DENY_ALL);
-    limiter.insert("k", requests(0, 3));
+    limiter.insert("k", requests(0, 3)).unwrap();
     assert_eq!(limiter.check_one("k"), Decision::Allowed);
     // Inserting a present key changes its quota in place.
-    limiter.insert("k", requests(0, 1));
+    limiter.insert("k", requests(0, 1)).unwrap();
     assert_eq!(drain(&limiter, "k"), 1);
     limiter.remove("k").unwrap();
     assert!(limiter.is_empty());
@@ -291,7 +291,7 @@ fn grows_to_a_hundred_thousand_keys() {
     assert_eq!(limiter.check_one(&KEYS), Decision::Allowed);
     // One at a time too (each insert copies the table, so only a few).
     for key in KEYS * 3 / 2..KEYS * 3 / 2 + 20 {
-        limiter.insert(key, requests(0, 1));
+        limiter.insert(key, requests(0, 1)).unwrap();
     }
     assert_eq!(limiter.len(), (KEYS + 20) as usize);
     assert_eq!(limiter.check_one(&(KEYS * 3 / 2)), Decision::Allowed);
@@ -463,4 +463,137 @@ fn table_replacement_under_load_keeps_state_and_gives_no_extra_tokens() {
     // "toggled" was added REPLACEMENTS / 2 times after the first, each time with 3 tokens.
     assert!(toggled <= 3 * (1 + REPLACEMENTS / 2), "{toggled}");
     assert_eq!(limiter.len(), 3);
+}
+
+#[test]
+fn a_reused_slot_starts_full_and_keeps_nothing_of_its_last_key() {
+    let (_, limiter) = manual(Quota::DENY_ALL);
+    limiter.insert("old", requests(0, 2)).unwrap();
+    assert_eq!(drain(&limiter, "old"), 2);
+    limiter.remove("old").unwrap();
+    // "new" takes the slot "old" left, with a burst of 5, full.
+    limiter.insert("new", requests(0, 5)).unwrap();
+    assert_eq!(drain(&limiter, "new"), 5);
+    assert_eq!(drain(&limiter, "old"), 0);
+    assert_eq!(limiter.quota("old"), None);
+    // And through a whole-table replacement.
+    limiter.replace_keys([("third", requests(0, 4))]).unwrap();
+    assert_eq!(drain(&limiter, "third"), 4);
+    assert_eq!(drain(&limiter, "new"), 0);
+    assert_eq!(limiter.len(), 1);
+}
+
+#[test]
+fn a_failed_replacement_leaves_keys_and_slots_as_they_were() {
+    let (_, limiter) = manual(Quota::DENY_ALL);
+    limiter.replace_keys([("a", requests(0, 3))]).unwrap();
+    assert_eq!(limiter.check_one("a"), Decision::Allowed);
+    let err = limiter.replace_keys([
+        ("b", requests(0, 1)),
+        ("c", requests(0, 1)),
+        ("b", requests(0, 1)),
+    ]);
+    assert_eq!(err, Err(LimiterError::DuplicateKey));
+    assert_eq!(drain(&limiter, "a"), 2);
+    assert_eq!(drain(&limiter, "b"), 0);
+    // The slots tried for "b" and "c" are reused cleanly.
+    limiter
+        .replace_keys([("c", requests(0, 2)), ("b", requests(0, 1))])
+        .unwrap();
+    assert_eq!(drain(&limiter, "c"), 2);
+    assert_eq!(drain(&limiter, "b"), 1);
+}
+
+#[test]
+fn at_methods_take_the_reading_from_the_caller() {
+    // The clock stays at 0 throughout: every reading below comes from the arguments.
+    let (_, limiter) = manual::<u32>(requests(1, 1));
+    let sec = 1_000_000_000;
+    limiter.replace_keys_at([(1, requests(1, 1))], 0).unwrap();
+    assert_eq!(limiter.check_at(&1, 1, 0), Decision::Allowed);
+    assert_eq!(limiter.check_at(&1, 1, sec / 4), refused(750 * MS));
+    assert_eq!(limiter.check_at(&1, 1, sec), Decision::Allowed);
+    // Refilled to `sec` at the old rate, then converted: empty, now at 2 a second.
+    limiter.set_quota_at(&1, requests(2, 1), sec).unwrap();
+    assert_eq!(limiter.check_at(&1, 1, sec), refused(500 * MS));
+    limiter.insert_at(2, requests(0, 1), sec).unwrap();
+    assert_eq!(limiter.check_at(&2, 1, 0), Decision::Allowed);
+    limiter.set_overall_at(Some(requests(1, 1)), 2 * sec);
+    assert_eq!(limiter.check_at(&7, 1, 2 * sec), Decision::Allowed);
+    assert_eq!(
+        limiter.check_at(&1, 1, 2 * sec),
+        refused(Duration::from_secs(1))
+    );
+    limiter.set_best_effort_at(requests(1, 3), 3 * sec);
+    assert_eq!(limiter.best_effort(), requests(1, 3));
+}
+
+#[test]
+fn quotas_shared_by_many_keys_are_reported_per_key() {
+    let (_, limiter) = manual::<u32>(Quota::DENY_ALL);
+    limiter
+        .replace_keys((0..1000).map(|k| (k, requests(u64::from(k % 3), 7))))
+        .unwrap();
+    limiter.set_quota(&5, requests(9, 9)).unwrap();
+    assert_eq!(limiter.quota(&4), Some(requests(1, 7)));
+    assert_eq!(limiter.quota(&5), Some(requests(9, 9)));
+    assert_eq!(limiter.quota(&6), Some(requests(0, 7)));
+    limiter.replace_keys([(5, requests(1, 7))]).unwrap();
+    assert_eq!(limiter.quota(&5), Some(requests(1, 7)));
+    assert_eq!(limiter.quota(&4), None);
+}
+
+/// Keys rotate through the table while threads check them, so slots freed by one key are reused
+/// by another while checks on older tables may still be running. With no refill, each time a key
+/// is added it brings exactly one token: a key can never be admitted more often than it was
+/// added, which a slot reused too early (a check on an old table taking a newcomer's token) would
+/// break.
+#[test]
+fn slots_are_reused_only_after_checks_on_old_tables_finish() {
+    const THREADS: usize = 2;
+    const KEYS: u32 = 64;
+    const ROUNDS: u32 = 3_000;
+    let (_, limiter) = manual::<u32>(Quota::DENY_ALL);
+    let added: Vec<AtomicU64> = (0..KEYS).map(|_| AtomicU64::new(0)).collect();
+    let window = |round: u32| (0..KEYS / 2).map(move |i| ((round + i) % KEYS, requests(0, 1)));
+    for (key, _) in window(0) {
+        added[key as usize].fetch_add(1, Ordering::Relaxed);
+    }
+    limiter.replace_keys(window(0)).unwrap();
+    let stop = AtomicBool::new(false);
+    let admitted: Vec<Vec<u64>> = thread::scope(|scope| {
+        let workers: Vec<_> = (0..THREADS)
+            .map(|t| {
+                let (limiter, stop) = (&limiter, &stop);
+                scope.spawn(move || {
+                    let mut mine = vec![0u64; KEYS as usize];
+                    let mut key = t as u32;
+                    while !stop.load(Ordering::Relaxed) {
+                        key = (key * 29 + 7) % KEYS;
+                        mine[key as usize] += u64::from(limiter.check_one(&key).is_allowed());
+                    }
+                    mine
+                })
+            })
+            .collect();
+        for round in 1..ROUNDS {
+            let previous: Vec<u32> = window(round - 1).map(|(k, _)| k).collect();
+            for (key, _) in window(round) {
+                if !previous.contains(&key) {
+                    added[key as usize].fetch_add(1, Ordering::Relaxed);
+                }
+            }
+            limiter.replace_keys(window(round)).unwrap();
+        }
+        stop.store(true, Ordering::Relaxed);
+        workers.into_iter().map(|w| w.join().unwrap()).collect()
+    });
+    for key in 0..KEYS as usize {
+        let total: u64 = admitted.iter().map(|mine| mine[key]).sum();
+        let added = added[key].load(Ordering::Relaxed);
+        assert!(
+            total <= added,
+            "key {key}: admitted {total}, added {added} times"
+        );
+    }
 }

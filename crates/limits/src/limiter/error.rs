@@ -27,6 +27,8 @@ pub enum LimiterError {
     UnknownKey,
     /// A new key table named the same key twice, so its quota would be ambiguous.
     DuplicateKey,
+    /// The table would hold more than `u32::MAX − 1` keys (slots are numbered by `u32`).
+    TooManyKeys,
 }
 
 impl LimiterError {
@@ -43,6 +45,7 @@ impl LimiterError {
             Self::PeriodTooLong => "ERR_LIMITER_PERIOD_TOO_LONG",
             Self::UnknownKey => "ERR_LIMITER_UNKNOWN_KEY",
             Self::DuplicateKey => "ERR_LIMITER_DUPLICATE_KEY",
+            Self::TooManyKeys => "ERR_LIMITER_TOO_MANY_KEYS",
         }
     }
 }
@@ -54,6 +57,7 @@ impl fmt::Display for LimiterError {
             Self::PeriodTooLong => "a limit's period must be at most u64::MAX nanoseconds",
             Self::UnknownKey => "the key is not in the limiter's table",
             Self::DuplicateKey => "the key table names the same key more than once",
+            Self::TooManyKeys => "the key table would hold more than u32::MAX - 1 keys",
         })
     }
 }
@@ -71,6 +75,7 @@ mod tests {
             LimiterError::PeriodTooLong,
             LimiterError::UnknownKey,
             LimiterError::DuplicateKey,
+            LimiterError::TooManyKeys,
         ];
         for (i, a) in all.iter().enumerate() {
             for b in &all[i + 1..] {

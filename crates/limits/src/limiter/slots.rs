@@ -1,0 +1,266 @@
+//! Where keyed buckets and interned quotas live: arenas of chunks that never move, so a check
+//! holding a slot index from any published key table reaches its bucket with no pointer of its
+//! own to follow and no reference count to touch.
+//!
+//! A [`Slot`] is a key, a one-byte lock and a packed bucket state (56 bytes for a `u64` key).
+//! Keeping the key in the slot lets the table be a `HashTable<u32>` of bare indexes (5 bytes a
+//! bucket with its control byte), small enough to stay in the last-level cache for a million keys
+//! where a map holding keys inline (governor's, 17 bytes a bucket) does not: a check then misses
+//! the cache about once, on the slot, whose key comparison and bucket update share its lines.
+//!
+//! # Reuse rules (upheld by [`Limiter`](super::Limiter)'s writer, relied on here)
+//! - A slot's key is written only while no published table refers to the slot (a new slot, or
+//!   one freed after the last table naming it was retired), so readers read it without a lock.
+//! - A slot's state is read and written only under its lock.
+//! - A quota cell is written only while no slot refers to its id, and read only under the lock
+//!   of a slot that refers to it, so the lock orders every write before every read.
+
+use std::cell::UnsafeCell;
+use std::mem::MaybeUninit;
+use std::sync::OnceLock;
+
+use parking_lot::RawMutex;
+use parking_lot::lock_api::RawMutex as _;
+
+use super::bucket::State;
+use super::quota::Quota;
+
+/// Chunk `c` holds `2^(c + FIRST_CHUNK_BITS)` entries: 32 first, so a limiter with a handful of
+/// keys allocates 2 KB, and each later chunk doubles, so no chunk is ever more than half the
+/// arena and the waste is below half.
+const FIRST_CHUNK_BITS: u32 = 5;
+/// Enough chunks for every `u32` index: `32 × (2^28 − 1) ≥ 2^32`.
+const CHUNKS: usize = 28;
+
+/// An arena of `T`s addressed by `u32`, growing by doubling chunks that never move.
+///
+/// # Thread safety
+/// Chunks are published through `OnceLock` (release on init, acquire on read); what is inside
+/// each `T` is the `T`'s own business.
+pub(crate) struct Arena<T> {
+    chunks: [OnceLock<Box<[T]>>; CHUNKS],
+}
+
+/// `(chunk, offset)` of entry `id`.
+fn locate(id: u32) -> (usize, usize) {
+    // id + 32 has its top bit at position `FIRST_CHUNK_BITS + chunk`; below it is the offset.
+    let n = u64::from(id) + (1 << FIRST_CHUNK_BITS);
+    let top = 63 - n.leading_zeros();
+    ((top - FIRST_CHUNK_BITS) as usize, (n - (1 << top)) as usize)
+}
+
+impl<T> Arena<T> {
+    pub(crate) fn new() -> Self {
+        Self {
+            chunks: std::array::from_fn(|_| OnceLock::new()),
+        }
+    }
+
+    /// Entry `id`, if its chunk was allocated.
+    #[inline]
+    pub(crate) fn get(&self, id: u32) -> Option<&T> {
+        let (chunk, offset) = locate(id);
+        self.chunks.get(chunk)?.get()?.get(offset)
+    }
+
+    /// Iterates over the allocated chunks' entries, in index order, for `Drop`.
+    pub(crate) fn entries_mut(&mut self) -> impl Iterator<Item = &mut T> {
+        self.chunks
+            .iter_mut()
+            .filter_map(OnceLock::get_mut)
+            .flat_map(|chunk| chunk.iter_mut())
+    }
+}
+
+impl<T: Default> Arena<T> {
+    /// Entry `id`, allocating its chunk (default entries) if needed.
+    pub(crate) fn get_or_alloc(&self, id: u32) -> Option<&T> {
+        let (chunk, offset) = locate(id);
+        let len = 1usize << (chunk as u32 + FIRST_CHUNK_BITS);
+        self.chunks
+            .get(chunk)?
+            .get_or_init(|| (0..len).map(|_| T::default()).collect())
+            .get(offset)
+    }
+}
+
+/// One keyed bucket: its key, its lock and its state.
+pub(crate) struct Slot<K> {
+    lock: RawMutex,
+    state: UnsafeCell<Packed>,
+    key: UnsafeCell<MaybeUninit<K>>,
+}
+
+// SAFETY: the state is only touched under `lock`; the key is written only while no other thread
+// can reach the slot (module rules), and read through `&K` otherwise, hence `K: Sync`; it may be
+// dropped on another thread, hence `K: Send`.
+unsafe impl<K: Send + Sync> Sync for Slot<K> {}
+
+impl<K> Default for Slot<K> {
+    fn default() -> Self {
+        Self {
+            lock: RawMutex::INIT,
+            state: UnsafeCell::new(Packed::default()),
+            key: UnsafeCell::new(MaybeUninit::uninit()),
+        }
+    }
+}
+
+/// A bucket's [`State`] and quota id, packed to 44 bytes (the `u128`s at 4-byte alignment) so
+/// that, with the lock byte and an 8-byte key, a slot is 56 bytes rather than 80.
+#[derive(Clone, Copy, Default)]
+#[repr(C, packed(4))]
+struct Packed {
+    tokens: [u128; 2],
+    last: u64,
+    quota: u32,
+}
+
+impl<K> Slot<K> {
+    /// The slot's key.
+    ///
+    /// # Safety
+    /// The key must have been written ([`set_key`](Self::set_key)) and not be written
+    /// concurrently: true of any slot a published table refers to.
+    #[inline]
+    pub(crate) unsafe fn key(&self) -> &K {
+        // SAFETY: per the contract, initialized and not being written.
+        unsafe { (*self.key.get()).assume_init_ref() }
+    }
+
+    /// Writes the key, dropping the previous one if `had_key`.
+    ///
+    /// # Safety
+    /// No other thread may access the key meanwhile (no published table refers to the slot), and
+    /// `had_key` must say truly whether a key was written before.
+    pub(crate) unsafe fn set_key(&self, key: K, had_key: bool) {
+        // SAFETY: exclusive per the contract.
+        let cell = unsafe { &mut *self.key.get() };
+        if had_key {
+            // SAFETY: written before, per the contract.
+            unsafe { cell.assume_init_drop() };
+        }
+        cell.write(key);
+    }
+
+    /// Drops the key in place.
+    ///
+    /// # Safety
+    /// As [`set_key`](Self::set_key) with `had_key` true; the key must not be read afterwards.
+    pub(crate) unsafe fn drop_key(&mut self) {
+        // SAFETY: initialized per the contract, and `&mut self` is exclusive.
+        unsafe { self.key.get_mut().assume_init_drop() };
+    }
+
+    /// Takes the slot's lock: parks if another thread holds it (for a few dozen instructions).
+    #[inline]
+    pub(crate) fn lock(&self) -> SlotGuard<'_, K> {
+        self.lock.lock();
+        SlotGuard { slot: self }
+    }
+}
+
+/// Exclusive access to a slot's state; unlocks on drop.
+pub(crate) struct SlotGuard<'a, K> {
+    slot: &'a Slot<K>,
+}
+
+impl<K> SlotGuard<'_, K> {
+    /// The state and its quota id.
+    #[inline]
+    pub(crate) fn read(&self) -> (State, u32) {
+        // SAFETY: we hold the lock, so no one else reads or writes the state.
+        let packed = unsafe { *self.slot.state.get() };
+        let state = State {
+            tokens: packed.tokens,
+            last: packed.last,
+        };
+        (state, packed.quota)
+    }
+
+    /// Replaces the state and its quota id.
+    #[inline]
+    pub(crate) fn write(&mut self, state: State, quota: u32) {
+        // SAFETY: we hold the lock.
+        unsafe {
+            *self.slot.state.get() = Packed {
+                tokens: state.tokens,
+                last: state.last,
+                quota,
+            };
+        }
+    }
+}
+
+impl<K> Drop for SlotGuard<'_, K> {
+    #[inline]
+    fn drop(&mut self) {
+        // SAFETY: the guard exists only while this thread holds the lock.
+        unsafe { self.slot.lock.unlock() };
+    }
+}
+
+/// An interned quota.
+pub(crate) struct QuotaCell(UnsafeCell<Quota>);
+
+// SAFETY: written only while no slot refers to the id and read only under the lock of a slot
+// that does (module rules): the slot lock orders each write before every read.
+unsafe impl Sync for QuotaCell {}
+
+impl Default for QuotaCell {
+    fn default() -> Self {
+        Self(UnsafeCell::new(Quota::UNLIMITED))
+    }
+}
+
+impl QuotaCell {
+    /// The quota.
+    ///
+    /// # Safety
+    /// The caller holds the lock of a slot referring to this cell's id.
+    #[inline]
+    pub(crate) unsafe fn get(&self) -> Quota {
+        // SAFETY: per the contract, no write is concurrent.
+        unsafe { *self.0.get() }
+    }
+
+    /// Stores `quota`.
+    ///
+    /// # Safety
+    /// No slot refers to this cell's id.
+    pub(crate) unsafe fn set(&self, quota: Quota) {
+        // SAFETY: per the contract, no read is concurrent.
+        unsafe { *self.0.get() = quota };
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn chunks_double_from_thirty_two() {
+        assert_eq!(locate(0), (0, 0));
+        assert_eq!(locate(31), (0, 31));
+        assert_eq!(locate(32), (1, 0));
+        assert_eq!(locate(95), (1, 63));
+        assert_eq!(locate(96), (2, 0));
+        assert_eq!(locate(u32::MAX).0, CHUNKS - 1);
+    }
+
+    #[test]
+    fn entries_stay_put_while_the_arena_grows() {
+        let arena: Arena<u64> = Arena::new();
+        let first: *const u64 = arena.get_or_alloc(0).unwrap();
+        for id in 0..10_000 {
+            assert!(arena.get_or_alloc(id).is_some());
+        }
+        assert!(std::ptr::eq(first, arena.get(0).unwrap()));
+        assert!(arena.get(1 << 20).is_none());
+    }
+
+    #[test]
+    fn a_slot_for_a_u64_key_is_56_bytes() {
+        assert_eq!(size_of::<Slot<u64>>(), 56);
+    }
+}
