@@ -1,0 +1,155 @@
+// The two backends side by side, bypassing lib/: the same seed and operations must give the same
+// answers and byte-identical serialize(), and each must read the other's bytes. Loading the native
+// backend is required here in both runs: a missing binding fails this file instead of skipping it.
+import test from 'ava';
+import type { Backend, EstimatorCore, Key, RateCore } from '../lib/backend.js';
+import { backend as nativeBackend } from '../lib/native.js';
+import { fallbackBackend } from '../fallback/index.js';
+import { title } from './helpers.js';
+
+/** mulberry32: a small seeded PRNG, so a failure names the seed that reproduces it. */
+function prng(seed: number): () => number {
+  let a = seed >>> 0;
+  return () => {
+    a = (a + 0x6d2b79f5) >>> 0;
+    let t = a;
+    t = Math.imul(t ^ (t >>> 15), t | 1);
+    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
+    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
+  };
+}
+
+const CHARS = ['a', 'Z', '0', '.', ' ', 'é', '€', 'ß', '中', '😀', '\ud800', '\udfff', '\u0000'];
+
+function randomKey(random: () => number): Key {
+  const int = (n: number) => Math.floor(random() * n);
+  switch (int(6)) {
+    case 0:
+    case 1: {
+      // Up to 300 characters: past the binding's 256-byte stack buffer.
+      const length = int(8) === 0 ? int(300) : int(16);
+      return Array.from({ length }, () => CHARS[int(CHARS.length)]).join('');
+    }
+    case 2: {
+      const bytes = Uint8Array.from({ length: int(40) }, () => int(256));
+      // Sometimes a view at an offset into a larger buffer.
+      return int(2) === 0 ? bytes : Buffer.concat([Buffer.from([1, 2, 3]), bytes]).subarray(3);
+    }
+    case 3:
+      return [0, -0, 1, -1, Number.MAX_SAFE_INTEGER, Number.MIN_SAFE_INTEGER][int(6)]!;
+    case 4:
+      return Math.floor((random() - 0.5) * 2 * Number.MAX_SAFE_INTEGER);
+    default:
+      return [0n, -1n, 2n ** 63n - 1n, -(2n ** 63n), BigInt.asIntN(64, BigInt(int(2 ** 32)) << BigInt(int(33)))][
+        int(5)
+      ]!;
+  }
+}
+
+const randomSeed = (random: () => number): bigint =>
+  (BigInt(Math.floor(random() * 2 ** 32)) << 32n) | BigInt(Math.floor(random() * 2 ** 32));
+
+const pair = <T>(make: (b: Backend) => T): [T, T] => [make(nativeBackend), make(fallbackBackend)];
+
+function decode(b: Backend, bytes: Uint8Array): EstimatorCore {
+  const core = b.deserializeEstimator(bytes);
+  if (typeof core === 'string') throw new Error(`${b.name} refused valid bytes: ${core}`);
+  return core;
+}
+
+test(title('both backends agree on every estimate and serialize byte-identically'), (t) => {
+  for (let run = 1; run <= 40; run++) {
+    const random = prng(run);
+    const hashes = 1 + Math.floor(random() * 8);
+    const slots = 1 + Math.floor(random() * 2000);
+    const seed = randomSeed(random);
+    const [native, fallback] = pair((b) => new b.Estimator(hashes, slots, seed));
+    const keys = Array.from({ length: 50 }, () => randomKey(random));
+    for (let op = 0; op < 500; op++) {
+      const key = keys[Math.floor(random() * keys.length)]!;
+      if (random() < 0.7) {
+        const value = Math.floor((random() - 0.3) * 2 ** (1 + Math.floor(random() * 32)));
+        t.is(native.incr(key, value), fallback.incr(key, value), `run ${run} op ${op}: incr`);
+      } else {
+        t.is(native.get(key), fallback.get(key), `run ${run} op ${op}: get`);
+      }
+    }
+    t.deepEqual(Buffer.from(native.serialize()), Buffer.from(fallback.serialize()), `run ${run}: bytes`);
+    t.is(native.seed, fallback.seed);
+    t.is(native.hashes, fallback.hashes);
+    t.is(native.slots, fallback.slots);
+  }
+});
+
+test(title("each backend reads the other one's bytes and keeps counting identically"), (t) => {
+  const random = prng(99);
+  const seed = randomSeed(random);
+  const [native, fallback] = pair((b) => new b.Estimator(4, 256, seed));
+  const keys = Array.from({ length: 100 }, () => randomKey(random));
+  for (const key of keys) {
+    const value = 1 + Math.floor(random() * 1000);
+    native.incr(key, value);
+    fallback.incr(key, value);
+  }
+  const fromFallback = decode(nativeBackend, fallback.serialize());
+  const fromNative = decode(fallbackBackend, native.serialize());
+  for (const key of keys) {
+    t.is(fromFallback.get(key), fallback.get(key));
+    t.is(fromNative.get(key), native.get(key));
+  }
+  for (const key of keys) t.is(fromFallback.incr(key, 3), fromNative.incr(key, 3));
+  t.deepEqual(Buffer.from(fromFallback.serialize()), Buffer.from(fromNative.serialize()));
+});
+
+test(title('merge gives the same sketch in both backends'), (t) => {
+  const random = prng(7);
+  const seed = randomSeed(random);
+  const [a, b] = [pair((x) => new x.Estimator(3, 100, seed)), pair((x) => new x.Estimator(3, 100, seed))];
+  for (let i = 0; i < 300; i++) {
+    const key = randomKey(random);
+    const value = Math.floor((random() - 0.5) * 1000);
+    const [into] = i % 2 === 0 ? [a] : [b];
+    into[0].incr(key, value);
+    into[1].incr(key, value);
+  }
+  a[0].merge(b[0]);
+  a[1].merge(b[1]);
+  t.deepEqual(Buffer.from(a[0].serialize()), Buffer.from(a[1].serialize()));
+});
+
+test(title('both backends agree on Rate over random operations and times'), (t) => {
+  for (let run = 1; run <= 20; run++) {
+    const random = prng(1000 + run);
+    const interval = 1 + Math.floor(random() * 1000);
+    const hashes = 1 + Math.floor(random() * 4);
+    const slots = 1 + Math.floor(random() * 64);
+    const seed = randomSeed(random);
+    const [native, fallback]: [RateCore, RateCore] = pair((b) => new b.Rate(interval, hashes, slots, seed));
+    const keys = Array.from({ length: 10 }, () => randomKey(random));
+    let now = 0;
+    for (let op = 0; op < 400; op++) {
+      // Mostly small steps; sometimes one, two or many intervals at once.
+      const step = random();
+      now += step < 0.6 ? Math.floor(random() * 10) : step < 0.9 ? interval : Math.floor(random() * 5 * interval);
+      const key = keys[Math.floor(random() * keys.length)]!;
+      const what = `run ${run} op ${op} at ${now} ms`;
+      const kind = random();
+      if (kind < 0.6) {
+        const events = Math.floor((random() - 0.2) * 100);
+        t.is(native.observe(key, events, now), fallback.observe(key, events, now), `${what}: observe`);
+      } else if (kind < 0.8) {
+        t.is(native.previousCount(key, now), fallback.previousCount(key, now), `${what}: previousCount`);
+      } else {
+        t.deepEqual({ ...native.sample(key, now) }, { ...fallback.sample(key, now) }, `${what}: sample`);
+      }
+    }
+  }
+});
+
+test(title('a Rate interval of 2^52 ms works natively as in the fallback'), (t) => {
+  const [native, fallback] = pair((b) => new b.Rate(2 ** 52, 4, 16, 5n));
+  for (const now of [0, 1, 2 ** 52 - 1, 2 ** 52, 2 ** 53 - 1]) {
+    t.is(native.observe('k', 1, now), fallback.observe('k', 1, now));
+    t.deepEqual({ ...native.sample('k', now) }, { ...fallback.sample('k', now) });
+  }
+});
