@@ -17,19 +17,34 @@ import { setMaxListeners } from 'node:events';
 /** Deadline granularity in milliseconds. */
 const GRID_MS = 10;
 
-/** The waiters of one grid tick. */
+/**
+ * The waiters of one grid tick.
+ *
+ * Keep-alive is released lazily: when the last waiter settles, the tick is unref'd from a
+ * `setImmediate`, once per turn of the event loop, not on the spot. A loop of `await timeout(…)`
+ * otherwise flips the tick's ref twice per call, and each flip is a binding call (`Timeout#ref` on
+ * the fallback, the threadsafe function's ref on the native backend) costing as much as the rest
+ * of `timeout`. The process still exits in the same turn the last waiter settles.
+ */
 class Bucket {
-  /** Pairs of (reject or `undefined` once the promise settled, ms asked for). */
+  /**
+   * Pairs of (reject or `undefined` once the promise settled, ms asked for). An entry that settles
+   * while it is the last one is popped, so sequential awaits reuse one slot instead of growing it.
+   */
   private entries: unknown[] = [];
   private sleepers: (() => void)[] = [];
   private controller: AbortController | undefined;
   /** Entries and sleepers still waiting: the tick keeps the process alive while this is > 0. */
   private pending = 0;
+  /** Whether the handle is ref'd now; lags `pending > 0` until {@link releaseIdle} runs. */
+  private refd = true;
+  private fired = false;
   private readonly handle: TickHandle;
 
   constructor(readonly deadline: number) {
+    // Armed ref'd: usually a waiter is added right away; if not, the idle check unrefs it.
     this.handle = active.ticker.arm(deadline, this.fire);
-    this.handle.unref();
+    idleSoon(this);
   }
 
   /** Adds a `timeout` waiter; returns its index for {@link settle}. */
@@ -40,9 +55,16 @@ class Bucket {
 
   /** The `timeout` waiter at `index` lost interest: its promise settled first. */
   settle(index: number): void {
-    if (this.entries[index] === undefined) return;
-    this.entries[index] = undefined;
-    if (--this.pending === 0) this.handle.unref();
+    const entries = this.entries;
+    if (entries[index] === undefined) return;
+    if (index === entries.length - 2) {
+      // pop(), not `length =`: the length setter is a runtime call, pop() is inlined.
+      entries.pop();
+      entries.pop();
+    } else {
+      entries[index] = undefined;
+    }
+    if (--this.pending === 0) idleSoon(this);
   }
 
   addSleeper(resolve: () => void): void {
@@ -59,8 +81,19 @@ class Bucket {
     return this.controller.signal;
   }
 
+  /** Unrefs the tick if nothing waits on it any more (see the class documentation). */
+  releaseIdle(): void {
+    if (this.pending === 0 && this.refd && !this.fired) {
+      this.refd = false;
+      this.handle.unref();
+    }
+  }
+
   private hold(): void {
-    if (this.pending++ === 0) this.handle.ref();
+    if (this.pending++ === 0 && !this.refd) {
+      this.refd = true;
+      this.handle.ref();
+    }
   }
 
   private readonly fire = (): void => {
@@ -70,6 +103,7 @@ class Bucket {
     this.entries = [];
     this.sleepers = [];
     this.pending = 0;
+    this.fired = true;
     for (let i = 0; i < entries.length; i += 2) {
       const reject = entries[i] as ((reason: unknown) => void) | undefined;
       if (reject !== undefined) reject(new TimeoutError(entries[i + 1] as number));
@@ -77,6 +111,19 @@ class Bucket {
     for (const resolve of sleepers) resolve();
     controller?.abort(new DOMException('The operation was aborted due to timeout', 'TimeoutError'));
   };
+}
+
+/** Buckets whose last waiter settled this turn; {@link releaseIdleBuckets} unrefs them. */
+const idle = new Set<Bucket>();
+
+function idleSoon(bucket: Bucket): void {
+  if (idle.size === 0) setImmediate(releaseIdleBuckets);
+  idle.add(bucket);
+}
+
+function releaseIdleBuckets(): void {
+  for (const bucket of idle) bucket.releaseIdle();
+  idle.clear();
 }
 
 const buckets = new Map<number, Bucket>();
@@ -96,8 +143,25 @@ function bucketFor(ms: number): Bucket {
   return bucket;
 }
 
+/** The longest duration: 2^53 - 1 ms. */
+const MAX_MS = Number.MAX_SAFE_INTEGER;
+
 function validMs(ms: unknown): number {
-  return millisecondsArgument('The "ms" argument', ms, Number.MAX_SAFE_INTEGER);
+  return millisecondsArgument('The "ms" argument', ms, MAX_MS);
+}
+
+/**
+ * Where {@link capture} leaves the resolving functions of the promise it executes for: a static
+ * executor saves `timeout` allocating one closure (and its context) per call.
+ */
+const captured: { resolve: (value: never) => void; reject: (reason: unknown) => void } = {
+  resolve: () => {},
+  reject: () => {},
+};
+
+function capture(resolve: (value: never) => void, reject: (reason: unknown) => void): void {
+  captured.resolve = resolve;
+  captured.reject = reject;
 }
 
 /**
@@ -110,13 +174,9 @@ function validMs(ms: unknown): number {
  * settled, as pingora-timeout does.
  */
 export function timeout<T>(promise: PromiseLike<T>, ms: number): Promise<T> {
-  try {
-    validMs(ms);
-    if (typeof (promise as PromiseLike<T> | null)?.then !== 'function') {
-      throw invalidType('The "promise" argument', 'a promise or thenable', promise);
-    }
-  } catch (error) {
-    return Promise.reject(error as Error);
+  // The common case checked inline; invalidTimeout builds the exact errors.
+  if (!(typeof ms === 'number' && ms >= 0 && ms <= MAX_MS) || typeof promise?.then !== 'function') {
+    return invalidTimeout(promise, ms);
   }
   if (paused) {
     return new Promise<T>((resolve, reject) => {
@@ -125,19 +185,31 @@ export function timeout<T>(promise: PromiseLike<T>, ms: number): Promise<T> {
     });
   }
   const bucket = bucketFor(ms);
-  return new Promise<T>((resolve, reject) => {
-    const index = bucket.addTimeout(reject, ms);
-    promise.then(
-      (value) => {
-        bucket.settle(index);
-        resolve(value);
-      },
-      (error: unknown) => {
-        bucket.settle(index);
-        reject(error);
-      },
-    );
-  });
+  const out = new Promise<T>(capture);
+  const resolve = captured.resolve as (value: T) => void;
+  const reject = captured.reject;
+  const index = bucket.addTimeout(reject, ms);
+  // The only per-call closures: one context shared by both handlers, no executor closure.
+  promise.then(
+    (value) => {
+      bucket.settle(index);
+      resolve(value);
+    },
+    (error: unknown) => {
+      bucket.settle(index);
+      reject(error);
+    },
+  );
+  return out;
+}
+
+function invalidTimeout<T>(promise: unknown, ms: unknown): Promise<T> {
+  try {
+    validMs(ms);
+    throw invalidType('The "promise" argument', 'a promise or thenable', promise);
+  } catch (error) {
+    return Promise.reject(error as Error);
+  }
 }
 
 /**
