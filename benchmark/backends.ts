@@ -1,0 +1,62 @@
+/**
+ * Loads keepcount's public API once per backend in one process, so both are timed side by side:
+ * `lib/backend.ts` picks its backend from `KEEPCOUNT_BACKEND` when first evaluated, so the TypeScript
+ * sources under `lib/` and `fallback/` are evaluated twice, once per setting. The native binding
+ * itself is loaded once and shared. Returns only the backends that load.
+ */
+import { createRequire } from 'node:module';
+import { join, sep } from 'node:path';
+
+export type Api = typeof import('../lib/index.js');
+/** What the bench reaches beyond the public API: the backend's ticker, for the N-API call cost. */
+export type BackendModule = typeof import('../lib/backend.js');
+
+export interface LoadedBackend {
+  name: 'native' | 'fallback';
+  api: Api;
+  backend: BackendModule;
+  /** `lib/limiter.ts`'s exports once that module exists, else undefined. */
+  limiter: Record<string, unknown> | undefined;
+}
+
+const root = join(__dirname, '..');
+const nodeRequire = createRequire(__filename);
+const ours = [join(root, 'lib') + sep, join(root, 'fallback') + sep];
+
+function forgetSources(): void {
+  for (const id of Object.keys(nodeRequire.cache)) {
+    if (ours.some((dir) => id.startsWith(dir))) delete nodeRequire.cache[id];
+  }
+}
+
+function load(name: 'native' | 'fallback'): LoadedBackend {
+  const saved = process.env.KEEPCOUNT_BACKEND;
+  process.env.KEEPCOUNT_BACKEND = name;
+  try {
+    forgetSources();
+    const api = nodeRequire('../lib/index.ts') as Api;
+    const backend = nodeRequire('../lib/backend.ts') as BackendModule;
+    let limiter: Record<string, unknown> | undefined;
+    try {
+      limiter = nodeRequire('../lib/limiter.ts') as Record<string, unknown>;
+    } catch (error) {
+      if ((error as { code?: string }).code !== 'MODULE_NOT_FOUND') throw error;
+    }
+    return { name, api, backend, limiter };
+  } finally {
+    if (saved === undefined) delete process.env.KEEPCOUNT_BACKEND;
+    else process.env.KEEPCOUNT_BACKEND = saved;
+  }
+}
+
+/** Every backend that loads here, native first; a native one that cannot load is reported, not fatal. */
+export function loadBackends(log: (line: string) => void = () => {}): LoadedBackend[] {
+  const loaded: LoadedBackend[] = [];
+  try {
+    loaded.push(load('native'));
+  } catch (error) {
+    log(`native backend unavailable: ${(error as Error).message.split('\n', 1)[0]}`);
+  }
+  loaded.push(load('fallback'));
+  return loaded;
+}

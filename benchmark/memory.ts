@@ -1,0 +1,155 @@
+/**
+ * Memory per structure: `node --expose-gc --import=tsx benchmark/memory.ts <structure> <keys>`
+ * prints one JSON line. Each structure runs in a fresh process so nothing else's garbage or
+ * allocator state is counted: the keys are generated first, then memory is read (after full
+ * collections) before construction, after construction and a warm-up on 2,000 other keys, and
+ * after one operation on every one of the distinct keys.
+ */
+import { CountMinSketch } from 'bloom-filters';
+import { MemoryStore } from 'express-rate-limit';
+import { TokenBucket } from 'limiter';
+import { RateLimiterMemory } from 'rate-limiter-flexible';
+import { loadBackends, type LoadedBackend } from './backends.js';
+import { makeKeys } from './data.js';
+
+type Feed = (key: string) => unknown;
+/** Builds a structure; returns what one operation on a key does. */
+type Structure = (backends: LoadedBackend[]) => Feed | undefined;
+
+const HUGE = 1e12;
+/** Keys fed before the "built" reading, not counted in the run's growth. */
+const WARMUP = 2000;
+const backendNamed = (bs: LoadedBackend[], name: string): LoadedBackend | undefined => bs.find((b) => b.name === name);
+
+const forBackend = (name: 'native' | 'fallback', make: (b: LoadedBackend) => Feed): Structure => {
+  return (bs) => {
+    const b = backendNamed(bs, name);
+    return b === undefined ? undefined : make(b);
+  };
+};
+
+/** Structure names as they appear in the report. */
+export const STRUCTURES: Record<string, Structure> = {
+  'keepcount Estimator (native)': forBackend('native', (b) => {
+    const e = new b.api.Estimator();
+    return (k) => e.incr(k);
+  }),
+  'keepcount Estimator (fallback)': forBackend('fallback', (b) => {
+    const e = new b.api.Estimator();
+    return (k) => e.incr(k);
+  }),
+  'Map<key, number> counter': () => {
+    const m = new Map<string, number>();
+    return (k) => m.set(k, (m.get(k) ?? 0) + 1);
+  },
+  'bloom-filters CountMinSketch (4 × 8192)': () => {
+    const c = new CountMinSketch(8192, 4);
+    return (k) => c.update(k);
+  },
+  'keepcount Rate (native)': forBackend('native', (b) => {
+    const r = new b.api.Rate({ intervalMs: 60_000 });
+    return (k) => r.observe(k);
+  }),
+  'keepcount Rate (fallback)': forBackend('fallback', (b) => {
+    const r = new b.api.Rate({ intervalMs: 60_000 });
+    return (k) => r.observe(k);
+  }),
+  'rate-limiter-flexible RateLimiterMemory': () => {
+    const r = new RateLimiterMemory({ points: HUGE, duration: 60 });
+    return (k) => r.consume(k, 1);
+  },
+  'express-rate-limit MemoryStore': () => {
+    const s = new MemoryStore();
+    s.init({ windowMs: 60_000 } as Parameters<MemoryStore['init']>[0]);
+    return (k) => s.increment(k);
+  },
+  'limiter TokenBucket per key (Map)': () => {
+    const m = new Map<string, TokenBucket>();
+    return (k) => {
+      let t = m.get(k);
+      if (t === undefined) {
+        t = new TokenBucket({ bucketSize: HUGE, tokensPerInterval: HUGE, interval: 'second' });
+        m.set(k, t);
+      }
+      return t.tryRemoveTokens(1);
+    };
+  },
+  'keepcount Limiter (native)': forBackend('native', (b) => limiterFeed(b)),
+  'keepcount Limiter (fallback)': forBackend('fallback', (b) => limiterFeed(b)),
+};
+
+function limiterFeed(b: LoadedBackend): Feed {
+  const Limiter = b.limiter?.Limiter as (new (options: unknown) => { check(key: string): unknown }) | undefined;
+  if (Limiter === undefined) throw new Error('lib/limiter.ts not present');
+  const l = new Limiter({ bestEffort: { amount: HUGE, periodMs: 1000, burst: HUGE } });
+  return (k) => l.check(k);
+}
+
+export interface MemoryResult {
+  name: string;
+  keys: number;
+  /** Bytes: JS heap used + external (ArrayBuffers, addon-reported memory). */
+  heapConstruct: number;
+  heapRun: number;
+  /** Bytes of resident set size (includes Rust's allocations, which the JS heap does not see). */
+  rssConstruct: number;
+  rssRun: number;
+}
+
+/** Keeps the structure reachable until the last reading: a dead local may be collected early. */
+let keep: Feed | undefined;
+
+function settle(): { heap: number; rss: number } {
+  const gc = (globalThis as { gc?: () => void }).gc;
+  if (gc === undefined) throw new Error('run with --expose-gc');
+  gc();
+  gc();
+  const m = process.memoryUsage();
+  return { heap: m.heapUsed + m.external, rss: m.rss };
+}
+
+async function main(): Promise<void> {
+  const [name, count] = process.argv.slice(2);
+  const make = STRUCTURES[name!];
+  if (make === undefined) throw new Error(`unknown structure ${name}`);
+  process.env.KEEPCOUNT_SILENCE_FALLBACK = '1';
+  const backends = loadBackends();
+  const { ips } = makeKeys(Number(count), 0);
+  const before = settle();
+  const feed = make(backends);
+  if (feed === undefined) {
+    console.log(JSON.stringify({ name, skipped: 'backend unavailable' }));
+    process.exit(0);
+  }
+  keep = feed;
+  // Warm the code path (compilation, inline caches) on keys outside the measured set, so the
+  // run's growth is what the keys cost, not what the JIT allocates.
+  for (let i = 0; i < WARMUP; i++) {
+    const r = feed(`warm-${i}`);
+    if (r instanceof Promise) await r;
+  }
+  const built = settle();
+  for (const k of ips) {
+    const r = feed(k);
+    if (r instanceof Promise) await r;
+  }
+  const after = settle();
+  if (keep !== feed) throw new Error('unreachable');
+  const result: MemoryResult = {
+    name: name!,
+    keys: ips.length,
+    heapConstruct: built.heap - before.heap,
+    heapRun: after.heap - built.heap,
+    rssConstruct: built.rss - before.rss,
+    rssRun: after.rss - built.rss,
+  };
+  console.log(JSON.stringify(result));
+  process.exit(0);
+}
+
+if (require.main === module) {
+  main().catch((error: unknown) => {
+    console.log(JSON.stringify({ name: process.argv[2], skipped: (error as Error).message }));
+    process.exit(0);
+  });
+}

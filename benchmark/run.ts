@@ -1,0 +1,184 @@
+/**
+ * `npm run bench [-- --quick]`: the Rust benches of both crates, the Node suites and the memory
+ * runs, then the report: RESULTS.md and results.svg in benchmark/ (full run) or in a fresh temp
+ * directory (`--quick`: tiny sizes, one round; proves everything still runs, numbers meaningless).
+ */
+import { execFileSync, spawnSync } from 'node:child_process';
+import { mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
+import { cpus, loadavg, release, tmpdir, type as osType } from 'node:os';
+import { join } from 'node:path';
+import { parseArgs } from 'node:util';
+import { STRUCTURES, type MemoryResult } from './memory.js';
+import type { NodeResults, SuiteResult } from './node.js';
+import { chart, markdown, type CargoRun, type Machine, type Target } from './report.js';
+
+const root = join(__dirname, '..');
+const { values } = parseArgs({ options: { quick: { type: 'boolean', default: false } } });
+const quick = values.quick;
+const outDir = quick ? mkdtempSync(join(tmpdir(), 'keepcount-bench-')) : __dirname;
+const started = performance.now();
+const loadBefore = loadavg();
+const log = (line: string): void => console.log(`\n==> ${line}`);
+
+function run(cmd: string, args: string[], env: Record<string, string> = {}): string {
+  const r = spawnSync(cmd, args, {
+    cwd: root,
+    env: { ...process.env, ...env },
+    encoding: 'utf8',
+    stdio: ['ignore', 'pipe', 'inherit'],
+    maxBuffer: 64 << 20,
+  });
+  if (r.status !== 0) throw new Error(`${cmd} ${args.join(' ')} exited with ${r.status}`);
+  process.stdout.write(r.stdout);
+  return r.stdout;
+}
+
+const version = (cmd: string, args: string[]): string => execFileSync(cmd, args, { encoding: 'utf8' }).trim();
+const pkgVersion = (name: string): string =>
+  (JSON.parse(readFileSync(join(root, 'node_modules', name, 'package.json'), 'utf8')) as { version: string }).version;
+
+// 1. Rust. The estimator bench has size knobs; the limiter and timeout benches have none yet, so
+// the quick run only builds them.
+const cargo: CargoRun[] = [];
+const estimatorEnv: Record<string, string> = quick
+  ? { KEEPCOUNT_BENCH_EVENTS: '200000', KEEPCOUNT_BENCH_ROUNDS: '1' }
+  : {};
+const benches: { title: string; args: string[]; env?: Record<string, string>; buildOnlyWhenQuick?: boolean }[] = [
+  {
+    title: 'keepcount-limits: Estimator (pingora blog benchmark)',
+    args: ['-p', 'keepcount-limits', '--bench', 'estimator'],
+    env: estimatorEnv,
+  },
+  {
+    title: 'keepcount-limits: Limiter',
+    args: ['-p', 'keepcount-limits', '--bench', 'limiter'],
+    buildOnlyWhenQuick: true,
+  },
+  { title: 'keepcount-timeout', args: ['-p', 'keepcount-timeout', '--bench', 'benchmark'], buildOnlyWhenQuick: true },
+];
+for (const b of benches) {
+  const buildOnly = quick && b.buildOnlyWhenQuick === true;
+  const args = ['bench', '--locked', ...b.args, ...(buildOnly ? ['--no-run'] : [])];
+  const env = Object.entries(b.env ?? {})
+    .map(([k, v]) => `${k}=${v} `)
+    .join('');
+  log(`${env}cargo ${args.join(' ')}`);
+  const output = run('cargo', args, b.env);
+  cargo.push({
+    title: b.title,
+    command: `${env}cargo ${args.join(' ')}`,
+    output: buildOnly ? '(built only: this bench has no quick-size setting)' : output,
+  });
+}
+
+// 2. Node suites.
+const nodeJson = join(outDir, 'node-results.json');
+log(`node benchmark/node.ts${quick ? ' --quick' : ''}`);
+run(process.execPath, ['--import=tsx', join(__dirname, 'node.ts'), ...(quick ? ['--quick'] : []), '--out', nodeJson]);
+const node = JSON.parse(readFileSync(nodeJson, 'utf8')) as NodeResults;
+
+// 3. Memory, one fresh process per structure.
+log('memory');
+const memory: (MemoryResult | { name: string; skipped: string })[] = [];
+for (const name of Object.keys(STRUCTURES)) {
+  const line = run(process.execPath, [
+    '--expose-gc',
+    '--import=tsx',
+    join(__dirname, 'memory.ts'),
+    name,
+    String(node.distinct),
+  ]);
+  memory.push(JSON.parse(line.trim().split('\n').pop()!) as MemoryResult);
+}
+
+// 4. Targets.
+const suite = (id: string): SuiteResult => node.suites.find((s) => s.id === id)!;
+const ns = (s: SuiteResult, prefix: string): number | undefined => s.cases.find((c) => c.name.startsWith(prefix))?.ns;
+const targets: Target[] = [];
+const counting = suite('counting-ipv4-uniform');
+const rate = suite('rate-ipv4-uniform');
+const timeouts = suite('timeout');
+const mem = (name: string): MemoryResult | undefined => {
+  const m = memory.find((x) => x.name === name);
+  return m !== undefined && !('skipped' in m) ? m : undefined;
+};
+const mapMem = mem('Map<key, number> counter');
+for (const b of node.backends) {
+  const incr = ns(counting, `keepcount Estimator.incr (${b})`)!;
+  const map = ns(counting, 'Map<key, number> counter')!;
+  targets.push({
+    what: `Estimator.incr (${b}) vs Map counter, uniform IPv4`,
+    goal: '≥ 3× faster',
+    measured: `${incr.toFixed(1)} vs ${map.toFixed(1)} ns: ${(map / incr).toFixed(2)}×`,
+    met: map / incr >= 3,
+  });
+  const em = mem(`keepcount Estimator (${b})`);
+  if (em !== undefined && mapMem !== undefined) {
+    // The native sketch lives in Rust memory, which only RSS sees.
+    const run = b === 'native' ? Math.max(em.heapRun, em.rssRun) : em.heapRun;
+    const total = b === 'native' ? em.heapConstruct + em.rssConstruct + run : em.heapConstruct + run;
+    targets.push({
+      what: `Estimator (${b}) memory growth vs Map counter, ${node.distinct.toLocaleString('en-US')} keys`,
+      goal: '< 1/1000',
+      measured:
+        `run growth ${(run / 1024).toFixed(0)} KiB vs ${(mapMem.heapRun / 1048576).toFixed(1)} MiB ` +
+        `(${run <= 0 ? '≈ 0' : `1/${(mapMem.heapRun / run).toFixed(0)}`}); with construction ${(total / 1024).toFixed(0)} KiB ` +
+        `(1/${(mapMem.heapRun / total).toFixed(0)})`,
+      met: run * 1000 < mapMem.heapRun,
+    });
+  }
+  const observe = ns(rate, `keepcount Rate.observe (${b})`)!;
+  const rlf = ns(rate, 'rate-limiter-flexible')!;
+  targets.push({
+    what: `Rate.observe (${b}) vs RateLimiterMemory.consume, uniform IPv4`,
+    goal: '≥ 20× faster',
+    measured: `${observe.toFixed(1)} vs ${rlf.toFixed(1)} ns: ${(rlf / observe).toFixed(1)}×`,
+    met: rlf / observe >= 20,
+  });
+  const bare = ns(timeouts, 'bare await')!;
+  const tmo = ns(timeouts, `keepcount timeout(p, 5000) (${b})`)!;
+  targets.push({
+    what: `timeout() (${b}) over awaiting the promise alone`,
+    goal: `≤ one bare await (${bare.toFixed(1)} ns)`,
+    measured: `${tmo.toFixed(1)} − ${bare.toFixed(1)} = ${(tmo - bare).toFixed(1)} ns (${((tmo - bare) / bare).toFixed(2)} awaits)`,
+    met: tmo - bare <= bare,
+  });
+  const pt = ns(timeouts, 'p-timeout')!;
+  const as = ns(timeouts, 'AbortSignal.timeout')!;
+  targets.push({
+    what: `timeout() (${b}) vs p-timeout / AbortSignal.timeout`,
+    goal: '≥ 10× cheaper',
+    measured: `${tmo.toFixed(0)} vs ${pt.toFixed(0)} / ${as.toFixed(0)} ns: ${(pt / tmo).toFixed(1)}× / ${(as / tmo).toFixed(1)}×`,
+    met: pt / tmo >= 10 && as / tmo >= 10,
+  });
+}
+
+// 5. Report.
+const machine: Machine = {
+  cpu: cpus()[0]?.model ?? 'unknown',
+  cores: cpus().length,
+  loadBefore,
+  loadAfter: loadavg(),
+  os: `${osType()} ${release()}`,
+  versions: [
+    ['node', process.version],
+    ['rustc', version('rustc', ['--version'])],
+    ['keepcount', pkgVersionOf(root)],
+    ...['benny', 'bloom-filters', 'rate-limiter-flexible', 'express-rate-limit', 'p-timeout', 'limiter'].map(
+      (p): [string, string] => [p, pkgVersion(p)],
+    ),
+  ],
+  date: new Date().toISOString(),
+  commit: version('git', ['rev-parse', '--short', 'HEAD']),
+  durationS: (performance.now() - started) / 1000,
+  command: `npm run bench${quick ? ' -- --quick' : ''}`,
+};
+
+function pkgVersionOf(dir: string): string {
+  return (JSON.parse(readFileSync(join(dir, 'package.json'), 'utf8')) as { version: string }).version;
+}
+
+writeFileSync(join(outDir, 'results.svg'), chart(node));
+writeFileSync(join(outDir, 'RESULTS.md'), markdown(machine, targets, node, memory, cargo, 'results.svg'));
+log(`wrote ${join(outDir, 'RESULTS.md')} and results.svg in ${machine.durationS.toFixed(0)} s`);
+for (const t of targets) console.log(`${t.met ? 'met ' : 'MISS'}  ${t.what}: ${t.measured} (goal ${t.goal})`);

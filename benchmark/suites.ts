@@ -1,0 +1,412 @@
+/**
+ * The suites of issue 7: each a list of contenders doing the same work on the same key stream, a
+ * check that they give the same answers (run before anything is timed), and the keepcount row the
+ * ratios are taken against.
+ *
+ * A case runs `batch` operations per call, each on the next key of its stream, so the harness's
+ * own per-call cost is amortised; async contenders `await` every operation, as their users do.
+ */
+import { CountMinSketch } from 'bloom-filters';
+import { MemoryStore } from 'express-rate-limit';
+import { TokenBucket } from 'limiter';
+import pTimeout from 'p-timeout';
+import { RateLimiterMemory } from 'rate-limiter-flexible';
+import type { LoadedBackend } from './backends.js';
+import { stream, type Keys } from './data.js';
+
+export interface Case {
+  name: string;
+  /** Operations per call of `run`. */
+  batch: number;
+  run: () => unknown;
+}
+
+export interface Suite {
+  id: string;
+  title: string;
+  /** The case ratios are taken against (keepcount, native when it loads). */
+  reference: string;
+  cases: Case[];
+  /** Throws unless every contender gives the same answer; returns a line saying what was checked. */
+  check: () => string | Promise<string>;
+}
+
+/** Operations per call: enough to hide the harness, few enough for benchmark.js to sample often. */
+const SYNC_BATCH = 1024;
+const ASYNC_BATCH = 256;
+
+/** Generous limits: nothing is ever refused during a run, so every contender does the same work. */
+const HUGE = 1e12;
+
+function assert(ok: boolean, message: string): void {
+  if (!ok) throw new Error(`same-answer check failed: ${message}`);
+}
+
+/**
+ * A fresh copy of the loop per case (new Function): a loop shared by all cases would see many
+ * different `op`s, stop inlining them and charge every contender a megamorphic call.
+ */
+function syncCase<K>(name: string, keys: K[], op: (key: K) => unknown, batch = SYNC_BATCH): Case {
+  const make = new Function(
+    'keys',
+    'op',
+    'batch',
+    `let i = 0;
+     const mask = keys.length - 1;
+     return function run() {
+       for (let n = 0; n < batch; n++) { op(keys[i]); i = (i + 1) & mask; }
+     };`,
+  ) as (k: K[], o: (key: K) => unknown, b: number) => () => void;
+  return { name, batch, run: make(keys, op, batch) };
+}
+
+function asyncCase<K>(name: string, keys: K[], op: (key: K) => unknown, batch = ASYNC_BATCH): Case {
+  const make = new Function(
+    'keys',
+    'op',
+    'batch',
+    `let i = 0;
+     const mask = keys.length - 1;
+     return async function run() {
+       for (let n = 0; n < batch; n++) { await op(keys[i]); i = (i + 1) & mask; }
+     };`,
+  ) as (k: K[], o: (key: K) => unknown, b: number) => () => Promise<void>;
+  return { name, batch, run: make(keys, op, batch) };
+}
+
+const label = (b: LoadedBackend): string => `(${b.name})`;
+
+/** The reference row: keepcount on the first backend that loaded (native when it does). */
+const ref = (backends: LoadedBackend[], what: string): string => `keepcount ${what} ${label(backends[0]!)}`;
+
+/** A seed shared by both backends so their sketches are bit-identical and checkable. */
+const SEED = 0x5eedn;
+
+type Variant = { id: string; title: string; keys: (string | number)[]; draws: Uint32Array };
+
+function counting(backends: LoadedBackend[], v: Variant, checkDraws: number): Suite {
+  const s = stream(v.keys, v.draws);
+  const est = backends.map((b) => new b.api.Estimator({ seed: SEED }));
+  const map = new Map<string | number, number>();
+  const cms = new CountMinSketch(8192, 4);
+  const cases: Case[] = [];
+  backends.forEach((b, i) => cases.push(syncCase(`keepcount Estimator.incr ${label(b)}`, s, (k) => est[i]!.incr(k))));
+  cases.push(syncCase('Map<key, number> counter', s, (k) => map.set(k, (map.get(k) ?? 0) + 1)));
+  cases.push(syncCase('bloom-filters CountMinSketch.update', s, (k) => cms.update(String(k))));
+  backends.forEach((b, i) => cases.push(syncCase(`keepcount Estimator.get ${label(b)}`, s, (k) => est[i]!.get(k))));
+  cases.push(syncCase('Map<key, number> get', s, (k) => map.get(k) ?? 0));
+  cases.push(syncCase('bloom-filters CountMinSketch.count', s, (k) => cms.count(String(k))));
+  return {
+    id: `counting-${v.id}`,
+    title: `Counting, ${v.title}`,
+    reference: ref(backends, 'Estimator.incr'),
+    cases,
+    check() {
+      const e = backends.map((b) => new b.api.Estimator({ seed: SEED }));
+      const m = new Map<string | number, number>();
+      const c = new CountMinSketch(8192, 4);
+      for (let i = 0; i < checkDraws; i++) {
+        const k = s[i]!;
+        const counts = e.map((x) => x.incr(k));
+        const exact = (m.get(k) ?? 0) + 1;
+        m.set(k, exact);
+        c.update(String(k));
+        assert(
+          counts.every((x) => x === counts[0]),
+          `backends disagree on ${k}`,
+        );
+        assert(counts[0]! >= exact, `keepcount under-counts ${k}`);
+      }
+      let off = 0;
+      for (const [k, exact] of m) {
+        assert(e[0]!.get(k) >= exact && c.count(String(k)) >= exact, `an estimate under-counts ${k}`);
+        if (e[0]!.get(k) !== exact) off++;
+      }
+      return `${checkDraws} draws: backends bit-identical, no estimate below the Map's exact count (keepcount over-counted ${off} of ${m.size} keys)`;
+    },
+  };
+}
+
+function rate(backends: LoadedBackend[], v: Variant, checkDraws: number): Suite {
+  const s = stream(v.keys, v.draws).map(String);
+  const rates = backends.map((b) => new b.api.Rate({ intervalMs: 1000, seed: SEED }));
+  const rlf = new RateLimiterMemory({ points: HUGE, duration: 1 });
+  const store = new MemoryStore();
+  store.init({ windowMs: 1000 } as Parameters<MemoryStore['init']>[0]);
+  const cases: Case[] = [];
+  backends.forEach((b, i) =>
+    cases.push(syncCase(`keepcount Rate.observe ${label(b)}`, s, (k) => rates[i]!.observe(k))),
+  );
+  cases.push(asyncCase('rate-limiter-flexible RateLimiterMemory.consume', s, (k) => rlf.consume(k, 1)));
+  cases.push(asyncCase('express-rate-limit MemoryStore.increment', s, (k) => store.increment(k)));
+  return {
+    id: `rate-${v.id}`,
+    title: `Rate limiting, ${v.title}`,
+    reference: ref(backends, 'Rate.observe'),
+    cases,
+    async check() {
+      // A long interval, so no contender's window rolls over while checking.
+      const r = backends.map((b) => new b.api.Rate({ intervalMs: 3_600_000, seed: SEED }));
+      const f = new RateLimiterMemory({ points: HUGE, duration: 3600 });
+      const m = new MemoryStore();
+      m.init({ windowMs: 3_600_000 } as Parameters<MemoryStore['init']>[0]);
+      let off = 0;
+      for (let i = 0; i < checkDraws; i++) {
+        const k = s[i]!;
+        const counts = r.map((x) => x.observe(k));
+        const a = (await f.consume(k, 1)).consumedPoints;
+        const b = (await m.increment(k)).totalHits;
+        assert(a === b, `rate-limiter-flexible and express-rate-limit disagree on ${k}`);
+        assert(counts.every((x) => x === counts[0]) && counts[0]! >= a, `keepcount disagrees on ${k}`);
+        if (counts[0] !== a) off++;
+      }
+      m.shutdown();
+      return `${checkDraws} draws: the exact peers agree, keepcount never below them (over by collisions on ${off} draws)`;
+    },
+  };
+}
+
+function inflight(backends: LoadedBackend[], v: Variant, checkDraws: number): Suite {
+  const s = stream(v.keys, v.draws);
+  const infl = backends.map((b) => new b.api.Inflight({ seed: SEED }));
+  const map = new Map<string | number, number>();
+  const mapIncr = (k: string | number): number => {
+    const c = (map.get(k) ?? 0) + 1;
+    map.set(k, c);
+    return c;
+  };
+  const mapRelease = (k: string | number): void => {
+    const c = map.get(k)! - 1;
+    if (c === 0) map.delete(k);
+    else map.set(k, c);
+  };
+  const cases: Case[] = [];
+  backends.forEach((b, i) =>
+    cases.push(
+      syncCase(`keepcount Inflight.incr + release ${label(b)}`, s, (k) => {
+        const [guard] = infl[i]!.incr(k);
+        guard.release();
+      }),
+    ),
+  );
+  cases.push(
+    syncCase('Map<key, number> incr + release', s, (k) => {
+      mapIncr(k);
+      mapRelease(k);
+    }),
+  );
+  return {
+    id: `inflight-${v.id}`,
+    title: `In-flight, ${v.title}`,
+    reference: ref(backends, 'Inflight.incr + release'),
+    cases,
+    check() {
+      const x = backends.map((b) => new b.api.Inflight({ seed: SEED }));
+      const held = [];
+      for (let i = 0; i < checkDraws; i++) {
+        const k = s[i]!;
+        const got = x.map((f) => f.incr(k));
+        const exact = mapIncr(k);
+        assert(got.every(([, c]) => c === got[0]![1]) && got[0]![1] >= exact, `in-flight count of ${k}`);
+        held.push(k, got);
+      }
+      for (let i = 0; i < held.length; i += 2) {
+        mapRelease(held[i] as string | number);
+        for (const [g] of held[i + 1] as [{ release(): void }, number][]) g.release();
+      }
+      assert(map.size === 0 && x.every((f) => f.get(s[0]!) === 0), 'released counts return to 0');
+      return `${checkDraws} guards held at once: backends equal, never below the Map; all back to 0 after release`;
+    },
+  };
+}
+
+/** `lib/limiter.ts`'s Limiter, when it has landed, with a quota nothing exceeds. */
+function keepcountLimiter(b: LoadedBackend): { check(key: string): unknown; allowed(d: unknown): boolean } | undefined {
+  const Limiter = b.limiter?.Limiter as (new (options: unknown) => { check(key: string): unknown }) | undefined;
+  if (Limiter === undefined) return undefined;
+  const limiter = new Limiter({ bestEffort: { amount: HUGE, periodMs: 1000, burst: HUGE } });
+  const allowed = (d: unknown): boolean =>
+    d === true || (typeof d === 'object' && d !== null && (d as { allowed?: boolean }).allowed === true);
+  return { check: (key) => limiter.check(key), allowed };
+}
+
+function tokenBuckets(backends: LoadedBackend[], v: Variant, checkDraws: number): Suite {
+  const s = stream(v.keys, v.draws).map(String);
+  const cases: Case[] = [];
+  const ours = backends.map((b) => {
+    try {
+      return keepcountLimiter(b);
+    } catch (error) {
+      console.error(`keepcount Limiter (${b.name}) skipped: ${(error as Error).message}`);
+      return undefined;
+    }
+  });
+  backends.forEach((b, i) => {
+    const l = ours[i];
+    if (l !== undefined) cases.push(syncCase(`keepcount Limiter.check ${label(b)}`, s, (k) => l.check(k)));
+  });
+  const buckets = new Map<string, TokenBucket>();
+  const bucket = (k: string): TokenBucket => {
+    let t = buckets.get(k);
+    if (t === undefined) {
+      t = new TokenBucket({ bucketSize: HUGE, tokensPerInterval: HUGE, interval: 'second' });
+      t.content = HUGE;
+      buckets.set(k, t);
+    }
+    return t;
+  };
+  cases.push(syncCase('limiter TokenBucket per key (Map)', s, (k) => bucket(k).tryRemoveTokens(1)));
+  const rlf = new RateLimiterMemory({ points: HUGE, duration: 1 });
+  cases.push(asyncCase('rate-limiter-flexible RateLimiterMemory.consume', s, (k) => rlf.consume(k, 1)));
+  const reference = ours[0] !== undefined ? ref(backends, 'Limiter.check') : cases[0]!.name;
+  return {
+    id: `token-${v.id}`,
+    title: `Token buckets, ${v.title}`,
+    reference,
+    cases,
+    async check() {
+      const f = new RateLimiterMemory({ points: HUGE, duration: 3600 });
+      for (let i = 0; i < checkDraws; i++) {
+        const k = s[i]!;
+        assert(bucket(k).tryRemoveTokens(1), `limiter refused ${k}`);
+        await f.consume(k, 1);
+        ours.forEach((l) => assert(l === undefined || l.allowed(l.check(k)), `keepcount Limiter refused ${k}`));
+      }
+      buckets.clear();
+      const missing = ours.some((l) => l === undefined) ? ' (keepcount Limiter not in lib/ yet: not timed)' : '';
+      return `${checkDraws} draws: every contender admits every request under the generous quota${missing}`;
+    },
+  };
+}
+
+function timeouts(backends: LoadedBackend[]): Suite {
+  const resolved = Promise.resolve(1);
+  const one = [resolved];
+  const raceTimeout = <T>(p: Promise<T>, ms: number): Promise<T> => {
+    let timer: NodeJS.Timeout | undefined;
+    const t = new Promise<never>((_, reject) => {
+      timer = setTimeout(() => reject(new Error('timeout')), ms);
+    });
+    return Promise.race([p, t]).finally(() => clearTimeout(timer));
+  };
+  const signalTimeout = <T>(p: Promise<T>, ms: number): Promise<T> => {
+    const signal = AbortSignal.timeout(ms);
+    return new Promise<T>((resolve, reject) => {
+      const onAbort = (): void => reject(signal.reason);
+      signal.addEventListener('abort', onAbort, { once: true });
+      p.then(
+        (value) => {
+          signal.removeEventListener('abort', onAbort);
+          resolve(value);
+        },
+        (error: unknown) => {
+          signal.removeEventListener('abort', onAbort);
+          reject(error);
+        },
+      );
+    });
+  };
+  const cases: Case[] = [asyncCase('bare await (the floor)', one, (p) => p)];
+  for (const b of backends) {
+    const timeout = b.api.timeout;
+    cases.push(asyncCase(`keepcount timeout(p, 5000) ${label(b)}`, one, (p) => timeout(p, 5000)));
+  }
+  cases.push(asyncCase('Promise.race + setTimeout/clearTimeout', one, (p) => raceTimeout(p, 5000)));
+  cases.push(asyncCase('p-timeout', one, (p) => pTimeout(p, { milliseconds: 5000 })));
+  cases.push(asyncCase('AbortSignal.timeout + abort listener', one, (p) => signalTimeout(p, 5000)));
+  return {
+    id: 'timeout',
+    title: 'Timeouts: awaiting an already-resolved promise with a 5 s timeout',
+    reference: ref(backends, 'timeout(p, 5000)'),
+    cases,
+    async check() {
+      const got = [
+        await resolved,
+        ...(await Promise.all(backends.map((b) => b.api.timeout(resolved, 5000)))),
+        await raceTimeout(resolved, 5000),
+        await pTimeout(resolved, { milliseconds: 5000 }),
+        await signalTimeout(resolved, 5000),
+      ];
+      assert(
+        got.every((x) => x === 1),
+        `results ${got.join(', ')}`,
+      );
+      return 'every contender resolves to the promise’s value';
+    },
+  };
+}
+
+function signals(backends: LoadedBackend[]): Suite {
+  const unit = [5000];
+  const cases: Case[] = backends.map((b) => {
+    const timeoutSignal = b.api.timeoutSignal;
+    return syncCase(`keepcount timeoutSignal(5000) ${label(b)}`, unit, (ms) => timeoutSignal(ms));
+  });
+  cases.push(syncCase('AbortSignal.timeout(5000)', unit, (ms) => AbortSignal.timeout(ms)));
+  return {
+    id: 'signal',
+    title: 'Timeout signals',
+    reference: ref(backends, 'timeoutSignal(5000)'),
+    cases,
+    check() {
+      const got = [...backends.map((b) => b.api.timeoutSignal(5000)), AbortSignal.timeout(5000)];
+      assert(
+        got.every((x) => x instanceof AbortSignal && !x.aborted),
+        'every contender returns a live AbortSignal',
+      );
+      return 'every contender returns an AbortSignal, not yet aborted';
+    },
+  };
+}
+
+/**
+ * What crossing into Rust costs: the ticker's `now()` is the cheapest call each backend makes
+ * (native: one N-API call returning a number; fallback: `performance.now()`), beside a plain JS
+ * function call and an integer-key `Estimator.get` (validation + hash + 4 counter reads).
+ */
+function callCost(backends: LoadedBackend[]): Suite {
+  const unit = [7];
+  const sink = { value: 0 };
+  const jsFn = (x: number): number => x + 1;
+  const cases: Case[] = [syncCase('plain JS function call', unit, (x) => (sink.value = jsFn(x)))];
+  for (const b of backends) {
+    const ticker = b.backend.active.ticker;
+    cases.push(syncCase(`backend ticker.now() ${label(b)}`, unit, () => (sink.value = ticker.now())));
+  }
+  for (const b of backends) {
+    const e = new b.api.Estimator({ seed: SEED });
+    cases.push(syncCase(`Estimator.get(integer) ${label(b)}`, unit, (k) => (sink.value = e.get(k))));
+  }
+  return {
+    id: 'call',
+    title: 'Call cost: the cheapest call into each backend',
+    reference: `backend ticker.now() ${label(backends[0]!)}`,
+    cases,
+    check() {
+      const nows = backends.map((b) => b.backend.active.ticker.now());
+      assert(
+        nows.every((n) => typeof n === 'number' && Number.isFinite(n)),
+        'ticker.now() returns a number',
+      );
+      return 'every ticker returns a finite number';
+    },
+  };
+}
+
+export function makeSuites(backends: LoadedBackend[], keys: Keys, checkDraws: number): Suite[] {
+  const ipU: Variant = { id: 'ipv4-uniform', title: 'uniform IPv4 strings', keys: keys.ips, draws: keys.uniform };
+  const ipZ: Variant = { id: 'ipv4-zipf', title: 'Zipf(1.1) IPv4 strings', keys: keys.ips, draws: keys.zipf };
+  const intU: Variant = { id: 'int-uniform', title: 'uniform integer keys', keys: keys.ints, draws: keys.uniform };
+  return [
+    counting(backends, ipU, checkDraws),
+    counting(backends, ipZ, checkDraws),
+    counting(backends, intU, checkDraws),
+    rate(backends, ipU, checkDraws),
+    rate(backends, ipZ, checkDraws),
+    inflight(backends, ipU, checkDraws),
+    tokenBuckets(backends, ipU, checkDraws),
+    timeouts(backends),
+    signals(backends),
+    callCost(backends),
+  ];
+}
