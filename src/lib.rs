@@ -14,5 +14,6 @@ mod args;
 mod error;
 pub mod estimator;
 mod keys;
+pub mod limiter;
 pub mod rate;
 pub mod ticker;

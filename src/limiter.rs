@@ -1,0 +1,270 @@
+//! `Limiter`: the per-key token-bucket limiter of `keepcount-limits`, on a time base JavaScript
+//! supplies.
+//!
+//! The clock lives in JavaScript (`lib/limiter.ts` reads the user's `Clock`): every call passes
+//! `nowMs`, milliseconds (fractions allowed) since the limiter was created, and the crate's `_at`
+//! methods take it as `(nowMs × 1e6) as u64` nanoseconds, the conversion `fallback/limiter.ts`
+//! reproduces. Keys are stored as a tag byte and their bytes (UTF-8 for strings, the bytes of a
+//! `Uint8Array`, the little-endian i64 of a number or bigint), so `1` and `1n` are one key and a
+//! string never equals a `Uint8Array`, as in docs/format.md §1.
+
+use crate::args;
+use crate::error::{Failure, Result as Outcome, map_error};
+use crate::keys::{self, Key};
+use keepcount_limits::clock::ManualClock;
+use keepcount_limits::hash::KeyHash;
+use keepcount_limits::limiter::{Decision, Limit, Limiter as Core, LimiterError, Quota};
+use napi::bindgen_prelude::Unknown;
+use napi::{Env, JsValue, Result};
+use napi_derive::napi;
+use std::time::Duration;
+
+/// The largest safe integer: amounts, bursts, periods and costs are at most this.
+const MAX_SAFE: u64 = (1 << 53) - 1;
+/// Keys up to this many bytes (with the tag) are built on the stack for a lookup.
+const STACK_KEY_BYTES: usize = 128;
+
+/// One dimension of a quota: `amount` tokens every `periodNs` nanoseconds, at most `burst` held.
+/// All safe integers; `periodNs` at least 1.
+#[napi(object)]
+pub struct LimitSpec {
+    /// Tokens added per period.
+    pub amount: f64,
+    /// The period in nanoseconds.
+    pub period_ns: f64,
+    /// The most tokens held.
+    pub burst: f64,
+}
+
+/// A limit on requests (one per check) and one on cost units; an absent one is unlimited.
+#[napi(object)]
+pub struct QuotaSpec {
+    /// The limit on requests.
+    pub requests: Option<LimitSpec>,
+    /// The limit on cost units.
+    pub units: Option<LimitSpec>,
+}
+
+/// Per-key token buckets with a best-effort bucket for unknown keys and an optional overall
+/// quota, on the caller's time base. Use the package's `Limiter`; this class takes only validated
+/// input.
+#[napi]
+pub struct Limiter {
+    core: Core<Box<[u8]>, ManualClock>,
+}
+
+#[napi]
+impl Limiter {
+    /// A limiter with no keys and `bestEffort` for every key; time starts at 0.
+    #[napi(constructor, catch_unwind)]
+    pub fn new(env: &Env, best_effort: QuotaSpec) -> Result<Self> {
+        let quota = quota(&best_effort).map_err(|failure| map_error(env, failure))?;
+        // The clock never moves: every call passes its reading to an `_at` method.
+        Ok(Self {
+            core: Core::with_clock(quota, ManualClock::new()),
+        })
+    }
+
+    /// Checks one request costing `cost` units for `key` at `nowMs`: 0 if admitted, else the
+    /// milliseconds until it would be, `Infinity` if never.
+    #[napi(catch_unwind)]
+    pub fn check(
+        &self,
+        env: &Env,
+        #[napi(ts_arg_type = "string | number | bigint | Uint8Array")] key: Unknown,
+        cost: f64,
+        now_ms: f64,
+    ) -> Result<f64> {
+        (|| -> Outcome<f64> {
+            let cost = args::integer("The \"cost\" argument", cost, 0, MAX_SAFE)?;
+            let now = nanos(now_ms);
+            with_key(env, key, |key| {
+                match self.core.check_at(key, cost, now) {
+                    Decision::Allowed => 0.0,
+                    // u128 → f64 rounds to nearest, as the fallback's Number(bigint) does.
+                    Decision::Refused { retry_after } => retry_after.as_nanos() as f64 / 1e6,
+                    Decision::Never => f64::INFINITY,
+                }
+            })
+        })()
+        .map_err(|failure| map_error(env, failure))
+    }
+
+    /// Replaces the key table with `keys[i]` → `quotas[i]` at `nowMs`; `false` (and no change) if
+    /// a key appears twice.
+    #[napi(catch_unwind)]
+    pub fn replace_keys(
+        &self,
+        env: &Env,
+        #[napi(ts_arg_type = "Array<string | number | bigint | Uint8Array>")] keys: Vec<Unknown>,
+        quotas: Vec<QuotaSpec>,
+        now_ms: f64,
+    ) -> Result<bool> {
+        (|| -> Outcome<bool> {
+            if keys.len() != quotas.len() {
+                return Err(Failure::out_of_range(
+                    "The \"quotas\" argument",
+                    "as long as the \"keys\" argument",
+                ));
+            }
+            let mut entries = Vec::with_capacity(keys.len());
+            for (key, spec) in keys.into_iter().zip(&quotas) {
+                entries.push((with_key(env, key, |bytes| Box::<[u8]>::from(bytes))?, quota(spec)?));
+            }
+            match self.core.replace_keys_at(entries, nanos(now_ms)) {
+                Ok(()) => Ok(true),
+                Err(LimiterError::DuplicateKey) => Ok(false),
+                Err(other) => Err(failure(other)),
+            }
+        })()
+        .map_err(|failure| map_error(env, failure))
+    }
+
+    /// Sets `key`'s quota at `nowMs`; `false` if `key` is not in the table.
+    #[napi(catch_unwind)]
+    pub fn set_quota(
+        &self,
+        env: &Env,
+        #[napi(ts_arg_type = "string | number | bigint | Uint8Array")] key: Unknown,
+        quota_spec: QuotaSpec,
+        now_ms: f64,
+    ) -> Result<bool> {
+        (|| -> Outcome<bool> {
+            let quota = quota(&quota_spec)?;
+            match with_key(env, key, |key| self.core.set_quota_at(key, quota, nanos(now_ms)))? {
+                Ok(()) => Ok(true),
+                Err(LimiterError::UnknownKey) => Ok(false),
+                Err(other) => Err(failure(other)),
+            }
+        })()
+        .map_err(|failure| map_error(env, failure))
+    }
+
+    /// Sets the best-effort quota at `nowMs`.
+    #[napi(catch_unwind)]
+    pub fn set_best_effort(&self, env: &Env, quota_spec: QuotaSpec, now_ms: f64) -> Result<()> {
+        let quota = quota(&quota_spec).map_err(|failure| map_error(env, failure))?;
+        self.core.set_best_effort_at(quota, nanos(now_ms));
+        Ok(())
+    }
+
+    /// Sets the overall quota at `nowMs`; `null` removes it.
+    #[napi(catch_unwind)]
+    pub fn set_overall(
+        &self,
+        env: &Env,
+        quota_spec: Option<QuotaSpec>,
+        now_ms: f64,
+    ) -> Result<()> {
+        let quota = quota_spec
+            .as_ref()
+            .map(quota)
+            .transpose()
+            .map_err(|failure| map_error(env, failure))?;
+        self.core.set_overall_at(quota, nanos(now_ms));
+        Ok(())
+    }
+
+    /// `key`'s quota, or `null` if it is not in the table.
+    #[napi(catch_unwind)]
+    pub fn quota(
+        &self,
+        env: &Env,
+        #[napi(ts_arg_type = "string | number | bigint | Uint8Array")] key: Unknown,
+    ) -> Result<Option<QuotaSpec>> {
+        with_key(env, key, |key| self.core.quota(key).map(spec))
+            .map_err(|failure| map_error(env, failure))
+    }
+
+    /// How many keys the table holds.
+    #[napi(getter)]
+    pub fn size(&self) -> f64 {
+        // Exact: at most u32::MAX keys.
+        self.core.len() as f64
+    }
+}
+
+/// Nanoseconds of `now_ms`: `as` truncates toward zero and saturates (NaN and negatives to 0),
+/// which `nanosFromMs` in `fallback/limiter.ts` mirrors.
+fn nanos(now_ms: f64) -> u64 {
+    (now_ms * 1e6) as u64
+}
+
+/// Converts the JavaScript key and calls `f` with its stored form: a tag byte, then the bytes.
+fn with_key<R>(env: &Env, key: Unknown, f: impl FnOnce(&[u8]) -> R) -> Outcome<R> {
+    let mut out = None;
+    // SAFETY: live handles of this call; the closure does not run JavaScript.
+    unsafe {
+        keys::hash_key(env.raw(), key.raw(), |key| {
+            out = Some(canonical(key, f));
+            // The hash is not used: the limiter hashes the stored form itself.
+            KeyHash::from_u64(0)
+        })
+    }?;
+    out.ok_or_else(Failure::invalid_key_type)
+}
+
+/// Calls `f` with `key`'s stored form, built on the stack when it is short.
+fn canonical<R>(key: Key<'_>, f: impl FnOnce(&[u8]) -> R) -> R {
+    let int;
+    let (tag, body): (u8, &[u8]) = match key {
+        Key::Str(s) => (0, s.as_bytes()),
+        Key::Bytes(b) => (1, b),
+        Key::Int(i) => {
+            int = i.to_le_bytes();
+            (2, &int)
+        }
+    };
+    let mut stack = [0u8; STACK_KEY_BYTES];
+    match stack.get_mut(..=body.len()) {
+        Some(buf) => {
+            buf[0] = tag;
+            buf[1..].copy_from_slice(body);
+            f(buf)
+        }
+        None => {
+            let mut heap = Vec::with_capacity(body.len() + 1);
+            heap.push(tag);
+            heap.extend_from_slice(body);
+            f(&heap)
+        }
+    }
+}
+
+/// A validated quota.
+fn quota(spec: &QuotaSpec) -> Outcome<Quota> {
+    Ok(Quota::new(
+        spec.requests.as_ref().map(limit).transpose()?,
+        spec.units.as_ref().map(limit).transpose()?,
+    ))
+}
+
+fn limit(spec: &LimitSpec) -> Outcome<Limit> {
+    let amount = args::integer("The \"amount\" field", spec.amount, 0, MAX_SAFE)?;
+    let period = args::integer("The \"periodNs\" field", spec.period_ns, 1, MAX_SAFE)?;
+    let burst = args::integer("The \"burst\" field", spec.burst, 0, MAX_SAFE)?;
+    Limit::new(amount, Duration::from_nanos(period), burst).map_err(failure)
+}
+
+fn spec(quota: Quota) -> QuotaSpec {
+    let limit = |limit: Limit| LimitSpec {
+        // Exact: each came from a safe integer.
+        amount: limit.amount() as f64,
+        period_ns: limit.period().as_nanos() as f64,
+        burst: limit.burst() as f64,
+    };
+    QuotaSpec {
+        requests: quota.requests().map(limit),
+        units: quota.units().map(limit),
+    }
+}
+
+/// The failure for a limiter error `lib/` does not prevent or turn into a value.
+fn failure(err: LimiterError) -> Failure {
+    match err {
+        LimiterError::TooManyKeys => {
+            Failure::out_of_range("The number of keys", "at most 4294967294")
+        }
+        other => Failure::out_of_range("The quota", &other.to_string()),
+    }
+}
