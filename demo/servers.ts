@@ -1,0 +1,86 @@
+/** The demo's two loopback servers: a sometimes-slow upstream and the protected proxy in front. */
+import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { isDeadlineError, rateLimit, upstreamLimit, UpstreamLimit, withDeadline } from '../lib/http/index.js';
+
+/** How the demo protects the upstream; printed with the results. */
+export const protection = {
+  /** Requests per client per window. */
+  limit: 20,
+  windowMs: 1000,
+  /** Calls in flight to the upstream at once. */
+  maxInflight: 8,
+  /** Deadline of one upstream call. */
+  deadlineMs: 150,
+};
+
+/** Upstream behaviour: fast, except every `slowEvery`th request during the brownout. */
+export const upstreamShape = { fastMs: 5, slowMs: 400, slowEvery: 3 };
+
+export async function listen(server: Server): Promise<number> {
+  await new Promise<void>((resolve, reject) => {
+    server.once('error', reject);
+    server.listen(0, '127.0.0.1', resolve);
+  });
+  return (server.address() as AddressInfo).port;
+}
+
+/** An upstream that answers in `fastMs`, or `slowMs` for every `slowEvery`th request while browned out. */
+export function upstream(brownedOut: () => boolean): Server {
+  let served = 0;
+  return createServer((_req, res) => {
+    const slow = brownedOut() && ++served % upstreamShape.slowEvery === 0;
+    const timer = setTimeout(
+      () => res.end('hello from upstream\n'),
+      slow ? upstreamShape.slowMs : upstreamShape.fastMs,
+    );
+    res.on('close', () => clearTimeout(timer));
+  });
+}
+
+/**
+ * The protected proxy: a rate limit per client, an in-flight cap on the upstream, and a deadline
+ * on each upstream call. Clients are told apart by their `x-client` header because every demo
+ * client shares 127.0.0.1; a real deployment keys by client IP (`trustProxy` set to its proxies),
+ * since a header the client writes is a key the client chooses.
+ */
+export function proxy(upstreamPort: number): { server: Server; inflight: UpstreamLimit } {
+  const inflight = new UpstreamLimit({ max: protection.maxInflight });
+  const chain = [
+    rateLimit({
+      limit: protection.limit,
+      windowMs: protection.windowMs,
+      key: (req) => String(req.headers['x-client'] ?? 'anonymous'),
+    }),
+    upstreamLimit({ limit: inflight, upstream: () => 'origin' }),
+  ];
+  const forward = async (req: IncomingMessage, res: ServerResponse): Promise<void> => {
+    // The client going away aborts the upstream call too.
+    const gone = new AbortController();
+    res.on('close', () => gone.abort());
+    try {
+      const reply = await withDeadline(
+        protection.deadlineMs,
+        async (signal) => {
+          const r = await fetch(`http://127.0.0.1:${upstreamPort}${req.url ?? '/'}`, { signal });
+          return { status: r.status, body: await r.text() };
+        },
+        { signal: gone.signal },
+      );
+      res.statusCode = reply.status;
+      res.end(reply.body);
+    } catch (error) {
+      res.statusCode = isDeadlineError(error) ? 504 : 502;
+      res.end();
+    }
+  };
+  const server = createServer((req, res) => {
+    const run = (i: number): void => {
+      const mw = chain[i];
+      if (mw === undefined) return void forward(req, res);
+      mw(req, res, (error) => (error === undefined ? run(i + 1) : res.writeHead(500).end()));
+    };
+    run(0);
+  });
+  return { server, inflight };
+}
