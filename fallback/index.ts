@@ -1,6 +1,7 @@
 /** The pure-TypeScript backend: same API and bit-identical results as the native one. */
 import type { Backend } from '../lib/backend.js';
 import { FallbackEstimator } from './estimator.js';
+import { FallbackLimiter } from './limiter.js';
 import { FallbackRate } from './rate.js';
 import { fallbackTicker } from './ticker.js';
 import { decode } from './wire.js';
@@ -14,5 +15,6 @@ export const fallbackBackend: Backend = {
     return typeof d === 'string' ? d : new FallbackEstimator(d.hashes, d.slots, d.seed, d.counters);
   },
   Rate: FallbackRate,
+  Limiter: FallbackLimiter,
   ticker: fallbackTicker,
 };

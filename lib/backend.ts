@@ -83,6 +83,42 @@ export interface RateCore {
 /** `intervalMs` is an integer in [1, 2^52]; the shape is within §4; `seed` in [0, 2^64). */
 export type RateCoreConstructor = new (intervalMs: number, hashes: number, slots: number, seed: bigint) => RateCore;
 
+/** One dimension of a quota: `amount` tokens every `periodNs` ns, at most `burst` held (safe integers, periodNs >= 1). */
+export interface LimitSpec {
+  amount: number;
+  periodNs: number;
+  burst: number;
+}
+
+/** A quota as backends take it: a limit on requests and one on cost units; an absent one is unlimited. */
+export interface QuotaSpec {
+  requests?: LimitSpec;
+  units?: LimitSpec;
+}
+
+/**
+ * The token-bucket limiter of `crates/limits/src/limiter.rs` on a time base the caller supplies:
+ * `nowMs` is milliseconds since the core was created (finite, >= 0, fractions allowed), taken as
+ * `trunc(nowMs × 1e6)` nanoseconds saturating at 2^64 − 1, identically in both backends.
+ */
+export interface LimiterCore {
+  /** 0 if admitted (and taken); else the ms until it would be (`wait_ns / 1e6`), `Infinity` if never. */
+  check(key: Key, cost: number, nowMs: number): number;
+  /** Replaces the key table; `false` (nothing changed) if two keys are the same key. */
+  replaceKeys(keys: Key[], quotas: QuotaSpec[], nowMs: number): boolean;
+  /** `false` if `key` is not in the table. */
+  setQuota(key: Key, quota: QuotaSpec, nowMs: number): boolean;
+  setBestEffort(quota: QuotaSpec, nowMs: number): void;
+  /** `null` removes the overall quota. */
+  setOverall(quota: QuotaSpec | null, nowMs: number): void;
+  /** `key`'s quota, `null` if it is not in the table. */
+  quota(key: Key): QuotaSpec | null;
+  readonly size: number;
+}
+
+/** Creates a limiter with no keys and `bestEffort` for every key, full at time 0. */
+export type LimiterCoreConstructor = new (bestEffort: QuotaSpec) => LimiterCore;
+
 /** Keeps the process alive (like a ref'd `setTimeout`) or not, for one armed tick. */
 export interface TickHandle {
   ref(): void;
@@ -114,6 +150,7 @@ export interface Backend {
   /** Decodes a serialized sketch, or names the first check it fails. */
   deserializeEstimator(bytes: Uint8Array): EstimatorCore | CorruptReason;
   readonly Rate: RateCoreConstructor;
+  readonly Limiter: LimiterCoreConstructor;
   readonly ticker: Ticker;
 }
 

@@ -135,5 +135,6 @@ export const backend: Backend = {
     return typeof decoded === 'string' ? (decoded as CorruptReason) : decoded;
   },
   Rate: binding.Rate,
+  Limiter: binding.Limiter,
   ticker: new NativeTicker(),
 };
