@@ -13,6 +13,9 @@
  * - `ERR_KEEPCOUNT_BACKEND` (`Error`): `KEEPCOUNT_BACKEND` names an unknown backend, or forces
  *   `native` where the binding cannot load (the load error is the `cause`).
  * - `ERR_KEEPCOUNT_TIMEOUT` ({@link TimeoutError}): `timeout()` ran out of time.
+ * - `ERR_KEEPCOUNT_DUPLICATE_KEY` (`Error`): a `Limiter` key table names the same key twice (`1` and
+ *   `1n` are one key); the limiter is unchanged.
+ * - `ERR_KEEPCOUNT_UNKNOWN_KEY` (`Error`): `Limiter.setQuota` for a key not in the table.
  *
  * @module
  */
@@ -25,7 +28,9 @@ export type ErrorCode =
   | 'ERR_KEEPCOUNT_CORRUPT'
   | 'ERR_KEEPCOUNT_RELEASED'
   | 'ERR_KEEPCOUNT_BACKEND'
-  | 'ERR_KEEPCOUNT_TIMEOUT';
+  | 'ERR_KEEPCOUNT_TIMEOUT'
+  | 'ERR_KEEPCOUNT_DUPLICATE_KEY'
+  | 'ERR_KEEPCOUNT_UNKNOWN_KEY';
 
 /** An error with a keepcount {@link ErrorCode}. */
 export type KeepcountError<E extends Error = Error> = E & { readonly code: ErrorCode };
