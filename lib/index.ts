@@ -12,6 +12,15 @@ export { TimeoutError, type ErrorCode, type KeepcountError } from './errors.js';
 export { Estimator, type ErrorBoundsOptions, type EstimatorOptions } from './estimator.js';
 export { Inflight, type InflightGuard, type InflightOptions } from './inflight.js';
 export type { Key } from './keys.js';
+export {
+  Limiter,
+  type LimitInfo,
+  type LimiterDecision,
+  type LimiterOptions,
+  type Quota,
+  type QuotaInfo,
+  type RateLimit,
+} from './limiter.js';
 export { proportionalRate, Rate, type RateComponents, type RateOptions } from './rate.js';
 export { pauseForFork, sleep, timeout, timeoutSignal, unpause } from './timeout.js';
 
