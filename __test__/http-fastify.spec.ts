@@ -1,7 +1,7 @@
 import test from 'ava';
 import Fastify from 'fastify';
 import { ManualClock } from '../lib/index.js';
-import { fastifyRateLimit, fastifyUpstreamLimit, keepcountFastify, UpstreamLimit } from '../lib/http/index.js';
+import { rateLimitHook, upstreamLimitHook, keepcountFastify, UpstreamLimit } from '../lib/http/index.js';
 import { title } from './helpers.js';
 import { abortAfter, deferred, eventually, get, parseField } from './http-client.js';
 
@@ -52,7 +52,7 @@ test(
 test(title('fastify hook: a custom refusal handler answers'), async (t) => {
   const clock = new ManualClock();
   const app = Fastify();
-  const onRequest = fastifyRateLimit({
+  const onRequest = rateLimitHook({
     limit: 0,
     windowMs: 1000,
     clock,
@@ -72,15 +72,15 @@ test(title('fastify hook: 503 above the in-flight threshold, slots released on f
   const app = Fastify();
   const gate = deferred();
   let arrived = deferred();
-  app.get('/slow', { onRequest: fastifyUpstreamLimit({ limit }) }, async () => {
+  app.get('/slow', { onRequest: upstreamLimitHook({ limit }) }, async () => {
     arrived.resolve();
     await gate.promise;
     return 'ok';
   });
-  app.get('/fail', { onRequest: fastifyUpstreamLimit({ limit }) }, async () => {
+  app.get('/fail', { onRequest: upstreamLimitHook({ limit }) }, async () => {
     throw new Error('upstream failed');
   });
-  app.get('/hang', { onRequest: fastifyUpstreamLimit({ limit }) }, (_request, _reply) => {
+  app.get('/hang', { onRequest: upstreamLimitHook({ limit }) }, (_request, _reply) => {
     arrived.resolve(); // never replies: only the client's abort ends it
   });
   const port = await start(app);

@@ -14,8 +14,8 @@ import type { UpstreamLimit, UpstreamLimitOptions, UpstreamSlot } from './upstre
 /** An async `onRequest` hook. */
 export type OnRequestHook = (request: FastifyRequest, reply: FastifyReply) => Promise<void>;
 
-/** Options of {@link fastifyRateLimit}: as the node middleware's, with Fastify's request and reply. */
-export interface FastifyRateLimitOptions extends Partial<QuotaOptions> {
+/** Options of {@link rateLimitHook}: as the node middleware's, with Fastify's request and reply. */
+export interface RateLimitHookOptions extends Partial<QuotaOptions> {
   /** A ready quota to count in; replaces `limit`/`windowMs`/... */
   quota?: Quota;
   /** Which proxies to believe for the default key; see {@link TrustProxy}. Defaults to `false`. */
@@ -36,17 +36,17 @@ export interface FastifyRateLimitOptions extends Partial<QuotaOptions> {
  *
  * @example
  * ```ts
- * app.get('/search', { onRequest: fastifyRateLimit({ limit: 10, windowMs: 1000 }) }, handler);
+ * app.get('/search', { onRequest: rateLimitHook({ limit: 10, windowMs: 1000 }) }, handler);
  * ```
  */
-export function fastifyRateLimit(options: FastifyRateLimitOptions): OnRequestHook {
+export function rateLimitHook(options: RateLimitHookOptions): OnRequestHook {
   const quota = quotaOf(options);
   const trustProxy = trustProxyOption(options.trustProxy);
   const key =
     functionOption<(r: FastifyRequest) => string>('key', options.key) ??
     ((request: FastifyRequest) => clientIp(request.raw, trustProxy));
   const skip = functionOption<(r: FastifyRequest) => boolean>('skip', options.skip);
-  const onLimit = functionOption<NonNullable<FastifyRateLimitOptions['onLimit']>>('onLimit', options.onLimit);
+  const onLimit = functionOption<NonNullable<RateLimitHookOptions['onLimit']>>('onLimit', options.onLimit);
   return async (request, reply) => {
     if (skip?.(request) === true) return;
     const decision = quota.consume(key(request));
@@ -57,8 +57,8 @@ export function fastifyRateLimit(options: FastifyRateLimitOptions): OnRequestHoo
   };
 }
 
-/** Options of {@link fastifyUpstreamLimit}. */
-export interface FastifyUpstreamLimitOptions extends Partial<UpstreamLimitOptions> {
+/** Options of {@link upstreamLimitHook}. */
+export interface UpstreamLimitHookOptions extends Partial<UpstreamLimitOptions> {
   /** A ready limit to count in; replaces `max`/`inflight`. */
   limit?: UpstreamLimit;
   /** The upstream a request goes to. Defaults to `'default'`. */
@@ -74,13 +74,13 @@ export interface FastifyUpstreamLimitOptions extends Partial<UpstreamLimitOption
  *
  * @example
  * ```ts
- * app.get('/proxy', { onRequest: fastifyUpstreamLimit({ max: 20 }) }, proxyHandler);
+ * app.get('/proxy', { onRequest: upstreamLimitHook({ max: 20 }) }, proxyHandler);
  * ```
  */
-export function fastifyUpstreamLimit(options: FastifyUpstreamLimitOptions): OnRequestHook {
+export function upstreamLimitHook(options: UpstreamLimitHookOptions): OnRequestHook {
   const limit = upstreamLimitOf(options);
   const upstream = functionOption<(r: FastifyRequest) => string>('upstream', options.upstream) ?? (() => 'default');
-  const onLimit = functionOption<NonNullable<FastifyUpstreamLimitOptions['onLimit']>>('onLimit', options.onLimit);
+  const onLimit = functionOption<NonNullable<UpstreamLimitHookOptions['onLimit']>>('onLimit', options.onLimit);
   return async (request, reply) => {
     const slot = limit.acquire(upstream(request));
     if (!slot.allowed) {
@@ -100,10 +100,10 @@ export function fastifyUpstreamLimit(options: FastifyUpstreamLimitOptions): OnRe
 
 /** Options of {@link keepcountFastify}: which hooks to install. */
 export interface KeepcountFastifyOptions {
-  /** Installs {@link fastifyRateLimit} with these options. */
-  rateLimit?: FastifyRateLimitOptions;
-  /** Installs {@link fastifyUpstreamLimit} with these options (after the rate limit). */
-  upstreamLimit?: FastifyUpstreamLimitOptions;
+  /** Installs {@link rateLimitHook} with these options. */
+  rateLimit?: RateLimitHookOptions;
+  /** Installs {@link upstreamLimitHook} with these options (after the rate limit). */
+  upstreamLimit?: UpstreamLimitHookOptions;
 }
 
 /**
@@ -122,9 +122,9 @@ export const keepcountFastify: FastifyPluginCallback<KeepcountFastifyOptions> = 
     done: (error?: Error) => void,
   ) => {
     try {
-      if (options.rateLimit !== undefined) instance.addHook('onRequest', fastifyRateLimit(options.rateLimit));
+      if (options.rateLimit !== undefined) instance.addHook('onRequest', rateLimitHook(options.rateLimit));
       if (options.upstreamLimit !== undefined) {
-        instance.addHook('onRequest', fastifyUpstreamLimit(options.upstreamLimit));
+        instance.addHook('onRequest', upstreamLimitHook(options.upstreamLimit));
       }
       done();
     } catch (error) {

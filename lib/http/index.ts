@@ -4,7 +4,7 @@
  * - {@link Quota} (requests per key per window, with IETF RateLimit headers) and
  *   {@link UpstreamLimit} (in-flight calls per upstream), {@link withDeadline} for upstream calls.
  * - `(req, res, next)` middleware for node:http and Express: {@link rateLimit}, {@link upstreamLimit}.
- * - Fastify: {@link fastifyRateLimit}, {@link fastifyUpstreamLimit} hooks and the
+ * - Fastify: {@link rateLimitHook}, {@link upstreamLimitHook} hooks and the
  *   {@link keepcountFastify} plugin.
  * - Drop-in stores: {@link KeepcountStore} for express-rate-limit, {@link KeepcountFastifyStore}
  *   for @fastify/rate-limit.
@@ -16,11 +16,11 @@
  */
 export { clientIp, type TrustProxy } from './client-ip.js';
 export {
-  fastifyRateLimit,
-  fastifyUpstreamLimit,
+  rateLimitHook,
+  upstreamLimitHook,
   keepcountFastify,
-  type FastifyRateLimitOptions,
-  type FastifyUpstreamLimitOptions,
+  type RateLimitHookOptions,
+  type UpstreamLimitHookOptions,
   type KeepcountFastifyOptions,
   type OnRequestHook,
 } from './fastify.js';
