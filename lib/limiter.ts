@@ -132,7 +132,7 @@ export class Limiter {
     }
     const bestEffort = quotaSpec('The "bestEffort" option', options.bestEffort);
     const overall = options.overall === undefined ? null : quotaSpec('The "overall" option', options.overall);
-    const keys = options.keys === undefined ? undefined : entries('The "keys" option', options.keys);
+    const keys = options.keys === undefined ? undefined : entries('keys', 'option', options.keys);
     this.#clock = options.clock === undefined ? monotonicClock : validateClock(options.clock);
     this.#origin = this.#readClock();
     this.#core = new active.Limiter(bestEffort);
@@ -185,7 +185,7 @@ export class Limiter {
    * @throws `Error` `ERR_KEEPCOUNT_DUPLICATE_KEY` if two entries are the same key; nothing changes.
    */
   replaceKeys(table: Iterable<readonly [Key, Quota]>): void {
-    const [keys, quotas] = entries('The "table" argument', table);
+    const [keys, quotas] = entries('table', 'argument', table);
     if (!this.#core.replaceKeys(keys, quotas, this.#elapsed())) throw duplicateKey();
   }
 
@@ -248,36 +248,31 @@ function duplicateKey(): Error {
   );
 }
 
-/** Validated `[key, quota]` pairs as two arrays. */
-function entries(what: string, table: unknown): [Key[], QuotaSpec[]] {
+/** Validated `[key, quota]` pairs as two arrays; `name` and `kind` name them in errors. */
+function entries(name: string, kind: string, table: unknown): [Key[], QuotaSpec[]] {
   if (
     typeof table !== 'object' ||
     table === null ||
     isUint8Array(table) ||
     typeof (table as Iterable<unknown>)[Symbol.iterator] !== 'function'
   ) {
-    throw invalidType(what, 'an iterable of [key, quota] pairs', table);
+    throw invalidType(`The "${name}" ${kind}`, 'an iterable of [key, quota] pairs', table);
   }
   const keys: Key[] = [];
   const quotas: QuotaSpec[] = [];
+  let i = 0;
   for (const entry of table as Iterable<unknown>) {
-    if (typeof entry !== 'object' || entry === null || !Array.isArray(entry)) {
-      throw invalidType(`Each entry of ${lower(what)}`, 'a [key, quota] pair', entry);
-    }
+    if (!Array.isArray(entry)) throw invalidType(`The "${name}[${i}]" ${kind}`, 'a [key, quota] pair', entry);
     keys.push(validateKey(entry[0]));
-    quotas.push(quotaSpec('The quota of each entry', entry[1]));
+    quotas.push(quotaSpec(`The "${name}[${i}][1]" ${kind}`, entry[1]));
+    i++;
   }
   return [keys, quotas];
 }
 
-function lower(what: string): string {
-  return what.charAt(0).toLowerCase() + what.slice(1);
-}
-
 /** `The "bestEffort" option` + `requests` → `The "bestEffort.requests" option`. */
 function field(what: string, name: string): string {
-  const quoted = /^(The "[^"]*)(".*)$/.exec(what);
-  return quoted === null ? `${what}'s "${name}"` : `${quoted[1]}.${name}${quoted[2]}`;
+  return what.replace(/^(The "[^"]*)"/, `$1.${name}"`);
 }
 
 function quotaSpec(what: string, quota: unknown): QuotaSpec {
