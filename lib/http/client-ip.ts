@@ -18,7 +18,7 @@ import { invalidType, outOfRange } from '../errors.js';
  */
 export type TrustProxy = false | number | ((ip: string, hop: number) => boolean);
 
-/** Validates a {@link TrustProxy} option. */
+/** Validates a {@link TrustProxy} option. @internal */
 export function trustProxyOption(value: unknown): TrustProxy {
   if (value === undefined || value === false) return false;
   if (typeof value === 'number') {

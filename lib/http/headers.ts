@@ -36,7 +36,7 @@ export interface RateLimitDecision {
   key: string;
 }
 
-/** Names a policy: printable ASCII, as an sf-string allows. */
+/** Names a policy: printable ASCII, as an sf-string allows. @internal */
 export function policyName(value: unknown): string {
   if (typeof value !== 'string' || !/^[\x20-\x7e]*$/.test(value)) {
     throw invalidType('The "policy" option', 'a string of printable ASCII', value);

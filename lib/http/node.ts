@@ -41,7 +41,7 @@ export interface RateLimitOptions<
   onLimit?: (req: Req, res: Res, decision: RateLimitDecision) => void;
 }
 
-/** Builds the {@link Quota} a `rateLimit` option set describes. */
+/** Builds the {@link Quota} a `rateLimit` option set describes. @internal */
 export function quotaOf(options: Partial<QuotaOptions> & { quota?: Quota }): Quota {
   if (options.quota !== undefined) {
     if (!(options.quota instanceof Quota)) throw invalidType('The "quota" option', 'a Quota', options.quota);
@@ -50,7 +50,7 @@ export function quotaOf(options: Partial<QuotaOptions> & { quota?: Quota }): Quo
   return new Quota(options as QuotaOptions);
 }
 
-/** Validates an optional function option. */
+/** Validates an optional function option. @internal */
 export function functionOption<F>(name: string, value: unknown): F | undefined {
   if (value !== undefined && typeof value !== 'function') {
     throw invalidType(`The "${name}" option`, 'of type function', value);
@@ -120,7 +120,7 @@ const unavailable = (_req: IncomingMessage, res: ServerResponse): void => {
   res.end('Service Unavailable\n');
 };
 
-/** Builds the {@link UpstreamLimit} an `upstreamLimit` option set describes. */
+/** Builds the {@link UpstreamLimit} an `upstreamLimit` option set describes. @internal */
 export function upstreamLimitOf(options: Partial<UpstreamLimitOptions> & { limit?: UpstreamLimit }): UpstreamLimit {
   if (options.limit !== undefined) {
     if (!(options.limit instanceof UpstreamLimit)) {
