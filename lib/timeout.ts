@@ -39,6 +39,8 @@ class Bucket {
   /** Whether the handle is ref'd now; lags `pending > 0` until {@link releaseIdle} runs. */
   private refd = true;
   private fired = false;
+  /** Whether {@link idle} holds this bucket already. */
+  idleQueued = false;
   private readonly handle: TickHandle;
 
   constructor(readonly deadline: number) {
@@ -83,6 +85,7 @@ class Bucket {
 
   /** Unrefs the tick if nothing waits on it any more (see the class documentation). */
   releaseIdle(): void {
+    this.idleQueued = false;
     if (this.pending === 0 && this.refd && !this.fired) {
       this.refd = false;
       this.handle.unref();
@@ -114,16 +117,18 @@ class Bucket {
 }
 
 /** Buckets whose last waiter settled this turn; {@link releaseIdleBuckets} unrefs them. */
-const idle = new Set<Bucket>();
+const idle: Bucket[] = [];
 
 function idleSoon(bucket: Bucket): void {
-  if (idle.size === 0) setImmediate(releaseIdleBuckets);
-  idle.add(bucket);
+  if (bucket.idleQueued) return;
+  bucket.idleQueued = true;
+  if (idle.length === 0) setImmediate(releaseIdleBuckets);
+  idle.push(bucket);
 }
 
 function releaseIdleBuckets(): void {
-  for (const bucket of idle) bucket.releaseIdle();
-  idle.clear();
+  const due = idle.splice(0);
+  for (const bucket of due) bucket.releaseIdle();
 }
 
 const buckets = new Map<number, Bucket>();
