@@ -1,6 +1,6 @@
 import test from 'ava';
 import Fastify from 'fastify';
-import { ManualClock } from '../lib/index.js';
+import { Limiter, ManualClock } from '../lib/index.js';
 import { rateLimitHook, upstreamLimitHook, keepcountFastify, UpstreamLimit } from '../lib/http/index.js';
 import { title } from './helpers.js';
 import { abortAfter, deferred, eventually, get, parseField } from './http-client.js';
@@ -100,4 +100,20 @@ test(title('fastify hook: 503 above the in-flight threshold, slots released on f
     await abortAfter(port, '/hang', arrived.promise);
     t.true(await eventually(() => limit.inflight.get('default') === 0), `abort ${i} released`);
   }
+});
+
+test(title('fastify plugin: a token-bucket Limiter refuses past the burst with Retry-After'), async (t) => {
+  const clock = new ManualClock();
+  const limiter = new Limiter({ bestEffort: { requests: { perSecond: 2, burst: 2 } }, clock });
+  const app = Fastify();
+  await app.register(keepcountFastify, { tokenBucket: { limiter } });
+  app.get('/', async () => 'ok');
+  const port = await start(app);
+  t.teardown(() => app.close());
+  const statuses = [];
+  for (let i = 0; i < 3; i++) statuses.push((await get(port, '/')).status);
+  t.deepEqual(statuses, [200, 200, 429]);
+  t.is((await get(port, '/')).headers['retry-after'], '1');
+  clock.advance(500);
+  t.is((await get(port, '/')).status, 200);
 });

@@ -1,11 +1,12 @@
 import test from 'ava';
 import express from 'express';
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
-import { ManualClock, sleep } from '../lib/index.js';
+import { Limiter, ManualClock, sleep } from '../lib/index.js';
 import {
   isDeadlineError,
   Quota,
   rateLimit,
+  tokenBucket,
   upstreamLimit,
   UpstreamLimit,
   withDeadline,
@@ -242,3 +243,59 @@ test(title('options are validated with keepcount error codes'), (t) => {
   });
   t.throws(() => upstreamLimit({ max: 0 }), { instanceOf: RangeError, code: 'ERR_OUT_OF_RANGE' });
 });
+
+for (const [name, serve] of Object.entries(frameworks)) {
+  test(
+    title(`${name}: tokenBucket admits each key's burst, refuses with Retry-After, refills with time`),
+    async (t) => {
+      const clock = new ManualClock();
+      const limiter = new Limiter({
+        bestEffort: { requests: { perSecond: 1, burst: 2 } },
+        keys: [
+          ['gold', { requests: { perSecond: 10, burst: 5 } }],
+          ['metered', { units: { perSecond: 100, burst: 10 } }],
+        ],
+        clock,
+      });
+      const server = serve(
+        [
+          tokenBucket({
+            limiter,
+            key: (req) => String(req.headers['x-api-key'] ?? ''),
+            cost: (req) => Number(req.headers['x-cost'] ?? 1),
+            skip: (req) => req.url === '/health',
+          }),
+        ],
+        ok,
+      );
+      const port = await listen(server);
+      t.teardown(() => close(server));
+      const statuses = async (n: number, headers: Record<string, string>) => {
+        const out = [];
+        for (let i = 0; i < n; i++) out.push((await get(port, '/', headers)).status);
+        return out;
+      };
+
+      t.deepEqual(await statuses(6, { 'x-api-key': 'gold' }), [200, 200, 200, 200, 200, 429]);
+      t.deepEqual(
+        await statuses(3, { 'x-api-key': 'anyone' }),
+        [200, 200, 429],
+        'unknown keys share the best-effort bucket',
+      );
+      const refused = await get(port, '/', { 'x-api-key': 'someone-else' });
+      t.is(refused.status, 429);
+      t.is(refused.headers['retry-after'], '1');
+      t.is(refused.headers.ratelimit, undefined, 'no window, so no RateLimit fields');
+      t.is((await get(port, '/health', { 'x-api-key': 'anyone' })).status, 200);
+      t.is((await get(port, '/', { 'x-api-key': 'metered', 'x-cost': '8' })).status, 200);
+      const short = await get(port, '/', { 'x-api-key': 'metered', 'x-cost': '8' });
+      t.is(short.status, 429, 'the cost counts in units');
+      t.is(short.headers['retry-after'], '1');
+      const never = await get(port, '/', { 'x-api-key': 'metered', 'x-cost': '11' });
+      t.is(never.status, 429);
+      t.is(never.headers['retry-after'], undefined, 'a cost above the burst never fits: no Retry-After');
+      clock.advance(1000);
+      t.deepEqual(await statuses(1, { 'x-api-key': 'anyone' }), [200]);
+    },
+  );
+}

@@ -7,7 +7,15 @@
 import type { FastifyPluginCallback, FastifyReply, FastifyRequest } from 'fastify';
 import { clientIp, trustProxyOption, type TrustProxy } from './client-ip.js';
 import { rateLimitHeaders, type RateLimitDecision } from './headers.js';
-import { functionOption, quotaOf, upstreamLimitOf } from './node.js';
+import type { Limiter } from '../limiter.js';
+import {
+  functionOption,
+  limiterOption,
+  quotaOf,
+  retryAfter,
+  upstreamLimitOf,
+  type TokenBucketRefusal,
+} from './node.js';
 import type { Quota, QuotaOptions } from './quota.js';
 import type { UpstreamLimit, UpstreamLimitOptions, UpstreamSlot } from './upstream.js';
 
@@ -57,6 +65,53 @@ export function rateLimitHook(options: RateLimitHookOptions): OnRequestHook {
   };
 }
 
+/** Options of {@link tokenBucketHook}: as the node `tokenBucket` middleware's, with Fastify's types. */
+export interface TokenBucketHookOptions {
+  /** The keepcount `Limiter` holding the buckets. Required. */
+  limiter: Limiter;
+  /** Which proxies to believe for the default key; see {@link TrustProxy}. Defaults to `false`. */
+  trustProxy?: TrustProxy;
+  /** The key to check the request under. Defaults to the client IP per `trustProxy`. */
+  key?: (request: FastifyRequest) => string;
+  /** The request's cost in the limiter's units. Defaults to 1. */
+  cost?: (request: FastifyRequest) => number;
+  /** Requests to let through unchecked. Defaults to none. */
+  skip?: (request: FastifyRequest) => boolean;
+  /** Answers a refused request (`Retry-After` already set when waiting helps). Defaults to 429. */
+  onLimit?: (request: FastifyRequest, reply: FastifyReply, refusal: TokenBucketRefusal) => unknown;
+}
+
+/**
+ * An `onRequest` hook rate-limiting with a keepcount token-bucket `Limiter`, like the node
+ * `tokenBucket` middleware.
+ *
+ * @example
+ * ```ts
+ * const limiter = new Limiter({ bestEffort: { requests: { perSecond: 50, burst: 100 } } });
+ * app.get('/upload', { onRequest: tokenBucketHook({ limiter }) }, handler);
+ * ```
+ */
+export function tokenBucketHook(options: TokenBucketHookOptions): OnRequestHook {
+  const limiter = limiterOption(options.limiter);
+  const trustProxy = trustProxyOption(options.trustProxy);
+  const key =
+    functionOption<(r: FastifyRequest) => string>('key', options.key) ??
+    ((request: FastifyRequest) => clientIp(request.raw, trustProxy));
+  const cost = functionOption<(r: FastifyRequest) => number>('cost', options.cost);
+  const skip = functionOption<(r: FastifyRequest) => boolean>('skip', options.skip);
+  const onLimit = functionOption<NonNullable<TokenBucketHookOptions['onLimit']>>('onLimit', options.onLimit);
+  return async (request, reply) => {
+    if (skip?.(request) === true) return;
+    const k = key(request);
+    const decision = limiter.check(k, cost === undefined ? 1 : cost(request));
+    if (decision.allowed) return;
+    const after = retryAfter(decision.retryAfterMs);
+    if (after !== undefined) reply.header('Retry-After', after);
+    if (onLimit !== undefined) await onLimit(request, reply, { key: k, retryAfterMs: decision.retryAfterMs });
+    else await reply.code(429).type('text/plain; charset=utf-8').send('Too Many Requests\n');
+  };
+}
+
 /** Options of {@link upstreamLimitHook}. */
 export interface UpstreamLimitHookOptions extends Partial<UpstreamLimitOptions> {
   /** A ready limit to count in; replaces `max`/`inflight`. */
@@ -102,7 +157,9 @@ export function upstreamLimitHook(options: UpstreamLimitHookOptions): OnRequestH
 export interface KeepcountFastifyOptions {
   /** Installs {@link rateLimitHook} with these options. */
   rateLimit?: RateLimitHookOptions;
-  /** Installs {@link upstreamLimitHook} with these options (after the rate limit). */
+  /** Installs {@link tokenBucketHook} with these options (after the rate limit). */
+  tokenBucket?: TokenBucketHookOptions;
+  /** Installs {@link upstreamLimitHook} with these options (after the rate limits). */
   upstreamLimit?: UpstreamLimitHookOptions;
 }
 
@@ -123,6 +180,7 @@ export const keepcountFastify: FastifyPluginCallback<KeepcountFastifyOptions> = 
   ) => {
     try {
       if (options.rateLimit !== undefined) instance.addHook('onRequest', rateLimitHook(options.rateLimit));
+      if (options.tokenBucket !== undefined) instance.addHook('onRequest', tokenBucketHook(options.tokenBucket));
       if (options.upstreamLimit !== undefined) {
         instance.addHook('onRequest', upstreamLimitHook(options.upstreamLimit));
       }

@@ -3,8 +3,9 @@
  *
  * - {@link Quota} (requests per key per window, with IETF RateLimit headers) and
  *   {@link UpstreamLimit} (in-flight calls per upstream), {@link withDeadline} for upstream calls.
- * - `(req, res, next)` middleware for node:http and Express: {@link rateLimit}, {@link upstreamLimit}.
- * - Fastify: {@link rateLimitHook}, {@link upstreamLimitHook} hooks and the
+ * - `(req, res, next)` middleware for node:http and Express: {@link rateLimit}, {@link tokenBucket}
+ *   (a token-bucket `Limiter` instead of a window), {@link upstreamLimit}.
+ * - Fastify: {@link rateLimitHook}, {@link tokenBucketHook}, {@link upstreamLimitHook} hooks and the
  *   {@link keepcountFastify} plugin.
  * - Drop-in stores: {@link KeepcountStore} for express-rate-limit, {@link KeepcountFastifyStore}
  *   for @fastify/rate-limit.
@@ -17,9 +18,11 @@
 export { clientIp, type TrustProxy } from './client-ip.js';
 export {
   rateLimitHook,
+  tokenBucketHook,
   upstreamLimitHook,
   keepcountFastify,
   type RateLimitHookOptions,
+  type TokenBucketHookOptions,
   type UpstreamLimitHookOptions,
   type KeepcountFastifyOptions,
   type OnRequestHook,
@@ -27,10 +30,13 @@ export {
 export { rateLimitHeaders, type RateLimitDecision } from './headers.js';
 export {
   rateLimit,
+  tokenBucket,
   upstreamLimit,
   type Middleware,
   type Next,
   type RateLimitOptions,
+  type TokenBucketOptions,
+  type TokenBucketRefusal,
   type UpstreamLimitMiddlewareOptions,
 } from './node.js';
 export { Quota, type QuotaOptions } from './quota.js';

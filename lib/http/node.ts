@@ -6,6 +6,7 @@
  */
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { invalidType } from '../errors.js';
+import { Limiter } from '../limiter.js';
 import { clientIp, trustProxyOption, type TrustProxy } from './client-ip.js';
 import { rateLimitHeaders, type RateLimitDecision } from './headers.js';
 import { Quota, type QuotaOptions } from './quota.js';
@@ -97,6 +98,87 @@ export function rateLimit<Req extends IncomingMessage = IncomingMessage, Res ext
     }
     if (decision.allowed) return next();
     onLimit(req, res, decision);
+  };
+}
+
+/** What a refused {@link tokenBucket} request gets: the key and how long to wait. */
+export interface TokenBucketRefusal {
+  /** The key the request was checked under. */
+  key: string;
+  /** Milliseconds until the same request would be admitted, or `Infinity` when never. */
+  retryAfterMs: number;
+}
+
+/** Options of {@link tokenBucket}. */
+export interface TokenBucketOptions<
+  Req extends IncomingMessage = IncomingMessage,
+  Res extends ServerResponse = ServerResponse,
+> {
+  /** The keepcount `Limiter` holding the buckets: per-key quotas and the best-effort bucket. Required. */
+  limiter: Limiter;
+  /** Which proxies to believe for the default key; see {@link TrustProxy}. Defaults to `false`. */
+  trustProxy?: TrustProxy;
+  /** The key to check the request under (a key in the limiter's table, say an API key). Defaults to the client IP. */
+  key?: (req: Req) => string;
+  /** The request's cost in the limiter's units (e.g. its Content-Length). Defaults to 1. */
+  cost?: (req: Req) => number;
+  /** Requests to let through unchecked. Defaults to none. */
+  skip?: (req: Req) => boolean;
+  /** Answers a refused request (`Retry-After` already set when waiting helps). Defaults to 429. */
+  onLimit?: (req: Req, res: Res, refusal: TokenBucketRefusal) => void;
+}
+
+/** `Retry-After` for a limiter refusal, or `undefined` when waiting never helps. @internal */
+export function retryAfter(retryAfterMs: number): string | undefined {
+  return Number.isFinite(retryAfterMs) ? String(Math.max(1, Math.ceil(retryAfterMs / 1000))) : undefined;
+}
+
+/** Validates the `limiter` option. @internal */
+export function limiterOption(value: unknown): Limiter {
+  if (!(value instanceof Limiter)) throw invalidType('The "limiter" option', 'a Limiter', value);
+  return value;
+}
+
+/**
+ * Rate-limits requests with a keepcount token-bucket `Limiter` instead of a fixed-window
+ * {@link Quota}: per-key quotas for the keys in its table (customers, API keys), one shared
+ * best-effort bucket for everyone else, bursts allowed up to each bucket's size. Refusals get 429
+ * and `Retry-After` (omitted when waiting never helps, e.g. a cost above the burst). No RateLimit
+ * headers: a token bucket has no window, and the limiter does not report remaining tokens.
+ *
+ * @example
+ * ```ts
+ * const limiter = new Limiter({
+ *   bestEffort: { requests: { perSecond: 50, burst: 100 } },
+ *   keys: [['key-of-acme', { requests: { perSecond: 500, burst: 1000 } }]],
+ * });
+ * app.use(tokenBucket({ limiter, key: (req) => String(req.headers['x-api-key'] ?? '') }));
+ * ```
+ */
+export function tokenBucket<Req extends IncomingMessage = IncomingMessage, Res extends ServerResponse = ServerResponse>(
+  options: TokenBucketOptions<Req, Res>,
+): Middleware<Req, Res> {
+  const limiter = limiterOption(options.limiter);
+  const trustProxy = trustProxyOption(options.trustProxy);
+  const key = functionOption<(req: Req) => string>('key', options.key) ?? ((req: Req) => clientIp(req, trustProxy));
+  const cost = functionOption<(req: Req) => number>('cost', options.cost);
+  const skip = functionOption<(req: Req) => boolean>('skip', options.skip);
+  const onLimit =
+    functionOption<NonNullable<TokenBucketOptions<Req, Res>['onLimit']>>('onLimit', options.onLimit) ?? tooMany;
+  return (req, res, next) => {
+    let refusal: TokenBucketRefusal;
+    try {
+      if (skip?.(req) === true) return next();
+      const k = key(req);
+      const decision = limiter.check(k, cost === undefined ? 1 : cost(req));
+      if (decision.allowed) return next();
+      refusal = { key: k, retryAfterMs: decision.retryAfterMs };
+      const after = retryAfter(decision.retryAfterMs);
+      if (after !== undefined) res.setHeader('Retry-After', after);
+    } catch (error) {
+      return next(error);
+    }
+    onLimit(req, res, refusal);
   };
 }
 
