@@ -11,20 +11,21 @@ import { TokenBucket } from 'limiter';
 import { RateLimiterMemory } from 'rate-limiter-flexible';
 import { loadBackends, type LoadedBackend } from './backends.js';
 import { makeKeys } from './data.js';
+import { keepcountLimiter } from './suites.js';
 
 type Feed = (key: string) => unknown;
 /** Builds a structure; returns what one operation on a key does. */
-type Structure = (backends: LoadedBackend[]) => Feed | undefined;
+type Structure = (backends: LoadedBackend[], keys: string[]) => Feed | undefined;
 
 const HUGE = 1e12;
 /** Keys fed before the "built" reading, not counted in the run's growth. */
 const WARMUP = 2000;
 const backendNamed = (bs: LoadedBackend[], name: string): LoadedBackend | undefined => bs.find((b) => b.name === name);
 
-const forBackend = (name: 'native' | 'fallback', make: (b: LoadedBackend) => Feed): Structure => {
-  return (bs) => {
+const forBackend = (name: 'native' | 'fallback', make: (b: LoadedBackend, keys: string[]) => Feed): Structure => {
+  return (bs, keys) => {
     const b = backendNamed(bs, name);
-    return b === undefined ? undefined : make(b);
+    return b === undefined ? undefined : make(b, keys);
   };
 };
 
@@ -74,15 +75,14 @@ export const STRUCTURES: Record<string, Structure> = {
       return t.tryRemoveTokens(1);
     };
   },
-  'keepcount Limiter (native)': forBackend('native', (b) => limiterFeed(b)),
-  'keepcount Limiter (fallback)': forBackend('fallback', (b) => limiterFeed(b)),
+  'keepcount Limiter (native)': forBackend('native', limiterFeed),
+  'keepcount Limiter (fallback)': forBackend('fallback', limiterFeed),
 };
 
-function limiterFeed(b: LoadedBackend): Feed {
-  const Limiter = b.limiter?.Limiter as (new (options: unknown) => { check(key: string): unknown }) | undefined;
-  if (Limiter === undefined) throw new Error('lib/limiter.ts not present');
-  const l = new Limiter({ bestEffort: { amount: HUGE, periodMs: 1000, burst: HUGE } });
-  return (k) => l.check(k);
+function limiterFeed(b: LoadedBackend, keys: string[]): Feed {
+  const check = keepcountLimiter(b, keys);
+  if (check === undefined) throw new Error('lib/limiter.ts has no Limiter');
+  return check;
 }
 
 export interface MemoryResult {
@@ -116,7 +116,7 @@ async function main(): Promise<void> {
   const backends = loadBackends();
   const { ips } = makeKeys(Number(count), 0);
   const before = settle();
-  const feed = make(backends);
+  const feed = make(backends, ips);
   if (feed === undefined) {
     console.log(JSON.stringify({ name, skipped: 'backend unavailable' }));
     process.exit(0);

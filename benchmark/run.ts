@@ -4,7 +4,7 @@
  * directory (`--quick`: tiny sizes, one round; proves everything still runs, numbers meaningless).
  */
 import { execFileSync, spawnSync } from 'node:child_process';
-import { mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { cpus, loadavg, release, tmpdir, type as osType } from 'node:os';
 import { join } from 'node:path';
 import { parseArgs } from 'node:util';
@@ -36,6 +36,25 @@ function run(cmd: string, args: string[], env: Record<string, string> = {}): str
 const version = (cmd: string, args: string[]): string => execFileSync(cmd, args, { encoding: 'utf8' }).trim();
 const pkgVersion = (name: string): string =>
   (JSON.parse(readFileSync(join(root, 'node_modules', name, 'package.json'), 'utf8')) as { version: string }).version;
+
+/** Which cargo profile built the addon the Node suites load: a debug build is ~20× slower. */
+function bindingProfile(): string {
+  const addon = readdirSync(root).find((f) => f.endsWith('.node'));
+  if (addon === undefined) return 'none: only the fallback is timed (run `npm run build`)';
+  const bytes = readFileSync(join(root, addon));
+  for (const profile of ['release', 'debug']) {
+    try {
+      if (readFileSync(join(root, 'target', profile, 'libkeepcount.so')).equals(bytes)) return `${profile} (${addon})`;
+    } catch {
+      // That profile was never built.
+    }
+  }
+  return `unknown build (${addon})`;
+}
+const addon = bindingProfile();
+if (!quick && !addon.startsWith('release')) {
+  console.error(`WARNING: native addon is ${addon}; build it with \`npm run build\` for meaningful figures`);
+}
 
 // 1. Rust. The estimator bench has size knobs; the limiter and timeout benches have none yet, so
 // the quick run only builds them.
@@ -164,6 +183,7 @@ const machine: Machine = {
     ['node', process.version],
     ['rustc', version('rustc', ['--version'])],
     ['keepcount', pkgVersionOf(root)],
+    ['native addon', addon],
     ...['benny', 'bloom-filters', 'rate-limiter-flexible', 'express-rate-limit', 'p-timeout', 'limiter'].map(
       (p): [string, string] => [p, pkgVersion(p)],
     ),

@@ -220,22 +220,26 @@ function inflight(backends: LoadedBackend[], v: Variant, checkDraws: number): Su
   };
 }
 
-/** `lib/limiter.ts`'s Limiter, when it has landed, with a quota nothing exceeds. */
-function keepcountLimiter(b: LoadedBackend): { check(key: string): unknown; allowed(d: unknown): boolean } | undefined {
-  const Limiter = b.limiter?.Limiter as (new (options: unknown) => { check(key: string): unknown }) | undefined;
+/**
+ * `lib/limiter.ts`'s Limiter once it exists, every key in its table with a quota nothing exceeds
+ * (keys outside the table share one best-effort bucket, so per-key buckets need the table).
+ */
+export function keepcountLimiter(b: LoadedBackend, keys: string[]): ((key: string) => boolean) | undefined {
+  type Decision = { allowed: boolean };
+  const Limiter = b.limiter?.Limiter as (new (options: unknown) => { check(key: string): Decision }) | undefined;
   if (Limiter === undefined) return undefined;
-  const limiter = new Limiter({ bestEffort: { amount: HUGE, periodMs: 1000, burst: HUGE } });
-  const allowed = (d: unknown): boolean =>
-    d === true || (typeof d === 'object' && d !== null && (d as { allowed?: boolean }).allowed === true);
-  return { check: (key) => limiter.check(key), allowed };
+  const quota = { requests: { perSecond: HUGE, burst: HUGE } };
+  const limiter = new Limiter({ bestEffort: quota, keys: keys.map((k) => [k, quota] as const) });
+  return (key) => limiter.check(key).allowed;
 }
 
 function tokenBuckets(backends: LoadedBackend[], v: Variant, checkDraws: number): Suite {
   const s = stream(v.keys, v.draws).map(String);
+  const distinct = v.keys.map(String);
   const cases: Case[] = [];
   const ours = backends.map((b) => {
     try {
-      return keepcountLimiter(b);
+      return keepcountLimiter(b, distinct);
     } catch (error) {
       console.error(`keepcount Limiter (${b.name}) skipped: ${(error as Error).message}`);
       return undefined;
@@ -243,7 +247,7 @@ function tokenBuckets(backends: LoadedBackend[], v: Variant, checkDraws: number)
   });
   backends.forEach((b, i) => {
     const l = ours[i];
-    if (l !== undefined) cases.push(syncCase(`keepcount Limiter.check ${label(b)}`, s, (k) => l.check(k)));
+    if (l !== undefined) cases.push(syncCase(`keepcount Limiter.check ${label(b)}`, s, l));
   });
   const buckets = new Map<string, TokenBucket>();
   const bucket = (k: string): TokenBucket => {
@@ -270,7 +274,7 @@ function tokenBuckets(backends: LoadedBackend[], v: Variant, checkDraws: number)
         const k = s[i]!;
         assert(bucket(k).tryRemoveTokens(1), `limiter refused ${k}`);
         await f.consume(k, 1);
-        ours.forEach((l) => assert(l === undefined || l.allowed(l.check(k)), `keepcount Limiter refused ${k}`));
+        ours.forEach((l) => assert(l === undefined || l(k), `keepcount Limiter refused ${k}`));
       }
       buckets.clear();
       const missing = ours.some((l) => l === undefined) ? ' (keepcount Limiter not in lib/ yet: not timed)' : '';
@@ -360,35 +364,41 @@ function signals(backends: LoadedBackend[]): Suite {
 }
 
 /**
- * What crossing into Rust costs: the ticker's `now()` is the cheapest call each backend makes
- * (native: one N-API call returning a number; fallback: `performance.now()`), beside a plain JS
- * function call and an integer-key `Estimator.get` (validation + hash + 4 counter reads).
+ * What crossing into Rust costs. The cheapest native call there is: the raw core's `hashes`
+ * getter (an N-API callback that unwraps the object and returns a u32), against the same read on
+ * the fallback's core (a field) and a plain JS call; then a raw core `get` of an integer key (the
+ * N-API call plus a hash and 4 counter reads) and the public `Estimator.get`, which adds `lib/`'s
+ * argument validation.
  */
 function callCost(backends: LoadedBackend[]): Suite {
   const unit = [7];
   const sink = { value: 0 };
   const jsFn = (x: number): number => x + 1;
   const cases: Case[] = [syncCase('plain JS function call', unit, (x) => (sink.value = jsFn(x)))];
-  for (const b of backends) {
-    const ticker = b.backend.active.ticker;
-    cases.push(syncCase(`backend ticker.now() ${label(b)}`, unit, () => (sink.value = ticker.now())));
-  }
+  const cores = backends.map((b) => new b.backend.active.Estimator(4, 8192, SEED));
+  backends.forEach((b, i) => {
+    const core = cores[i]!;
+    cases.push(syncCase(`keepcount core.hashes getter ${label(b)}`, unit, () => (sink.value = core.hashes)));
+  });
+  backends.forEach((b, i) => {
+    const core = cores[i]!;
+    cases.push(syncCase(`keepcount core.get(integer) ${label(b)}`, unit, (k) => (sink.value = core.get(k))));
+  });
   for (const b of backends) {
     const e = new b.api.Estimator({ seed: SEED });
-    cases.push(syncCase(`Estimator.get(integer) ${label(b)}`, unit, (k) => (sink.value = e.get(k))));
+    cases.push(syncCase(`keepcount Estimator.get(integer) ${label(b)}`, unit, (k) => (sink.value = e.get(k))));
   }
   return {
     id: 'call',
-    title: 'Call cost: the cheapest call into each backend',
-    reference: `backend ticker.now() ${label(backends[0]!)}`,
+    title: 'Call cost: crossing into each backend',
+    reference: `keepcount core.hashes getter ${label(backends[0]!)}`,
     cases,
     check() {
-      const nows = backends.map((b) => b.backend.active.ticker.now());
       assert(
-        nows.every((n) => typeof n === 'number' && Number.isFinite(n)),
-        'ticker.now() returns a number',
+        cores.every((c) => c.hashes === 4 && c.get(7) === 0),
+        'every core reports 4 hashes and an empty count',
       );
-      return 'every ticker returns a finite number';
+      return 'every core reports its 4 hashes and a zero count';
     },
   };
 }
