@@ -152,7 +152,7 @@ pub use decision::Decision;
 use decision::Wait;
 pub use error::LimiterError;
 pub use quota::{Limit, Quota};
-use slots::{Arena, QuotaCell, Slot};
+use slots::{Arena, Interned, QuotaCell, Slot, Wide};
 
 /// The key table: the slot index of each configured key, hashed by the key stored in the slot.
 type Table = HashTable<u32>;
@@ -182,6 +182,8 @@ pub struct Limiter<K, C = MonotonicClock> {
     slots: Arena<Slot<K>>,
     /// Interned quotas of keyed buckets, by quota id.
     quotas: Arena<QuotaCell>,
+    /// High halves of the counts of slots under wide quotas, by slot index; allocated on demand.
+    wide: Arena<Wide>,
     /// Seeded per limiter (foldhash): keys come from clients.
     hasher: DefaultHashBuilder,
     best_effort: Bucket,
@@ -253,7 +255,7 @@ impl Writer {
         };
         // SAFETY: the id was free, so no slot refers to it yet; slots that will are written after
         // this, under their lock (see `slots` module rules).
-        unsafe { cell.set(quota) };
+        unsafe { cell.set(Interned::new(quota)) };
         self.quota_ids.insert(quota, id);
         Ok(id)
     }
@@ -299,6 +301,7 @@ impl<K: Hash + Eq, C: Clock> Limiter<K, C> {
             table: ArcSwap::from_pointee(Table::new()),
             slots: Arena::new(),
             quotas: Arena::new(),
+            wide: Arena::new(),
             hasher: DefaultHashBuilder::default(),
             best_effort: Bucket::full(best_effort, now),
             overall: Bucket::full(Quota::UNLIMITED, now),
@@ -362,22 +365,24 @@ impl<K: Hash + Eq, C: Clock> Limiter<K, C> {
         // Held to the end: the slot found through it is not reused while the guard lives.
         let table = self.table.load();
         let costs = [1, cost];
-        let slot = self
+        let found = self
             .find(&table, self.hasher.hash_one(key), key)
-            .and_then(|id| self.slots.get(id));
-        let wait = match slot {
-            Some(slot) => {
+            .and_then(|id| Some((id, self.slots.get(id)?)));
+        let wait = match found {
+            Some((id, slot)) => {
                 let mut guard = slot.lock();
-                let (mut state, quota_id) = guard.read();
+                let quota_id = guard.quota_id();
                 // SAFETY: we hold the lock of a slot referring to `quota_id`. Ids are interned
                 // before any slot refers to them, so the cell always exists; DENY_ALL only keeps
                 // this panic-free.
-                let quota = self
-                    .quotas
-                    .get(quota_id)
-                    .map_or(Quota::DENY_ALL, |cell| unsafe { cell.get() });
+                let Interned { quota, wide } = self.quotas.get(quota_id).map_or_else(
+                    || Interned::new(Quota::DENY_ALL),
+                    |cell| unsafe { cell.get() },
+                );
+                let high = self.high(id, wide);
+                let mut state = guard.read(high);
                 let wait = self.admit_with_overall((&mut state, &quota), now, costs);
-                guard.write(state, quota_id);
+                guard.write(state, quota_id, high);
                 wait
             }
             None => {
@@ -502,7 +507,8 @@ impl<K: Hash + Eq, C: Clock> Limiter<K, C> {
         let (kept_ids, fresh_ids) = quota_ids.split_at(kept.len());
         for (&(id, quota), &quota_id) in fresh.iter().zip(fresh_ids) {
             if let Some(slot) = self.slots.get(id) {
-                slot.lock().write(State::full(&quota, now), quota_id);
+                let high = self.high_alloc(id, Interned::new(quota).wide);
+                slot.lock().write(State::full(&quota, now), quota_id, high);
             }
         }
         // Checks on the old table see the stayers' new quotas too: both tables name the same slots.
@@ -614,9 +620,9 @@ impl<K: Hash + Eq, C: Clock> Limiter<K, C> {
             .slots
             .get(self.find(&table, self.hasher.hash_one(key), key)?)?;
         let guard = slot.lock();
-        let (_, quota_id) = guard.read();
-        // SAFETY: we hold the lock of a slot referring to `quota_id`.
-        self.quotas.get(quota_id).map(|cell| unsafe { cell.get() })
+        // SAFETY: we hold the lock of a slot referring to the id.
+        let interned = unsafe { self.quotas.get(guard.quota_id())?.get() };
+        Some(interned.quota)
     }
 
     /// The best-effort quota.
@@ -676,7 +682,8 @@ impl<K: Hash + Eq, C: Clock> Limiter<K, C> {
             // SAFETY: a slot just allocated is named by no published table; it held a key exactly
             // if it was handed out before this update.
             unsafe { slot.set_key(key, writer.had_key(id, fresh_from)) };
-            slot.lock().write(State::full(&quota, now), quota_id);
+            let high = self.high_alloc(id, Interned::new(quota).wide);
+            slot.lock().write(State::full(&quota, now), quota_id, high);
         }
         let mut next = Table::clone(&current);
         drop(current);
@@ -748,10 +755,13 @@ impl<K: Hash + Eq, C: Clock> Limiter<K, C> {
             return quota_id;
         };
         let mut guard = slot.lock();
-        let (mut state, old) = guard.read();
+        let old = guard.quota_id();
         if old != quota_id {
-            state.set_quota(&writer.quota(old), &quota, now);
-            guard.write(state, quota_id);
+            let old_quota = writer.quota(old);
+            let mut state = guard.read(self.high(id, Interned::new(old_quota).wide));
+            state.set_quota(&old_quota, &quota, now);
+            let high = self.high_alloc(id, Interned::new(quota).wide);
+            guard.write(state, quota_id, high);
         }
         old
     }
@@ -761,10 +771,26 @@ impl<K: Hash + Eq, C: Clock> Limiter<K, C> {
     fn free_slots(&self, writer: &mut Writer, removed: Vec<u32>) {
         for id in removed {
             if let Some(slot) = self.slots.get(id) {
-                let (_, quota_id) = slot.lock().read();
+                let quota_id = slot.lock().quota_id();
                 writer.release(quota_id);
                 writer.free_slots.push(id);
             }
+        }
+    }
+
+    /// Slot `id`'s wide cell if its quota is `wide`. Writers allocate the cell before giving a
+    /// slot a wide quota, so readers always find it.
+    #[inline]
+    fn high(&self, id: u32, wide: bool) -> Option<&Wide> {
+        if wide { self.wide.get(id) } else { None }
+    }
+
+    /// [`high`](Self::high), allocating the cell. Writer only.
+    fn high_alloc(&self, id: u32, wide: bool) -> Option<&Wide> {
+        if wide {
+            self.wide.get_or_alloc(id)
+        } else {
+            None
         }
     }
 

@@ -597,3 +597,30 @@ fn slots_are_reused_only_after_checks_on_old_tables_finish() {
         );
     }
 }
+
+#[test]
+fn quotas_beyond_64_bits_of_units_stay_exact() {
+    // u64::MAX bytes a second with a burst of u64::MAX: a full bucket is ~2^94 units.
+    let huge = units(u64::MAX, u64::MAX);
+    let (clock, limiter) = manual::<u8>(Quota::DENY_ALL);
+    limiter.replace_keys([(1, huge), (2, units(1, 1))]).unwrap();
+    assert_eq!(limiter.check(&1, u64::MAX), Decision::Allowed);
+    // One token is 1e9 units, refilled at u64::MAX units a nanosecond.
+    assert_eq!(limiter.check(&1, 1), refused(Duration::from_nanos(1)));
+    clock.advance(Duration::from_nanos(1));
+    assert_eq!(limiter.check(&1, 1), Decision::Allowed);
+    assert_eq!(limiter.check(&1, u64::MAX), refused(Duration::from_secs(1)));
+    clock.advance(Duration::from_secs(1));
+    assert_eq!(limiter.check(&1, u64::MAX), Decision::Allowed);
+    // Narrow → wide keeps the converted tokens (none here), then refills at the wide rate.
+    assert_eq!(limiter.check(&2, 1), Decision::Allowed);
+    limiter.set_quota(&2, huge).unwrap();
+    assert_eq!(limiter.check(&2, 1), refused(Duration::from_nanos(1)));
+    clock.advance(Duration::from_secs(1));
+    assert_eq!(limiter.check(&2, u64::MAX), Decision::Allowed);
+    // Wide → narrow caps the (full) bucket at the new burst.
+    limiter.set_quota(&1, units(1, 3)).unwrap();
+    assert_eq!(limiter.check(&1, 3), Decision::Allowed);
+    assert_eq!(limiter.check(&1, 1), refused(Duration::from_secs(1)));
+    assert_eq!(limiter.quota(&1), Some(units(1, 3)));
+}

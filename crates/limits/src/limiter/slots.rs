@@ -2,7 +2,7 @@
 //! holding a slot index from any published key table reaches its bucket with no pointer of its
 //! own to follow and no reference count to touch.
 //!
-//! A [`Slot`] is a key, a one-byte lock and a packed bucket state (56 bytes for a `u64` key).
+//! A [`Slot`] is a key, a one-byte lock and a packed bucket state (40 bytes for a `u64` key).
 //! Keeping the key in the slot lets the table be a `HashTable<u32>` of bare indexes (5 bytes a
 //! bucket with its control byte), small enough to stay in the last-level cache for a million keys
 //! where a map holding keys inline (governor's, 17 bytes a bucket) does not: a check then misses
@@ -106,12 +106,14 @@ impl<K> Default for Slot<K> {
     }
 }
 
-/// A bucket's [`State`] and quota id, packed to 44 bytes (the `u128`s at 4-byte alignment) so
-/// that, with the lock byte and an 8-byte key, a slot is 56 bytes rather than 80.
+/// A bucket's [`State`] and quota id, packed to 28 bytes so that, with the lock byte and an
+/// 8-byte key, a slot is 40 bytes. Token counts keep their low 64 bits here: a full bucket of
+/// `burst × period` units fits them unless the quota is [wide](Interned::wide), whose slots keep
+/// the high halves in a [`Wide`] cell of their own.
 #[derive(Clone, Copy, Default)]
 #[repr(C, packed(4))]
 struct Packed {
-    tokens: [u128; 2],
+    tokens: [u64; 2],
     last: u64,
     quota: u32,
 }
@@ -166,25 +168,41 @@ pub(crate) struct SlotGuard<'a, K> {
 }
 
 impl<K> SlotGuard<'_, K> {
-    /// The state and its quota id.
+    /// The id of the quota in force.
     #[inline]
-    pub(crate) fn read(&self) -> (State, u32) {
+    pub(crate) fn quota_id(&self) -> u32 {
         // SAFETY: we hold the lock, so no one else reads or writes the state.
-        let packed = unsafe { *self.slot.state.get() };
-        let state = State {
-            tokens: packed.tokens,
-            last: packed.last,
-        };
-        (state, packed.quota)
+        unsafe { (*self.slot.state.get()).quota }
     }
 
-    /// Replaces the state and its quota id.
+    /// The state, with the high halves of its counts from `high` (the slot's [`Wide`] cell) when
+    /// the quota in force is wide, and zero otherwise.
     #[inline]
-    pub(crate) fn write(&mut self, state: State, quota: u32) {
+    pub(crate) fn read(&self, high: Option<&Wide>) -> State {
+        // SAFETY: we hold the lock, so no one else reads or writes the state.
+        let packed = unsafe { *self.slot.state.get() };
+        // SAFETY: a slot's wide cell is touched only under the slot's lock, which we hold.
+        let high = high.map_or([0; 2], |cell| unsafe { *cell.0.get() });
+        State {
+            tokens: [0, 1].map(|i| (u128::from(high[i]) << 64) | u128::from(packed.tokens[i])),
+            last: packed.last,
+        }
+    }
+
+    /// Replaces the state and its quota id, splitting counts between the slot and `high` (given
+    /// exactly when the quota is wide; otherwise every count fits 64 bits).
+    #[inline]
+    pub(crate) fn write(&mut self, state: State, quota: u32, high: Option<&Wide>) {
+        let low = state.tokens.map(|t| t as u64);
+        match high {
+            // SAFETY: under the slot's lock, as in `read`.
+            Some(cell) => unsafe { *cell.0.get() = state.tokens.map(|t| (t >> 64) as u64) },
+            None => debug_assert!(state.tokens.iter().all(|&t| t <= u128::from(u64::MAX))),
+        }
         // SAFETY: we hold the lock.
         unsafe {
             *self.slot.state.get() = Packed {
-                tokens: state.tokens,
+                tokens: low,
                 last: state.last,
                 quota,
             };
@@ -200,8 +218,34 @@ impl<K> Drop for SlotGuard<'_, K> {
     }
 }
 
-/// An interned quota.
-pub(crate) struct QuotaCell(UnsafeCell<Quota>);
+/// The high 64 bits of a slot's two counts, for slots under a wide quota; same index as the slot.
+#[derive(Default)]
+pub(crate) struct Wide(UnsafeCell<[u64; 2]>);
+
+// SAFETY: read and written only under the lock of the slot with the same index.
+unsafe impl Sync for Wide {}
+
+/// An interned quota, and whether it is wide: a full bucket of some dimension exceeds 64 bits
+/// of units (`burst × period ≥ 2^64`, e.g. a burst above 18 billion with a one-second period).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Interned {
+    pub(crate) quota: Quota,
+    pub(crate) wide: bool,
+}
+
+impl Interned {
+    pub(crate) fn new(quota: Quota) -> Self {
+        let wide = quota
+            .dimensions()
+            .iter()
+            .flatten()
+            .any(|limit| limit.capacity() > u128::from(u64::MAX));
+        Self { quota, wide }
+    }
+}
+
+/// The cell of an interned quota.
+pub(crate) struct QuotaCell(UnsafeCell<Interned>);
 
 // SAFETY: written only while no slot refers to the id and read only under the lock of a slot
 // that does (module rules): the slot lock orders each write before every read.
@@ -209,7 +253,7 @@ unsafe impl Sync for QuotaCell {}
 
 impl Default for QuotaCell {
     fn default() -> Self {
-        Self(UnsafeCell::new(Quota::UNLIMITED))
+        Self(UnsafeCell::new(Interned::new(Quota::UNLIMITED)))
     }
 }
 
@@ -219,7 +263,7 @@ impl QuotaCell {
     /// # Safety
     /// The caller holds the lock of a slot referring to this cell's id.
     #[inline]
-    pub(crate) unsafe fn get(&self) -> Quota {
+    pub(crate) unsafe fn get(&self) -> Interned {
         // SAFETY: per the contract, no write is concurrent.
         unsafe { *self.0.get() }
     }
@@ -228,7 +272,7 @@ impl QuotaCell {
     ///
     /// # Safety
     /// No slot refers to this cell's id.
-    pub(crate) unsafe fn set(&self, quota: Quota) {
+    pub(crate) unsafe fn set(&self, quota: Interned) {
         // SAFETY: per the contract, no read is concurrent.
         unsafe { *self.0.get() = quota };
     }
@@ -260,7 +304,31 @@ mod tests {
     }
 
     #[test]
-    fn a_slot_for_a_u64_key_is_56_bytes() {
-        assert_eq!(size_of::<Slot<u64>>(), 56);
+    fn a_slot_for_a_u64_key_is_40_bytes() {
+        assert_eq!(size_of::<Slot<u64>>(), 40);
+    }
+
+    #[test]
+    fn wide_counts_keep_their_high_halves_in_the_wide_cell() {
+        let slot: Slot<u64> = Slot::default();
+        let wide = Wide::default();
+        let state = State {
+            tokens: [u128::MAX - 5, 7],
+            last: 9,
+        };
+        slot.lock().write(state, 3, Some(&wide));
+        let guard = slot.lock();
+        assert_eq!(guard.read(Some(&wide)), state);
+        assert_eq!(guard.quota_id(), 3);
+        assert_eq!(guard.read(None).tokens, [u128::from(u64::MAX - 5), 7]);
+    }
+
+    #[test]
+    fn only_quotas_beyond_64_bits_of_units_are_wide() {
+        use super::super::quota::Limit;
+        let narrow = Quota::new(Some(Limit::per_second(1, 18_000_000_000)), None);
+        let wide = Quota::new(None, Some(Limit::per_second(1, 19_000_000_000)));
+        assert!(!Interned::new(narrow).wide);
+        assert!(Interned::new(wide).wide);
     }
 }
