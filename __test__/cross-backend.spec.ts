@@ -3,7 +3,7 @@
 // backend is required here in both runs: a missing binding fails this file instead of skipping it.
 import test from 'ava';
 import type { Backend, EstimatorCore, Key, RateCore } from '../lib/backend.js';
-import { backend as nativeBackend } from '../lib/native.js';
+import { backend as nativeBackend } from '../lib/native.cjs';
 import { fallbackBackend } from '../fallback/index.js';
 import { title } from './helpers.js';
 

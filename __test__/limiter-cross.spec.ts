@@ -3,7 +3,7 @@
 // the same decision log, to the last bit of every retry time. Needs the native binding in both runs.
 import test from 'ava';
 import type { Key, LimiterCore, LimitSpec, QuotaSpec } from '../lib/backend.js';
-import { backend as nativeBackend } from '../lib/native.js';
+import { backend as nativeBackend } from '../lib/native.cjs';
 import { fallbackBackend } from '../fallback/index.js';
 import { title } from './helpers.js';
 

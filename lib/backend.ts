@@ -2,7 +2,7 @@
  * The seam between the public API and the two implementations of it.
  *
  * `lib/` validates every argument once and then calls a {@link Backend}: the Rust core through the
- * native adapter (`lib/native.ts`, mapping the napi-generated `binding.js`), or the pure-TypeScript
+ * native adapter (`lib/native.cts`, mapping the napi-generated `binding.js`), or the pure-TypeScript
  * `fallback/`. Backend methods therefore take only already-validated values and never throw for
  * bad input; anything they report (a corrupt sketch) comes back as a value `lib/` turns into the
  * one error message both backends share.
@@ -173,7 +173,7 @@ function warnFallback(reason: unknown): void {
 
 function loadNative(): Backend {
   // The adapter module exports `backend: Backend` and throws when the binding cannot load.
-  return (nodeRequire('./native.js') as { backend: Backend }).backend;
+  return (nodeRequire('./native.cjs') as { backend: Backend }).backend;
 }
 
 /** Picks the backend per `KEEPCOUNT_BACKEND` (see the module documentation). */
