@@ -37,11 +37,16 @@ const version = (cmd: string, args: string[]): string => execFileSync(cmd, args,
 const pkgVersion = (name: string): string =>
   (JSON.parse(readFileSync(join(root, 'node_modules', name, 'package.json'), 'utf8')) as { version: string }).version;
 
-/** Which cargo profile built the addon the Node suites load: a debug build is ~20× slower. */
+/**
+ * Which cargo profile built the addon the Node suites load (a debug build is ~10-20× slower):
+ * the one `binding.js` loads, or the copy `NAPI_RS_NATIVE_LIBRARY_PATH` points it at (useful to
+ * time a release build while others rebuild the one in the working tree).
+ */
 function bindingProfile(): string {
-  const addon = readdirSync(root).find((f) => f.endsWith('.node'));
+  const override = process.env.NAPI_RS_NATIVE_LIBRARY_PATH;
+  const addon = override ?? readdirSync(root).find((f) => f.endsWith('.node'));
   if (addon === undefined) return 'none: only the fallback is timed (run `npm run build`)';
-  const bytes = readFileSync(join(root, addon));
+  const bytes = readFileSync(override ?? join(root, addon));
   for (const profile of ['release', 'debug']) {
     try {
       if (readFileSync(join(root, 'target', profile, 'libkeepcount.so')).equals(bytes)) return `${profile} (${addon})`;
