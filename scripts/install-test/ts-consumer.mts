@@ -1,0 +1,22 @@
+// TypeScript consumer, ES module: type-checked against keepcount's "import" declarations.
+import { backend, Estimator, Limiter, timeout, type BackendName, type LimiterDecision } from 'keepcount';
+import * as keepcount from 'keepcount';
+import { Quota, type RateLimitDecision } from 'keepcount/http';
+import * as http from 'keepcount/http';
+import exercise from './exercise.cjs';
+
+const name: BackendName = backend;
+const estimator = new Estimator({ slots: 64 });
+const count: number = estimator.incr('typed', 2);
+// Type-checked, never called: the declarations must reject a key that is not a Key.
+function rejectsBadKeys(): void {
+  // @ts-expect-error a key is a string, number, bigint or Uint8Array
+  estimator.incr({});
+}
+void rejectsBadKeys;
+const decision: LimiterDecision = new Limiter({ bestEffort: { requests: { perSecond: 1, burst: 1 } } }).check('k');
+const refused: RateLimitDecision = new Quota({ limit: 1, windowMs: 1000 }).consume('ip');
+const late: string = await timeout(Promise.resolve('x'), 10);
+
+const digest = await exercise(keepcount, http, 'ts-import');
+console.log(`ts-import backend=${name} sketch=${digest} (${count}, ${decision.allowed}, ${refused.allowed}, ${late})`);
