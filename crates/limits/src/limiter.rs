@@ -38,7 +38,7 @@
 //! updates are relaxed stores followed by a wait for every worker to pass a quiescent state, and
 //! key-list updates remove, wait, then add. It admits two flaws, both fixed here:
 //! - **Fixed size.** Its table and bucket arrays are sized at startup and a larger key list fails
-//!   to load. Here the table is a `hashbrown` map built anew by each update and published with
+//!   to load. Here the table is built anew by each update and published with
 //!   `arc-swap`: it grows to whatever the key list needs.
 //! - **Inherited tokens.** A key added in place of a removed one reuses its slot and can start
 //!   with the old key's tokens. Here a removed key's slot is reused only after the update that
@@ -53,14 +53,16 @@
 //! ## Layout
 //! Like LightningFilter, the table maps a key to an *index* and the buckets live in arrays that
 //! never move. Buckets sit inline in an arena of doubling chunks (`slots.rs`): a slot is the key,
-//! a one-byte `parking_lot` lock, a quota id and the packed counts (56 bytes for a `u64` key,
-//! against 128 for the `Arc`-allocated bucket with its own quota this replaced). The table is a
-//! `hashbrown::HashTable<u32>` of slot indexes that compares keys in the slots, so it costs 5
-//! bytes a bucket and a million keys' table (10 MB) stays in a 32 MB last-level cache, where a
-//! map with keys inline (17 bytes a bucket, governor's) does not: a check on a cold key misses
-//! about once, on its slot, which holds the key it compares and the bucket it updates. Quotas are
-//! interned: slots name them by id, ids are reference-counted by the writer and reused once no
-//! slot names them, and the best-effort and overall buckets hold theirs inline.
+//! a one-byte `parking_lot` lock, a quota id, the time of the last refill and the low 64 bits of
+//! both counts (40 bytes for a `u64` key, against 128 for the `Arc`-allocated bucket with its own
+//! quota this replaced). A full bucket needs more than 64 bits of units only when
+//! `burst × period ≥ 2^64`; slots under such *wide* quotas keep the high halves in a side arena
+//! allocated on first use, so exactness costs nothing where it is not needed. The table
+//! (`index.rs`) is an open-addressing array of 8-byte entries, a slot index and 32 bits of the
+//! key's hash, probed linearly and at most 3/4 full: a check on a cold key misses the cache once
+//! in the table and once on its slot, which holds both the key it compares and the bucket it
+//! updates. Quotas are interned: slots name them by id, ids are reference-counted by the writer
+//! and reused once no slot names them; the best-effort and overall buckets hold theirs inline.
 //!
 //! Readers never wait for writers: [`check`](Limiter::check) loads the current table with
 //! `arc-swap` (lock-free: no lock, no retry loop), probes it and takes the key's own slot lock.
@@ -69,9 +71,9 @@
 //! that the old table is freed by the writer and never by a caller of `check`, and the slots
 //! only it named can be reused. Crates: `arc-swap` (the table snapshot: wait-free loads,
 //! maintained and widely used), `parking_lot` (a one-byte lock per bucket, one CAS each way
-//! uncontended), `hashbrown` (the table, hashed with its default `foldhash`, seeded per limiter:
-//! several times faster than SipHash on short keys, and resistant enough for keys an attacker
-//! chooses in a table the operator configured, since a flood of unknown keys only probes it).
+//! uncontended), `hashbrown`'s default hasher (`foldhash`, seeded per limiter: several times
+//! faster than SipHash on short keys, and resistant enough for keys an attacker chooses in a
+//! table the operator configured, since a flood of unknown keys only probes it).
 //!
 //! # When not to use it
 //! - Keys seen for the first time on the request path (client addresses, say) that should each
@@ -134,6 +136,7 @@
 mod bucket;
 mod decision;
 mod error;
+mod index;
 mod quota;
 mod slots;
 
@@ -143,7 +146,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use arc_swap::ArcSwap;
-use hashbrown::{DefaultHashBuilder, HashMap, HashTable};
+use hashbrown::{DefaultHashBuilder, HashMap};
 use parking_lot::Mutex;
 
 use crate::clock::{Clock, MonotonicClock};
@@ -151,11 +154,12 @@ use bucket::{Bucket, Governed, Owned, State, admit};
 pub use decision::Decision;
 use decision::Wait;
 pub use error::LimiterError;
+use index::Index;
 pub use quota::{Limit, Quota};
 use slots::{Arena, Interned, QuotaCell, Slot, Wide};
 
-/// The key table: the slot index of each configured key, hashed by the key stored in the slot.
-type Table = HashTable<u32>;
+/// The key table: the slot index of each configured key, found by the key stored in the slot.
+type Table = Index;
 
 /// A per-key token-bucket limiter with a shared best-effort bucket, an optional overall quota and
 /// live updates. See the [module docs](self) for the design and the exact arithmetic.
@@ -167,7 +171,7 @@ type Table = HashTable<u32>;
 ///
 /// # Performance
 /// A check is one clock reading, one wait-free table load, one hash and probe of a table of
-/// 4-byte indexes, and one uncontended lock of the key's slot (plus one with an overall quota).
+/// 8-byte entries, and one uncontended lock of the key's slot (plus one with an overall quota).
 /// Updates copy the table of indexes: `O(keys)` each, so load many changes at once with
 /// [`replace_keys`](Self::replace_keys).
 ///
@@ -452,7 +456,8 @@ impl<K: Hash + Eq, C: Clock> Limiter<K, C> {
         let fresh_from = writer.next_slot;
         let current = self.table.load_full();
         let entries = entries.into_iter();
-        let mut next = Table::with_capacity(entries.size_hint().0);
+        // A size hint too large for a table is only a hint: grow as entries arrive instead.
+        let mut next = Table::with_capacity(entries.size_hint().0).unwrap_or_else(|_| Table::new());
         // (slot, quota) of keys that stay and of keys that arrive.
         let mut kept = Vec::new();
         let mut fresh = Vec::new();
@@ -478,7 +483,7 @@ impl<K: Hash + Eq, C: Clock> Limiter<K, C> {
                         id
                     }
                 };
-                next.insert_unique(hash, id, |&id| self.hash_slot(id));
+                next.insert(hash, id)?;
             }
             Ok(())
         })();
@@ -518,11 +523,7 @@ impl<K: Hash + Eq, C: Clock> Limiter<K, C> {
             let old = self.update_slot(writer, id, quota, quota_id, now);
             writer.release(old);
         }
-        let removed: Vec<u32> = current
-            .iter()
-            .copied()
-            .filter(|&id| !stays[id as usize])
-            .collect();
+        let removed: Vec<u32> = current.ids().filter(|&id| !stays[id as usize]).collect();
         drop(current);
         self.publish(next);
         self.free_slots(writer, removed);
@@ -687,7 +688,11 @@ impl<K: Hash + Eq, C: Clock> Limiter<K, C> {
         }
         let mut next = Table::clone(&current);
         drop(current);
-        next.insert_unique(hash, id, |&id| self.hash_slot(id));
+        if let Err(err) = next.insert(hash, id) {
+            writer.release(quota_id);
+            writer.free_slots.push(id);
+            return Err(err);
+        }
         self.publish(next);
         Ok(())
     }
@@ -713,9 +718,7 @@ impl<K: Hash + Eq, C: Clock> Limiter<K, C> {
             .ok_or(LimiterError::UnknownKey)?;
         let mut next = Table::clone(&current);
         drop(current);
-        if let Ok(entry) = next.find_entry(hash, |&other| other == id) {
-            entry.remove();
-        }
+        next.remove(hash, id);
         self.publish(next);
         self.free_slots(&mut writer, vec![id]);
         Ok(())
@@ -728,23 +731,13 @@ impl<K: Hash + Eq, C: Clock> Limiter<K, C> {
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
     {
-        table
-            .find(hash, |&id| {
-                self.slots.get(id).is_some_and(|slot| {
-                    // SAFETY: every index in a table (published, or being built by the writer,
-                    // which wrote its key first) names a slot whose key is written and stays
-                    // unchanged while a table naming it can be read.
-                    unsafe { slot.key() }.borrow() == key
-                })
+        table.find(hash, |id| {
+            self.slots.get(id).is_some_and(|slot| {
+                // SAFETY: every index in a table (published, or being built by the writer, which
+                // wrote its key first) names a slot whose key is written and stays unchanged
+                // while a table naming it can be read.
+                unsafe { slot.key() }.borrow() == key
             })
-            .copied()
-    }
-
-    /// The hash of slot `id`'s key, for the table to grow by. Writer only.
-    fn hash_slot(&self, id: u32) -> u64 {
-        self.slots.get(id).map_or(0, |slot| {
-            // SAFETY: only called on indexes already in a table: see `find`.
-            self.hasher.hash_one(unsafe { slot.key() })
         })
     }
 
