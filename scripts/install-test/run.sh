@@ -8,7 +8,9 @@
 #      must run on the fallback, with one warning line on stderr that
 #      KEEPCOUNT_SILENCE_FALLBACK=1 removes.
 # It also checks what the tarballs hold. Reuses the addon, binding.js and dist/ that `npm run build`
-# produced (builds them if missing; --build rebuilds). Set KEEP=1 to keep the temporary directory.
+# produced (builds them if missing; --build rebuilds). Set KEEP=1 to keep the temporary directory,
+# and KEEPCOUNT_CONSUMER_NODE_DIR to a directory holding another node/npm for the consumers (CI
+# runs them on the engines floor, which is older than the build tools need).
 set -euo pipefail
 
 repo=$(cd "$(dirname "$0")/../.." && pwd)
@@ -126,7 +128,7 @@ process.exit(ok ? 0 : 1);
 EOF
 
 # The consumers run with no Rust toolchain on PATH and nothing of the repository on the module path.
-consumer_path=""
+consumer_path="${KEEPCOUNT_CONSUMER_NODE_DIR:-}"
 IFS=: read -ra path_dirs <<<"$PATH"
 for dir in "${path_dirs[@]}"; do
   [[ -x "$dir/cargo" || -x "$dir/rustc" ]] || consumer_path="${consumer_path:+$consumer_path:}$dir"
@@ -195,7 +197,7 @@ if install "$work/native" "$main_tgz" "$platform_tgz" >"$work/native-install.log
   [[ -n "$node_file" ]] && pass "installed keepcount and keepcount-$platform" || fail "keepcount-$platform holds no .node"
   check_run "$work/native" native 0 "with the platform package"
   # Node 20 before 20.19 cannot require() an ES module; the flag reproduces that on newer Node.
-  if node --no-experimental-require-module -e 0 2>/dev/null; then
+  if env PATH="$consumer_path" node --no-experimental-require-module -e 0 2>/dev/null; then
     if (cd "$work/native" && env PATH="$consumer_path" EXPECT_BACKEND=native \
       node --no-experimental-require-module smoke.mjs >/dev/null 2>&1); then
       pass "the ESM entry loads the native backend without require(esm), as on Node < 20.19"
@@ -238,7 +240,7 @@ unique=$(printf '%s\n' "${digests[@]}" | sort -u | wc -l)
 
 echo
 if [[ $failures == 0 ]]; then
-  echo "install test: PASS (keepcount $(node -p 'require("./package.json").version'), $platform, node $(node --version))"
+  echo "install test: PASS (keepcount $(node -p 'require("./package.json").version'), $platform, consumers on node $(env PATH="$consumer_path" node --version))"
 else
   echo "install test: FAIL ($failures failure(s))"
   exit 1
