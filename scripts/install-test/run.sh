@@ -21,13 +21,16 @@ max_main_bytes=200000
 
 failures=0
 pass() { printf 'PASS %s\n' "$*"; }
+# Line count as a bare number (BSD wc pads it with spaces).
+lines_of() { echo $(($(wc -l <"$1"))); }
 fail() {
   printf 'FAIL %s\n' "$*"
   failures=$((failures + 1))
 }
 step() { printf '\n--- %s\n' "$*"; }
 
-work=$(mktemp -d "${TMPDIR:-/tmp}/keepcount-install-test.XXXXXX")
+# Physical path: node reports resolved modules by their real path (macOS's /var is /private/var).
+work=$(cd "$(mktemp -d "${TMPDIR:-/tmp}/keepcount-install-test.XXXXXX")" && pwd -P)
 cleanup() { if [[ "${KEEP:-}" == 1 ]]; then echo "kept $work"; else rm -rf "$work"; fi; }
 trap cleanup EXIT
 
@@ -164,7 +167,7 @@ run_consumers() {
     ./node_modules/.bin/tsc -p tsconfig.json
     for entry in smoke.cjs smoke.mjs ts-consumer.cjs ts-consumer.mjs; do
       node "$entry" 2>"$entry.stderr"
-      echo "$entry stderr: $(wc -l <"$entry.stderr") line(s)"
+      echo "$entry stderr: $(lines_of "$entry.stderr") line(s)"
     done
   ) >"$dir.log" 2>&1
 }
@@ -185,7 +188,7 @@ check_run() {
     fail "$label: $n of 4 consumers ran on $backend"
   local bad=0 entry
   for entry in smoke.cjs smoke.mjs ts-consumer.cjs ts-consumer.mjs; do
-    [[ $(wc -l <"$dir/$entry.stderr") == "$lines" ]] || { bad=1; echo "  $entry stderr:"; cat "$dir/$entry.stderr"; }
+    [[ $(lines_of "$dir/$entry.stderr") == "$lines" ]] || { bad=1; echo "  $entry stderr:"; cat "$dir/$entry.stderr"; }
   done
   [[ $bad == 0 ]] && pass "$label: $lines line(s) on stderr from each consumer" || fail "$label: stderr is not $lines line(s)"
   while read -r digest; do digests+=("$digest"); done < <(grep -o 'sketch=[0-9a-f]*' "$dir.log")
@@ -222,7 +225,7 @@ if install "$work/fallback" "$main_tgz" --omit=optional >"$work/fallback-install
     fail "unexpected warning text"
   fi
   silenced=$(cd "$work/fallback" && env PATH="$consumer_path" EXPECT_BACKEND=fallback KEEPCOUNT_SILENCE_FALLBACK=1 \
-    node smoke.mjs 2>&1 >/dev/null | wc -l) || true
+    node smoke.mjs 2>&1 >/dev/null | grep -c '') || true
   [[ $silenced == 0 ]] && pass "KEEPCOUNT_SILENCE_FALLBACK=1 silences the warning" ||
     fail "KEEPCOUNT_SILENCE_FALLBACK=1 left $silenced line(s) on stderr"
   forced=$(cd "$work/fallback" && env PATH="$consumer_path" EXPECT_BACKEND=native KEEPCOUNT_BACKEND=native \
@@ -234,9 +237,10 @@ else
   fail "npm install of the main tarball alone"
 fi
 
-unique=$(printf '%s\n' "${digests[@]}" | sort -u | wc -l)
+# ${a[@]+...}: bash 3.2 (macOS) treats an empty array as unset under set -u.
+unique=$(printf '%s\n' ${digests[@]+"${digests[@]}"} | sort -u | grep -c .) || true
 [[ ${#digests[@]} == 8 && $unique == 1 ]] && pass "all 8 runs serialize the same sketch bytes (${digests[0]})" ||
-  fail "serialized sketches differ across runs: ${digests[*]}"
+  fail "serialized sketches differ across runs: ${digests[*]-none}"
 
 echo
 if [[ $failures == 0 ]]; then
