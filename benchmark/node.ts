@@ -51,7 +51,7 @@ async function main(): Promise<void> {
   const quick = values.quick;
   const distinct = quick ? 10_000 : 1_000_000;
   const draws = quick ? 1 << 14 : 1 << 20;
-  const rounds = quick ? 1 : 3;
+  const rounds = quick ? 1 : 5;
   const checkDraws = quick ? 2_000 : 20_000;
   const caseOptions = quick ? { minSamples: 2, maxTime: 0.05, delay: 0 } : { minSamples: 5, maxTime: 0.5, delay: 0.05 };
 
