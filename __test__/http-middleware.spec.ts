@@ -4,7 +4,7 @@ import { createServer, type IncomingMessage, type Server, type ServerResponse } 
 import { Limiter, ManualClock, sleep } from '../lib/index.js';
 import {
   isDeadlineError,
-  Quota,
+  WindowQuota,
   rateLimit,
   tokenBucket,
   upstreamLimit,
@@ -236,7 +236,7 @@ test(title('options are validated with keepcount error codes'), (t) => {
     code: 'ERR_INVALID_ARG_TYPE',
     message: 'The "trustProxy" option must be false, a number or a function. Received type boolean (true)',
   });
-  t.throws(() => rateLimit({ quota: {} as Quota }), { instanceOf: TypeError, code: 'ERR_INVALID_ARG_TYPE' });
+  t.throws(() => rateLimit({ quota: {} as WindowQuota }), { instanceOf: TypeError, code: 'ERR_INVALID_ARG_TYPE' });
   t.throws(() => rateLimit({ limit: 1, windowMs: 1000, policy: 'naïve' }), {
     instanceOf: TypeError,
     code: 'ERR_INVALID_ARG_TYPE',

@@ -16,16 +16,16 @@ import {
   upstreamLimitOf,
   type TokenBucketRefusal,
 } from './node.js';
-import type { Quota, QuotaOptions } from './quota.js';
+import type { WindowQuota, WindowQuotaOptions } from './window-quota.js';
 import type { UpstreamLimit, UpstreamLimitOptions, UpstreamSlot } from './upstream.js';
 
 /** An async `onRequest` hook. */
 export type OnRequestHook = (request: FastifyRequest, reply: FastifyReply) => Promise<void>;
 
 /** Options of {@link rateLimitHook}: as the node middleware's, with Fastify's request and reply. */
-export interface RateLimitHookOptions extends Partial<QuotaOptions> {
+export interface RateLimitHookOptions extends Partial<WindowQuotaOptions> {
   /** A ready quota to count in; replaces `limit`/`windowMs`/... */
-  quota?: Quota;
+  quota?: WindowQuota;
   /** Which proxies to believe for the default key; see {@link TrustProxy}. Defaults to `false`. */
   trustProxy?: TrustProxy;
   /**

@@ -1,7 +1,7 @@
 /**
  * keepcount/http: HTTP protection on keepcount's counters, framework-neutral at the core.
  *
- * - {@link Quota} (requests per key per window, with IETF RateLimit headers) and
+ * - {@link WindowQuota} (requests per key per window, with IETF RateLimit headers) and
  *   {@link UpstreamLimit} (in-flight calls per upstream), {@link withDeadline} for upstream calls.
  * - `(req, res, next)` middleware for node:http and Express: {@link rateLimit}, {@link tokenBucket}
  *   (a token-bucket `Limiter` instead of a window), {@link upstreamLimit}.
@@ -39,7 +39,7 @@ export {
   type TokenBucketRefusal,
   type UpstreamLimitMiddlewareOptions,
 } from './node.js';
-export { Quota, type QuotaOptions } from './quota.js';
+export { WindowQuota, type WindowQuotaOptions } from './window-quota.js';
 export { KeepcountStore, type ClientRateLimitInfo, type KeepcountStoreOptions } from './stores/express-rate-limit.js';
 export {
   KeepcountFastifyStore,

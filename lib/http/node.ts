@@ -9,7 +9,7 @@ import { invalidType } from '../errors.js';
 import { Limiter } from '../limiter.js';
 import { clientIp, trustProxyOption, type TrustProxy } from './client-ip.js';
 import { rateLimitHeaders, type RateLimitDecision } from './headers.js';
-import { Quota, type QuotaOptions } from './quota.js';
+import { WindowQuota, type WindowQuotaOptions } from './window-quota.js';
 import { UpstreamLimit, type UpstreamLimitOptions, type UpstreamSlot } from './upstream.js';
 
 /** A middleware's `next`: call it to go on, with an error to fail the request. */
@@ -22,13 +22,13 @@ export type Middleware<Req extends IncomingMessage = IncomingMessage, Res extend
   next: Next,
 ) => void;
 
-/** Options of {@link rateLimit}: a {@link QuotaOptions} quota (or a ready `Quota`) and the rules. */
+/** Options of {@link rateLimit}: a {@link WindowQuotaOptions} quota (or a ready `WindowQuota`) and the rules. */
 export interface RateLimitOptions<
   Req extends IncomingMessage = IncomingMessage,
   Res extends ServerResponse = ServerResponse,
-> extends Partial<QuotaOptions> {
+> extends Partial<WindowQuotaOptions> {
   /** A ready quota to count in (e.g. shared by several routes); replaces `limit`/`windowMs`/... */
-  quota?: Quota;
+  quota?: WindowQuota;
   /** Which proxies to believe for the default key; see {@link TrustProxy}. Defaults to `false`. */
   trustProxy?: TrustProxy;
   /** The key to count the request under. Defaults to the client IP per `trustProxy`. */
@@ -42,13 +42,13 @@ export interface RateLimitOptions<
   onLimit?: (req: Req, res: Res, decision: RateLimitDecision) => void;
 }
 
-/** Builds the {@link Quota} a `rateLimit` option set describes. @internal */
-export function quotaOf(options: Partial<QuotaOptions> & { quota?: Quota }): Quota {
+/** Builds the {@link WindowQuota} a `rateLimit` option set describes. @internal */
+export function quotaOf(options: Partial<WindowQuotaOptions> & { quota?: WindowQuota }): WindowQuota {
   if (options.quota !== undefined) {
-    if (!(options.quota instanceof Quota)) throw invalidType('The "quota" option', 'a Quota', options.quota);
+    if (!(options.quota instanceof WindowQuota)) throw invalidType('The "quota" option', 'a WindowQuota', options.quota);
     return options.quota;
   }
-  return new Quota(options as QuotaOptions);
+  return new WindowQuota(options as WindowQuotaOptions);
 }
 
 /** Validates an optional function option. @internal */
@@ -141,7 +141,7 @@ export function limiterOption(value: unknown): Limiter {
 
 /**
  * Rate-limits requests with a keepcount token-bucket `Limiter` instead of a fixed-window
- * {@link Quota}: per-key quotas for the keys in its table (customers, API keys), one shared
+ * {@link WindowQuota}: per-key quotas for the keys in its table (customers, API keys), one shared
  * best-effort bucket for everyone else, bursts allowed up to each bucket's size. Refusals get 429
  * and `Retry-After` (omitted when waiting never helps, e.g. a cost above the burst). No RateLimit
  * headers: a token bucket has no window, and the limiter does not report remaining tokens.

@@ -21,7 +21,7 @@
  */
 import type { Clock } from '../../clock.js';
 import { invalidType } from '../../errors.js';
-import { Quota } from '../quota.js';
+import { WindowQuota } from '../window-quota.js';
 
 /** express-rate-limit's `ClientRateLimitInfo`. */
 export interface ClientRateLimitInfo {
@@ -59,7 +59,7 @@ export class KeepcountStore {
   /** Counts of one instance never affect another: express-rate-limit's double-count checks use this. */
   readonly localKeys = true;
   readonly #options: KeepcountStoreOptions;
-  #quota: Quota | undefined;
+  #quota: WindowQuota | undefined;
 
   constructor(options: KeepcountStoreOptions = {}) {
     if (typeof options !== 'object' || options === null)
@@ -72,7 +72,7 @@ export class KeepcountStore {
   init(options: { windowMs: number }): void {
     const { hashes, slots, seed, clock } = this.#options;
     // `limit` is express-rate-limit's business: the store only counts.
-    this.#quota = new Quota({ limit: 0, windowMs: options.windowMs, hashes, slots, seed, clock });
+    this.#quota = new WindowQuota({ limit: 0, windowMs: options.windowMs, hashes, slots, seed, clock });
   }
 
   /** Counts a hit for `key`. */
@@ -110,7 +110,7 @@ export class KeepcountStore {
     return new Date(Date.now() + resetMs);
   }
 
-  #ready(): Quota {
+  #ready(): WindowQuota {
     if (this.#quota === undefined) throw new Error('KeepcountStore used before init(): pass it to express-rate-limit');
     return this.#quota;
   }

@@ -19,7 +19,7 @@
  */
 import type { Clock } from '../../clock.js';
 import { invalidType } from '../../errors.js';
-import { Quota } from '../quota.js';
+import { WindowQuota } from '../window-quota.js';
 
 /** Options of {@link keepcountFastifyStore}. */
 export interface KeepcountFastifyStoreOptions {
@@ -81,7 +81,7 @@ export function keepcountFastifyStore(options: KeepcountFastifyStoreOptions = {}
   const sketch = { ...options };
 
   return class KeepcountFastifyStore implements FastifyStore {
-    readonly #quotas = new Map<number, Quota>();
+    readonly #quotas = new Map<number, WindowQuota>();
 
     constructor(params: object) {
       refuseExtensions(params);
@@ -114,11 +114,11 @@ export function keepcountFastifyStore(options: KeepcountFastifyStoreOptions = {}
       return new KeepcountFastifyStore(routeOptions);
     }
 
-    #quota(timeWindow: number): Quota {
+    #quota(timeWindow: number): WindowQuota {
       let quota = this.#quotas.get(timeWindow);
       if (quota === undefined) {
         // `max` is the plugin's business: the store only counts.
-        quota = new Quota({ limit: 0, windowMs: timeWindow, ...sketch });
+        quota = new WindowQuota({ limit: 0, windowMs: timeWindow, ...sketch });
         this.#quotas.set(timeWindow, quota);
       }
       return quota;

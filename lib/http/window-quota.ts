@@ -4,8 +4,8 @@ import { integerOption, optionsObject } from '../options.js';
 import { Rate } from '../rate.js';
 import { policyName, type RateLimitDecision } from './headers.js';
 
-/** Options of {@link Quota}. */
-export interface QuotaOptions {
+/** Options of {@link WindowQuota}. */
+export interface WindowQuotaOptions {
   /** Requests allowed per key per window: an integer >= 0. Required. */
   limit: number;
   /** The window in milliseconds: an integer in [1, 2^52]. Required. */
@@ -36,12 +36,12 @@ export interface QuotaOptions {
  *
  * @example
  * ```ts
- * const quota = new Quota({ limit: 100, windowMs: 60_000 });
+ * const quota = new WindowQuota({ limit: 100, windowMs: 60_000 });
  * const decision = quota.consume(clientIp(req));
  * if (!decision.allowed) refuse(decision);
  * ```
  */
-export class Quota {
+export class WindowQuota {
   /** Requests allowed per key per window. */
   readonly limit: number;
   /** The window in milliseconds. */
@@ -50,7 +50,7 @@ export class Quota {
   readonly policy: string;
   readonly #rate: Rate;
 
-  constructor(options: QuotaOptions) {
+  constructor(options: WindowQuotaOptions) {
     const o = optionsObject(options);
     this.limit = integerOption('limit', o.limit, 0, Number.MAX_SAFE_INTEGER);
     this.windowMs = integerOption('windowMs', o.windowMs, 1, 2 ** 52);
