@@ -109,7 +109,10 @@ impl Limiter {
             }
             let mut entries = Vec::with_capacity(keys.len());
             for (key, spec) in keys.into_iter().zip(&quotas) {
-                entries.push((with_key(env, key, |bytes| Box::<[u8]>::from(bytes))?, quota(spec)?));
+                entries.push((
+                    with_key(env, key, |bytes| Box::<[u8]>::from(bytes))?,
+                    quota(spec)?,
+                ));
             }
             match self.core.replace_keys_at(entries, nanos(now_ms)) {
                 Ok(()) => Ok(true),
@@ -131,7 +134,9 @@ impl Limiter {
     ) -> Result<bool> {
         (|| -> Outcome<bool> {
             let quota = quota(&quota_spec)?;
-            match with_key(env, key, |key| self.core.set_quota_at(key, quota, nanos(now_ms)))? {
+            match with_key(env, key, |key| {
+                self.core.set_quota_at(key, quota, nanos(now_ms))
+            })? {
                 Ok(()) => Ok(true),
                 Err(LimiterError::UnknownKey) => Ok(false),
                 Err(other) => Err(failure(other)),
@@ -150,12 +155,7 @@ impl Limiter {
 
     /// Sets the overall quota at `nowMs`; `null` removes it.
     #[napi(catch_unwind)]
-    pub fn set_overall(
-        &self,
-        env: &Env,
-        quota_spec: Option<QuotaSpec>,
-        now_ms: f64,
-    ) -> Result<()> {
+    pub fn set_overall(&self, env: &Env, quota_spec: Option<QuotaSpec>, now_ms: f64) -> Result<()> {
         let quota = quota_spec
             .as_ref()
             .map(quota)
