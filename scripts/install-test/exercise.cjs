@@ -48,7 +48,7 @@ module.exports = async function exercise(k, http, flavor) {
   assert.deepEqual(limiter.check('k'), { allowed: true });
   assert.deepEqual(limiter.check('k'), { allowed: false, retryAfterMs: 1000 });
 
-  const quota = new http.Quota({ limit: 1, windowMs: 1000, seed: 3, clock });
+  const quota = new http.WindowQuota({ limit: 1, windowMs: 1000, seed: 3, clock });
   assert.equal(quota.consume('192.0.2.1').allowed, true);
   assert.equal(quota.consume('192.0.2.1').allowed, false);
   assert.equal(typeof http.rateLimit, 'function');

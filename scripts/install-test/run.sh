@@ -145,7 +145,7 @@ install() {
   shift
   mkdir -p "$dir"
   cp "$here"/exercise.cjs "$here"/exercise.d.cts "$here"/smoke.cjs "$here"/smoke.mjs \
-    "$here"/ts-consumer.cts "$here"/ts-consumer.mts "$here"/tsconfig.json "$dir/"
+    "$here"/ts-consumer.cts "$here"/ts-consumer.mts "$here"/tsconfig.json "$dir/" || return 1
   printf '{ "name": "keepcount-consumer", "version": "1.0.0", "private": true }\n' >"$dir/package.json"
   (cd "$dir" && env PATH="$consumer_path" npm install --no-audit --no-fund --loglevel=error "$@" \
     "typescript@$ts_version" "@types/node@$types_node_version")
@@ -155,7 +155,7 @@ install() {
 run_consumers() {
   local dir=$1 backend=$2
   (
-    cd "$dir"
+    cd "$dir" || exit 1
     export PATH="$consumer_path" EXPECT_BACKEND="$backend"
     unset NODE_PATH KEEPCOUNT_BACKEND KEEPCOUNT_SILENCE_FALLBACK NAPI_RS_NATIVE_LIBRARY_PATH
     if command -v cargo >/dev/null || command -v rustc >/dev/null; then
@@ -164,7 +164,8 @@ run_consumers() {
     fi
     resolved=$(node -p 'require.resolve("keepcount")')
     [[ "$resolved" == "$dir/node_modules/keepcount/"* ]] || { echo "keepcount resolved to $resolved" >&2; exit 1; }
-    ./node_modules/.bin/tsc -p tsconfig.json
+    # (set -e does not apply here: the caller tests this function's status.)
+    ./node_modules/.bin/tsc -p tsconfig.json || exit 1
     for entry in smoke.cjs smoke.mjs ts-consumer.cjs ts-consumer.mjs; do
       node "$entry" 2>"$entry.stderr"
       echo "$entry stderr: $(lines_of "$entry.stderr") line(s)"

@@ -16,7 +16,7 @@ void rejectsBadKeys;
 const decision: keepcount.LimiterDecision = new keepcount.Limiter({
   bestEffort: { requests: { perSecond: 1, burst: 1 } },
 }).check('k');
-const refused: http.RateLimitDecision = new http.Quota({ limit: 1, windowMs: 1000 }).consume('ip');
+const refused: http.RateLimitDecision = new http.WindowQuota({ limit: 1, windowMs: 1000 }).consume('ip');
 const late: Promise<string> = keepcount.timeout(Promise.resolve('x'), 10);
 
 void Promise.all([late, exercise(keepcount, http, 'ts-require')]).then(([, digest]) => {

@@ -1,7 +1,7 @@
 // TypeScript consumer, ES module: type-checked against keepcount's "import" declarations.
 import { backend, Estimator, Limiter, timeout, type BackendName, type LimiterDecision } from 'keepcount';
 import * as keepcount from 'keepcount';
-import { Quota, type RateLimitDecision } from 'keepcount/http';
+import { WindowQuota, type RateLimitDecision } from 'keepcount/http';
 import * as http from 'keepcount/http';
 import exercise from './exercise.cjs';
 
@@ -15,7 +15,7 @@ function rejectsBadKeys(): void {
 }
 void rejectsBadKeys;
 const decision: LimiterDecision = new Limiter({ bestEffort: { requests: { perSecond: 1, burst: 1 } } }).check('k');
-const refused: RateLimitDecision = new Quota({ limit: 1, windowMs: 1000 }).consume('ip');
+const refused: RateLimitDecision = new WindowQuota({ limit: 1, windowMs: 1000 }).consume('ip');
 const late: string = await timeout(Promise.resolve('x'), 10);
 
 const digest = await exercise(keepcount, http, 'ts-import');
