@@ -208,8 +208,28 @@ export function loadBackend(): Backend {
   }
 }
 
+/**
+ * One line saying why the binding did not load. napi's loader reports a missing binary with advice
+ * about an npm lockfile bug, which misleads on a platform we publish no binary for; name the
+ * platform and the package that would have carried its binary instead.
+ */
 function describeLoadError(cause: unknown): string {
-  return cause instanceof Error ? (cause.message.split('\n', 1)[0] ?? '') : describe(cause);
+  if (!(cause instanceof Error)) return describe(cause);
+  if (cause.message.startsWith('Cannot find native binding')) {
+    return `no prebuilt binary for ${process.platform}-${process.arch}: the optional package ${platformPackage()} is not installed`;
+  }
+  return cause.message.split('\n', 1)[0] ?? '';
+}
+
+/** The name of the platform package napi's loader looks for on this machine. */
+function platformPackage(): string {
+  const { platform, arch } = process;
+  if (platform === 'linux') {
+    const report = process.report?.getReport() as { header?: { glibcVersionRuntime?: string } } | undefined;
+    return `keepcount-linux-${arch}-${report?.header?.glibcVersionRuntime === undefined ? 'musl' : 'gnu'}`;
+  }
+  if (platform === 'win32') return `keepcount-win32-${arch}-msvc`;
+  return `keepcount-${platform}-${arch}`;
 }
 
 /** The backend this process uses, chosen when keepcount is first imported. */

@@ -220,8 +220,9 @@ if install "$work/fallback" "$main_tgz" --omit=optional >"$work/fallback-install
     fail "a platform package was installed despite --omit=optional"
   check_run "$work/fallback" fallback 1 "without the platform package"
   grep -h '' "$work/fallback/smoke.cjs.stderr" | sed 's/^/  warning: /'
-  if grep -q '^keepcount: native binding unavailable' "$work/fallback/smoke.cjs.stderr"; then
-    pass "the warning names keepcount and the fallback"
+  if grep -q "^keepcount: native binding unavailable (no prebuilt binary for .*keepcount-$platform is not installed)" \
+    "$work/fallback/smoke.cjs.stderr"; then
+    pass "the warning names the fallback and the missing keepcount-$platform package"
   else
     fail "unexpected warning text"
   fi
