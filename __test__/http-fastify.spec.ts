@@ -1,7 +1,8 @@
 import test from 'ava';
 import Fastify from 'fastify';
 import { Limiter, ManualClock } from '../lib/index.js';
-import { rateLimitHook, upstreamLimitHook, keepcountFastify, UpstreamLimit } from '../lib/http/index.js';
+import { rateLimitHook, upstreamLimitHook, keepcountFastify } from '../lib/http/fastify.js';
+import { UpstreamLimit } from '../lib/http/index.js';
 import { title } from './helpers.js';
 import { abortAfter, deferred, eventually, get, parseField } from './http-client.js';
 

@@ -5,8 +5,8 @@
  *   {@link UpstreamLimit} (in-flight calls per upstream), {@link withDeadline} for upstream calls.
  * - `(req, res, next)` middleware for node:http and Express: {@link rateLimit}, {@link tokenBucket}
  *   (a token-bucket `Limiter` instead of a window), {@link upstreamLimit}.
- * - Fastify: {@link rateLimitHook}, {@link tokenBucketHook}, {@link upstreamLimitHook} hooks and the
- *   {@link keepcountFastify} plugin.
+ * - Fastify hooks and plugin live in `keepcount/fastify` (`lib/http/fastify.ts`), so this entry's
+ *   declarations never name fastify's types and compile without fastify installed.
  * - Drop-in stores: {@link KeepcountStore} for express-rate-limit, {@link KeepcountFastifyStore}
  *   for @fastify/rate-limit.
  *
@@ -16,17 +16,6 @@
  * @module
  */
 export { clientIp, type TrustProxy } from './client-ip.js';
-export {
-  rateLimitHook,
-  tokenBucketHook,
-  upstreamLimitHook,
-  keepcountFastify,
-  type RateLimitHookOptions,
-  type TokenBucketHookOptions,
-  type UpstreamLimitHookOptions,
-  type KeepcountFastifyOptions,
-  type OnRequestHook,
-} from './fastify.js';
 export { rateLimitHeaders, type RateLimitDecision } from './headers.js';
 export {
   rateLimit,
