@@ -248,6 +248,42 @@ mod tests {
         }
     }
 
+    /// Random inserts and removals against a `HashSet` model, with few distinct tags so that
+    /// clusters are long and wrap around, through growth.
+    #[test]
+    fn agrees_with_a_map_under_random_inserts_and_removals() {
+        let mut state = 0x5eed_u64;
+        let mut next = || {
+            // splitmix64
+            state = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
+            let mut z = state;
+            z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+            z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+            z ^ (z >> 31)
+        };
+        let mut index = Index::new();
+        let mut model = std::collections::HashSet::new();
+        for step in 0..20_000u32 {
+            let id = (next() % 500) as u32;
+            // 40 tags, clustered at the top and bottom of the table.
+            let tag = |id: u32| [0u32, u32::MAX][(id % 2) as usize] ^ (id % 40);
+            if next() % 3 == 0 {
+                assert_eq!(index.remove(hash(tag(id)), id), model.remove(&id));
+            } else if model.insert(id) {
+                index.insert(hash(tag(id)), id).unwrap();
+            }
+            assert_eq!(index.len(), model.len(), "step {step}");
+            let probe = (next() % 500) as u32;
+            let found = index.find(hash(tag(probe)), |f| f == probe);
+            assert_eq!(found.is_some(), model.contains(&probe), "step {step}");
+        }
+        let mut ids: Vec<u32> = index.ids().collect();
+        ids.sort_unstable();
+        let mut expected: Vec<u32> = model.into_iter().collect();
+        expected.sort_unstable();
+        assert_eq!(ids, expected);
+    }
+
     #[test]
     fn stays_at_most_three_quarters_full() {
         assert_eq!(bits_for(0).unwrap(), MIN_BITS);
