@@ -113,3 +113,18 @@ test(title('both limiters turn clock readings into the same nanoseconds at the e
     t.deepEqual(answers[0], answers[1], `nowMs ${nowMs}`);
   }
 });
+
+test(title('the native limiter throws, never aborts, on input lib/ would not pass it'), (t) => {
+  const limit = (amount: number, periodNs: number, burst: number) => ({ requests: { amount, periodNs, burst } });
+  const range = { instanceOf: RangeError, code: 'ERR_OUT_OF_RANGE' };
+  for (const bad of [limit(-1, 1, 1), limit(1, 0, 1), limit(1, 1, 0.5), limit(NaN, 1, 1), limit(1, 2 ** 53, 1)]) {
+    t.throws(() => new nativeBackend.Limiter(bad), range);
+  }
+  const core = new nativeBackend.Limiter(limit(1, 1e9, 1));
+  for (const cost of [-1, 0.5, NaN, Infinity, 2 ** 53]) t.throws(() => core.check('k', cost, 0), range);
+  t.throws(() => core.check({} as never, 1, 0), { instanceOf: TypeError, code: 'ERR_INVALID_ARG_TYPE' });
+  t.throws(() => core.replaceKeys(['a', 'b'], [limit(1, 1, 1)], 0), range);
+  t.throws(() => core.setQuota('a', limit(1, -5, 1), 0), range);
+  t.is(core.size, 0);
+  t.is(core.check('k', 1, 0), 0);
+});
