@@ -137,9 +137,13 @@ test(title('the fastify store reads without counting, and refuses per-key window
   t.deepEqual(await call('incr', 'a'), { current: 2, ttl: 750 });
   t.deepEqual(await call('read', 'a'), { current: 2, ttl: 750 });
   t.throws(() => new KeepcountFastifyStore({ continueExceeding: true }), {
+    instanceOf: Error,
+    code: 'ERR_KEEPCOUNT_UNSUPPORTED',
     message: 'The keepcount store shares one window between keys and cannot support continueExceeding',
   });
   t.throws(() => store.child({ exponentialBackoff: true }), {
+    instanceOf: Error,
+    code: 'ERR_KEEPCOUNT_UNSUPPORTED',
     message: 'The keepcount store shares one window between keys and cannot support exponentialBackoff',
   });
 });

@@ -16,6 +16,8 @@
  * - `ERR_KEEPCOUNT_DUPLICATE_KEY` (`Error`): a `Limiter` key table names the same key twice (`1` and
  *   `1n` are one key); the limiter is unchanged.
  * - `ERR_KEEPCOUNT_UNKNOWN_KEY` (`Error`): `Limiter.setQuota` for a key not in the table.
+ * - `ERR_KEEPCOUNT_UNSUPPORTED` (`Error`): an option keepcount cannot honour, e.g. @fastify/rate-limit's
+ *   `continueExceeding` or `exponentialBackoff` with the keepcount store (its window is shared by all keys).
  *
  * @module
  */
@@ -30,7 +32,8 @@ export type ErrorCode =
   | 'ERR_KEEPCOUNT_BACKEND'
   | 'ERR_KEEPCOUNT_TIMEOUT'
   | 'ERR_KEEPCOUNT_DUPLICATE_KEY'
-  | 'ERR_KEEPCOUNT_UNKNOWN_KEY';
+  | 'ERR_KEEPCOUNT_UNKNOWN_KEY'
+  | 'ERR_KEEPCOUNT_UNSUPPORTED';
 
 /** An error with a keepcount {@link ErrorCode}. */
 export type KeepcountError<E extends Error = Error> = E & { readonly code: ErrorCode };

@@ -18,7 +18,7 @@
  * @module
  */
 import type { Clock } from '../../clock.js';
-import { invalidType } from '../../errors.js';
+import { invalidType, withCode } from '../../errors.js';
 import { WindowQuota } from '../window-quota.js';
 
 /** Options of {@link keepcountFastifyStore}. */
@@ -60,7 +60,10 @@ function refuseExtensions(options: object | undefined): void {
   const params = options as FastifyStoreParams | undefined;
   for (const name of ['continueExceeding', 'exponentialBackoff'] as const) {
     if (params?.[name] === true) {
-      throw new Error(`The keepcount store shares one window between keys and cannot support ${name}`);
+      throw withCode(
+        new Error(`The keepcount store shares one window between keys and cannot support ${name}`),
+        'ERR_KEEPCOUNT_UNSUPPORTED',
+      );
     }
   }
 }
