@@ -45,7 +45,8 @@ export interface RateLimitOptions<
 /** Builds the {@link WindowQuota} a `rateLimit` option set describes. @internal */
 export function quotaOf(options: Partial<WindowQuotaOptions> & { quota?: WindowQuota }): WindowQuota {
   if (options.quota !== undefined) {
-    if (!(options.quota instanceof WindowQuota)) throw invalidType('The "quota" option', 'a WindowQuota', options.quota);
+    if (!(options.quota instanceof WindowQuota))
+      throw invalidType('The "quota" option', 'a WindowQuota', options.quota);
     return options.quota;
   }
   return new WindowQuota(options as WindowQuotaOptions);
