@@ -232,7 +232,7 @@ struct Writer {
 }
 
 impl Writer {
-    /// A slot no table names, and whether it holds a (stale) key.
+    /// A slot no published table names: a freed one (holding a stale key) or a new one.
     fn alloc_slot<K>(&mut self, slots: &Arena<Slot<K>>) -> Result<u32, LimiterError> {
         if let Some(id) = self.free_slots.pop() {
             return Ok(id);
