@@ -16,7 +16,7 @@ interface Line {
 const REASONS = ['short', 'magic', 'version', 'flags', 'shape', 'length', 'checksum'];
 /** Cases with valid input, which must return. */
 const VALID =
-  /^(incr key (detached Uint8Array|1 MB string|lone surrogates)|merge itself|register (NaN|-?Infinity|-1|1e\+308)|letExit before keepAlive|drain)$/;
+  /^(incr key (detached Uint8Array|1 MB string|lone surrogates)|merge itself|register (NaN|-?Infinity|-1|1e\+308)|letExit before keepAlive|drain|fast .* \(valid\))$/;
 
 test(title('every bad input to the native classes is a JavaScript error, never an abort'), async (t) => {
   const child = await runFixture('native-abuse.ts');
@@ -25,7 +25,7 @@ test(title('every bad input to the native classes is a JavaScript error, never a
     .trim()
     .split('\n')
     .map((line) => JSON.parse(line) as Line);
-  t.true(lines.length > 150, `only ${lines.length} cases ran`);
+  t.true(lines.length > 300, `only ${lines.length} cases ran`);
   for (const line of lines) {
     if (line.name.startsWith('deserialize ') && line.outcome === 'returned') {
       t.true(REASONS.includes(line.value!), `${line.name} returned ${line.value}`);
@@ -63,6 +63,17 @@ test(title('bad keys, counts, shapes and merges throw the classes and codes of l
   expect('merge other seed', 'Error', 'ERR_KEEPCOUNT_MISMATCH');
   expect('merge other shape', 'Error', 'ERR_KEEPCOUNT_MISMATCH');
   expect('deserialize number', 'TypeError', 'ERR_INVALID_ARG_TYPE');
+  expect('fast incrStr key number', 'TypeError', 'ERR_INVALID_ARG_TYPE');
+  expect('fast getNum key string', 'TypeError', 'ERR_INVALID_ARG_TYPE');
+  expect('fast getNum key 1.5', 'RangeError', 'ERR_OUT_OF_RANGE');
+  expect('fast incrKey key bigint 2^63', 'RangeError', 'ERR_OUT_OF_RANGE');
+  expect('fast incrKey key symbol', 'TypeError', 'ERR_INVALID_ARG_TYPE');
+  expect('fast incrStr count NaN', 'RangeError', 'ERR_OUT_OF_RANGE');
+  expect('fast incrNum count string', 'TypeError', 'ERR_INVALID_ARG_TYPE');
+  expect('fast observeStr count -1.5', 'RangeError', 'ERR_OUT_OF_RANGE');
+  expect('fast observeStr now -1', 'RangeError', 'ERR_OUT_OF_RANGE');
+  expect('fast observeNum now bigint', 'TypeError', 'ERR_INVALID_ARG_TYPE');
+  expect('fast observeKey no arguments', 'TypeError', 'ERR_INVALID_ARG_TYPE');
   t.like(byName.get('deserialize flipped'), { outcome: 'returned', value: 'checksum' });
   t.like(byName.get('deserialize huge shape'), { outcome: 'returned', value: 'shape' });
 });

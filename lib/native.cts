@@ -13,7 +13,16 @@
  * @module
  */
 import type * as Binding from '../binding.js';
-import type { Backend, CorruptReason, TickHandle, Ticker } from './backend.js';
+import type {
+  Backend,
+  CorruptReason,
+  EstimatorCore,
+  Key,
+  RateCore,
+  RateSample,
+  TickHandle,
+  Ticker,
+} from './backend.js';
 import nodeRequire from './require.cjs';
 
 /** The generated loader sits at the package root: one level above `lib/`, three above `dist/<format>/lib/`. */
@@ -30,6 +39,90 @@ function loadBinding(): typeof Binding {
 const binding = loadBinding();
 
 const now = (): number => performance.now();
+
+type EstimatorPaths = ReturnType<Binding.Estimator['fastPaths']>;
+
+/**
+ * The native {@link EstimatorCore}: `incr` and `get` call the binding's fast paths (raw N-API
+ * functions bound to this sketch, one per key type, see `src/raw.rs`), picked by the key's type,
+ * which `lib/` has validated; the rest goes to the napi-rs class.
+ */
+class NativeEstimator implements EstimatorCore {
+  readonly native: Binding.Estimator;
+  private readonly paths: EstimatorPaths;
+
+  constructor(hashes: number, slots: number, seed: bigint, native?: Binding.Estimator) {
+    this.native = native ?? new binding.Estimator(hashes, slots, seed);
+    this.paths = this.native.fastPaths();
+  }
+
+  static adopt(native: Binding.Estimator): NativeEstimator {
+    return new NativeEstimator(0, 0, 0n, native);
+  }
+
+  get hashes(): number {
+    return this.native.hashes;
+  }
+
+  get slots(): number {
+    return this.native.slots;
+  }
+
+  get seed(): bigint {
+    return this.native.seed;
+  }
+
+  incr(key: Key, value: number): number {
+    if (typeof key === 'string') return this.paths.incrStr(key, value);
+    if (typeof key === 'number') return this.paths.incrNum(key, value);
+    return this.paths.incrKey(key, value);
+  }
+
+  get(key: Key): number {
+    if (typeof key === 'string') return this.paths.getStr(key);
+    if (typeof key === 'number') return this.paths.getNum(key);
+    return this.paths.getKey(key);
+  }
+
+  reset(): void {
+    this.native.reset();
+  }
+
+  merge(other: EstimatorCore): void {
+    this.native.merge((other as NativeEstimator).native);
+  }
+
+  serialize(): Uint8Array {
+    return this.native.serialize();
+  }
+}
+
+type RatePaths = ReturnType<Binding.Rate['fastPaths']>;
+
+/** The native {@link RateCore}: `observe` calls the binding's fast paths, as {@link NativeEstimator} does. */
+class NativeRate implements RateCore {
+  private readonly native: Binding.Rate;
+  private readonly paths: RatePaths;
+
+  constructor(intervalMs: number, hashes: number, slots: number, seed: bigint) {
+    this.native = new binding.Rate(intervalMs, hashes, slots, seed);
+    this.paths = this.native.fastPaths();
+  }
+
+  observe(key: Key, events: number, nowMs: number): number {
+    if (typeof key === 'string') return this.paths.observeStr(key, events, nowMs);
+    if (typeof key === 'number') return this.paths.observeNum(key, events, nowMs);
+    return this.paths.observeKey(key, events, nowMs);
+  }
+
+  previousCount(key: Key, nowMs: number): number {
+    return this.native.previousCount(key, nowMs);
+  }
+
+  sample(key: Key, nowMs: number): RateSample {
+    return this.native.sample(key, nowMs);
+  }
+}
 
 /** One armed deadline: fires once, keeps the process alive while ref'd and not yet fired. */
 class Tick implements TickHandle {
@@ -133,12 +226,12 @@ class NativeTicker implements Ticker {
 /** The native {@link Backend}. */
 export const backend: Backend = {
   name: 'native',
-  Estimator: binding.Estimator,
+  Estimator: NativeEstimator,
   deserializeEstimator(bytes) {
     const decoded = binding.Estimator.deserialize(bytes);
-    return typeof decoded === 'string' ? (decoded as CorruptReason) : decoded;
+    return typeof decoded === 'string' ? (decoded as CorruptReason) : NativeEstimator.adopt(decoded);
   },
-  Rate: binding.Rate,
+  Rate: NativeRate,
   Limiter: binding.Limiter,
   ticker: new NativeTicker(),
 };

@@ -9,8 +9,8 @@ use keepcount_limits::codec::DecodeError;
 use keepcount_limits::estimator::MergeError;
 use keepcount_limits::rate::RateError;
 use keepcount_limits::shape::ShapeError;
-use napi::bindgen_prelude::{JsError, JsRangeError, JsTypeError};
-use napi::{Env, Status};
+use napi::{Env, Status, sys};
+use std::ffi::CString;
 
 /// The binding's result: a [`Failure`] until [`map_error`] throws it.
 pub(crate) type Result<T> = std::result::Result<T, Failure>;
@@ -47,6 +47,16 @@ impl Failure {
             "The \"key\" argument",
             "of type string, number, bigint or Uint8Array",
         )
+    }
+
+    /// `Error` `ERR_KEEPCOUNT_INTERNAL`: a broken invariant of the binding (a failed N-API call, a
+    /// panic), never expected to reach a user.
+    pub(crate) fn internal(what: &str) -> Self {
+        Self {
+            class: Class::Error,
+            code: "ERR_KEEPCOUNT_INTERNAL",
+            message: format!("keepcount binding: {what}"),
+        }
     }
 
     /// `RangeError` `ERR_OUT_OF_RANGE`: `what` must be `expected`.
@@ -113,22 +123,32 @@ pub(crate) fn corrupt_reason(err: DecodeError) -> Result<&'static str> {
 /// Throws `failure` as its JavaScript error and returns the error napi-rs expects for a pending
 /// exception (it then throws nothing more).
 pub(crate) fn map_error(env: &Env, failure: Failure) -> napi::Error {
+    // SAFETY: `env` is the live env of the current call, on its own thread.
+    unsafe { throw(env.raw(), failure) };
+    napi::Error::from_status(Status::PendingException)
+}
+
+/// Throws `failure` as its JavaScript error (with its `code` property) in `env`.
+///
+/// # Safety
+/// `env` must be the live env of the current call, on its own thread.
+pub(crate) unsafe fn throw(env: sys::napi_env, failure: Failure) {
     let Failure {
         class,
         code,
         message,
     } = failure;
-    let error = napi::Error::new(code, message);
-    let raw = env.raw();
-    // SAFETY: `env` is the live env of the current call, on its own thread.
+    // Messages are ours and hold no NUL; were one to, the error still gets thrown, blank.
+    let message = CString::new(message).unwrap_or_default();
+    let code = CString::new(code).unwrap_or_default();
+    // SAFETY: live env (caller contract); both strings are NUL-terminated and outlive the call.
     unsafe {
         match class {
-            Class::Error => JsError::from(error).throw_into(raw),
-            Class::TypeError => JsTypeError::from(error).throw_into(raw),
-            Class::RangeError => JsRangeError::from(error).throw_into(raw),
+            Class::Error => sys::napi_throw_error(env, code.as_ptr(), message.as_ptr()),
+            Class::TypeError => sys::napi_throw_type_error(env, code.as_ptr(), message.as_ptr()),
+            Class::RangeError => sys::napi_throw_range_error(env, code.as_ptr(), message.as_ptr()),
         }
-    }
-    napi::Error::from_status(Status::PendingException)
+    };
 }
 
 #[cfg(test)]

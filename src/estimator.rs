@@ -1,18 +1,24 @@
-//! `Estimator`: the count-min sketch of `keepcount-limits`, for `lib/native.ts`.
+//! `Estimator`: the count-min sketch of `keepcount-limits`, for `lib/native.cts`.
+//!
+//! `incr` and `get` are also [`Estimator::fast_paths`]: raw N-API functions bound to this sketch,
+//! one per key type, which `lib/native.cts` calls instead of the methods (see [`crate::raw`]).
 
 use crate::args;
 use crate::error::{corrupt_reason, map_error};
 use crate::keys;
+use crate::raw::{self, Callback};
 use keepcount_limits::estimator::Estimator as Sketch;
-use napi::bindgen_prelude::{BigInt, Either, Uint8Array, Unknown};
-use napi::{Env, JsValue, Result};
+use napi::bindgen_prelude::{BigInt, Either, Object, Uint8Array, Unknown};
+use napi::{Env, JsValue, Result, sys};
 use napi_derive::napi;
+use std::rc::Rc;
 
 /// A count-min sketch of `hashes × slots` i64 counters keyed by a 64-bit seed
 /// (docs/format.md §3). Use the package's `Estimator`; this class takes only validated input.
 #[napi]
 pub struct Estimator {
-    sketch: Sketch,
+    /// Shared with the fast-path functions, which may outlive this object.
+    sketch: Rc<Sketch>,
 }
 
 #[napi]
@@ -25,7 +31,9 @@ impl Estimator {
             let hashes = args::dimension("The \"hashes\" argument", hashes)?;
             let slots = args::dimension("The \"slots\" argument", slots)?;
             let sketch = Sketch::with_seed(hashes, slots, args::seed(&seed)?)?;
-            Ok(Self { sketch })
+            Ok(Self {
+                sketch: Rc::new(sketch),
+            })
         })()
         .map_err(|failure| map_error(env, failure))
     }
@@ -48,7 +56,9 @@ impl Estimator {
             ));
         };
         match Sketch::from_bytes(bytes) {
-            Ok(sketch) => Ok(Either::A(Self { sketch })),
+            Ok(sketch) => Ok(Either::A(Self {
+                sketch: Rc::new(sketch),
+            })),
             Err(err) => corrupt_reason(err)
                 .map(Either::B)
                 .map_err(|failure| map_error(env, failure)),
@@ -106,6 +116,28 @@ impl Estimator {
             .map_err(|failure| map_error(env, failure))
     }
 
+    /// `incr` and `get` as functions bound to this sketch, taking the same arguments and throwing
+    /// the same errors: `incrStr`/`getStr` for string keys, `incrNum`/`getNum` for number keys,
+    /// `incrKey`/`getKey` for any key. Each call is a fresh set of functions.
+    #[napi(
+        catch_unwind,
+        ts_return_type = "{ incrStr(key: string, value: number): number; incrNum(key: number, value: number): number; incrKey(key: string | number | bigint | Uint8Array, value: number): number; getStr(key: string): number; getNum(key: number): number; getKey(key: string | number | bigint | Uint8Array): number }"
+    )]
+    pub fn fast_paths<'env>(&self, env: &'env Env) -> Result<Object<'env>> {
+        const PATHS: [(&std::ffi::CStr, Callback); 6] = [
+            (c"incrStr", incr_str),
+            (c"incrNum", incr_num),
+            (c"incrKey", incr_key),
+            (c"getStr", get_str),
+            (c"getNum", get_num),
+            (c"getKey", get_key),
+        ];
+        // SAFETY: this call's env; every callback reads its data as a `Sketch`.
+        let object = unsafe { raw::bound_functions(env.raw(), &self.sketch, &PATHS) }
+            .map_err(|failure| map_error(env, failure))?;
+        Ok(Object::from_raw(env.raw(), object))
+    }
+
     /// Zeroes every counter.
     #[napi(catch_unwind)]
     pub fn reset(&self) {
@@ -127,3 +159,46 @@ impl Estimator {
         Uint8Array::new(self.sketch.to_bytes())
     }
 }
+
+/// Defines the raw callback `$name(key, value)` (incr) or `$name(key)` (get) hashing its key with
+/// `$hash` (one of the `keys::hash_*`).
+macro_rules! fast_path {
+    ($name:ident, incr, $hash:path) => {
+        unsafe extern "C" fn $name(
+            env: sys::napi_env,
+            info: sys::napi_callback_info,
+        ) -> sys::napi_value {
+            // SAFETY: this callback's handles; created by `fast_paths` over a `Sketch`.
+            unsafe {
+                raw::call(env, info, |sketch: &Sketch, &[key, value]| {
+                    let value = raw::number(env, value, "The \"value\" argument")?;
+                    let value = args::count("The \"value\" argument", value)?;
+                    let key = $hash(env, key, |k| sketch.hash_key(k))?;
+                    // Exact for estimates within ±2^53, the documented range.
+                    Ok(sketch.incr_hash(key, value) as f64)
+                })
+            }
+        }
+    };
+    ($name:ident, get, $hash:path) => {
+        unsafe extern "C" fn $name(
+            env: sys::napi_env,
+            info: sys::napi_callback_info,
+        ) -> sys::napi_value {
+            // SAFETY: this callback's handles; created by `fast_paths` over a `Sketch`.
+            unsafe {
+                raw::call(env, info, |sketch: &Sketch, &[key]| {
+                    let key = $hash(env, key, |k| sketch.hash_key(k))?;
+                    Ok(sketch.get_hash(key) as f64)
+                })
+            }
+        }
+    };
+}
+
+fast_path!(incr_str, incr, keys::hash_str);
+fast_path!(incr_num, incr, keys::hash_number);
+fast_path!(incr_key, incr, keys::hash_key);
+fast_path!(get_str, get, keys::hash_str);
+fast_path!(get_num, get, keys::hash_number);
+fast_path!(get_key, get, keys::hash_key);

@@ -88,6 +88,40 @@ pub(crate) unsafe fn hash_key(
     }
 }
 
+/// [`hash_key`] for a key the caller knows is a string: one napi call fewer (no `napi_typeof`).
+/// Anything else is the same `TypeError`.
+///
+/// # Safety
+/// `env` and `value` must be the live handles of the current napi call.
+#[inline(always)]
+pub(crate) unsafe fn hash_str(
+    env: sys::napi_env,
+    value: sys::napi_value,
+    hash: impl FnOnce(Key<'_>) -> KeyHash,
+) -> Result<KeyHash> {
+    // SAFETY: live handles (caller contract); a non-string fails `napi_get_value_string_utf8`.
+    unsafe { with_str(env, value, |s| hash(Key::Str(s))) }
+}
+
+/// [`hash_key`] for a key the caller knows is a number: a safe integer, hashed as i64.
+/// A non-number is the same `TypeError`, a number that is no safe integer the same `RangeError`.
+///
+/// # Safety
+/// `env` and `value` must be the live handles of the current napi call.
+#[inline(always)]
+pub(crate) unsafe fn hash_number(
+    env: sys::napi_env,
+    value: sys::napi_value,
+    hash: impl FnOnce(Key<'_>) -> KeyHash,
+) -> Result<KeyHash> {
+    let mut number = 0.0;
+    // SAFETY: live handles (caller contract); a non-number returns `napi_number_expected`.
+    if unsafe { sys::napi_get_value_double(env, value, &mut number) } != sys::Status::napi_ok {
+        return Err(Failure::invalid_key_type());
+    }
+    Ok(hash(Key::Int(safe_integer(number)?)))
+}
+
 /// The bytes of a `Uint8Array` (Buffer included), or `None` for any other value.
 ///
 /// # Safety
@@ -128,7 +162,8 @@ pub(crate) unsafe fn uint8_array<'a>(
 /// Calls `f` with the string `value` as UTF-8.
 ///
 /// # Safety
-/// `env` and `value` must be live handles and `value` a string.
+/// `env` and `value` must be live handles; a `value` that is not a string is a `TypeError`.
+#[inline(always)]
 unsafe fn with_str<R>(
     env: sys::napi_env,
     value: sys::napi_value,

@@ -16,4 +16,5 @@ pub mod estimator;
 mod keys;
 pub mod limiter;
 pub mod rate;
+mod raw;
 pub mod ticker;

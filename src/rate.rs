@@ -7,15 +7,20 @@
 //! the two, so the unit cancels, and intervals up to the API's 2^52 ms do not overflow the
 //! crate's `u64` nanoseconds (which end at 584 years). The fraction of the interval comes out as
 //! `(past % interval) / interval` in f64, the fallback's formula, bit for bit.
+//!
+//! `observe` is also [`Rate::fast_paths`]: raw N-API functions bound to this rate, one per key
+//! type, which `lib/native.cts` calls instead of the method (see [`crate::raw`]).
 
 use crate::args;
 use crate::error::{Result as Outcome, map_error};
 use crate::keys;
+use crate::raw::{self, Callback};
 use keepcount_limits::clock::Clock;
 use keepcount_limits::rate::{Rate as Sketches, RateComponents};
-use napi::bindgen_prelude::{BigInt, Unknown};
-use napi::{Env, JsValue, Result};
+use napi::bindgen_prelude::{BigInt, Object, Unknown};
+use napi::{Env, JsValue, Result, sys};
 use napi_derive::napi;
+use std::rc::Rc;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -38,6 +43,12 @@ impl Clock for CallerClock {
 /// caller's time base. Use the package's `Rate`; this class takes only validated input.
 #[napi]
 pub struct Rate {
+    /// Shared with the fast-path functions, which may outlive this object.
+    inner: Rc<Inner>,
+}
+
+/// The sketches and the clock they read.
+struct Inner {
     sketches: Sketches<CallerClock>,
     now: CallerClock,
 }
@@ -77,7 +88,9 @@ impl Rate {
                 args::seed(&seed)?,
                 now.clone(),
             )?;
-            Ok(Self { sketches, now })
+            Ok(Self {
+                inner: Rc::new(Inner { sketches, now }),
+            })
         })()
         .map_err(|failure| map_error(env, failure))
     }
@@ -94,13 +107,33 @@ impl Rate {
     ) -> Result<f64> {
         (|| -> Outcome<f64> {
             let events = args::count("The \"events\" argument", events)?;
+            let inner = &*self.inner;
             // SAFETY: live handles of this call.
             let key =
-                unsafe { keys::hash_key(env.raw(), key.raw(), |k| self.sketches.hash_key(k)) }?;
-            self.set_now(now_ms)?;
-            Ok(self.sketches.observe_hash(key, events) as f64)
+                unsafe { keys::hash_key(env.raw(), key.raw(), |k| inner.sketches.hash_key(k)) }?;
+            inner.set_now(now_ms)?;
+            Ok(inner.sketches.observe_hash(key, events) as f64)
         })()
         .map_err(|failure| map_error(env, failure))
+    }
+
+    /// `observe` as functions bound to this rate, taking the same arguments and throwing the
+    /// same errors: `observeStr` for string keys, `observeNum` for number keys, `observeKey` for
+    /// any key. Each call is a fresh set of functions.
+    #[napi(
+        catch_unwind,
+        ts_return_type = "{ observeStr(key: string, events: number, nowMs: number): number; observeNum(key: number, events: number, nowMs: number): number; observeKey(key: string | number | bigint | Uint8Array, events: number, nowMs: number): number }"
+    )]
+    pub fn fast_paths<'env>(&self, env: &'env Env) -> Result<Object<'env>> {
+        const PATHS: [(&std::ffi::CStr, Callback); 3] = [
+            (c"observeStr", observe_str),
+            (c"observeNum", observe_num),
+            (c"observeKey", observe_key),
+        ];
+        // SAFETY: this call's env; every callback reads its data as an `Inner`.
+        let object = unsafe { raw::bound_functions(env.raw(), &self.inner, &PATHS) }
+            .map_err(|failure| map_error(env, failure))?;
+        Ok(Object::from_raw(env.raw(), object))
     }
 
     /// `key`'s count in the previous interval as of `nowMs`; 0 if two or more intervals passed.
@@ -135,15 +168,18 @@ impl Rate {
     /// Rolls the intervals over as of `now_ms` and reads `key`'s counts.
     fn components(&self, env: &Env, key: Unknown, now_ms: f64) -> Result<RateComponents> {
         (|| -> Outcome<RateComponents> {
+            let inner = &*self.inner;
             // SAFETY: live handles of this call.
             let key =
-                unsafe { keys::hash_key(env.raw(), key.raw(), |k| self.sketches.hash_key(k)) }?;
-            self.set_now(now_ms)?;
-            Ok(self.sketches.rate_with_hash(key, |parts| parts))
+                unsafe { keys::hash_key(env.raw(), key.raw(), |k| inner.sketches.hash_key(k)) }?;
+            inner.set_now(now_ms)?;
+            Ok(inner.sketches.rate_with_hash(key, |parts| parts))
         })()
         .map_err(|failure| map_error(env, failure))
     }
+}
 
+impl Inner {
     fn set_now(&self, now_ms: f64) -> Outcome<()> {
         let now = args::millis("The \"nowMs\" argument", now_ms)?;
         // Relaxed: see CallerClock.
@@ -151,3 +187,30 @@ impl Rate {
         Ok(())
     }
 }
+
+/// Defines the raw callback `$name(key, events, nowMs)` hashing its key with `$hash` (one of
+/// the `keys::hash_*`); checks its arguments in `Rate.observe`'s order.
+macro_rules! fast_observe {
+    ($name:ident, $hash:path) => {
+        unsafe extern "C" fn $name(
+            env: sys::napi_env,
+            info: sys::napi_callback_info,
+        ) -> sys::napi_value {
+            // SAFETY: this callback's handles; created by `fast_paths` over an `Inner`.
+            unsafe {
+                raw::call(env, info, |inner: &Inner, &[key, events, now_ms]| {
+                    let events = raw::number(env, events, "The \"events\" argument")?;
+                    let events = args::count("The \"events\" argument", events)?;
+                    let key = $hash(env, key, |k| inner.sketches.hash_key(k))?;
+                    let now_ms = raw::number(env, now_ms, "The \"nowMs\" argument")?;
+                    inner.set_now(now_ms)?;
+                    Ok(inner.sketches.observe_hash(key, events) as f64)
+                })
+            }
+        }
+    };
+}
+
+fast_observe!(observe_str, keys::hash_str);
+fast_observe!(observe_num, keys::hash_number);
+fast_observe!(observe_key, keys::hash_key);
