@@ -10,8 +10,9 @@ const MAX_SAFE_INTEGER: f64 = 9_007_199_254_740_991.0;
 
 /// An integer in `[min, max]` (both at most 2^53), or a `RangeError` naming `what`.
 pub(crate) fn integer(what: &str, value: f64, min: u64, max: u64) -> Result<u64> {
-    // NaN fails the comparisons; fract() is 0 only for integers (and the excluded infinities).
-    if value >= min as f64 && value <= max as f64 && value.fract() == 0.0 {
+    // NaN fails the comparisons; within [0, 2^53] a double is an integer exactly when it survives
+    // a round trip through u64 (`fract()` calls libm's `trunc`, this is two instructions).
+    if value >= min as f64 && value <= max as f64 && value as u64 as f64 == value {
         // Exact: an integer within [0, 2^53].
         Ok(value as u64)
     } else {
@@ -30,7 +31,8 @@ pub(crate) fn dimension(what: &str, value: f64) -> Result<usize> {
 
 /// A count (`value`, `events`): a safe integer, negative allowed, as `isize`.
 pub(crate) fn count(what: &str, value: f64) -> Result<isize> {
-    if value.abs() <= MAX_SAFE_INTEGER && value.fract() == 0.0 {
+    // Integral exactly when it survives a round trip through i64 (see `integer`).
+    if value.abs() <= MAX_SAFE_INTEGER && value as i64 as f64 == value {
         // Exact on 64-bit targets; isize is 64 bits on every target the package ships for.
         Ok(value as isize)
     } else {
@@ -61,7 +63,7 @@ mod tests {
     #[test]
     fn integers_are_range_checked_and_whole() {
         assert_eq!(integer("n", 3.0, 1, 5).ok(), Some(3));
-        for bad in [0.0, 6.0, 2.5, -1.0, f64::NAN, f64::INFINITY] {
+        for bad in [0.0, 6.0, 2.5, -1.0, 4.000001, f64::NAN, f64::INFINITY] {
             assert!(integer("n", bad, 1, 5).is_err());
         }
     }
@@ -71,6 +73,8 @@ mod tests {
         assert_eq!(count("v", -5.0).ok(), Some(-5));
         assert!(count("v", 1e300).is_err());
         assert!(count("v", f64::NAN).is_err());
+        assert!(count("v", -0.5).is_err());
+        assert_eq!(count("v", -0.0).ok(), Some(0));
     }
 
     #[test]
