@@ -1,5 +1,8 @@
 /**
- * The Node suites: `node --import=tsx benchmark/node.ts [--quick] --out results.json`.
+ * The Node suites: `node --import=tsx benchmark/node.ts [--quick] [--suite ID] --out results.json`.
+ * `run.ts` runs each suite in a fresh process: peers leave work behind (rate-limiter-flexible arms
+ * a timer per key, 1M of them expire during later suites) and large heaps slow every later
+ * allocation, so sharing a process would charge one suite for another's garbage.
  *
  * Every suite first checks its contenders give the same answers, then runs with benny
  * (benchmark.js) for `rounds` rounds, the case order rotated each round so no contender always
@@ -11,7 +14,7 @@ import { parseArgs } from 'node:util';
 import { add, complete, suite } from 'benny';
 import { loadBackends } from './backends.js';
 import { makeKeys } from './data.js';
-import { makeSuites } from './suites.js';
+import { makeSuite, SUITE_IDS, type SuiteId } from './suites.js';
 
 export interface CaseResult {
   name: string;
@@ -46,7 +49,11 @@ const median = (xs: number[]): number => {
 
 async function main(): Promise<void> {
   const { values } = parseArgs({
-    options: { quick: { type: 'boolean', default: false }, out: { type: 'string' }, only: { type: 'string' } },
+    options: {
+      quick: { type: 'boolean', default: false },
+      out: { type: 'string' },
+      suite: { type: 'string', multiple: true },
+    },
   });
   const quick = values.quick;
   const distinct = quick ? 10_000 : 1_000_000;
@@ -63,8 +70,9 @@ async function main(): Promise<void> {
   console.log(
     `keys: ${distinct} distinct IPv4, ${draws} draws each stream (${(performance.now() - t0).toFixed(0)} ms)`,
   );
-  let suites = makeSuites(backends, keys, checkDraws);
-  if (values.only !== undefined) suites = suites.filter((s) => s.id.startsWith(values.only!));
+  const ids = (values.suite ?? SUITE_IDS) as SuiteId[];
+  for (const id of ids) if (!SUITE_IDS.includes(id)) throw new Error(`unknown suite ${id}: ${SUITE_IDS.join(', ')}`);
+  const suites = ids.map((id) => makeSuite(id, backends, keys, checkDraws));
 
   const results: SuiteResult[] = [];
   for (const s of suites) {

@@ -10,6 +10,7 @@ import { join } from 'node:path';
 import { parseArgs } from 'node:util';
 import { STRUCTURES, type MemoryResult } from './memory.js';
 import type { NodeResults, SuiteResult } from './node.js';
+import { SUITE_IDS } from './suites.js';
 import { chart, markdown, type CargoRun, type Machine, type Target } from './report.js';
 
 const root = join(__dirname, '..');
@@ -96,10 +97,25 @@ for (const b of benches) {
 }
 
 // 2. Node suites.
+// One fresh process per suite (see node.ts), merged into one results file.
 const nodeJson = join(outDir, 'node-results.json');
-log(`node benchmark/node.ts${quick ? ' --quick' : ''}`);
-run(process.execPath, ['--import=tsx', join(__dirname, 'node.ts'), ...(quick ? ['--quick'] : []), '--out', nodeJson]);
-const node = JSON.parse(readFileSync(nodeJson, 'utf8')) as NodeResults;
+const parts: NodeResults[] = [];
+for (const id of SUITE_IDS) {
+  const part = join(mkdtempSync(join(tmpdir(), 'keepcount-suite-')), 'part.json');
+  log(`node benchmark/node.ts${quick ? ' --quick' : ''} --suite ${id}`);
+  run(process.execPath, [
+    '--import=tsx',
+    join(__dirname, 'node.ts'),
+    ...(quick ? ['--quick'] : []),
+    '--suite',
+    id,
+    '--out',
+    part,
+  ]);
+  parts.push(JSON.parse(readFileSync(part, 'utf8')) as NodeResults);
+}
+const node: NodeResults = { ...parts[0]!, suites: parts.flatMap((p) => p.suites) };
+writeFileSync(nodeJson, JSON.stringify(node, null, 2) + '\n');
 
 // 3. Memory, one fresh process per structure.
 log('memory');
