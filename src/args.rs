@@ -9,6 +9,7 @@ use napi::bindgen_prelude::BigInt;
 const MAX_SAFE_INTEGER: f64 = 9_007_199_254_740_991.0;
 
 /// An integer in `[min, max]` (both at most 2^53), or a `RangeError` naming `what`.
+#[inline]
 pub(crate) fn integer(what: &str, value: f64, min: u64, max: u64) -> Result<u64> {
     // NaN fails the comparisons; within [0, 2^53] a double is an integer exactly when it survives
     // a round trip through u64 (`fract()` calls libm's `trunc`, this is two instructions).
@@ -16,11 +17,14 @@ pub(crate) fn integer(what: &str, value: f64, min: u64, max: u64) -> Result<u64>
         // Exact: an integer within [0, 2^53].
         Ok(value as u64)
     } else {
-        Err(Failure::out_of_range(
-            what,
-            &format!("an integer in [{min}, {max}]"),
-        ))
+        Err(not_in_range(what, min, max))
     }
+}
+
+/// The error of [`integer`], out of line: formatting it is no part of the hot path.
+#[cold]
+fn not_in_range(what: &str, min: u64, max: u64) -> Failure {
+    Failure::out_of_range(what, &format!("an integer in [{min}, {max}]"))
 }
 
 /// A sketch dimension (`hashes` or `slots`) as a `usize`; `Shape` checks the limits.
@@ -30,6 +34,7 @@ pub(crate) fn dimension(what: &str, value: f64) -> Result<usize> {
 }
 
 /// A count (`value`, `events`): a safe integer, negative allowed, as `isize`.
+#[inline]
 pub(crate) fn count(what: &str, value: f64) -> Result<isize> {
     // Integral exactly when it survives a round trip through i64 (see `integer`).
     if value.abs() <= MAX_SAFE_INTEGER && value as i64 as f64 == value {
@@ -41,6 +46,7 @@ pub(crate) fn count(what: &str, value: f64) -> Result<isize> {
 }
 
 /// Elapsed whole milliseconds (`nowMs`): a safe integer >= 0.
+#[inline]
 pub(crate) fn millis(what: &str, value: f64) -> Result<u64> {
     integer(what, value, 0, MAX_SAFE_INTEGER as u64)
 }

@@ -33,6 +33,7 @@ pub(crate) struct Failure {
 
 impl Failure {
     /// `TypeError` `ERR_INVALID_ARG_TYPE`: `what` (e.g. `The "key" argument`) must be `expected`.
+    #[cold]
     pub(crate) fn invalid_type(what: &str, expected: &str) -> Self {
         Self {
             class: Class::TypeError,
@@ -60,6 +61,7 @@ impl Failure {
     }
 
     /// `RangeError` `ERR_OUT_OF_RANGE`: `what` must be `expected`.
+    #[cold]
     pub(crate) fn out_of_range(what: &str, expected: &str) -> Self {
         Self {
             class: Class::RangeError,

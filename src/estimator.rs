@@ -1,24 +1,41 @@
 //! `Estimator`: the count-min sketch of `keepcount-limits`, for `lib/native.cts`.
 //!
-//! `incr` and `get` are also [`Estimator::fast_paths`]: raw N-API functions bound to this sketch,
-//! one per key type, which `lib/native.cts` calls instead of the methods (see [`crate::raw`]).
+//! `incr` and `get` are also [`FAST_PATHS`]: raw N-API functions taking the sketch's
+//! [`Estimator::handle`], one per key type, which `lib/native.cts` calls instead of the methods
+//! (see [`crate::raw`]).
 
 use crate::args;
 use crate::error::{corrupt_reason, map_error};
 use crate::keys;
-use crate::raw::{self, Callback};
+use crate::raw::{self, Callback, Slab, Slot};
 use keepcount_limits::estimator::Estimator as Sketch;
-use napi::bindgen_prelude::{BigInt, Either, Object, Uint8Array, Unknown};
+use napi::bindgen_prelude::{BigInt, Either, Uint8Array, Unknown};
 use napi::{Env, JsValue, Result, sys};
 use napi_derive::napi;
+use std::cell::RefCell;
+use std::ffi::CStr;
 use std::rc::Rc;
+
+thread_local! {
+    /// This thread's sketches, by handle, for the fast paths.
+    static SKETCHES: RefCell<Slab<Sketch>> = const { RefCell::new(Slab::new(0)) };
+}
 
 /// A count-min sketch of `hashes × slots` i64 counters keyed by a 64-bit seed
 /// (docs/format.md §3). Use the package's `Estimator`; this class takes only validated input.
 #[napi]
 pub struct Estimator {
-    /// Shared with the fast-path functions, which may outlive this object.
     sketch: Rc<Sketch>,
+    /// The sketch's entry in [`SKETCHES`], emptied when this object is collected.
+    slot: Slot<Sketch>,
+}
+
+impl Estimator {
+    fn wrap(sketch: Sketch) -> crate::error::Result<Self> {
+        let sketch = Rc::new(sketch);
+        let slot = Slot::new(&SKETCHES, Rc::clone(&sketch))?;
+        Ok(Self { sketch, slot })
+    }
 }
 
 #[napi]
@@ -31,9 +48,7 @@ impl Estimator {
             let hashes = args::dimension("The \"hashes\" argument", hashes)?;
             let slots = args::dimension("The \"slots\" argument", slots)?;
             let sketch = Sketch::with_seed(hashes, slots, args::seed(&seed)?)?;
-            Ok(Self {
-                sketch: Rc::new(sketch),
-            })
+            Self::wrap(sketch)
         })()
         .map_err(|failure| map_error(env, failure))
     }
@@ -56,9 +71,9 @@ impl Estimator {
             ));
         };
         match Sketch::from_bytes(bytes) {
-            Ok(sketch) => Ok(Either::A(Self {
-                sketch: Rc::new(sketch),
-            })),
+            Ok(sketch) => Self::wrap(sketch)
+                .map(Either::A)
+                .map_err(|failure| map_error(env, failure)),
             Err(err) => corrupt_reason(err)
                 .map(Either::B)
                 .map_err(|failure| map_error(env, failure)),
@@ -116,26 +131,10 @@ impl Estimator {
             .map_err(|failure| map_error(env, failure))
     }
 
-    /// `incr` and `get` as functions bound to this sketch, taking the same arguments and throwing
-    /// the same errors: `incrStr`/`getStr` for string keys, `incrNum`/`getNum` for number keys,
-    /// `incrKey`/`getKey` for any key. Each call is a fresh set of functions.
-    #[napi(
-        catch_unwind,
-        ts_return_type = "{ incrStr(key: string, value: number): number; incrNum(key: number, value: number): number; incrKey(key: string | number | bigint | Uint8Array, value: number): number; getStr(key: string): number; getNum(key: number): number; getKey(key: string | number | bigint | Uint8Array): number }"
-    )]
-    pub fn fast_paths<'env>(&self, env: &'env Env) -> Result<Object<'env>> {
-        const PATHS: [(&std::ffi::CStr, Callback); 6] = [
-            (c"incrStr", incr_str),
-            (c"incrNum", incr_num),
-            (c"incrKey", incr_key),
-            (c"getStr", get_str),
-            (c"getNum", get_num),
-            (c"getKey", get_key),
-        ];
-        // SAFETY: this call's env; every callback reads its data as a `Sketch`.
-        let object = unsafe { raw::bound_functions(env.raw(), &self.sketch, &PATHS) }
-            .map_err(|failure| map_error(env, failure))?;
-        Ok(Object::from_raw(env.raw(), object))
+    /// This sketch's handle for the fast paths ([`FAST_PATHS`]), valid while this object lives.
+    #[napi(getter)]
+    pub fn handle(&self) -> f64 {
+        self.slot.handle()
     }
 
     /// Zeroes every counter.
@@ -160,17 +159,30 @@ impl Estimator {
     }
 }
 
-/// Defines the raw callback `$name(key, value)` (incr) or `$name(key)` (get) hashing its key with
-/// `$hash` (one of the `keys::hash_*`).
+/// `incr` and `get` as raw functions taking the sketch's handle first, then the method's
+/// arguments, throwing the method's errors (and a `TypeError` for a handle that names no live
+/// sketch): per key type (`Str`, `Num`) or for any key (`Key`). Exported by `fastPaths()`.
+pub(crate) const FAST_PATHS: [(&CStr, Callback); 6] = [
+    (c"estimatorIncrStr", incr_str),
+    (c"estimatorIncrNum", incr_num),
+    (c"estimatorIncrKey", incr_key),
+    (c"estimatorGetStr", get_str),
+    (c"estimatorGetNum", get_num),
+    (c"estimatorGetKey", get_key),
+];
+
+/// Defines the raw callback `$name(handle, key, value)` (incr) or `$name(handle, key)` (get)
+/// hashing its key with `$hash` (one of the `keys::hash_*`).
 macro_rules! fast_path {
     ($name:ident, incr, $hash:path) => {
         unsafe extern "C" fn $name(
             env: sys::napi_env,
             info: sys::napi_callback_info,
         ) -> sys::napi_value {
-            // SAFETY: this callback's handles; created by `fast_paths` over a `Sketch`.
+            // SAFETY: this callback's handles.
             unsafe {
-                raw::call(env, info, |sketch: &Sketch, &[key, value]| {
+                raw::call(env, info, |&[handle, key, value]| {
+                    let sketch = raw::resolve(env, handle, &SKETCHES)?;
                     let value = raw::number(env, value, "The \"value\" argument")?;
                     let value = args::count("The \"value\" argument", value)?;
                     let key = $hash(env, key, |k| sketch.hash_key(k))?;
@@ -185,9 +197,10 @@ macro_rules! fast_path {
             env: sys::napi_env,
             info: sys::napi_callback_info,
         ) -> sys::napi_value {
-            // SAFETY: this callback's handles; created by `fast_paths` over a `Sketch`.
+            // SAFETY: this callback's handles.
             unsafe {
-                raw::call(env, info, |sketch: &Sketch, &[key]| {
+                raw::call(env, info, |&[handle, key]| {
+                    let sketch = raw::resolve(env, handle, &SKETCHES)?;
                     let key = $hash(env, key, |k| sketch.hash_key(k))?;
                     Ok(sketch.get_hash(key) as f64)
                 })

@@ -8,22 +8,29 @@
 //! crate's `u64` nanoseconds (which end at 584 years). The fraction of the interval comes out as
 //! `(past % interval) / interval` in f64, the fallback's formula, bit for bit.
 //!
-//! `observe` is also [`Rate::fast_paths`]: raw N-API functions bound to this rate, one per key
-//! type, which `lib/native.cts` calls instead of the method (see [`crate::raw`]).
+//! `observe` is also [`FAST_PATHS`]: raw N-API functions taking the rate's [`Rate::handle`], one
+//! per key type, which `lib/native.cts` calls instead of the method (see [`crate::raw`]).
 
 use crate::args;
 use crate::error::{Result as Outcome, map_error};
 use crate::keys;
-use crate::raw::{self, Callback};
+use crate::raw::{self, Callback, Slab, Slot};
 use keepcount_limits::clock::Clock;
 use keepcount_limits::rate::{Rate as Sketches, RateComponents};
-use napi::bindgen_prelude::{BigInt, Object, Unknown};
+use napi::bindgen_prelude::{BigInt, Unknown};
 use napi::{Env, JsValue, Result, sys};
 use napi_derive::napi;
+use std::cell::RefCell;
+use std::ffi::CStr;
 use std::rc::Rc;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
+
+thread_local! {
+    /// This thread's rates, by handle, for the fast paths.
+    static RATES: RefCell<Slab<Inner>> = const { RefCell::new(Slab::new(1)) };
+}
 
 /// Longest interval `lib/rate.ts` accepts: 2^52 ms, so twice it is still exact in a double.
 const MAX_INTERVAL_MS: u64 = 1 << 52;
@@ -43,8 +50,9 @@ impl Clock for CallerClock {
 /// caller's time base. Use the package's `Rate`; this class takes only validated input.
 #[napi]
 pub struct Rate {
-    /// Shared with the fast-path functions, which may outlive this object.
     inner: Rc<Inner>,
+    /// The rate's entry in [`RATES`], emptied when this object is collected.
+    slot: Slot<Inner>,
 }
 
 /// The sketches and the clock they read.
@@ -88,9 +96,9 @@ impl Rate {
                 args::seed(&seed)?,
                 now.clone(),
             )?;
-            Ok(Self {
-                inner: Rc::new(Inner { sketches, now }),
-            })
+            let inner = Rc::new(Inner { sketches, now });
+            let slot = Slot::new(&RATES, Rc::clone(&inner))?;
+            Ok(Self { inner, slot })
         })()
         .map_err(|failure| map_error(env, failure))
     }
@@ -117,23 +125,10 @@ impl Rate {
         .map_err(|failure| map_error(env, failure))
     }
 
-    /// `observe` as functions bound to this rate, taking the same arguments and throwing the
-    /// same errors: `observeStr` for string keys, `observeNum` for number keys, `observeKey` for
-    /// any key. Each call is a fresh set of functions.
-    #[napi(
-        catch_unwind,
-        ts_return_type = "{ observeStr(key: string, events: number, nowMs: number): number; observeNum(key: number, events: number, nowMs: number): number; observeKey(key: string | number | bigint | Uint8Array, events: number, nowMs: number): number }"
-    )]
-    pub fn fast_paths<'env>(&self, env: &'env Env) -> Result<Object<'env>> {
-        const PATHS: [(&std::ffi::CStr, Callback); 3] = [
-            (c"observeStr", observe_str),
-            (c"observeNum", observe_num),
-            (c"observeKey", observe_key),
-        ];
-        // SAFETY: this call's env; every callback reads its data as an `Inner`.
-        let object = unsafe { raw::bound_functions(env.raw(), &self.inner, &PATHS) }
-            .map_err(|failure| map_error(env, failure))?;
-        Ok(Object::from_raw(env.raw(), object))
+    /// This rate's handle for the fast paths ([`FAST_PATHS`]), valid while this object lives.
+    #[napi(getter)]
+    pub fn handle(&self) -> f64 {
+        self.slot.handle()
     }
 
     /// `key`'s count in the previous interval as of `nowMs`; 0 if two or more intervals passed.
@@ -188,17 +183,27 @@ impl Inner {
     }
 }
 
-/// Defines the raw callback `$name(key, events, nowMs)` hashing its key with `$hash` (one of
-/// the `keys::hash_*`); checks its arguments in `Rate.observe`'s order.
+/// `observe` as raw functions taking the rate's handle first, then the method's arguments,
+/// throwing the method's errors (and a `TypeError` for a handle that names no live rate): per key
+/// type (`Str`, `Num`) or for any key (`Key`). Exported by `fastPaths()`.
+pub(crate) const FAST_PATHS: [(&CStr, Callback); 3] = [
+    (c"rateObserveStr", observe_str),
+    (c"rateObserveNum", observe_num),
+    (c"rateObserveKey", observe_key),
+];
+
+/// Defines the raw callback `$name(handle, key, events, nowMs)` hashing its key with `$hash` (one
+/// of the `keys::hash_*`); checks its arguments in `Rate.observe`'s order.
 macro_rules! fast_observe {
     ($name:ident, $hash:path) => {
         unsafe extern "C" fn $name(
             env: sys::napi_env,
             info: sys::napi_callback_info,
         ) -> sys::napi_value {
-            // SAFETY: this callback's handles; created by `fast_paths` over an `Inner`.
+            // SAFETY: this callback's handles.
             unsafe {
-                raw::call(env, info, |inner: &Inner, &[key, events, now_ms]| {
+                raw::call(env, info, |&[handle, key, events, now_ms]| {
+                    let inner = raw::resolve(env, handle, &RATES)?;
                     let events = raw::number(env, events, "The \"events\" argument")?;
                     let events = args::count("The \"events\" argument", events)?;
                     let key = $hash(env, key, |k| inner.sketches.hash_key(k))?;

@@ -1,21 +1,27 @@
-//! Fast paths: the hot methods (`Estimator.incr`/`get`, `Rate.observe`) as raw N-API functions,
-//! one set per object, each bound to its object through the function's `data` pointer.
+//! Fast paths: the hot methods (`Estimator.incr`/`get`, `Rate.observe`) as raw N-API functions
+//! that take their object as a numeric handle, exported by [`fast_paths`].
 //!
 //! # Why not `#[napi]` methods
 //! A napi-rs 3 class method pays, per call, for the receiver: `napi_unwrap` (a V8 private-symbol
 //! lookup, ~570 instructions), a class-identity check, and the `&self` borrow tracking
 //! (`register_native_borrow`, a borrow scope with a `Vec` and a `HashMap` entry, malloc/free):
 //! ~2,600 of the ~4,300 instructions (callgrind) an `Estimator.incr` with a 12-byte string key
-//! cost, more than the hashing, the string copy and the counters together. A function created
-//! with `napi_create_function` gets its `data` pointer from `napi_get_cb_info`, the one call it
-//! makes anyway for its arguments, so reaching the object is free, and nothing JavaScript does
-//! can hand it a pointer it did not create (unlike an `External` argument).
+//! cost, more than the hashing, the string copy and the counters together.
+//!
+//! # Why a handle
+//! The object is named by a number: its slot in a per-thread [`Slab`] and the slot's generation.
+//! Reading it is one `napi_get_value_double` and an indexed load (~100 instructions), and any
+//! number JavaScript passes is either a live object of the right type or a `TypeError`: a handle
+//! cannot be forged into a pointer, unlike an `External`. Functions bound to each object through
+//! `napi_create_function`'s data pointer read the object for free, but creating six of them cost
+//! ~15 µs per sketch (V8 builds a function template for each), where a handle costs nothing.
 //!
 //! # Lifetime and threads
-//! Each function holds one strong count of the object's `Rc` (released by a finalizer when the
-//! function is collected, or when its environment is torn down), so the object outlives every call.
-//! Functions are created per environment and per object and never leave their thread: a worker
-//! thread loads the addon into its own environment and gets its own objects.
+//! The napi-rs object owns its slot ([`Slot`]) and empties it when it is collected; the adapter
+//! (`lib/native.cts`) keeps the object alongside its handle. A handle used after that is a
+//! `TypeError` (the generation changed), never a dangling pointer. Slabs are thread-local and
+//! each environment (a worker thread's included) lives on its own thread, loads the addon
+//! separately and gets its own functions, so nothing is shared across environments.
 //!
 //! # Errors and panics
 //! [`call`] wraps every body in `catch_unwind`: a failure is thrown as the JavaScript error
@@ -23,10 +29,12 @@
 
 use crate::error::{Failure, Result, throw};
 use napi::sys;
-use std::ffi::{CStr, c_void};
+use std::cell::RefCell;
+use std::ffi::CStr;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::ptr;
 use std::rc::Rc;
+use std::thread::LocalKey;
 
 /// A raw N-API callback.
 pub(crate) type Callback =
@@ -35,80 +43,166 @@ pub(crate) type Callback =
 /// `NAPI_AUTO_LENGTH`: the name is NUL-terminated.
 const AUTO_LENGTH: isize = -1;
 
-/// Creates a plain object with one function per `(name, callback)`, each bound to `owner`.
+/// Generations wrap below 2^20, so a handle (`(generation × 2 + tag) × 2^32 + index`) stays
+/// below 2^53.
+const GENERATIONS: u32 = 1 << 20;
+
+/// The objects of one type on this thread, by handle.
+pub(crate) struct Slab<T> {
+    /// 0 or 1, distinct per type: a handle of one type never names an object of the other.
+    tag: u32,
+    entries: Vec<Entry<T>>,
+    /// Indices of empty entries.
+    free: Vec<u32>,
+}
+
+struct Entry<T> {
+    /// In [1, 2^20): part of the handle, bumped when the entry is emptied.
+    generation: u32,
+    value: Option<Rc<T>>,
+}
+
+impl<T> Slab<T> {
+    /// An empty slab whose handles carry `tag` (0 or 1).
+    pub(crate) const fn new(tag: u32) -> Self {
+        Self {
+            tag: tag & 1,
+            entries: Vec::new(),
+            free: Vec::new(),
+        }
+    }
+
+    fn insert(&mut self, value: Rc<T>) -> Option<f64> {
+        let index = match self.free.pop() {
+            Some(index) => index,
+            None => {
+                let index = u32::try_from(self.entries.len()).ok()?;
+                self.entries.push(Entry {
+                    generation: 1,
+                    value: None,
+                });
+                index
+            }
+        };
+        let entry = &mut self.entries[index as usize];
+        entry.value = Some(value);
+        let high = entry.generation * 2 + self.tag;
+        Some(f64::from(high) * 4_294_967_296.0 + f64::from(index))
+    }
+
+    fn remove(&mut self, index: u32) {
+        if let Some(entry) = self.entries.get_mut(index as usize)
+            && entry.value.take().is_some()
+        {
+            entry.generation = entry.generation % (GENERATIONS - 1) + 1;
+            self.free.push(index);
+        }
+    }
+
+    #[inline(always)]
+    fn get(&self, handle: f64) -> Option<&Rc<T>> {
+        // Exact for every handle insert() makes; anything else misses (NaN and negatives become
+        // 0, generation 0 never exists).
+        let handle = handle as u64;
+        let entry = self.entries.get((handle & 0xffff_ffff) as usize)?;
+        if u64::from(entry.generation * 2 + self.tag) != handle >> 32 {
+            return None;
+        }
+        entry.value.as_ref()
+    }
+}
+
+/// An object's place in its slab; empties it when dropped (the napi-rs object was collected).
+pub(crate) struct Slot<T: 'static> {
+    slab: &'static LocalKey<RefCell<Slab<T>>>,
+    handle: f64,
+}
+
+impl<T: 'static> Slot<T> {
+    /// Files `value` in `slab`; `None` only if 2^32 objects are alive on this thread.
+    pub(crate) fn new(slab: &'static LocalKey<RefCell<Slab<T>>>, value: Rc<T>) -> Result<Self> {
+        slab.with_borrow_mut(|slab| slab.insert(value))
+            .map(|handle| Self { slab, handle })
+            .ok_or_else(|| Failure::internal("too many objects on this thread"))
+    }
+
+    /// The number JavaScript passes to the fast paths.
+    pub(crate) fn handle(&self) -> f64 {
+        self.handle
+    }
+}
+
+impl<T: 'static> Drop for Slot<T> {
+    fn drop(&mut self) {
+        let index = (self.handle as u64 & 0xffff_ffff) as u32;
+        // At thread exit the slab may be gone already, taking the value with it.
+        let _ = self
+            .slab
+            .try_with(|slab| slab.try_borrow_mut().map(|mut slab| slab.remove(index)));
+    }
+}
+
+/// The live object `handle` names in `slab`, or a `TypeError`.
 ///
 /// # Safety
-/// `env` must be the live env of the current call, and every callback must read its `data` as a
-/// `*const T` (through [`call`] with the same `T`).
-pub(crate) unsafe fn bound_functions<T: 'static>(
+/// `env` and `handle` must be live handles of the current call.
+#[inline(always)]
+pub(crate) unsafe fn resolve<T: 'static>(
     env: sys::napi_env,
-    owner: &Rc<T>,
+    handle: sys::napi_value,
+    slab: &'static LocalKey<RefCell<Slab<T>>>,
+) -> Result<Rc<T>> {
+    // SAFETY: caller contract.
+    let handle = unsafe { number(env, handle, "The \"handle\" argument") }?;
+    // A clone, so no borrow of the slab is held while the body runs.
+    slab.with_borrow(|slab| slab.get(handle).cloned())
+        .ok_or_else(|| Failure::invalid_type("The \"handle\" argument", "a live handle"))
+}
+
+/// A plain object with one function per `(name, callback)`.
+///
+/// # Safety
+/// `env` must be the live env of the current call.
+pub(crate) unsafe fn functions(
+    env: sys::napi_env,
     functions: &[(&CStr, Callback)],
 ) -> Result<sys::napi_value> {
     let mut object = ptr::null_mut();
     // SAFETY: live env; valid out-pointer.
     check(unsafe { sys::napi_create_object(env, &mut object) })?;
     for &(name, callback) in functions {
-        let data = Rc::into_raw(Rc::clone(owner)).cast_mut().cast::<c_void>();
         let mut function = ptr::null_mut();
-        // SAFETY: live env; `name` is NUL-terminated; `data` stays valid until the finalizer.
-        let created = check(unsafe {
+        // SAFETY: live env; `name` is NUL-terminated; the callbacks use no data.
+        check(unsafe {
             sys::napi_create_function(
                 env,
                 name.as_ptr(),
                 AUTO_LENGTH,
                 Some(callback),
-                data,
+                ptr::null_mut(),
                 &mut function,
             )
-        })
-        .and_then(|()| {
-            // SAFETY: `function` is live; the finalizer takes back the count `data` holds.
-            check(unsafe {
-                sys::napi_add_finalizer(
-                    env,
-                    function,
-                    data,
-                    Some(release::<T>),
-                    ptr::null_mut(),
-                    ptr::null_mut(),
-                )
-            })
-        });
-        if let Err(failure) = created {
-            // No finalizer owns the count: give it back here.
-            // SAFETY: `data` came from `Rc::into_raw` above and was not handed over.
-            drop(unsafe { Rc::from_raw(data.cast::<T>()) });
-            return Err(failure);
-        }
+        })?;
         // SAFETY: live handles; `name` is NUL-terminated.
         check(unsafe { sys::napi_set_named_property(env, object, name.as_ptr(), function) })?;
     }
     Ok(object)
 }
 
-/// The finalizer of a bound function: releases its count of the owner.
-unsafe extern "C" fn release<T>(_env: sys::napi_env, data: *mut c_void, _hint: *mut c_void) {
-    // SAFETY: `data` is the `Rc::into_raw` of `bound_functions`, released exactly once, here.
-    drop(unsafe { Rc::from_raw(data.cast::<T>()) });
-}
-
-/// The body of a bound function: reads `N` arguments (missing ones are `undefined`) and the owner,
-/// runs `body`, and returns its number, or throws its failure (or a panic) as a JavaScript error.
+/// The body of a fast path: reads `N` arguments (missing ones are `undefined`), runs `body`, and
+/// returns its number, or throws its failure (or a panic) as a JavaScript error.
 ///
 /// # Safety
-/// `env` and `info` must be the callback's own, and the function must have been created by
-/// [`bound_functions`] with the same `T`.
+/// `env` and `info` must be the callback's own.
 #[inline(always)]
-pub(crate) unsafe fn call<T, const N: usize>(
+pub(crate) unsafe fn call<const N: usize>(
     env: sys::napi_env,
     info: sys::napi_callback_info,
-    body: impl FnOnce(&T, &[sys::napi_value; N]) -> Result<f64>,
+    body: impl FnOnce(&[sys::napi_value; N]) -> Result<f64>,
 ) -> sys::napi_value {
     let outcome = catch_unwind(AssertUnwindSafe(|| {
         let mut argc = N;
         let mut argv = [ptr::null_mut(); N];
-        let mut data = ptr::null_mut();
         // SAFETY: the callback's handles; argv has room for `argc` values.
         let status = unsafe {
             sys::napi_get_cb_info(
@@ -117,15 +211,13 @@ pub(crate) unsafe fn call<T, const N: usize>(
                 &mut argc,
                 argv.as_mut_ptr(),
                 ptr::null_mut(),
-                &mut data,
+                ptr::null_mut(),
             )
         };
-        if status != sys::Status::napi_ok || data.is_null() {
+        if status != sys::Status::napi_ok {
             return Err(Failure::internal("cannot read the call's arguments"));
         }
-        // SAFETY: `data` is the owner this function holds a count of (caller contract).
-        let owner = unsafe { &*data.cast::<T>() };
-        body(owner, &argv)
+        body(&argv)
     }));
     let failure = match outcome {
         Ok(Ok(number)) => {
@@ -163,5 +255,44 @@ fn check(status: sys::napi_status) -> Result<()> {
         other => Err(Failure::internal(&format!(
             "N-API call failed: status {other}"
         ))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    thread_local! {
+        static NUMBERS: RefCell<Slab<u32>> = const { RefCell::new(Slab::new(1)) };
+    }
+
+    #[test]
+    fn handles_name_live_objects_only() {
+        let a = Slot::new(&NUMBERS, Rc::new(1)).unwrap();
+        let b = Slot::new(&NUMBERS, Rc::new(2)).unwrap();
+        let get = |h: f64| NUMBERS.with_borrow(|s| s.get(h).map(|v| **v));
+        assert_eq!(get(a.handle()), Some(1));
+        assert_eq!(get(b.handle()), Some(2));
+        let stale = a.handle();
+        drop(a);
+        assert_eq!(get(stale), None);
+        // The slot is reused under a new generation: the old handle still misses.
+        let c = Slot::new(&NUMBERS, Rc::new(3)).unwrap();
+        assert_ne!(c.handle(), stale);
+        assert_eq!(get(stale), None);
+        assert_eq!(get(c.handle()), Some(3));
+        for junk in [
+            0.0,
+            -1.0,
+            f64::NAN,
+            f64::INFINITY,
+            1.5,
+            4_294_967_296.0 * 7.0,
+        ] {
+            assert_eq!(get(junk), None);
+        }
+        assert!(c.handle() < 2f64.powi(53));
+        // A handle of the other tag misses.
+        assert_eq!(get(c.handle() - 4_294_967_296.0), None);
     }
 }
