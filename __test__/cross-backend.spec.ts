@@ -5,19 +5,7 @@ import test from 'ava';
 import type { Backend, EstimatorCore, Key, RateCore } from '../lib/backend.js';
 import { backend as nativeBackend } from '../lib/native.cjs';
 import { fallbackBackend } from '../fallback/index.js';
-import { title } from './helpers.js';
-
-/** mulberry32: a small seeded PRNG, so a failure names the seed that reproduces it. */
-function prng(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
+import { prng, title } from './helpers.js';
 
 const CHARS = ['a', 'Z', '0', '.', ' ', 'é', '€', 'ß', '中', '😀', '\ud800', '\udfff', '\u0000'];
 
