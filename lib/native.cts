@@ -9,6 +9,11 @@
  * to the napi-rs classes. The ticker needs JavaScript around it to keep waiters on their own
  * thread; `timeout()` itself makes no binding call (one `register` per 10 ms deadline, not per call).
  *
+ * Measured (2026-11-21, Node 20.20.2, AMD EPYC 2 vCPU, release build, 1M distinct 12-byte string
+ * keys through `lib/`; method and numbers in `src/raw.rs`): `incr` 95 ns (fallback 131, napi-rs
+ * methods 331), `get` 88 (111, 337), `observe` 155 (187, 451). `await timeout(resolved, 5000)`:
+ * ~140-150 ns on either backend, ~1,730 instructions per call on both (the same JavaScript).
+ *
  * Importing this module throws when the binding cannot load; `lib/backend.ts` decides what then.
  *
  * A `.cts` file, so both builds emit it as CommonJS (`dist/{esm,cjs}/lib/native.cjs`): the backend

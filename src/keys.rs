@@ -165,7 +165,7 @@ pub(crate) unsafe fn uint8_array<'a>(
 ///
 /// The string is read as UTF-16 (`napi_get_value_string_utf16`, V8's `String::Write`: a plain
 /// copy, widening for one-byte strings) and converted here, not read as UTF-8 (`WriteUtf8`, which
-/// measures and encodes in V8): ~150 instead of ~520 instructions for a 12-character key
+/// measures and encodes in V8): ~250 instead of ~520 instructions for a 12-character key
 /// (callgrind, with the `from_utf8` check V8's output needed). The conversion replaces each
 /// unpaired surrogate with U+FFFD exactly as V8's UTF-8 writer does (docs/format.md §1).
 ///

@@ -1,5 +1,5 @@
 //! Fast paths: the hot methods (`Estimator.incr`/`get`, `Rate.observe`) as raw N-API functions
-//! that take their object as a numeric handle, exported by [`fast_paths`].
+//! that take their object as a numeric handle, exported by [`crate::fast_paths`].
 //!
 //! # Why not `#[napi]` methods
 //! A napi-rs 3 class method pays, per call, for the receiver: `napi_unwrap` (a V8 private-symbol
@@ -26,6 +26,26 @@
 //! # Errors and panics
 //! [`call`] wraps every body in `catch_unwind`: a failure is thrown as the JavaScript error
 //! `error.rs` maps it to, a panic as a plain `Error`; nothing unwinds into Node.
+//!
+//! # Measured
+//! Through the public API (`lib/`), 1,000,000 distinct ~12-byte IPv4 string keys (integers for
+//! `incr(int)`), `Estimator` 4 × 8192, `Rate` 1 s, release build, Node 20.20.2, AMD EPYC (2 vCPU,
+//! load 2-3), 2026-11-21. ns/call: median of 3 interleaved processes (each the median of 5 passes).
+//! Ir/call: `valgrind --tool=callgrind node script.js`, (6 passes − 2 passes over 200,000 keys) /
+//! 800,000 calls; ±~100 from GC between runs.
+//!
+//! | call          | napi-rs methods | fast paths (this) | fallback (TS) |
+//! |---------------|-----------------|-------------------|---------------|
+//! | `incr(str)`   | 331 ns, 4,350 Ir | 95 ns, 1,200 Ir  | 131 ns, 1,700 Ir |
+//! | `get(str)`    | 337 ns, 3,900 Ir | 88 ns, 1,100 Ir  | 111 ns, 1,600 Ir |
+//! | `observe(str)`| 451 ns, 5,170 Ir | 155 ns, 1,770 Ir | 187 ns, 2,200 Ir |
+//! | `incr(int)`   | 290 ns, 3,970 Ir | 77 ns, 750 Ir    | 102 ns, 1,150 Ir |
+//!
+//! Of a string `incr`'s ~1,000 native instructions: V8's `String::Write` ~210 ([`crate::keys`]),
+//! HalfSipHash ~210, the four counters ~200, the handle ~130, the other N-API calls ~230.
+//! `new Estimator` costs ~3.0 µs (~2.4 µs with the napi-rs methods alone, fallback ~2.0 µs);
+//! functions bound per object instead of the handle were ~10 ns faster per call and ~22 µs per
+//! `new Estimator`.
 
 use crate::error::{Failure, Result, throw};
 use napi::sys;
