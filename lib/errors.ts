@@ -18,6 +18,9 @@
  * - `ERR_KEEPCOUNT_UNKNOWN_KEY` (`Error`): `Limiter.setQuota` for a key not in the table.
  * - `ERR_KEEPCOUNT_UNSUPPORTED` (`Error`): an option keepcount cannot honour, e.g. @fastify/rate-limit's
  *   `continueExceeding` or `exponentialBackoff` with the keepcount store (its window is shared by all keys).
+ * - `ERR_KEEPCOUNT_INTERNAL` (`Error`): a bug in keepcount, never bad input: an N-API call the native
+ *   backend makes failed, or its Rust code panicked. The panic is caught and thrown as this error
+ *   rather than aborting the process; please report it.
  *
  * @module
  */
@@ -33,7 +36,8 @@ export type ErrorCode =
   | 'ERR_KEEPCOUNT_TIMEOUT'
   | 'ERR_KEEPCOUNT_DUPLICATE_KEY'
   | 'ERR_KEEPCOUNT_UNKNOWN_KEY'
-  | 'ERR_KEEPCOUNT_UNSUPPORTED';
+  | 'ERR_KEEPCOUNT_UNSUPPORTED'
+  | 'ERR_KEEPCOUNT_INTERNAL';
 
 /** An error with a keepcount {@link ErrorCode}. */
 export type KeepcountError<E extends Error = Error> = E & { readonly code: ErrorCode };
