@@ -7,17 +7,35 @@
 //! reproduces. Keys are stored as a tag byte and their bytes (UTF-8 for strings, the bytes of a
 //! `Uint8Array`, the little-endian i64 of a number or bigint), so `1` and `1n` are one key and a
 //! string never equals a `Uint8Array`, as in docs/format.md §1.
+//!
+//! `check` is also [`FAST_PATHS`]: raw N-API functions taking the limiter's [`Limiter::handle`],
+//! one per key type, which `lib/native.cts` calls instead of the method (see [`crate::raw`]). The
+//! crate's `check_at` borrows the key as `&[u8]`, so neither path allocates for keys up to
+//! `STACK_KEY_BYTES - 1` bytes: the stored form is built on the stack ([`canonical`]).
 
 use crate::args;
 use crate::error::{Failure, Result as Outcome, map_error};
 use crate::keys::{self, Key};
+use crate::raw::{self, Callback, Slab, Slot};
 use keepcount_limits::clock::ManualClock;
 use keepcount_limits::hash::KeyHash;
 use keepcount_limits::limiter::{Decision, Limit, Limiter as Core, LimiterError, Quota};
+use napi::bindgen_prelude::Object;
 use napi::bindgen_prelude::Unknown;
-use napi::{Env, JsValue, Result};
+use napi::{Env, JsValue, Result, sys};
 use napi_derive::napi;
+use std::cell::RefCell;
+use std::ffi::CStr;
+use std::rc::Rc;
 use std::time::Duration;
+
+/// The crate's limiter as the binding holds it.
+type Buckets = Core<Box<[u8]>, ManualClock>;
+
+thread_local! {
+    /// This thread's limiters, by handle, for the fast paths.
+    static LIMITERS: RefCell<Slab<Buckets>> = const { RefCell::new(Slab::new(2)) };
+}
 
 /// The largest safe integer: amounts, bursts, periods and costs are at most this.
 const MAX_SAFE: u64 = (1 << 53) - 1;
@@ -50,7 +68,9 @@ pub struct QuotaSpec {
 /// input.
 #[napi]
 pub struct Limiter {
-    core: Core<Box<[u8]>, ManualClock>,
+    core: Rc<Buckets>,
+    /// The limiter's entry in [`LIMITERS`], emptied when this object is collected.
+    slot: Slot<Buckets>,
 }
 
 #[napi]
@@ -58,11 +78,19 @@ impl Limiter {
     /// A limiter with no keys and `bestEffort` for every key; time starts at 0.
     #[napi(constructor, catch_unwind)]
     pub fn new(env: &Env, best_effort: QuotaSpec) -> Result<Self> {
-        let quota = quota(&best_effort).map_err(|failure| map_error(env, failure))?;
-        // The clock never moves: every call passes its reading to an `_at` method.
-        Ok(Self {
-            core: Core::with_clock(quota, ManualClock::new()),
-        })
+        (|| -> Outcome<Self> {
+            // The clock never moves: every call passes its reading to an `_at` method.
+            let core = Rc::new(Core::with_clock(quota(&best_effort)?, ManualClock::new()));
+            let slot = Slot::new(&LIMITERS, Rc::clone(&core))?;
+            Ok(Self { core, slot })
+        })()
+        .map_err(|failure| map_error(env, failure))
+    }
+
+    /// This limiter's handle for the fast paths ([`FAST_PATHS`]), valid while this object lives.
+    #[napi(getter)]
+    pub fn handle(&self) -> f64 {
+        self.slot.handle()
     }
 
     /// Checks one request costing `cost` units for `key` at `nowMs`: 0 if admitted, else the
@@ -78,14 +106,7 @@ impl Limiter {
         (|| -> Outcome<f64> {
             let cost = args::integer("The \"cost\" argument", cost, 0, MAX_SAFE)?;
             let now = nanos(now_ms);
-            with_key(env, key, |key| {
-                match self.core.check_at(key, cost, now) {
-                    Decision::Allowed => 0.0,
-                    // u128 → f64 rounds to nearest, as the fallback's Number(bigint) does.
-                    Decision::Refused { retry_after } => retry_after.as_nanos() as f64 / 1e6,
-                    Decision::Never => f64::INFINITY,
-                }
-            })
+            with_key(env, key, |key| wait_ms(&self.core, key, cost, now))
         })()
         .map_err(|failure| map_error(env, failure))
     }
@@ -183,6 +204,71 @@ impl Limiter {
         self.core.len() as f64
     }
 }
+
+/// `check` as a number: 0 if admitted, else the milliseconds to wait, `Infinity` if never.
+#[inline(always)]
+fn wait_ms(core: &Buckets, key: &[u8], cost: u64, now: u64) -> f64 {
+    match core.check_at(key, cost, now) {
+        Decision::Allowed => 0.0,
+        // u128 → f64 rounds to nearest, as the fallback's Number(bigint) does.
+        Decision::Refused { retry_after } => retry_after.as_nanos() as f64 / 1e6,
+        Decision::Never => f64::INFINITY,
+    }
+}
+
+/// The fast paths of this module ([`FAST_PATHS`]) on one object; `lib/native.cts` takes one set
+/// per environment. (Separate from `fastPaths()` so this module owns its registration.)
+#[napi(
+    catch_unwind,
+    ts_return_type = "{ limiterCheckStr(handle: number, key: string, cost: number, nowMs: number): number; limiterCheckNum(handle: number, key: number, cost: number, nowMs: number): number; limiterCheckKey(handle: number, key: string | number | bigint | Uint8Array, cost: number, nowMs: number): number }"
+)]
+pub fn limiter_fast_paths(env: &Env) -> Result<Object<'_>> {
+    // SAFETY: this call's env.
+    let object = unsafe { raw::functions(env.raw(), &FAST_PATHS) }
+        .map_err(|failure| map_error(env, failure))?;
+    Ok(Object::from_raw(env.raw(), object))
+}
+
+/// `check` as raw functions taking the limiter's handle first, then the method's arguments
+/// `(key, cost, nowMs)`, returning and throwing what the method does (and a `TypeError` for a
+/// handle that names no live limiter, or a `cost` or `nowMs` that is no number): per key type
+/// (`Str`, `Num`) or for any key (`Key`).
+pub(crate) const FAST_PATHS: [(&CStr, Callback); 3] = [
+    (c"limiterCheckStr", check_str),
+    (c"limiterCheckNum", check_num),
+    (c"limiterCheckKey", check_key),
+];
+
+/// Defines the raw callback `$name(handle, key, cost, nowMs)` reading its key with `$read` (one
+/// of the `keys::hash_*`, whose hash is unused: the limiter hashes the stored form itself).
+macro_rules! fast_check {
+    ($name:ident, $read:path) => {
+        unsafe extern "C" fn $name(
+            env: sys::napi_env,
+            info: sys::napi_callback_info,
+        ) -> sys::napi_value {
+            // SAFETY: this callback's handles.
+            unsafe {
+                raw::call(env, info, |&[handle, key, cost, now_ms]| {
+                    let core = raw::resolve(env, handle, &LIMITERS)?;
+                    let cost = raw::number(env, cost, "The \"cost\" argument")?;
+                    let cost = args::integer("The \"cost\" argument", cost, 0, MAX_SAFE)?;
+                    let now = nanos(raw::number(env, now_ms, "The \"nowMs\" argument")?);
+                    let mut out = 0.0;
+                    $read(env, key, |key| {
+                        out = canonical(key, |key| wait_ms(&core, key, cost, now));
+                        KeyHash::from_u64(0)
+                    })?;
+                    Ok(out)
+                })
+            }
+        }
+    };
+}
+
+fast_check!(check_str, keys::hash_str);
+fast_check!(check_num, keys::hash_number);
+fast_check!(check_key, keys::hash_key);
 
 /// Nanoseconds of `now_ms`: `as` truncates toward zero and saturates (NaN and negatives to 0),
 /// which `nanosFromMs` in `fallback/limiter.ts` mirrors.

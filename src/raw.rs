@@ -63,13 +63,15 @@ pub(crate) type Callback =
 /// `NAPI_AUTO_LENGTH`: the name is NUL-terminated.
 const AUTO_LENGTH: isize = -1;
 
-/// Generations wrap below 2^20, so a handle (`(generation × 2 + tag) × 2^32 + index`) stays
+/// Generations wrap below 2^19, so a handle (`(generation × 4 + tag) × 2^32 + index`) stays
 /// below 2^53.
-const GENERATIONS: u32 = 1 << 20;
+const GENERATIONS: u32 = 1 << 19;
+/// Distinct tags, one per type: the low bits of a handle's high word.
+const TAGS: u32 = 4;
 
 /// The objects of one type on this thread, by handle.
 pub(crate) struct Slab<T> {
-    /// 0 or 1, distinct per type: a handle of one type never names an object of the other.
+    /// In [0, 4), distinct per type: a handle of one type never names an object of another.
     tag: u32,
     entries: Vec<Entry<T>>,
     /// Indices of empty entries.
@@ -77,16 +79,16 @@ pub(crate) struct Slab<T> {
 }
 
 struct Entry<T> {
-    /// In [1, 2^20): part of the handle, bumped when the entry is emptied.
+    /// In [1, 2^19): part of the handle, bumped when the entry is emptied.
     generation: u32,
     value: Option<Rc<T>>,
 }
 
 impl<T> Slab<T> {
-    /// An empty slab whose handles carry `tag` (0 or 1).
+    /// An empty slab whose handles carry `tag` (in [0, 4): 0 sketches, 1 rates, 2 limiters).
     pub(crate) const fn new(tag: u32) -> Self {
         Self {
-            tag: tag & 1,
+            tag: tag % TAGS,
             entries: Vec::new(),
             free: Vec::new(),
         }
@@ -106,7 +108,7 @@ impl<T> Slab<T> {
         };
         let entry = &mut self.entries[index as usize];
         entry.value = Some(value);
-        let high = entry.generation * 2 + self.tag;
+        let high = entry.generation * TAGS + self.tag;
         Some(f64::from(high) * 4_294_967_296.0 + f64::from(index))
     }
 
@@ -125,7 +127,7 @@ impl<T> Slab<T> {
         // 0, generation 0 never exists).
         let handle = handle as u64;
         let entry = self.entries.get((handle & 0xffff_ffff) as usize)?;
-        if u64::from(entry.generation * 2 + self.tag) != handle >> 32 {
+        if u64::from(entry.generation * TAGS + self.tag) != handle >> 32 {
             return None;
         }
         entry.value.as_ref()
