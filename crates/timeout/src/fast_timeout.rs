@@ -97,15 +97,8 @@ pub fn unpause() {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::test_runtime::block_on;
     use std::time::Instant;
-
-    fn block_on<O>(future: impl Future<Output = O>) -> O {
-        tokio::runtime::Builder::new_current_thread()
-            .enable_time()
-            .build()
-            .expect("runtime")
-            .block_on(future)
-    }
 
     #[test]
     fn times_out_a_pending_future() {

@@ -40,6 +40,8 @@
 mod elapsed;
 pub mod fast_timeout;
 pub mod sink;
+#[cfg(test)]
+mod test_runtime;
 mod timeout_future;
 pub mod timer;
 mod tokio_timeout;

@@ -78,6 +78,7 @@ impl<T: Future, F: ToTimeout> Future for Timeout<T, F> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::test_runtime::block_on;
     use std::sync::atomic::{AtomicUsize, Ordering};
 
     static CREATED: AtomicUsize = AtomicUsize::new(0);
@@ -93,14 +94,6 @@ mod tests {
         fn create(_: Duration) -> Self {
             Counting
         }
-    }
-
-    fn block_on<O>(future: impl Future<Output = O>) -> O {
-        tokio::runtime::Builder::new_current_thread()
-            .enable_time()
-            .build()
-            .expect("runtime")
-            .block_on(future)
     }
 
     #[test]

@@ -42,14 +42,7 @@ pub fn tokio_timeout<T: Future>(duration: Duration, future: T) -> Timeout<T, Tok
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn block_on<O>(future: impl Future<Output = O>) -> O {
-        tokio::runtime::Builder::new_current_thread()
-            .enable_time()
-            .build()
-            .expect("runtime")
-            .block_on(future)
-    }
+    use crate::test_runtime::block_on;
 
     #[test]
     fn times_out_a_pending_future() {
