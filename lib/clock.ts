@@ -1,5 +1,5 @@
-/** Time sources for {@link Rate}. */
-import { invalidType } from './errors.js';
+/** Time sources for `Rate` and `Limiter`. */
+import { invalidType, outOfRange } from './errors.js';
 import { millisecondsArgument } from './options.js';
 
 /**
@@ -50,4 +50,33 @@ export function validateClock(clock: unknown): Clock {
     throw invalidType('The "clock" option', 'an object with a now() method', clock);
   }
   return clock as Clock;
+}
+
+/**
+ * Time elapsed since construction on the user's clock (the `clock` option, validated here, or
+ * `performance.now()`): what `Rate` and `Limiter` hand their cores. A reading below the origin
+ * counts as no time passed; a non-finite reading is a `RangeError`.
+ */
+export class Stopwatch {
+  readonly #clock: Clock;
+  readonly #origin: number;
+
+  /** Starts now on `clock` (an option value: `undefined` means the monotonic clock). */
+  constructor(clock: unknown) {
+    this.#clock = clock === undefined ? monotonicClock : validateClock(clock);
+    this.#origin = this.#read();
+  }
+
+  /** Milliseconds since construction, never negative (fractions kept). */
+  elapsedMs(): number {
+    return Math.max(0, this.#read() - this.#origin);
+  }
+
+  #read(): number {
+    const now = this.#clock.now();
+    if (typeof now !== 'number' || !Number.isFinite(now)) {
+      throw outOfRange("The clock's now()", 'a finite number of milliseconds', now);
+    }
+    return now;
+  }
 }

@@ -4,7 +4,7 @@
  * @module
  */
 import { active, type LimiterCore, type LimitSpec, type QuotaSpec } from './backend.js';
-import { monotonicClock, validateClock, type Clock } from './clock.js';
+import { Stopwatch, type Clock } from './clock.js';
 import { describe, invalidType, outOfRange, withCode } from './errors.js';
 import { isUint8Array, validateKey, type Key } from './keys.js';
 
@@ -121,8 +121,7 @@ const ALLOWED: LimiterDecision = Object.freeze({ allowed: true });
  */
 export class Limiter {
   readonly #core: LimiterCore;
-  readonly #clock: Clock;
-  readonly #origin: number;
+  readonly #stopwatch: Stopwatch;
   #bestEffort: QuotaInfo;
   #overall: QuotaInfo | undefined;
 
@@ -133,8 +132,7 @@ export class Limiter {
     const bestEffort = quotaSpec('The "bestEffort" option', options.bestEffort);
     const overall = options.overall === undefined ? null : quotaSpec('The "overall" option', options.overall);
     const keys = options.keys === undefined ? undefined : entries('keys', 'option', options.keys);
-    this.#clock = options.clock === undefined ? monotonicClock : validateClock(options.clock);
-    this.#origin = this.#readClock();
+    this.#stopwatch = new Stopwatch(options.clock);
     this.#core = new active.Limiter(bestEffort);
     this.#bestEffort = quotaInfo(bestEffort);
     if (overall !== null) {
@@ -227,17 +225,9 @@ export class Limiter {
     return this.#core.size;
   }
 
-  #readClock(): number {
-    const now = this.#clock.now();
-    if (typeof now !== 'number' || !Number.isFinite(now)) {
-      throw outOfRange("The clock's now()", 'a finite number of milliseconds', now);
-    }
-    return now;
-  }
-
   /** Milliseconds since construction, never negative. */
   #elapsed(): number {
-    return Math.max(0, this.#readClock() - this.#origin);
+    return this.#stopwatch.elapsedMs();
   }
 }
 

@@ -1,7 +1,7 @@
 /** Event rates per key over fixed intervals, with pingora-limits' `Rate` semantics. */
 import { active, type RateCore } from './backend.js';
-import { monotonicClock, validateClock, type Clock } from './clock.js';
-import { invalidType, outOfRange } from './errors.js';
+import { Stopwatch, type Clock } from './clock.js';
+import { invalidType } from './errors.js';
 import { validateKey, type Key } from './keys.js';
 import { countArgument, integerOption, optionsObject, seedOption, shapeOptions } from './options.js';
 
@@ -70,16 +70,14 @@ export class Rate {
   /** The interval length in milliseconds. */
   readonly intervalMs: number;
   readonly #core: RateCore;
-  readonly #clock: Clock;
-  readonly #origin: number;
+  readonly #stopwatch: Stopwatch;
 
   constructor(options: RateOptions) {
     const o = optionsObject(options);
     this.intervalMs = integerOption('intervalMs', o.intervalMs, 1, MAX_INTERVAL_MS);
     const { hashes, slots } = shapeOptions(o.hashes, o.slots, { hashes: 4, slots: 1024 });
     const seed = seedOption(o.seed);
-    this.#clock = o.clock === undefined ? monotonicClock : validateClock(o.clock);
-    this.#origin = this.#readClock();
+    this.#stopwatch = new Stopwatch(o.clock);
     this.#core = new active.Rate(this.intervalMs, hashes, slots, seed);
   }
 
@@ -106,16 +104,8 @@ export class Rate {
     });
   }
 
-  #readClock(): number {
-    const now = this.#clock.now();
-    if (typeof now !== 'number' || !Number.isFinite(now)) {
-      throw outOfRange("The clock's now()", 'a finite number of milliseconds', now);
-    }
-    return now;
-  }
-
   /** Whole milliseconds since construction, never negative. */
   #elapsed(): number {
-    return Math.max(0, Math.floor(this.#readClock() - this.#origin));
+    return Math.floor(this.#stopwatch.elapsedMs());
   }
 }
