@@ -4,15 +4,16 @@ import test from 'ava';
 import { existsSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { Estimator, type Key } from '../lib/index.js';
-import { column } from '../fallback/estimator.js';
-import { HalfSipHash } from '../fallback/halfsiphash.js';
 import { hashKey } from '../fallback/hasher.js';
+import { Rows } from '../fallback/rows.js';
+import { SipHash } from '../fallback/siphash.js';
 import { title } from './helpers.js';
 
 type KeyType = 'string' | 'bytes' | 'i64';
 interface Vectors {
-  halfsiphash24_reference: { seed: string; bytes: string; hash: string }[];
-  halfsiphash13: { seed: string; bytes: string; hash: string; h1: number; h2: number }[];
+  siphash24_reference: { k0: string; k1: string; bytes: string; hash: string }[];
+  siphash13: { seed: string; bytes: string; hash: string; h1: number; h2: number }[];
+  row_words: { seed: string; row: number; a: string; c: string; b: string }[];
   keys: {
     hashes: number;
     slots: number;
@@ -35,17 +36,18 @@ const vectors = JSON.parse(readFileSync(COPY, 'utf8')) as Vectors;
 const toKey = (type: KeyType, key: string): Key =>
   type === 'string' ? key : type === 'bytes' ? Buffer.from(key, 'hex') : BigInt(key);
 
-function raw(rounds: [number, number], seed: string, bytes: string): HalfSipHash {
-  const h = new HalfSipHash(...rounds);
-  const s = BigInt(seed);
-  h.begin(Number(s & 0xffffffffn), Number(s >> 32n));
+const halves = (v: bigint): [number, number] => [Number(v & 0xffffffffn), Number(v >> 32n)];
+
+function raw(rounds: [number, number], k0: string, k1: string, bytes: string): SipHash {
+  const h = new SipHash(...rounds);
+  h.begin(...halves(BigInt(k0)), ...halves(BigInt(k1)));
   const message = Buffer.from(bytes, 'hex');
   h.bytes(message, 0, message.length);
   h.finish();
   return h;
 }
 
-const hex = (h: HalfSipHash): string => {
+const hex = (h: SipHash): string => {
   const out = Buffer.alloc(8);
   out.writeUInt32LE(h.h1, 0);
   out.writeUInt32LE(h.h2, 4);
@@ -61,23 +63,36 @@ test('[fallback] __test__/vectors.json is the copy of the Rust-generated crates/
   t.is(readFileSync(COPY, 'utf8'), readFileSync(SOURCE, 'utf8'));
 });
 
-test('[fallback] HalfSipHash reproduces the 2-4 reference and 1-3 vectors', (t) => {
-  for (const v of vectors.halfsiphash24_reference) t.is(hex(raw([2, 4], v.seed, v.bytes)), v.hash);
-  for (const v of vectors.halfsiphash13) {
-    const h = raw([1, 3], v.seed, v.bytes);
+test('[fallback] SipHash reproduces the 2-4 reference and the 1-3 vectors', (t) => {
+  for (const v of vectors.siphash24_reference) t.is(hex(raw([2, 4], v.k0, v.k1, v.bytes)), v.hash);
+  for (const v of vectors.siphash13) {
+    const h = raw([1, 3], v.seed, '0', v.bytes);
     t.is(hex(h), v.hash, v.bytes);
     t.deepEqual([h.h1, h.h2], [v.h1, v.h2]);
   }
 });
 
+test("[fallback] the derived rows' words are SipHash-1-3 under (seed, 1) of 3·row + j", (t) => {
+  for (const v of vectors.row_words) {
+    const words = [0, 1, 2].map((j) => {
+      const message = Buffer.alloc(8);
+      message.writeBigUInt64LE(BigInt(3 * v.row + j));
+      const h = raw([1, 3], v.seed, '1', message.toString('hex'));
+      return (BigInt(h.h2) << 32n) | BigInt(h.h1);
+    });
+    t.deepEqual(words, [BigInt(v.a), BigInt(v.c), BigInt(v.b)], `seed ${v.seed} row ${v.row}`);
+  }
+});
+
 test("[fallback] keys hash to the vectors' h1, h2 and columns", (t) => {
-  const { slots, vectors: keys } = vectors.keys;
+  const { hashes, slots, vectors: keys } = vectors.keys;
   for (const v of keys) {
-    const s = BigInt(v.seed);
-    const h = hashKey(toKey(v.type, v.key), Number(s & 0xffffffffn), Number(s >> 32n));
+    const [k0, k1] = halves(BigInt(v.seed));
+    const h = hashKey(toKey(v.type, v.key), k0, k1);
     t.deepEqual([h.h1, h.h2], [v.h1, v.h2], `${v.type} ${v.key}`);
+    const indexes = new Rows(hashes, slots, k0, k1).locate(h.h1, h.h2);
     t.deepEqual(
-      v.columns.map((_, row) => column((h.h1 + row * h.h2) >>> 0, slots)),
+      [...indexes].map((index, row) => index - row * slots),
       v.columns,
     );
   }

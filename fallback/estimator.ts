@@ -1,21 +1,23 @@
 /**
- * The count-min sketch (docs/format.md §3): `hashes` rows of `slots` counters, one HalfSipHash per
- * key, double hashing for the rows and multiply-shift for the column.
+ * The count-min sketch (docs/format.md §3): `hashes` rows of `slots` counters, one SipHash-1-3 per
+ * key, and one column per row from {@link Rows}.
  *
  * Counters are a `Float64Array`: exact up to `Number.MAX_SAFE_INTEGER` in magnitude, which is the
  * documented range of the Node API; beyond it sums round (where Rust's i64 counters would not).
  */
 import type { EstimatorCore, Key } from '../lib/backend.js';
 import { hashKey } from './hasher.js';
+import { Rows } from './rows.js';
 import { encode } from './wire.js';
 
 /** The fallback {@link EstimatorCore}. Arguments arrive validated by `lib/`. */
 export class FallbackEstimator implements EstimatorCore {
   readonly counters: Float64Array;
-  /** Low 32 bits of the seed: the first HalfSipHash key word. */
+  /** Low 32 bits of the seed: the low half of SipHash's `k0`. */
   private readonly k0: number;
   /** High 32 bits of the seed. */
   private readonly k1: number;
+  private readonly rows: Rows;
 
   constructor(
     readonly hashes: number,
@@ -26,6 +28,7 @@ export class FallbackEstimator implements EstimatorCore {
     this.counters = counters;
     this.k0 = Number(BigInt.asUintN(32, seed));
     this.k1 = Number(BigInt.asUintN(32, seed >> 32n));
+    this.rows = new Rows(hashes, slots, this.k0, this.k1);
   }
 
   incr(key: Key, value: number): number {
@@ -40,26 +43,24 @@ export class FallbackEstimator implements EstimatorCore {
 
   /** Adds `value` to the key's counter in every row; returns the new estimate (their minimum). */
   incrHashed(h1: number, h2: number, value: number): number {
-    const { counters, slots } = this;
-    let g = h1;
+    const { counters } = this;
+    const indexes = this.rows.locate(h1, h2);
     let min = Infinity;
-    for (let row = 0, base = 0; row < this.hashes; row++, base += slots) {
-      const c = (counters[base + column(g, slots)]! += value);
+    for (let row = 0; row < indexes.length; row++) {
+      const c = (counters[indexes[row]!]! += value);
       if (c < min) min = c;
-      g = (g + h2) >>> 0;
     }
     return min;
   }
 
   /** The key's estimate: the minimum of its counters. */
   getHashed(h1: number, h2: number): number {
-    const { counters, slots } = this;
-    let g = h1;
+    const { counters } = this;
+    const indexes = this.rows.locate(h1, h2);
     let min = Infinity;
-    for (let row = 0, base = 0; row < this.hashes; row++, base += slots) {
-      const c = counters[base + column(g, slots)]!;
+    for (let row = 0; row < indexes.length; row++) {
+      const c = counters[indexes[row]!]!;
       if (c < min) min = c;
-      g = (g + h2) >>> 0;
     }
     return min;
   }
@@ -77,12 +78,4 @@ export class FallbackEstimator implements EstimatorCore {
   serialize(): Uint8Array {
     return encode(this.hashes, this.slots, this.seed, this.counters);
   }
-}
-
-/**
- * `floor(g * slots / 2^32)` exactly: `g * slots` can exceed 2^53, so `g` is split into 16-bit halves
- * and the nested floors are exact (floor(floor(x) / d) = floor(x / d) for integer d).
- */
-export function column(g: number, slots: number): number {
-  return Math.floor(((g >>> 16) * slots + Math.floor(((g & 0xffff) * slots) / 65536)) / 65536);
 }

@@ -1,22 +1,22 @@
 /**
  * Keys to hashes (docs/format.md §1–2): the byte stream Rust's `Hash` writes for each key type,
- * streamed through HalfSipHash-1-3 without building the stream in memory.
+ * streamed through SipHash-1-3 keyed by `(seed, 0)` without building the stream in memory.
  */
 import type { Key } from '../lib/backend.js';
-import { HalfSipHash } from './halfsiphash.js';
+import { SipHash } from './siphash.js';
 
 const TWO_32 = 4294967296;
-const sip = new HalfSipHash(1, 3);
+const sip = new SipHash(1, 3);
 const encoder = new TextEncoder();
 /** Reused UTF-8 buffer for the non-ASCII tail of a string; grows to the longest such tail seen. */
 let scratch = new Uint8Array(64);
 
 /**
- * Hashes `key` with the 64-bit seed `k1:k0`. The result is in the returned hasher's `h1` and `h2`,
- * valid until the next call (the hasher is shared).
+ * Hashes `key` with the 64-bit seed `k1:k0` (`k0` its low 32 bits). The result is in the returned
+ * hasher's `h1` and `h2`, valid until the next call (the hasher is shared).
  */
-export function hashKey(key: Key, k0: number, k1: number): HalfSipHash {
-  sip.begin(k0, k1);
+export function hashKey(key: Key, k0: number, k1: number): SipHash {
+  sip.begin(k0, k1, 0, 0);
   if (typeof key === 'string') {
     hashString(key);
   } else if (typeof key === 'number') {

@@ -1,10 +1,10 @@
 /**
- * Serialized sketch, version 1 (docs/format.md §5): `KCCM`, version, flags, shape, seed, i64
+ * Serialized sketch, version 2 (docs/format.md §5): `KCCM`, version, flags, shape, seed, i64
  * counters, CRC-32. The decoder checks in the spec's order and allocates nothing before the length
  * check, so memory is bounded by the input.
  */
 import type { CorruptReason } from '../lib/backend.js';
-import { MAX_COUNTERS, MAX_HASHES } from '../lib/limits.js';
+import { FORMAT_VERSION, MAX_COUNTERS, MAX_HASHES } from '../lib/limits.js';
 import { crc32 } from './crc32.js';
 
 const TWO_32 = 4294967296;
@@ -17,7 +17,7 @@ export function encode(hashes: number, slots: number, seed: bigint, counters: Fl
   const bytes = new Uint8Array(HEADER + 8 * counters.length + TRAILER);
   const view = new DataView(bytes.buffer);
   view.setUint32(0, MAGIC, true);
-  view.setUint16(4, 1, true);
+  view.setUint16(4, FORMAT_VERSION, true);
   view.setUint16(6, 0, true);
   view.setUint32(8, hashes, true);
   view.setUint32(12, slots, true);
@@ -42,7 +42,7 @@ export function decode(bytes: Uint8Array): Decoded {
   if (bytes.length < HEADER + TRAILER) return 'short';
   const view = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
   if (view.getUint32(0, true) !== MAGIC) return 'magic';
-  if (view.getUint16(4, true) !== 1) return 'version';
+  if (view.getUint16(4, true) !== FORMAT_VERSION) return 'version';
   if (view.getUint16(6, true) !== 0) return 'flags';
   const hashes = view.getUint32(8, true);
   const slots = view.getUint32(12, true);

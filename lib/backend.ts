@@ -46,7 +46,7 @@ export interface EstimatorCore {
   reset(): void;
   /** Adds `other`'s counters to this one's; `lib/` has checked hashes, slots and seed are equal. */
   merge(other: EstimatorCore): void;
-  /** The version-1 serialized form (docs/format.md §5). */
+  /** The version-2 serialized form (docs/format.md §5). */
   serialize(): Uint8Array;
 }
 

@@ -1,7 +1,7 @@
 /** The `ERR_KEEPCOUNT_CORRUPT` messages, one per check of docs/format.md §5, shared by both backends. */
 import type { CorruptReason } from './backend.js';
 import { withCode, type KeepcountError } from './errors.js';
-import { MAX_COUNTERS, MAX_HASHES } from './limits.js';
+import { FORMAT_VERSION, MAX_COUNTERS, MAX_HASHES } from './limits.js';
 
 const hex = (n: number, digits: number): string => `0x${n.toString(16).padStart(digits, '0')}`;
 
@@ -17,11 +17,17 @@ export function corruptError(reason: CorruptReason, bytes: Uint8Array): Keepcoun
     case 'magic':
       message = `does not start with the magic "KCCM" (${hex(0x4b43434d, 8)}); found ${hex(view.getUint32(0), 8)}`;
       break;
-    case 'version':
-      message = `has format version ${view.getUint16(4, true)}; this keepcount reads version 1`;
+    case 'version': {
+      const version = view.getUint16(4, true);
+      message =
+        version < FORMAT_VERSION
+          ? `has format version ${version}, which is no longer read: its rows were not independent ` +
+            `(docs/format.md); this keepcount reads version ${FORMAT_VERSION}, so rebuild the sketch`
+          : `has format version ${version}; this keepcount reads version ${FORMAT_VERSION}`;
       break;
+    }
     case 'flags':
-      message = `has flags ${hex(view.getUint16(6, true), 4)}; version 1 requires 0`;
+      message = `has flags ${hex(view.getUint16(6, true), 4)}; version ${FORMAT_VERSION} requires 0`;
       break;
     case 'shape':
       message =

@@ -7,7 +7,7 @@
  *   fractional or too large size, a non-finite or non-safe-integer count, a key number that is not
  *   a safe integer or a bigint outside i64.
  * - `ERR_KEEPCOUNT_MISMATCH` (`Error`): `merge` of sketches whose hashes, slots or seed differ.
- * - `ERR_KEEPCOUNT_CORRUPT` (`Error`): `Estimator.deserialize` input that is not a valid version-1
+ * - `ERR_KEEPCOUNT_CORRUPT` (`Error`): `Estimator.deserialize` input that is not a valid version-2
  *   sketch; the message says which check failed.
  * - `ERR_KEEPCOUNT_RELEASED` (`Error`): `incr()` on an Inflight guard that was already released.
  * - `ERR_KEEPCOUNT_BACKEND` (`Error`): `KEEPCOUNT_BACKEND` names an unknown backend, or forces

@@ -20,7 +20,7 @@ export interface EstimatorOptions {
    */
   slots?: number;
   /**
-   * The HalfSipHash key: sketches merge only with sketches of the same seed, and someone who does
+   * The SipHash key: sketches merge only with sketches of the same seed, and someone who does
    * not know it cannot craft colliding keys. A bigint in [0, 2^64) or a safe integer >= 0.
    * Defaults to a random seed from `crypto.getRandomValues`.
    */
@@ -169,7 +169,7 @@ export class Estimator {
     a.merge(b);
   }
 
-  /** The sketch in the stable version-1 format (docs/format.md §5), {@link byteLength} bytes. */
+  /** The sketch in the stable version-2 format (docs/format.md §5), {@link byteLength} bytes. */
   serialize(): Uint8Array {
     return this.#core.serialize();
   }

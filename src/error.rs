@@ -163,7 +163,7 @@ mod tests {
         let cases = [
             (DecodeError::Truncated { len: 3 }, "short"),
             (DecodeError::BadMagic(*b"XXXX"), "magic"),
-            (DecodeError::UnsupportedVersion(2), "version"),
+            (DecodeError::UnsupportedVersion(1), "version"),
             (DecodeError::ReservedFlags(1), "flags"),
             (DecodeError::Shape(shape), "shape"),
             (

@@ -6,9 +6,14 @@
 //! ```text
 //! cargo bench -p keepcount-limits --bench estimator
 //! KEEPCOUNT_BENCH_EVENTS=100000000 KEEPCOUNT_BENCH_THREADS=8 cargo bench -p keepcount-limits --bench estimator
+//! KEEPCOUNT_BENCH_SHAPES=3x1024 cargo bench -p keepcount-limits --bench estimator
 //! ```
 //!
-//! Both estimators use pingora `Inflight`'s shape, 4 hashes × 8192 slots (256 KiB of counters).
+//! The estimators run on two shapes, one after the other (`KEEPCOUNT_BENCH_SHAPES`, rows × slots):
+//! - 3 × 1024 (24 KiB of counters, in L1): the shape of pingora's blog benchmark (its memory table
+//!   reports 26,184 bytes peak), where the hash is the whole cost;
+//! - 4 × 8192 (256 KiB, in L2): pingora `Inflight`'s shape, where memory hides part of the hash.
+//!
 //! The key stream is generated before timing (no RNG cost measured); each timing is the median
 //! of `KEEPCOUNT_BENCH_ROUNDS` interleaved rounds.
 
@@ -27,9 +32,8 @@ const KEYS: u64 = 1_000_000;
 const DEFAULT_EVENTS: usize = 20_000_000;
 const DEFAULT_THREADS: usize = 2;
 const DEFAULT_ROUNDS: usize = 3;
-/// pingora `Inflight`'s shape: 4 rows × 8192 slots.
-const HASHES: usize = 4;
-const SLOTS: usize = 8192;
+/// pingora's blog shape, then pingora `Inflight`'s.
+const DEFAULT_SHAPES: &str = "3x1024,4x8192";
 
 // ---------------------------------------------------------------------------------------------
 // Allocation counting: a thin wrapper over the system allocator.
@@ -106,15 +110,18 @@ fn measure_memory(f: impl FnOnce()) -> MemoryUse {
 // Contenders.
 
 trait Counter: Send + Sync {
-    fn create() -> Self;
+    fn create(shape: Shape) -> Self;
     fn incr(&self, key: u32);
     fn count(&self, key: u32) -> usize;
 }
 
 struct Keepcount(keepcount_limits::estimator::Estimator);
 impl Counter for Keepcount {
-    fn create() -> Self {
-        Self(keepcount_limits::estimator::Estimator::new(HASHES, SLOTS))
+    fn create(shape: Shape) -> Self {
+        Self(keepcount_limits::estimator::Estimator::new(
+            shape.hashes,
+            shape.slots,
+        ))
     }
     #[inline]
     fn incr(&self, key: u32) {
@@ -127,8 +134,11 @@ impl Counter for Keepcount {
 
 struct Pingora(pingora_limits::estimator::Estimator);
 impl Counter for Pingora {
-    fn create() -> Self {
-        Self(pingora_limits::estimator::Estimator::new(HASHES, SLOTS))
+    fn create(shape: Shape) -> Self {
+        Self(pingora_limits::estimator::Estimator::new(
+            shape.hashes,
+            shape.slots,
+        ))
     }
     #[inline]
     fn incr(&self, key: u32) {
@@ -141,7 +151,7 @@ impl Counter for Pingora {
 
 struct Naive(Mutex<HashMap<u32, usize>>);
 impl Counter for Naive {
-    fn create() -> Self {
+    fn create(_: Shape) -> Self {
         Self(Mutex::default())
     }
     #[inline]
@@ -157,7 +167,7 @@ impl Counter for Naive {
 
 struct Dash(DashMap<u32, AtomicUsize>);
 impl Counter for Dash {
-    fn create() -> Self {
+    fn create(_: Shape) -> Self {
         Self(DashMap::new())
     }
     #[inline]
@@ -188,8 +198,8 @@ fn run<C: Counter>(counter: &C, keys: &[u32]) {
     }
 }
 
-fn time_single<C: Counter>(keys: &[u32]) -> Duration {
-    let counter = C::create();
+fn time_single<C: Counter>(shape: Shape, keys: &[u32]) -> Duration {
+    let counter = C::create(shape);
     let start = Instant::now();
     run(&counter, keys);
     let elapsed = start.elapsed();
@@ -197,8 +207,12 @@ fn time_single<C: Counter>(keys: &[u32]) -> Duration {
     elapsed
 }
 
-fn time_threads<C: Counter + 'static>(keys: &Arc<Vec<u32>>, threads: usize) -> Duration {
-    let counter = Arc::new(C::create());
+fn time_threads<C: Counter + 'static>(
+    shape: Shape,
+    keys: &Arc<Vec<u32>>,
+    threads: usize,
+) -> Duration {
+    let counter = Arc::new(C::create(shape));
     let chunk = keys.len().div_ceil(threads);
     let start = Instant::now();
     let handles: Vec<_> = (0..threads)
@@ -253,24 +267,57 @@ const NAMES: [&str; 4] = [
     "DashMap<u32,AtomicUsize>",
 ];
 
+/// An estimator shape, rows × slots.
+#[derive(Clone, Copy)]
+struct Shape {
+    hashes: usize,
+    slots: usize,
+}
+
+fn shapes() -> Vec<Shape> {
+    let spec = std::env::var("KEEPCOUNT_BENCH_SHAPES").unwrap_or_else(|_| DEFAULT_SHAPES.into());
+    spec.split(',')
+        .filter_map(|s| {
+            let (h, w) = s.trim().split_once('x')?;
+            Some(Shape {
+                hashes: h.parse().ok()?,
+                slots: w.parse().ok()?,
+            })
+        })
+        .collect()
+}
+
 fn main() {
     let events = env_or("KEEPCOUNT_BENCH_EVENTS", DEFAULT_EVENTS);
     let threads = env_or("KEEPCOUNT_BENCH_THREADS", DEFAULT_THREADS);
     let rounds = env_or("KEEPCOUNT_BENCH_ROUNDS", DEFAULT_ROUNDS);
-    println!(
-        "{events} events over {KEYS} uniform u32 keys; estimators {HASHES} hashes × {SLOTS} slots; \
-         median of {rounds} interleaved rounds; {threads} threads for the multi-thread run"
-    );
     let keys = Arc::new(key_stream(events));
+    for shape in shapes() {
+        bench_shape(shape, &keys, threads, rounds);
+    }
+}
+
+fn bench_shape(shape: Shape, keys: &Arc<Vec<u32>>, threads: usize, rounds: usize) {
+    let events = keys.len();
+    let Shape { hashes, slots } = shape;
+    println!();
+    println!(
+        "## {hashes} hashes × {slots} slots ({} KiB of counters)",
+        hashes * slots * 8 / 1024
+    );
+    println!(
+        "{events} events over {KEYS} uniform u32 keys; median of {rounds} interleaved rounds; \
+         {threads} threads for the multi-thread run"
+    );
 
     // Same answer check: the estimators never under-count the exact maps.
     {
         let sample = &keys[..keys.len().min(200_000)];
         let (k, p, n, d) = (
-            Keepcount::create(),
-            Pingora::create(),
-            Naive::create(),
-            Dash::create(),
+            Keepcount::create(shape),
+            Pingora::create(shape),
+            Naive::create(shape),
+            Dash::create(shape),
         );
         run(&k, sample);
         run(&p, sample);
@@ -287,14 +334,14 @@ fn main() {
     let mut single: [Vec<Duration>; 4] = Default::default();
     let mut multi: [Vec<Duration>; 4] = Default::default();
     for _ in 0..rounds {
-        single[0].push(time_single::<Keepcount>(&keys));
-        single[1].push(time_single::<Pingora>(&keys));
-        single[2].push(time_single::<Naive>(&keys));
-        single[3].push(time_single::<Dash>(&keys));
-        multi[0].push(time_threads::<Keepcount>(&keys, threads));
-        multi[1].push(time_threads::<Pingora>(&keys, threads));
-        multi[2].push(time_threads::<Naive>(&keys, threads));
-        multi[3].push(time_threads::<Dash>(&keys, threads));
+        single[0].push(time_single::<Keepcount>(shape, keys));
+        single[1].push(time_single::<Pingora>(shape, keys));
+        single[2].push(time_single::<Naive>(shape, keys));
+        single[3].push(time_single::<Dash>(shape, keys));
+        multi[0].push(time_threads::<Keepcount>(shape, keys, threads));
+        multi[1].push(time_threads::<Pingora>(shape, keys, threads));
+        multi[2].push(time_threads::<Naive>(shape, keys, threads));
+        multi[3].push(time_threads::<Dash>(shape, keys, threads));
     }
     let per_event = |d: Duration| d.as_secs_f64() * 1e9 / events as f64;
     let single: Vec<f64> = single.into_iter().map(|t| per_event(median(t))).collect();
@@ -318,16 +365,21 @@ fn main() {
             multi[i] / multi[0],
         );
     }
+    println!(
+        "keepcount / pingora-limits: {:.2} (1 thread), {:.2} ({threads} threads)",
+        single[0] / single[1],
+        multi[0] / multi[1]
+    );
 
     println!();
     println!("memory, single thread, all {events} events (separate pass):");
     println!("| contender                  |   peak bytes | allocations | bytes allocated |");
     println!("|----------------------------|-------------:|------------:|----------------:|");
     let memory = [
-        measure_memory(|| run(&Keepcount::create(), &keys)),
-        measure_memory(|| run(&Pingora::create(), &keys)),
-        measure_memory(|| run(&Naive::create(), &keys)),
-        measure_memory(|| run(&Dash::create(), &keys)),
+        measure_memory(|| run(&Keepcount::create(shape), keys)),
+        measure_memory(|| run(&Pingora::create(shape), keys)),
+        measure_memory(|| run(&Naive::create(shape), keys)),
+        measure_memory(|| run(&Dash::create(shape), keys)),
     ];
     for (name, m) in NAMES.iter().zip(&memory) {
         println!(
@@ -336,7 +388,7 @@ fn main() {
         );
     }
     println!(
-        "(keepcount's counters: {HASHES} × {SLOTS} × 8 = {} bytes)",
-        HASHES * SLOTS * 8
+        "(keepcount's counters: {hashes} × {slots} × 8 = {} bytes)",
+        hashes * slots * 8
     );
 }

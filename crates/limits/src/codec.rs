@@ -1,10 +1,10 @@
-//! The serialized sketch, format version 1 ([format §5]): [`Estimator::to_bytes`] and
+//! The serialized sketch, format version 2 ([format §5]): [`Estimator::to_bytes`] and
 //! [`Estimator::from_bytes`].
 //!
 //! ```text
 //! offset      size        field
 //! 0           4           magic "KCCM"
-//! 4           2           version, u16 LE = 1
+//! 4           2           version, u16 LE = 2
 //! 6           2           flags, u16 LE = 0 (reserved)
 //! 8           4           hashes, u32 LE
 //! 12          4           slots, u32 LE
@@ -24,7 +24,12 @@ use std::sync::atomic::{AtomicI64, Ordering};
 /// The first four bytes of every serialized sketch.
 pub const MAGIC: [u8; 4] = *b"KCCM";
 /// The format version this crate writes and reads.
-pub const VERSION: u16 = 1;
+///
+/// Version 1 had the same layout but derived rows by double hashing from HalfSipHash-1-3, so its
+/// counters mean nothing under version 2's rows: it is refused with a message that says so.
+pub const VERSION: u16 = 2;
+/// The versions earlier builds wrote and this one no longer reads.
+const RETIRED_VERSIONS: std::ops::RangeInclusive<u16> = 1..=1;
 /// Magic (4) + version (2) + flags (2) + hashes (4) + slots (4) + seed (8).
 const HEADER_LEN: usize = 24;
 /// The CRC-32 after the counters.
@@ -36,7 +41,7 @@ const MIN_LEN: usize = HEADER_LEN + CHECKSUM_LEN;
 const COUNTER_LEN: usize = 8;
 
 impl<S: CounterStore> Estimator<S> {
-    /// The sketch in format version 1: `28 + 8 × hashes × slots` bytes, readable by
+    /// The sketch in format version 2: `28 + 8 × hashes × slots` bytes, readable by
     /// [`from_bytes`](Estimator::from_bytes) here and by the Node binding and its fallback.
     ///
     /// ```
@@ -72,7 +77,7 @@ impl<S: CounterStore> Estimator<S> {
 }
 
 impl Estimator {
-    /// Reads a sketch written by [`to_bytes`](Estimator::to_bytes) (format version 1).
+    /// Reads a sketch written by [`to_bytes`](Estimator::to_bytes) (format version 2).
     ///
     /// Checks, in this order: length ≥ 28, magic, version, flags, shape within the limits, exact
     /// total length, checksum; each failure is its own [`DecodeError`]. Never panics, and
@@ -187,6 +192,11 @@ impl fmt::Display for DecodeError {
             Self::BadMagic(magic) => write!(
                 f,
                 "not a keepcount sketch: magic is {magic:02x?}, expected \"KCCM\""
+            ),
+            Self::UnsupportedVersion(version) if RETIRED_VERSIONS.contains(version) => write!(
+                f,
+                "sketch format version {version} is no longer read: its rows were not independent \
+                 (docs/format.md); this build reads version {VERSION}, so rebuild the sketch"
             ),
             Self::UnsupportedVersion(version) => write!(
                 f,

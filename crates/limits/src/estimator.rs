@@ -6,11 +6,12 @@
 //! and over-counts only when every row collides with heavier keys.
 //!
 //! # How keys reach counters
-//! The key is hashed **once** with keepcount's seeded HalfSipHash-1-3 ([`crate::hash`]); row `i`
-//! uses column `⌊(h1 + i·h2 mod 2^32) · slots / 2^32⌋` ([format §2–§3]). pingora-limits runs one
-//! full ahash per row with a random per-process state; keepcount's hash is keyed (so it resists
-//! hash flooding), stable for a given seed (so sketches can be merged, saved, and shared with the
-//! Node binding and its TypeScript fallback), and cheap in JavaScript (32-bit operations only).
+//! The key is hashed **once** with keepcount's seeded SipHash-1-3 ([`crate::hash`]); each row then
+//! picks its column with its own strongly universal function of that hash, drawn from the seed
+//! ([`crate::rows`], [format §2–§3]), so rows are independent as the error bound requires.
+//! pingora-limits runs one full ahash per row with a random per-process state; keepcount's hash
+//! is keyed (so it resists hash flooding) and stable for a given seed (so sketches can be merged,
+//! saved, and shared with the Node binding and its TypeScript fallback).
 //!
 //! # When not to use it
 //! When you need exact counts for a small, known set of keys, a `HashMap` is simpler. When
@@ -19,6 +20,7 @@
 //! [format §2–§3]: https://github.com/keepcount/keepcount/blob/main/docs/format.md
 
 use crate::hash::{KeyHash, KeyHasher, random_seed};
+use crate::rows::Rows;
 use crate::shape::{Shape, ShapeError};
 use crate::store::{CounterStore, zeroed};
 use std::fmt;
@@ -48,7 +50,8 @@ use std::sync::atomic::{AtomicI64, Ordering};
 /// ```
 ///
 /// # Performance
-/// One HalfSipHash-1-3 of the key, then one relaxed atomic add (or load) per row. Memory is
+/// One SipHash-1-3 of the key, then per row two multiplications and one relaxed atomic add (or
+/// load). Memory is
 /// `hashes × slots × 8` bytes of counters plus the struct itself (see [`memory_bytes`]).
 ///
 /// # Thread safety
@@ -64,6 +67,8 @@ pub struct Estimator<S: CounterStore = Box<[AtomicI64]>> {
     store: S,
     shape: Shape,
     seed: u64,
+    /// The per-row column functions, drawn from `seed` at construction.
+    rows: Rows,
 }
 
 impl Estimator {
@@ -120,6 +125,7 @@ impl Estimator {
             store: zeroed(shape.counters()),
             shape,
             seed,
+            rows: Rows::new(shape, seed),
         }
     }
 
@@ -159,7 +165,12 @@ impl<S: CounterStore> Estimator<S> {
                 actual,
             });
         }
-        Ok(Self { store, shape, seed })
+        Ok(Self {
+            store,
+            shape,
+            seed,
+            rows: Rows::new(shape, seed),
+        })
     }
 
     /// Adds `value` to `key` and returns the new estimate (the minimum over rows), like
@@ -307,15 +318,12 @@ impl<S: CounterStore> Estimator<S> {
     #[inline(always)]
     fn for_each_counter(&self, key: KeyHash, mut f: impl FnMut(&AtomicI64)) {
         let counters = self.store.counters();
-        let slots = self.shape.slots_u32();
-        let mut row_start = 0usize;
-        for row in 0..self.shape.hashes_u32() {
+        self.rows.for_each_index(key, |index| {
             // A store shorter than the shape (a broken CounterStore) skips rows, never panics.
-            if let Some(counter) = counters.get(row_start + key.column(row, slots) as usize) {
+            if let Some(counter) = counters.get(index) {
                 f(counter);
             }
-            row_start += slots as usize;
-        }
+        });
     }
 
     /// Adds `other`'s counters to this sketch's, element-wise (wrapping). Afterwards this sketch
@@ -387,6 +395,23 @@ impl<S: CounterStore> Estimator<S> {
         self.shape
     }
 
+    /// The per-row column functions drawn from the seed: which counter a key uses in each row
+    /// ([format §3]). For diagnosing over-counts and for tests of the rows' independence.
+    ///
+    /// ```
+    /// use keepcount_limits::estimator::Estimator;
+    /// let est = Estimator::with_seed(3, 100, 7).unwrap();
+    /// let mut indexes = Vec::new();
+    /// est.rows().for_each_index(est.hash_key("k"), |i| indexes.push(i));
+    /// est.incr("k", 1);
+    /// assert!(indexes.iter().all(|&i| est.to_bytes()[24 + 8 * i] == 1));
+    /// ```
+    ///
+    /// [format §3]: https://github.com/keepcount/keepcount/blob/main/docs/format.md
+    pub fn rows(&self) -> &Rows {
+        &self.rows
+    }
+
     /// The hash seed. Sketches merge only with sketches of the same seed.
     ///
     /// ```
@@ -399,7 +424,8 @@ impl<S: CounterStore> Estimator<S> {
     }
 
     /// Bytes this sketch occupies: `hashes × slots × 8` for the counters plus
-    /// `size_of::<Estimator<S>>()` for the struct itself (store handle, shape, seed: 32 bytes for the default heap store on 64-bit targets).
+    /// `size_of::<Estimator<S>>()` for the struct itself (store handle, shape, seed and the 32 row
+    /// functions: 768 bytes for the default heap store on 64-bit targets).
     ///
     /// ```
     /// use keepcount_limits::estimator::Estimator;
@@ -613,7 +639,7 @@ mod tests {
         let est = Estimator::with_seed(4, 8192, 0).unwrap();
         assert_eq!(est.memory_bytes(), 4 * 8192 * 8 + size_of::<Estimator>());
         #[cfg(target_pointer_width = "64")]
-        assert_eq!(size_of::<Estimator>(), 32);
+        assert_eq!(size_of::<Estimator>(), 768);
     }
 
     #[test]
@@ -631,6 +657,7 @@ mod tests {
             store: Shrinking,
             shape,
             seed: 0,
+            rows: Rows::new(shape, 0),
         };
         assert_eq!(est.incr("a", 1), isize::MAX);
         est.decr("a", 1);

@@ -306,10 +306,10 @@ mod tests {
     #[test]
     fn debug_shows_the_guard_state() {
         let inflight = Inflight::with_seed(0);
-        let (guard, _) = inflight.incr_hash(KeyHash::from_parts(1, 2), 3);
+        let (guard, _) = inflight.incr_hash(KeyHash::from_u64(0x0000_0002_0000_0001), 3);
         assert_eq!(
             format!("{guard:?}"),
-            "Guard { key: KeyHash { h1: 1, h2: 2 }, value: 3, held: 3, .. }"
+            "Guard { key: KeyHash(8589934593), value: 3, held: 3, .. }"
         );
     }
 

@@ -41,5 +41,6 @@ pub mod hash;
 pub mod inflight;
 pub mod limiter;
 pub mod rate;
+pub mod rows;
 pub mod shape;
 pub mod store;

@@ -126,18 +126,6 @@ impl Shape {
     pub const fn counters(self) -> usize {
         self.hashes as usize * self.slots as usize
     }
-
-    /// Rows as the u32 the hot path and the serialized header use.
-    #[inline]
-    pub(crate) const fn hashes_u32(self) -> u32 {
-        self.hashes
-    }
-
-    /// Columns as the u32 the hot path and the serialized header use.
-    #[inline]
-    pub(crate) const fn slots_u32(self) -> u32 {
-        self.slots
-    }
 }
 
 /// Why a sketch shape (or the bounds it is computed from) was refused.

@@ -4,8 +4,9 @@ use keepcount_limits::codec::{DecodeError, MAGIC, VERSION};
 use keepcount_limits::estimator::Estimator;
 use keepcount_limits::shape::ShapeError;
 
+/// Seed 2 keeps "a", "b" and -7 apart in at least one row each, so every estimate is exact.
 fn sample() -> Vec<u8> {
-    let est = Estimator::with_seed(2, 8, 42).unwrap();
+    let est = Estimator::with_seed(2, 8, 2).unwrap();
     est.incr("a", 3);
     est.incr("b", 5);
     est.incr(-7i64, 1);
@@ -29,7 +30,7 @@ fn header(version: u16, flags: u16, hashes: u32, slots: u32) -> Vec<u8> {
 fn round_trips_counters_shape_and_seed() {
     let bytes = sample();
     let est = Estimator::from_bytes(&bytes).unwrap();
-    assert_eq!((est.hashes(), est.slots(), est.seed()), (2, 8, 42));
+    assert_eq!((est.hashes(), est.slots(), est.seed()), (2, 8, 2));
     assert_eq!(est.get("a"), 3);
     assert_eq!(est.get("b"), 5);
     assert_eq!(est.get(-7i64), 1);
@@ -45,7 +46,7 @@ fn layout_matches_the_spec() {
     assert_eq!(&bytes[6..8], &[0, 0]);
     assert_eq!(&bytes[8..12], &2u32.to_le_bytes());
     assert_eq!(&bytes[12..16], &8u32.to_le_bytes());
-    assert_eq!(&bytes[16..24], &42u64.to_le_bytes());
+    assert_eq!(&bytes[16..24], &2u64.to_le_bytes());
     let (body, crc) = bytes.split_at(bytes.len() - 4);
     assert_eq!(crc, crc32fast::hash(body).to_le_bytes());
     let total: i64 = body[24..]
@@ -92,19 +93,32 @@ fn rejects_wrong_magic_version_and_flags() {
         Estimator::from_bytes(&bytes).unwrap_err(),
         DecodeError::BadMagic(*b"KCCX")
     );
-    let err = Estimator::from_bytes(&header(2, 0, 1, 1)).unwrap_err();
-    assert_eq!(err, DecodeError::UnsupportedVersion(2));
+    let err = Estimator::from_bytes(&header(3, 0, 1, 1)).unwrap_err();
+    assert_eq!(err, DecodeError::UnsupportedVersion(3));
     assert_eq!(
         err.to_string(),
-        "unsupported sketch format version 2, this build reads version 1"
+        "unsupported sketch format version 3, this build reads version 2"
     );
-    let err = Estimator::from_bytes(&header(1, 0x8000, 1, 1)).unwrap_err();
+    let err = Estimator::from_bytes(&header(VERSION, 0x8000, 1, 1)).unwrap_err();
     assert_eq!(err, DecodeError::ReservedFlags(0x8000));
 }
 
 #[test]
+fn refuses_version_1_saying_it_is_no_longer_read() {
+    let mut bytes = sample();
+    bytes[4..6].copy_from_slice(&1u16.to_le_bytes());
+    let err = Estimator::from_bytes(&bytes).unwrap_err();
+    assert_eq!(err, DecodeError::UnsupportedVersion(1));
+    assert_eq!(
+        err.to_string(),
+        "sketch format version 1 is no longer read: its rows were not independent \
+         (docs/format.md); this build reads version 2, so rebuild the sketch"
+    );
+}
+
+#[test]
 fn rejects_absurd_shapes_before_reading_further() {
-    let shape = |h, s| Estimator::from_bytes(&header(1, 0, h, s)).unwrap_err();
+    let shape = |h, s| Estimator::from_bytes(&header(VERSION, 0, h, s)).unwrap_err();
     assert_eq!(shape(0, 8), DecodeError::Shape(ShapeError::Hashes(0)));
     assert_eq!(shape(33, 8), DecodeError::Shape(ShapeError::Hashes(33)));
     assert_eq!(shape(4, 0), DecodeError::Shape(ShapeError::ZeroSlots));

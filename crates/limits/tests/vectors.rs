@@ -7,18 +7,24 @@
 //! cannot drift along with a bug.
 
 use keepcount_limits::estimator::Estimator;
-use keepcount_limits::hash::{HalfSipHasher, KeyHash, KeyHasher};
+use keepcount_limits::hash::{KeyHash, KeyHasher};
+use keepcount_limits::rows::Rows;
+use keepcount_limits::shape::Shape;
+use siphasher::sip::{SipHasher13, SipHasher24};
 use std::fmt::Write as _;
 use std::hash::{Hash, Hasher};
 
-const REFERENCE_SEED: u64 = 0x0706_0504_0302_0100;
+/// The reference SipHash key 00..0f: `k0` and `k1` little-endian.
+const REFERENCE_K0: u64 = 0x0706_0504_0302_0100;
+const REFERENCE_K1: u64 = 0x0f0e_0d0c_0b0a_0908;
 const OTHER_SEED: u64 = 42;
-const SEEDS: [u64; 2] = [REFERENCE_SEED, OTHER_SEED];
-/// Message lengths for the raw HalfSipHash-1-3 vectors (bytes 00..n-1): every tail length, one
-/// and several whole words.
-const RAW_LENGTHS: [usize; 12] = [0, 1, 2, 3, 4, 5, 7, 8, 11, 12, 16, 33];
-const HASHES: u32 = 4;
-const SLOTS: u32 = 1000;
+const SEEDS: [u64; 2] = [REFERENCE_K0, OTHER_SEED];
+/// Message lengths for the raw SipHash-1-3 vectors (bytes 00..n-1): every tail length, one and
+/// several whole blocks.
+const RAW_LENGTHS: [usize; 13] = [0, 1, 2, 3, 4, 5, 7, 8, 9, 15, 16, 17, 33];
+/// The vectors' sketch shape: two direct rows and two derived ones.
+const HASHES: usize = 4;
+const SLOTS: usize = 1000;
 const MULTIBYTE: &str = "żółw 🐢";
 
 /// A key as a TypeScript caller passes it, and its Rust equivalent.
@@ -125,19 +131,41 @@ fn message(n: usize) -> Vec<u8> {
     (0..n).map(|i| i as u8).collect()
 }
 
-fn raw_hash<const C: usize, const D: usize>(seed: u64, bytes: &[u8]) -> u64 {
-    let mut hasher = HalfSipHasher::<C, D>::with_seed(seed);
+/// SipHash-1-3 keyed by `(seed, 0)`, as keepcount hashes keys, of raw bytes.
+fn raw_hash_1_3(seed: u64, bytes: &[u8]) -> u64 {
+    let mut hasher = SipHasher13::new_with_keys(seed, 0);
     hasher.write(bytes);
     hasher.finish()
 }
 
-fn columns(key: KeyHash) -> Vec<u32> {
-    (0..HASHES).map(|row| key.column(row, SLOTS)).collect()
+fn reference_2_4(bytes: &[u8]) -> u64 {
+    let mut hasher = SipHasher24::new_with_keys(REFERENCE_K0, REFERENCE_K1);
+    hasher.write(bytes);
+    hasher.finish()
 }
 
-/// The fixed sketch of the vectors: 2 × 8, seed 42, "a" += 3, "b" += 5, -7i64 += 1.
+fn columns(seed: u64, key: KeyHash) -> Vec<usize> {
+    let rows = Rows::new(Shape::new(HASHES, SLOTS).unwrap(), seed);
+    (0..HASHES).map(|row| rows.column(row, key)).collect()
+}
+
+/// The derived rows' words `a`, `c`, `b` for `seed` (docs/format.md §3): SipHash-1-3 keyed by
+/// `(seed, 1)` of the u64 `3·row + j`.
+fn row_words(seed: u64, row: u64) -> [u64; 3] {
+    [0, 1, 2].map(|j| {
+        let mut hasher = SipHasher13::new_with_keys(seed, 1);
+        hasher.write_u64(3 * row + j);
+        hasher.finish()
+    })
+}
+
+fn halves(hash: u64) -> (u64, u64) {
+    (hash & 0xffff_ffff, hash >> 32)
+}
+
+/// The fixed sketch of the vectors: 2 × 8, seed 2, "a" += 3, "b" += 5, -7i64 += 1.
 fn small_sketch() -> Estimator {
-    let est = Estimator::with_seed(2, 8, 42).unwrap();
+    let est = Estimator::with_seed(2, 8, 2).unwrap();
     est.incr("a", 3);
     est.incr("b", 5);
     est.incr(-7i64, 1);
@@ -150,32 +178,42 @@ fn render() -> String {
     j.push_str("  \"generator\": \"crates/limits/tests/vectors.rs\",\n");
     j.push_str("  \"notes\": \"seeds and i64 keys are decimal strings; bytes and hashes are hex; hash is the 8 output bytes, h1 = first four read LE, h2 = last four\",\n");
 
-    j.push_str("  \"halfsiphash24_reference\": [\n");
-    let rows: Vec<String> = (0..7)
+    j.push_str("  \"siphash24_reference\": [\n");
+    let rows: Vec<String> = (0..8)
         .map(|n| {
-            let h = raw_hash::<2, 4>(REFERENCE_SEED, &message(n));
             format!(
-                "    {{\"seed\": \"{REFERENCE_SEED}\", \"bytes\": \"{}\", \"hash\": \"{}\"}}",
+                "    {{\"k0\": \"{REFERENCE_K0}\", \"k1\": \"{REFERENCE_K1}\", \"bytes\": \"{}\", \"hash\": \"{}\"}}",
                 hex(&message(n)),
-                hex(&h.to_le_bytes())
+                hex(&reference_2_4(&message(n)).to_le_bytes())
             )
         })
         .collect();
     j.push_str(&rows.join(",\n"));
     j.push_str("\n  ],\n");
 
-    j.push_str("  \"halfsiphash13\": [\n");
+    j.push_str("  \"siphash13\": [\n");
     let mut rows = Vec::new();
     for seed in SEEDS {
         for n in RAW_LENGTHS {
-            let h = raw_hash::<1, 3>(seed, &message(n));
-            let k = KeyHash::from_u64(h);
+            let h = raw_hash_1_3(seed, &message(n));
+            let (h1, h2) = halves(h);
             rows.push(format!(
-                "    {{\"seed\": \"{seed}\", \"bytes\": \"{}\", \"hash\": \"{}\", \"h1\": {}, \"h2\": {}}}",
+                "    {{\"seed\": \"{seed}\", \"bytes\": \"{}\", \"hash\": \"{}\", \"h1\": {h1}, \"h2\": {h2}}}",
                 hex(&message(n)),
                 hex(&h.to_le_bytes()),
-                k.h1(),
-                k.h2()
+            ));
+        }
+    }
+    j.push_str(&rows.join(",\n"));
+    j.push_str("\n  ],\n");
+
+    j.push_str("  \"row_words\": [\n");
+    let mut rows = Vec::new();
+    for seed in SEEDS {
+        for row in [2u64, 3, 31] {
+            let [a, c, b] = row_words(seed, row);
+            rows.push(format!(
+                "    {{\"seed\": \"{seed}\", \"row\": {row}, \"a\": \"{a}\", \"c\": \"{c}\", \"b\": \"{b}\"}}"
             ));
         }
     }
@@ -190,14 +228,13 @@ fn render() -> String {
     for seed in SEEDS {
         for key in KEYS {
             let k = KeyHasher::with_seed(seed).hash_one_key(key);
+            let (h1, h2) = halves(k.to_u64());
             rows.push(format!(
-                "    {{\"seed\": \"{seed}\", \"type\": \"{}\", \"key\": {}, \"stream\": \"{}\", \"h1\": {}, \"h2\": {}, \"columns\": {:?}}}",
+                "    {{\"seed\": \"{seed}\", \"type\": \"{}\", \"key\": {}, \"stream\": \"{}\", \"h1\": {h1}, \"h2\": {h2}, \"columns\": {:?}}}",
                 key.kind(),
                 key.json(),
                 hex(&stream(key)),
-                k.h1(),
-                k.h2(),
-                columns(k)
+                columns(seed, k)
             ));
         }
     }
@@ -207,7 +244,7 @@ fn render() -> String {
     let est = small_sketch();
     let _ = writeln!(
         j,
-        "  \"sketch\": {{\"hashes\": 2, \"slots\": 8, \"seed\": \"42\", \"increments\": [[\"string\", \"a\", 3], [\"string\", \"b\", 5], [\"i64\", \"-7\", 1]],"
+        "  \"sketch\": {{\"hashes\": 2, \"slots\": 8, \"seed\": \"2\", \"increments\": [[\"string\", \"a\", 3], [\"string\", \"b\", 5], [\"i64\", \"-7\", 1]],"
     );
     let _ = writeln!(
         j,
@@ -238,15 +275,27 @@ fn vectors_json_is_up_to_date() {
 }
 
 #[test]
-fn reference_halfsiphash_2_4() {
+fn reference_siphash_2_4() {
     assert_eq!(
-        raw_hash::<2, 4>(REFERENCE_SEED, &message(0)).to_le_bytes(),
-        [0x21, 0x8d, 0x1f, 0x59, 0xb9, 0xb8, 0x3c, 0xc8]
+        reference_2_4(&message(0)).to_le_bytes(),
+        [0x31, 0x0e, 0x0e, 0xdd, 0x47, 0xdb, 0x6f, 0x72]
     );
     assert_eq!(
-        raw_hash::<2, 4>(REFERENCE_SEED, &message(6)).to_le_bytes(),
-        [0xce, 0x3e, 0x91, 0x35, 0x8a, 0xa2, 0xbc, 0x25]
+        reference_2_4(&message(7)).to_le_bytes(),
+        [0x37, 0xd1, 0x01, 0x8b, 0xf5, 0x00, 0x02, 0xab]
     );
+}
+
+#[test]
+fn the_key_hasher_is_siphash_1_3_of_the_stream() {
+    for seed in SEEDS {
+        for key in KEYS {
+            assert_eq!(
+                KeyHasher::with_seed(seed).hash_one_key(key).to_u64(),
+                raw_hash_1_3(seed, &stream(key))
+            );
+        }
+    }
 }
 
 #[test]
@@ -260,29 +309,41 @@ fn byte_streams_follow_the_spec() {
     assert_eq!(stream(Key::Str(MULTIBYTE)).len(), MULTIBYTE.len() + 1);
 }
 
-// Literal values below were computed by an independent implementation of docs/format.md.
+// Literal values below were computed by an independent implementation of docs/format.md
+// (a few lines of Python with arbitrary-precision integers), not by this crate.
 
 #[test]
-fn halfsiphash_1_3_of_the_empty_message() {
-    let h = raw_hash::<1, 3>(REFERENCE_SEED, &[]);
+fn siphash_1_3_of_the_empty_message() {
     assert_eq!(
-        h.to_le_bytes(),
-        [0x76, 0xa5, 0xd0, 0x21, 0x23, 0x20, 0xf7, 0x2a]
+        raw_hash_1_3(REFERENCE_K0, &[]).to_le_bytes(),
+        [0xdc, 0x81, 0xa2, 0x2e, 0xfe, 0x3b, 0x6d, 0xf4]
     );
 }
 
 #[test]
 fn string_key_hash_and_columns() {
     let k = KeyHasher::with_seed(OTHER_SEED).hash_one_key("1.2.3.4");
-    assert_eq!((k.h1(), k.h2()), (3_424_364_772, 3_821_964_182));
-    assert_eq!(columns(k), [797, 687, 577, 466]);
+    assert_eq!(halves(k.to_u64()), (1_992_262_223, 10_491_890));
+    assert_eq!(columns(OTHER_SEED, k), [463, 2, 668, 103]);
 }
 
 #[test]
 fn i64_min_key_hash_and_columns() {
     let k = KeyHasher::with_seed(OTHER_SEED).hash_one_key(i64::MIN);
-    assert_eq!((k.h1(), k.h2()), (2_656_644_546, 751_370_223));
-    assert_eq!(columns(k), [618, 793, 968, 143]);
+    assert_eq!(halves(k.to_u64()), (2_076_655_429, 3_543_935_966));
+    assert_eq!(columns(OTHER_SEED, k), [483, 825, 717, 379]);
+}
+
+#[test]
+fn derived_row_words() {
+    assert_eq!(
+        row_words(OTHER_SEED, 2),
+        [
+            2_077_680_511_501_634_204,
+            1_178_441_771_473_512_141,
+            15_068_423_887_621_685_588
+        ]
+    );
 }
 
 #[test]

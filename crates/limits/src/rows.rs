@@ -1,0 +1,226 @@
+//! From a key's hash to one column per row, with rows that are independent ([format §3]).
+//!
+//! For the key's 64-bit hash `x = x1·2^32 + x0` and a sketch `slots` wide:
+//!
+//! ```text
+//! row 0:    word = x0
+//! row 1:    word = x1
+//! row i≥2:  word = ((a_i·x0 + c_i·x1 + b_i) mod 2^64) >> 32     (vector multiply-shift)
+//! column = (word · slots) >> 32                                  (Lemire's range reduction)
+//! ```
+//!
+//! with `a_i`, `c_i`, `b_i` 64-bit words drawn from the seed.
+//!
+//! # Why the rows are independent
+//! The key hash is SipHash-1-3, a keyed pseudo-random function: for keys an outsider chooses
+//! without knowing the seed, the 64-bit outputs of distinct keys behave as independent uniform
+//! values, so rows 0 and 1, which read disjoint halves of it, are independent and uniform.
+//! Rows from 2 on use multiply-shift on the vector `(x0, x1)` with 64-bit multipliers and a 64-bit
+//! offset, keeping the top 32 bits: that family is **strongly universal** (Dietzfelbinger 1996;
+//! Thorup, "High Speed Hashing for Integers and Strings", 2015): for any two different hashes the
+//! pair of words is uniform over all 2^64 pairs, whatever the hashes are. Each row's words are drawn
+//! independently, so given two keys with different 64-bit hashes, whether they meet in a row is
+//! independent of every other row, and in each row they meet with probability at most
+//! `⌈2^32/slots⌉ / 2^32 < 1/slots + 2^-32` (Lemire's reduction gives each column `⌊2^32/slots⌋` or
+//! `⌈2^32/slots⌉` words). That is what Cormode and Muthukrishnan's (ε, δ) analysis needs. Two of
+//! `n` keys share the 64-bit hash with probability at most `n²/2^65`.
+//!
+//! Rows 0 and 1 cost one multiplication each; the derived rows three. For the common shapes
+//! (3 or 4 rows) that keeps the work between the hash and the first counter short, which is what
+//! the atomic adds wait on.
+//!
+//! Format version 1 derived row `i` by double hashing, `h1 + i·h2`, and reduced with the high
+//! bits: keys whose `h1` and `h2` were both close shared a column in every row, so rows behaved
+//! like two, and the error bound did not hold (53 pairs of 200,000 keys shared all four counters
+//! of a 4 × 8192 sketch where independence predicts 4·10⁻⁶).
+//!
+//! The derived rows' words come from SipHash-1-3 keyed by `(seed, ROW_DOMAIN)`, a different key
+//! from the one that hashes keys, applied to the 8-byte little-endian message `3·i + j` for row `i`
+//! and `j` = 0, 1, 2 for `a_i`, `c_i`, `b_i`.
+//!
+//! [format §3]: https://github.com/keepcount/keepcount/blob/main/docs/format.md
+
+use crate::hash::KeyHash;
+use crate::shape::{MAX_HASHES, Shape};
+use siphasher::sip::SipHasher13;
+use std::hash::Hasher;
+
+/// The second half of the SipHash key under which the row functions are drawn (the key hash uses
+/// [`crate::hash::KEY_DOMAIN`]).
+const ROW_DOMAIN: u64 = 1;
+
+/// Rows that read the key hash directly: row 0 its low half, row 1 its high half.
+const DIRECT_ROWS: usize = 2;
+
+/// One derived row's strongly universal function: `((a·x0 + c·x1 + b) mod 2^64) >> 32`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+struct RowFunction {
+    a: u64,
+    c: u64,
+    b: u64,
+}
+
+impl RowFunction {
+    /// The row's 32-bit word for the key hash's halves.
+    #[inline(always)]
+    fn word(self, x0: u64, x1: u64) -> u64 {
+        self.a
+            .wrapping_mul(x0)
+            .wrapping_add(self.c.wrapping_mul(x1))
+            .wrapping_add(self.b)
+            >> 32
+    }
+}
+
+/// The per-row hash functions of a sketch: which counter a key uses in each row.
+///
+/// Built once per sketch from its seed and shape (three SipHash calls per derived row), then used
+/// on every operation.
+///
+/// ```
+/// use keepcount_limits::{rows::Rows, shape::Shape};
+/// let rows = Rows::new(Shape::new(4, 1000).unwrap(), 42);
+/// let key = keepcount_limits::hash::KeyHasher::with_seed(42).hash_one_key("1.2.3.4");
+/// for row in 0..4 {
+///     assert!(rows.column(row, key) < 1000);
+/// }
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Rows {
+    /// Rows `2..hashes`' functions; the rest stay zero.
+    derived: [RowFunction; MAX_HASHES - DIRECT_ROWS],
+    hashes: usize,
+    slots: u64,
+}
+
+impl Rows {
+    /// The row functions of a sketch of `shape` keyed by `seed`.
+    pub fn new(shape: Shape, seed: u64) -> Self {
+        let mut derived = [RowFunction::default(); MAX_HASHES - DIRECT_ROWS];
+        let count = shape.hashes().saturating_sub(DIRECT_ROWS);
+        for (i, function) in derived.iter_mut().take(count).enumerate() {
+            // row < 32: the message numbers are tiny.
+            let row = (i + DIRECT_ROWS) as u64;
+            let word = |j: u64| {
+                let mut hasher = SipHasher13::new_with_keys(seed, ROW_DOMAIN);
+                hasher.write_u64(3 * row + j);
+                hasher.finish()
+            };
+            *function = RowFunction {
+                a: word(0),
+                c: word(1),
+                b: word(2),
+            };
+        }
+        Self {
+            derived,
+            hashes: shape.hashes(),
+            slots: shape.slots() as u64,
+        }
+    }
+
+    /// The column `key` uses in `row`, always `< slots`. A row past the shape's last reads as
+    /// column 0 rather than panicking.
+    pub fn column(&self, row: usize, key: KeyHash) -> usize {
+        let (x0, x1) = halves(key);
+        let word = match row {
+            0 => x0,
+            1 => x1,
+            _ if row < self.hashes => self.derived[row - DIRECT_ROWS].word(x0, x1),
+            _ => 0,
+        };
+        self.reduce(word)
+    }
+
+    /// Calls `f` with the row-major index of the key's counter in each row, row 0 first.
+    #[inline(always)]
+    pub fn for_each_index(&self, key: KeyHash, mut f: impl FnMut(usize)) {
+        let (x0, x1) = halves(key);
+        let slots = self.slots as usize;
+        f(self.reduce(x0));
+        if self.hashes < 2 {
+            return;
+        }
+        f(slots + self.reduce(x1));
+        let mut row_start = 2 * slots;
+        // hashes <= MAX_HASHES, so the range is within the array.
+        for function in &self.derived[..self.hashes - DIRECT_ROWS] {
+            f(row_start + self.reduce(function.word(x0, x1)));
+            row_start += slots;
+        }
+    }
+
+    /// Lemire's reduction of a 32-bit word to `0..slots`: `word < 2^32` and `slots <= 2^27`, so
+    /// the product fits in 64 bits and the result is `< slots`.
+    #[inline(always)]
+    fn reduce(&self, word: u64) -> usize {
+        ((word * self.slots) >> 32) as usize
+    }
+}
+
+/// The key hash's low and high 32 bits.
+#[inline(always)]
+fn halves(key: KeyHash) -> (u64, u64) {
+    let x = key.to_u64();
+    (x & 0xffff_ffff, x >> 32)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::hash::KeyHasher;
+
+    #[test]
+    fn columns_stay_below_slots_for_extreme_hashes() {
+        for slots in [1usize, 2, 7, 1000, 1 << 27] {
+            let rows = Rows::new(Shape::new(1, slots).unwrap(), 3);
+            for x in [0u64, 1, u64::MAX, 0x8000_0000_0000_0000, 0xffff_ffff] {
+                assert!(rows.column(0, KeyHash::from_u64(x)) < slots);
+            }
+        }
+    }
+
+    #[test]
+    fn rows_0_and_1_read_the_hash_halves() {
+        let rows = Rows::new(Shape::new(2, 1 << 16).unwrap(), 5);
+        let key = KeyHash::from_u64(0x8000_0000_4000_0000);
+        assert_eq!(rows.column(0, key), 1 << 14);
+        assert_eq!(rows.column(1, key), 1 << 15);
+        assert_eq!(rows.column(2, key), 0);
+    }
+
+    #[test]
+    fn indexes_are_row_major() {
+        let shape = Shape::new(4, 10).unwrap();
+        let rows = Rows::new(shape, 9);
+        let key = KeyHasher::with_seed(9).hash_one_key("k");
+        let mut seen = Vec::new();
+        rows.for_each_index(key, |i| seen.push(i));
+        let expected: Vec<usize> = (0..4).map(|r| r * 10 + rows.column(r, key)).collect();
+        assert_eq!(seen, expected);
+    }
+
+    #[test]
+    fn rows_get_different_functions_and_seeds_different_rows() {
+        let shape = Shape::new(32, 8).unwrap();
+        let a = Rows::new(shape, 1);
+        let b = Rows::new(shape, 2);
+        assert_ne!(a, b);
+        for i in 0..30 {
+            for j in 0..i {
+                assert_ne!(a.derived[i], a.derived[j]);
+            }
+        }
+    }
+
+    #[test]
+    fn the_word_is_the_top_half_of_the_64_bit_sum() {
+        let f = RowFunction {
+            a: u64::MAX,
+            c: 1 << 32,
+            b: 5,
+        };
+        // a·2 + c·3 + b = 2^65 - 2 + 3·2^32 + 5 ≡ 3·2^32 + 3 (mod 2^64).
+        assert_eq!(f.word(2, 3), 3);
+    }
+}
