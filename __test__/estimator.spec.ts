@@ -230,7 +230,13 @@ test(title('refuses keys of the wrong type or out of range'), (t) => {
     [() => 1, 'function <anonymous>'],
   ];
   for (const [key, received] of badTypes) {
-    for (const call of [() => e.incr(key as never), () => e.get(key as never), () => e.decr(key as never)]) {
+    const calls = [
+      () => e.incr(key as never),
+      () => e.get(key as never),
+      () => e.decr(key as never),
+      () => e.counterIndexes(key as never),
+    ];
+    for (const call of calls) {
       throwsShape(t, call, { ...type, message: `${expected} ${received}` });
     }
   }
@@ -241,10 +247,12 @@ test(title('refuses keys of the wrong type or out of range'), (t) => {
     });
   }
   for (const key of [2n ** 63n, -(2n ** 63n) - 1n]) {
-    throwsShape(t, () => e.get(key), {
-      ...range,
-      message: `The "key" argument must be in the i64 range when it is a bigint. Received ${key}n`,
-    });
+    for (const call of [() => e.get(key), () => e.counterIndexes(key)]) {
+      throwsShape(t, call, {
+        ...range,
+        message: `The "key" argument must be in the i64 range when it is a bigint. Received ${key}n`,
+      });
+    }
   }
 });
 

@@ -46,7 +46,8 @@ test('[fallback] SipHash absorbs mixed words, bytes and unaligned runs as one st
   whole.begin(123, 456, 0, 0);
   whole.bytes(stream, 0, stream.length);
   whole.finish();
-  const word = (i: number): number => stream[i]! | (stream[i + 1]! << 8) | (stream[i + 2]! << 16) | (stream[i + 3]! << 24);
+  const word = (i: number): number =>
+    stream[i]! | (stream[i + 1]! << 8) | (stream[i + 2]! << 16) | (stream[i + 3]! << 24);
   const mixed = new SipHash(1, 3);
   mixed.begin(123, 456, 0, 0);
   mixed.byte(stream[0]!);

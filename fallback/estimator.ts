@@ -41,6 +41,11 @@ export class FallbackEstimator implements EstimatorCore {
     return this.getHashed(h.h1, h.h2);
   }
 
+  counterIndexes(key: Key): number[] {
+    const h = hashKey(key, this.k0, this.k1);
+    return Array.from(this.rows.locate(h.h1, h.h2));
+  }
+
   /** Adds `value` to the key's counter in every row; returns the new estimate (their minimum). */
   incrHashed(h1: number, h2: number, value: number): number {
     const { counters } = this;

@@ -42,6 +42,8 @@ export interface EstimatorCore {
   incr(key: Key, value: number): number;
   /** `key`'s estimate. */
   get(key: Key): number;
+  /** The row-major positions of `key`'s counters, one per row (docs/format.md §3). */
+  counterIndexes(key: Key): number[];
   /** Zeroes every counter. */
   reset(): void;
   /** Adds `other`'s counters to this one's; `lib/` has checked hashes, slots and seed are equal. */

@@ -144,6 +144,15 @@ export class Estimator {
     return this.#core.get(validateKey(key));
   }
 
+  /**
+   * Where `key`'s counters are: one index per row into the row-major counters of
+   * {@link serialize}'s output (counter `i` is the i64 at byte `24 + 8·i`). For explaining an
+   * over-count (which keys share a client's counters) and for testing the rows' independence.
+   */
+  counterIndexes(key: Key): number[] {
+    return this.#core.counterIndexes(validateKey(key));
+  }
+
   /** Forgets every count. */
   reset(): void {
     this.#core.reset();

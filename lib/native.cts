@@ -101,6 +101,10 @@ class NativeEstimator implements EstimatorCore {
     return estimatorGetKey(this.handle, key);
   }
 
+  counterIndexes(key: Key): number[] {
+    return this.native.counterIndexes(key);
+  }
+
   reset(): void {
     this.native.reset();
   }

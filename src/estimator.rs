@@ -131,6 +131,24 @@ impl Estimator {
             .map_err(|failure| map_error(env, failure))
     }
 
+    /// The row-major positions of `key`'s counters, one per row (docs/format.md §3).
+    #[napi(catch_unwind)]
+    pub fn counter_indexes(
+        &self,
+        env: &Env,
+        #[napi(ts_arg_type = "string | number | bigint | Uint8Array")] key: Unknown,
+    ) -> Result<Vec<u32>> {
+        // SAFETY: live handles of this call.
+        let key = unsafe { keys::hash_key(env.raw(), key.raw(), |k| self.sketch.hash_key(k)) }
+            .map_err(|failure| map_error(env, failure))?;
+        let mut indexes = Vec::with_capacity(self.sketch.hashes());
+        // Indexes are below 2^27 (docs/format.md §4): they fit in u32.
+        self.sketch
+            .rows()
+            .for_each_index(key, |index| indexes.push(index as u32));
+        Ok(indexes)
+    }
+
     /// This sketch's handle for the fast paths ([`FAST_PATHS`]), valid while this object lives.
     #[napi(getter)]
     pub fn handle(&self) -> f64 {
