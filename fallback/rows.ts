@@ -24,6 +24,8 @@ export class Rows {
   private readonly words: Uint32Array;
   /** Where `locate` writes; reused by every call, so valid until the next one. */
   private readonly indexes: Int32Array;
+  /** `32 − log2(slots)` when `slots` is a power of two above 1, else −1. */
+  private readonly shift: number;
 
   constructor(
     readonly hashes: number,
@@ -33,6 +35,9 @@ export class Rows {
   ) {
     this.words = new Uint32Array(Math.max(0, hashes - DIRECT_ROWS) * 6);
     this.indexes = new Int32Array(hashes);
+    // slots <= 2^27, so a power of two leaves a shift of 5 or more; 32 - log2(1) = 32 is not a
+    // valid shift in JavaScript (it is taken mod 32), so width 1 takes the general path.
+    this.shift = slots > 1 && (slots & (slots - 1)) === 0 ? 32 - Math.log2(slots) : -1;
     const sip = new SipHash(1, 3);
     for (let row = DIRECT_ROWS, at = 0; row < hashes; row++) {
       for (let j = 0; j < 3; j++, at += 2) {
@@ -51,16 +56,18 @@ export class Rows {
    * half) and `h2` (high half). The array is reused: read it before the next call.
    */
   locate(h1: number, h2: number): Int32Array {
-    const { slots, hashes, indexes, words } = this;
-    indexes[0] = column(h1, slots);
+    const { slots, hashes, indexes, words, shift } = this;
+    // For a power-of-two width, Lemire's reduction is exactly the word's top bits.
+    indexes[0] = shift >= 0 ? h1 >>> shift : column(h1, slots);
     if (hashes < 2) return indexes;
-    indexes[1] = slots + column(h2, slots);
+    indexes[1] = slots + (shift >= 0 ? h2 >>> shift : column(h2, slots));
     const x0l = h1 & 0xffff;
     const x0h = h1 >>> 16;
     const x1l = h2 & 0xffff;
     const x1h = h2 >>> 16;
     for (let row = DIRECT_ROWS, at = 0; row < hashes; row++, at += 6) {
-      indexes[row] = row * slots + column(derivedWord(words, at, h1, h2, x0l, x0h, x1l, x1h), slots);
+      const word = derivedWord(words, at, h1, h2, x0l, x0h, x1l, x1h);
+      indexes[row] = row * slots + (shift >= 0 ? word >>> shift : column(word, slots));
     }
     return indexes;
   }
