@@ -5,19 +5,16 @@
  * @module
  */
 import type { FastifyPluginCallback, FastifyReply, FastifyRequest } from 'fastify';
-import { clientIp, trustProxyOption, type TrustProxy } from './client-ip.js';
-import { rateLimitHeaders, type RateLimitDecision } from './headers.js';
+import type { IncomingMessage } from 'node:http';
+import type { TrustProxy } from './client-ip.js';
+import { rateLimitHeaders, retryAfter, type RateLimitDecision, type TokenBucketRefusal } from './headers.js';
 import type { Limiter } from '../limiter.js';
-import {
-  functionOption,
-  limiterOption,
-  quotaOf,
-  retryAfter,
-  upstreamLimitOf,
-  type TokenBucketRefusal,
-} from './node.js';
+import { rateLimitConfig, tokenBucketConfig, upstreamLimitConfig } from './options.js';
 import type { WindowQuota, WindowQuotaOptions } from './window-quota.js';
 import type { UpstreamLimit, UpstreamLimitOptions, UpstreamSlot } from './upstream.js';
+
+/** Where Node's request is in Fastify's. */
+const raw = (request: FastifyRequest): IncomingMessage => request.raw;
 
 /** An async `onRequest` hook. */
 export type OnRequestHook = (request: FastifyRequest, reply: FastifyReply) => Promise<void>;
@@ -48,13 +45,7 @@ export interface RateLimitHookOptions extends Partial<WindowQuotaOptions> {
  * ```
  */
 export function rateLimitHook(options: RateLimitHookOptions): OnRequestHook {
-  const quota = quotaOf(options);
-  const trustProxy = trustProxyOption(options.trustProxy);
-  const key =
-    functionOption<(r: FastifyRequest) => string>('key', options.key) ??
-    ((request: FastifyRequest) => clientIp(request.raw, trustProxy));
-  const skip = functionOption<(r: FastifyRequest) => boolean>('skip', options.skip);
-  const onLimit = functionOption<NonNullable<RateLimitHookOptions['onLimit']>>('onLimit', options.onLimit);
+  const { quota, key, skip, onLimit } = rateLimitConfig(options, raw);
   return async (request, reply) => {
     if (skip?.(request) === true) return;
     const decision = quota.consume(key(request));
@@ -92,18 +83,11 @@ export interface TokenBucketHookOptions {
  * ```
  */
 export function tokenBucketHook(options: TokenBucketHookOptions): OnRequestHook {
-  const limiter = limiterOption(options.limiter);
-  const trustProxy = trustProxyOption(options.trustProxy);
-  const key =
-    functionOption<(r: FastifyRequest) => string>('key', options.key) ??
-    ((request: FastifyRequest) => clientIp(request.raw, trustProxy));
-  const cost = functionOption<(r: FastifyRequest) => number>('cost', options.cost);
-  const skip = functionOption<(r: FastifyRequest) => boolean>('skip', options.skip);
-  const onLimit = functionOption<NonNullable<TokenBucketHookOptions['onLimit']>>('onLimit', options.onLimit);
+  const { limiter, key, cost, skip, onLimit } = tokenBucketConfig(options, raw);
   return async (request, reply) => {
     if (skip?.(request) === true) return;
     const k = key(request);
-    const decision = limiter.check(k, cost === undefined ? 1 : cost(request));
+    const decision = limiter.check(k, cost(request));
     if (decision.allowed) return;
     const after = retryAfter(decision.retryAfterMs);
     if (after !== undefined) reply.header('Retry-After', after);
@@ -133,9 +117,7 @@ export interface UpstreamLimitHookOptions extends Partial<UpstreamLimitOptions> 
  * ```
  */
 export function upstreamLimitHook(options: UpstreamLimitHookOptions): OnRequestHook {
-  const limit = upstreamLimitOf(options);
-  const upstream = functionOption<(r: FastifyRequest) => string>('upstream', options.upstream) ?? (() => 'default');
-  const onLimit = functionOption<NonNullable<UpstreamLimitHookOptions['onLimit']>>('onLimit', options.onLimit);
+  const { limit, upstream, onLimit } = upstreamLimitConfig(options);
   return async (request, reply) => {
     const slot = limit.acquire(upstream(request));
     if (!slot.allowed) {

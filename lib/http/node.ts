@@ -5,12 +5,12 @@
  * @module
  */
 import type { IncomingMessage, ServerResponse } from 'node:http';
-import { invalidType } from '../errors.js';
-import { Limiter } from '../limiter.js';
-import { clientIp, trustProxyOption, type TrustProxy } from './client-ip.js';
-import { rateLimitHeaders, type RateLimitDecision } from './headers.js';
-import { WindowQuota, type WindowQuotaOptions } from './window-quota.js';
-import { UpstreamLimit, type UpstreamLimitOptions, type UpstreamSlot } from './upstream.js';
+import type { Limiter } from '../limiter.js';
+import type { TrustProxy } from './client-ip.js';
+import { rateLimitHeaders, retryAfter, type RateLimitDecision, type TokenBucketRefusal } from './headers.js';
+import { rateLimitConfig, tokenBucketConfig, upstreamLimitConfig } from './options.js';
+import type { WindowQuota, WindowQuotaOptions } from './window-quota.js';
+import type { UpstreamLimit, UpstreamLimitOptions, UpstreamSlot } from './upstream.js';
 
 /** A middleware's `next`: call it to go on, with an error to fail the request. */
 export type Next = (error?: unknown) => void;
@@ -42,24 +42,6 @@ export interface RateLimitOptions<
   onLimit?: (req: Req, res: Res, decision: RateLimitDecision) => void;
 }
 
-/** Builds the {@link WindowQuota} a `rateLimit` option set describes. @internal */
-export function quotaOf(options: Partial<WindowQuotaOptions> & { quota?: WindowQuota }): WindowQuota {
-  if (options.quota !== undefined) {
-    if (!(options.quota instanceof WindowQuota))
-      throw invalidType('The "quota" option', 'a WindowQuota', options.quota);
-    return options.quota;
-  }
-  return new WindowQuota(options as WindowQuotaOptions);
-}
-
-/** Validates an optional function option. @internal */
-export function functionOption<F>(name: string, value: unknown): F | undefined {
-  if (value !== undefined && typeof value !== 'function') {
-    throw invalidType(`The "${name}" option`, 'of type function', value);
-  }
-  return value as F | undefined;
-}
-
 const tooMany = (_req: IncomingMessage, res: ServerResponse): void => {
   res.statusCode = 429;
   res.setHeader('Content-Type', 'text/plain; charset=utf-8');
@@ -82,12 +64,7 @@ const tooMany = (_req: IncomingMessage, res: ServerResponse): void => {
 export function rateLimit<Req extends IncomingMessage = IncomingMessage, Res extends ServerResponse = ServerResponse>(
   options: RateLimitOptions<Req, Res>,
 ): Middleware<Req, Res> {
-  const quota = quotaOf(options);
-  const trustProxy = trustProxyOption(options.trustProxy);
-  const key = functionOption<(req: Req) => string>('key', options.key) ?? ((req: Req) => clientIp(req, trustProxy));
-  const skip = functionOption<(req: Req) => boolean>('skip', options.skip);
-  const onLimit =
-    functionOption<NonNullable<RateLimitOptions<Req, Res>['onLimit']>>('onLimit', options.onLimit) ?? tooMany;
+  const { quota, key, skip, onLimit = tooMany } = rateLimitConfig(options, (req: Req) => req);
   return (req, res, next) => {
     let decision: RateLimitDecision;
     try {
@@ -100,14 +77,6 @@ export function rateLimit<Req extends IncomingMessage = IncomingMessage, Res ext
     if (decision.allowed) return next();
     onLimit(req, res, decision);
   };
-}
-
-/** What a refused {@link tokenBucket} request gets: the key and how long to wait. */
-export interface TokenBucketRefusal {
-  /** The key the request was checked under. */
-  key: string;
-  /** Milliseconds until the same request would be admitted, or `Infinity` when never. */
-  retryAfterMs: number;
 }
 
 /** Options of {@link tokenBucket}. */
@@ -129,17 +98,6 @@ export interface TokenBucketOptions<
   onLimit?: (req: Req, res: Res, refusal: TokenBucketRefusal) => void;
 }
 
-/** `Retry-After` for a limiter refusal, or `undefined` when waiting never helps. @internal */
-export function retryAfter(retryAfterMs: number): string | undefined {
-  return Number.isFinite(retryAfterMs) ? String(Math.max(1, Math.ceil(retryAfterMs / 1000))) : undefined;
-}
-
-/** Validates the `limiter` option. @internal */
-export function limiterOption(value: unknown): Limiter {
-  if (!(value instanceof Limiter)) throw invalidType('The "limiter" option', 'a Limiter', value);
-  return value;
-}
-
 /**
  * Rate-limits requests with a keepcount token-bucket `Limiter` instead of a fixed-window
  * {@link WindowQuota}: per-key quotas for the keys in its table (customers, API keys), one shared
@@ -159,19 +117,13 @@ export function limiterOption(value: unknown): Limiter {
 export function tokenBucket<Req extends IncomingMessage = IncomingMessage, Res extends ServerResponse = ServerResponse>(
   options: TokenBucketOptions<Req, Res>,
 ): Middleware<Req, Res> {
-  const limiter = limiterOption(options.limiter);
-  const trustProxy = trustProxyOption(options.trustProxy);
-  const key = functionOption<(req: Req) => string>('key', options.key) ?? ((req: Req) => clientIp(req, trustProxy));
-  const cost = functionOption<(req: Req) => number>('cost', options.cost);
-  const skip = functionOption<(req: Req) => boolean>('skip', options.skip);
-  const onLimit =
-    functionOption<NonNullable<TokenBucketOptions<Req, Res>['onLimit']>>('onLimit', options.onLimit) ?? tooMany;
+  const { limiter, key, cost, skip, onLimit = tooMany } = tokenBucketConfig(options, (req: Req) => req);
   return (req, res, next) => {
     let refusal: TokenBucketRefusal;
     try {
       if (skip?.(req) === true) return next();
       const k = key(req);
-      const decision = limiter.check(k, cost === undefined ? 1 : cost(req));
+      const decision = limiter.check(k, cost(req));
       if (decision.allowed) return next();
       refusal = { key: k, retryAfterMs: decision.retryAfterMs };
       const after = retryAfter(decision.retryAfterMs);
@@ -203,17 +155,6 @@ const unavailable = (_req: IncomingMessage, res: ServerResponse): void => {
   res.end('Service Unavailable\n');
 };
 
-/** Builds the {@link UpstreamLimit} an `upstreamLimit` option set describes. @internal */
-export function upstreamLimitOf(options: Partial<UpstreamLimitOptions> & { limit?: UpstreamLimit }): UpstreamLimit {
-  if (options.limit !== undefined) {
-    if (!(options.limit instanceof UpstreamLimit)) {
-      throw invalidType('The "limit" option', 'an UpstreamLimit', options.limit);
-    }
-    return options.limit;
-  }
-  return new UpstreamLimit(options as UpstreamLimitOptions);
-}
-
 /**
  * Caps requests in flight per upstream: counts the request in, answers 503 (`onLimit`) when that
  * takes the upstream over `max`, and otherwise counts it out when the response closes: after it
@@ -229,11 +170,7 @@ export function upstreamLimit<
   Req extends IncomingMessage = IncomingMessage,
   Res extends ServerResponse = ServerResponse,
 >(options: UpstreamLimitMiddlewareOptions<Req, Res>): Middleware<Req, Res> {
-  const limit = upstreamLimitOf(options);
-  const upstream = functionOption<(req: Req) => string>('upstream', options.upstream) ?? (() => 'default');
-  const onLimit =
-    functionOption<NonNullable<UpstreamLimitMiddlewareOptions<Req, Res>['onLimit']>>('onLimit', options.onLimit) ??
-    unavailable;
+  const { limit, upstream, onLimit = unavailable } = upstreamLimitConfig(options);
   return (req, res, next) => {
     let slot: UpstreamSlot;
     try {
