@@ -13,7 +13,7 @@ import {
   type Middleware,
 } from '../lib/http/index.js';
 import { title } from './helpers.js';
-import { abortAfter, close, deferred, eventually, get, listen, parseField } from './http-client.js';
+import { abortAfter, close, deferred, eventually, get, listen, parseField, pipelineAndLeave } from './http-client.js';
 
 type Handler = (req: IncomingMessage, res: ServerResponse) => void | Promise<void>;
 
@@ -189,6 +189,38 @@ for (const [name, serve] of Object.entries(frameworks)) {
       t.is((await get(port, '/fail')).status, 500, 'slots are free again: no 503');
     },
   );
+
+  test(title(`${name}: a pipelining client that leaves gives back every slot it took`), async (t) => {
+    const limit = new UpstreamLimit({ max: 20 });
+    let arrivals = 0;
+    let all = deferred();
+    const server = serve([upstreamLimit({ limit })], (req, res) => {
+      if (req.url === '/hang') {
+        if (++arrivals === 20) all.resolve();
+        return; // never answers: only the client leaving ends these
+      }
+      res.end('ok');
+    });
+    const port = await listen(server);
+    t.teardown(() => close(server));
+
+    for (let burst = 0; burst < 2; burst++) {
+      arrivals = 0;
+      all = deferred();
+      const leaving = pipelineAndLeave(port, '/hang', 20, all.promise);
+      await all.promise;
+      t.is(limit.inflight.get('default'), 20, 'every pipelined request took a slot');
+      await leaving;
+      const left = performance.now();
+      t.true(await eventually(() => limit.inflight.get('default') === 0, 1000), `burst ${burst}: all released`);
+      t.log(`burst ${burst}: in-flight back to 0 ${(performance.now() - left).toFixed(1)} ms after the client left`);
+    }
+    const legit = await Promise.all(Array.from({ length: 5 }, () => get(port, '/')));
+    t.deepEqual(
+      legit.map((r) => r.status),
+      [200, 200, 200, 200, 200],
+    );
+  });
 
   test(title(`${name}: a deadline on the upstream call answers 504 when it is slow`), async (t) => {
     const upstream = createServer((req, res) => {

@@ -9,6 +9,7 @@ import type { IncomingMessage } from 'node:http';
 import type { TrustProxy } from './client-ip.js';
 import { rateLimitHeaders, retryAfter, type RateLimitDecision, type TokenBucketRefusal } from './headers.js';
 import type { Limiter } from '../limiter.js';
+import { onExchangeEnd } from './exchange.js';
 import { rateLimitConfig, tokenBucketConfig, upstreamLimitConfig } from './options.js';
 import type { WindowQuota, WindowQuotaOptions } from './window-quota.js';
 import type { UpstreamLimit, UpstreamLimitOptions, UpstreamSlot } from './upstream.js';
@@ -108,8 +109,8 @@ export interface UpstreamLimitHookOptions extends Partial<UpstreamLimitOptions> 
 
 /**
  * An `onRequest` hook capping requests in flight per upstream like the node `upstreamLimit`
- * middleware: 503 over `max`, the slot released when the raw response closes (finished, failed or
- * aborted).
+ * middleware: 503 over `max`, the slot released when the exchange is over (the response finished,
+ * failed or was aborted, or the connection closed, pipelined requests queued on it included).
  *
  * @example
  * ```ts
@@ -130,8 +131,7 @@ export function upstreamLimitHook(options: UpstreamLimitHookOptions): OnRequestH
           .send('Service Unavailable\n');
       return;
     }
-    reply.raw.once('close', slot.release);
-    if (reply.raw.destroyed) slot.release();
+    onExchangeEnd(request.raw, reply.raw, slot.release);
   };
 }
 

@@ -8,6 +8,7 @@ import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Limiter } from '../limiter.js';
 import type { TrustProxy } from './client-ip.js';
 import { rateLimitHeaders, retryAfter, type RateLimitDecision, type TokenBucketRefusal } from './headers.js';
+import { onExchangeEnd } from './exchange.js';
 import { rateLimitConfig, tokenBucketConfig, upstreamLimitConfig } from './options.js';
 import type { WindowQuota, WindowQuotaOptions } from './window-quota.js';
 import type { UpstreamLimit, UpstreamLimitOptions, UpstreamSlot } from './upstream.js';
@@ -157,9 +158,9 @@ const unavailable = (_req: IncomingMessage, res: ServerResponse): void => {
 
 /**
  * Caps requests in flight per upstream: counts the request in, answers 503 (`onLimit`) when that
- * takes the upstream over `max`, and otherwise counts it out when the response closes: after it
- * finished, failed, or the client went away, whichever comes first (the `close` event of the
- * response fires on every one of those paths).
+ * takes the upstream over `max`, and otherwise counts it out when the exchange is over: the
+ * response finished, failed or was aborted, or the connection closed (which also ends requests a
+ * pipelining client queued and left; their responses never emit `close`).
  *
  * @example
  * ```ts
@@ -179,9 +180,7 @@ export function upstreamLimit<
       return next(error);
     }
     if (!slot.allowed) return onLimit(req, res, slot);
-    res.once('close', slot.release);
-    // A response already closed (the client left before we got here) fires no more events.
-    if (res.closed || res.destroyed) slot.release();
+    onExchangeEnd(req, res, slot.release);
     next();
   };
 }
