@@ -1,7 +1,7 @@
 import test from 'ava';
 import Fastify from 'fastify';
 import { Limiter, ManualClock } from '../lib/index.js';
-import { rateLimitHook, upstreamLimitHook, keepcountFastify } from '../lib/http/fastify.js';
+import { rateLimitHook, tokenBucketHook, upstreamLimitHook, keepcountFastify } from '../lib/http/fastify.js';
 import { UpstreamLimit } from '../lib/http/index.js';
 import { title } from './helpers.js';
 import { abortAfter, deferred, eventually, get, parseField, pipelineAndLeave } from './http-client.js';
@@ -131,6 +131,55 @@ test(title('fastify hook: a pipelining client that leaves gives back every slot 
     legit.map((r) => r.status),
     [200, 200, 200, 200, 200],
   );
+});
+
+test(title('fastify hooks: a failing key, cost or upstream reaches the error handler, never the route'), async (t) => {
+  const keyError = Object.assign(new Error('no key for this request'), { code: 'E_TEST_KEY' });
+  const throwKey = () => {
+    throw keyError;
+  };
+  const limiter = new Limiter({ bestEffort: { requests: { perSecond: 10, burst: 10 } } });
+  const thrown = { instanceOf: Error, code: 'E_TEST_KEY', message: 'no key for this request' };
+  const cases = {
+    '/rate-key': { onRequest: rateLimitHook({ limit: 5, windowMs: 1000, key: throwKey }), error: thrown },
+    '/bucket-key': { onRequest: tokenBucketHook({ limiter, key: throwKey }), error: thrown },
+    '/bucket-nan': {
+      onRequest: tokenBucketHook({ limiter, cost: () => NaN }),
+      error: {
+        instanceOf: RangeError,
+        code: 'ERR_OUT_OF_RANGE',
+        message: 'The "cost" argument must be a safe integer >= 0. Received NaN',
+      },
+    },
+    '/upstream': { onRequest: upstreamLimitHook({ max: 1, upstream: throwKey }), error: thrown },
+  };
+  const app = Fastify();
+  const errors: unknown[] = [];
+  let admitted = 0;
+  app.setErrorHandler(async (error, _request, reply) => {
+    errors.push(error);
+    return reply.code(500).send('failed');
+  });
+  for (const [path, { onRequest }] of Object.entries(cases)) {
+    app.get(path, { onRequest }, async () => {
+      admitted++;
+      return 'admitted';
+    });
+  }
+  const port = await start(app);
+  t.teardown(() => app.close());
+  for (const [path, { error }] of Object.entries(cases)) {
+    t.is((await get(port, path)).status, 500, path);
+    t.throws(
+      () => {
+        throw errors.at(-1);
+      },
+      error,
+      path,
+    );
+  }
+  t.is(errors.length, Object.keys(cases).length);
+  t.is(admitted, 0);
 });
 
 test(title('fastify plugin: a token-bucket Limiter refuses past the burst with Retry-After'), async (t) => {

@@ -12,7 +12,7 @@ import {
   withDeadline,
   type Middleware,
 } from '../lib/http/index.js';
-import { title } from './helpers.js';
+import { title, type ErrorShape } from './helpers.js';
 import { abortAfter, close, deferred, eventually, get, listen, parseField, pipelineAndLeave } from './http-client.js';
 
 type Handler = (req: IncomingMessage, res: ServerResponse) => void | Promise<void>;
@@ -259,6 +259,84 @@ test(title('withDeadline rejects with TimeoutError even when the call ignores th
   t.true(isDeadlineError(error));
   t.false(isDeadlineError(new Error('refused')));
   t.is(await withDeadline(1000, async (signal) => signal.aborted), false);
+});
+
+/** Middleware whose own functions fail, each with the error the caller's error path must see. */
+function failing(): Record<string, { mw: Middleware; error: ErrorShape }> {
+  const keyError = Object.assign(new Error('no key for this request'), { code: 'E_TEST_KEY' });
+  const limiter = new Limiter({ bestEffort: { requests: { perSecond: 10, burst: 10 } } });
+  const throwKey = () => {
+    throw keyError;
+  };
+  const thrown = { instanceOf: Error, code: 'E_TEST_KEY', message: 'no key for this request' };
+  return {
+    '/rate-key': { mw: rateLimit({ limit: 5, windowMs: 1000, key: throwKey }), error: thrown },
+    '/rate-skip': { mw: rateLimit({ limit: 5, windowMs: 1000, skip: throwKey }), error: thrown },
+    '/bucket-key': { mw: tokenBucket({ limiter, key: throwKey }), error: thrown },
+    '/bucket-nan': {
+      mw: tokenBucket({ limiter, cost: () => NaN }),
+      error: {
+        instanceOf: RangeError,
+        code: 'ERR_OUT_OF_RANGE',
+        message: 'The "cost" argument must be a safe integer >= 0. Received NaN',
+      },
+    },
+    '/upstream': { mw: upstreamLimit({ max: 1, upstream: throwKey }), error: thrown },
+  };
+}
+
+test(
+  title('node:http: a failing key, skip, cost or upstream answers 500 when next() cannot take an error'),
+  async (t) => {
+    const cases = failing();
+    let admitted = 0;
+    const server = createServer((req, res) =>
+      cases[req.url!]!.mw(req, res, () => {
+        admitted++;
+        res.end('admitted');
+      }),
+    );
+    const port = await listen(server);
+    t.teardown(() => close(server));
+    for (const path of Object.keys(cases)) {
+      const reply = await get(port, path);
+      t.is(reply.status, 500, path);
+      t.is(reply.body, 'Internal Server Error\n', path);
+    }
+    t.is(admitted, 0, 'no failing request reached the handler');
+  },
+);
+
+test(title('express: a failing key, skip, cost or upstream reaches next(error), never the handler'), async (t) => {
+  const cases = failing();
+  const errors: unknown[] = [];
+  let admitted = 0;
+  const app = express();
+  for (const [path, { mw }] of Object.entries(cases)) app.use(path, mw);
+  app.get('/{*path}', (_req, res) => {
+    admitted++;
+    res.send('admitted');
+  });
+  app.use((error: unknown, _req: express.Request, res: express.Response, _next: express.NextFunction) => {
+    errors.push(error);
+    res.status(500).send('failed');
+  });
+  const server = createServer(app);
+  const port = await listen(server);
+  t.teardown(() => close(server));
+  for (const [path, { error }] of Object.entries(cases)) {
+    const before = errors.length;
+    t.is((await get(port, path)).status, 500, path);
+    t.is(errors.length, before + 1, path);
+    t.throws(
+      () => {
+        throw errors.at(-1);
+      },
+      { instanceOf: error.instanceOf, code: error.code, message: error.message },
+      path,
+    );
+  }
+  t.is(admitted, 0, 'no failing request reached the handler');
 });
 
 test(title('options are validated with keepcount error codes'), (t) => {

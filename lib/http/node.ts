@@ -13,8 +13,31 @@ import { rateLimitConfig, tokenBucketConfig, upstreamLimitConfig } from './optio
 import type { WindowQuota, WindowQuotaOptions } from './window-quota.js';
 import type { UpstreamLimit, UpstreamLimitOptions, UpstreamSlot } from './upstream.js';
 
-/** A middleware's `next`: call it to go on, with an error to fail the request. */
+/**
+ * A middleware's `next`: called with no argument to go on, with an error to fail the request.
+ *
+ * An error (a `key`, `cost`, `skip` or `upstream` function that throws, a cost the limiter refuses
+ * such as `NaN`) goes to `next(error)` only when `next` declares a parameter, as Express's and
+ * Connect's do: a `next` written `() => handle(req, res)` cannot tell an error from going on, so
+ * the middleware answers `500 Internal Server Error` itself and does not call it. Either way an
+ * error never admits the request.
+ */
 export type Next = (error?: unknown) => void;
+
+/**
+ * Fails the request with `error`: hands it to `next` when `next` takes an argument (Express's
+ * error path), else answers 500 (see {@link Next}). Never goes on to the handler.
+ */
+function fail(res: ServerResponse, next: Next, error: unknown): void {
+  if (next.length > 0) return next(error);
+  if (res.headersSent) {
+    res.destroy();
+    return;
+  }
+  res.statusCode = 500;
+  res.setHeader('Content-Type', 'text/plain; charset=utf-8');
+  res.end('Internal Server Error\n');
+}
 
 /** A `(req, res, next)` middleware, usable with `app.use()` and from a node:http handler. */
 export type Middleware<Req extends IncomingMessage = IncomingMessage, Res extends ServerResponse = ServerResponse> = (
@@ -67,15 +90,16 @@ export function rateLimit<Req extends IncomingMessage = IncomingMessage, Res ext
 ): Middleware<Req, Res> {
   const { quota, key, skip, onLimit = tooMany } = rateLimitConfig(options, (req: Req) => req);
   return (req, res, next) => {
-    let decision: RateLimitDecision;
+    let decision: RateLimitDecision | undefined;
     try {
-      if (skip?.(req) === true) return next();
-      decision = quota.consume(key(req));
-      for (const [name, value] of Object.entries(rateLimitHeaders(decision))) res.setHeader(name, value);
+      if (skip?.(req) !== true) {
+        decision = quota.consume(key(req));
+        for (const [name, value] of Object.entries(rateLimitHeaders(decision))) res.setHeader(name, value);
+      }
     } catch (error) {
-      return next(error);
+      return fail(res, next, error);
     }
-    if (decision.allowed) return next();
+    if (decision === undefined || decision.allowed) return next();
     onLimit(req, res, decision);
   };
 }
@@ -120,18 +144,21 @@ export function tokenBucket<Req extends IncomingMessage = IncomingMessage, Res e
 ): Middleware<Req, Res> {
   const { limiter, key, cost, skip, onLimit = tooMany } = tokenBucketConfig(options, (req: Req) => req);
   return (req, res, next) => {
-    let refusal: TokenBucketRefusal;
+    let refusal: TokenBucketRefusal | undefined;
     try {
-      if (skip?.(req) === true) return next();
-      const k = key(req);
-      const decision = limiter.check(k, cost(req));
-      if (decision.allowed) return next();
-      refusal = { key: k, retryAfterMs: decision.retryAfterMs };
-      const after = retryAfter(decision.retryAfterMs);
-      if (after !== undefined) res.setHeader('Retry-After', after);
+      if (skip?.(req) !== true) {
+        const k = key(req);
+        const decision = limiter.check(k, cost(req));
+        if (!decision.allowed) {
+          refusal = { key: k, retryAfterMs: decision.retryAfterMs };
+          const after = retryAfter(decision.retryAfterMs);
+          if (after !== undefined) res.setHeader('Retry-After', after);
+        }
+      }
     } catch (error) {
-      return next(error);
+      return fail(res, next, error);
     }
+    if (refusal === undefined) return next();
     onLimit(req, res, refusal);
   };
 }
@@ -177,7 +204,7 @@ export function upstreamLimit<
     try {
       slot = limit.acquire(upstream(req));
     } catch (error) {
-      return next(error);
+      return fail(res, next, error);
     }
     if (!slot.allowed) return onLimit(req, res, slot);
     onExchangeEnd(req, res, slot.release);
