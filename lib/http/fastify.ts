@@ -6,7 +6,7 @@
  */
 import type { FastifyPluginCallback, FastifyReply, FastifyRequest } from 'fastify';
 import type { IncomingMessage } from 'node:http';
-import type { TrustProxy } from './client-ip.js';
+import type { Ipv6Subnet, TrustProxy } from './client-ip.js';
 import { rateLimitHeaders, retryAfter, type RateLimitDecision, type TokenBucketRefusal } from './headers.js';
 import type { Limiter } from '../limiter.js';
 import { onExchangeEnd } from './exchange.js';
@@ -26,6 +26,13 @@ export interface RateLimitHookOptions extends Partial<WindowQuotaOptions> {
   quota?: WindowQuota;
   /** Which proxies to believe for the default key; see {@link TrustProxy}. Defaults to `false`. */
   trustProxy?: TrustProxy;
+  /**
+   * How much of an IPv6 client address is one client in the default key: a prefix length in
+   * [32, 64], or `false` for the whole address; see {@link Ipv6Subnet}. IPv4 addresses, also
+   * IPv4-mapped ones, are keyed whole. Ignored when `key` is set (use `ipKey` there). Defaults
+   * to 56, as express-rate-limit v8.
+   */
+  ipv6Subnet?: Ipv6Subnet;
   /**
    * The key to count the request under. Defaults to the client IP per `trustProxy`, read from the
    * socket and `X-Forwarded-For` (Fastify's own `trustProxy` setting is not consulted).
@@ -63,6 +70,13 @@ export interface TokenBucketHookOptions {
   limiter: Limiter;
   /** Which proxies to believe for the default key; see {@link TrustProxy}. Defaults to `false`. */
   trustProxy?: TrustProxy;
+  /**
+   * How much of an IPv6 client address is one client in the default key: a prefix length in
+   * [32, 64], or `false` for the whole address; see {@link Ipv6Subnet}. IPv4 addresses, also
+   * IPv4-mapped ones, are keyed whole. Ignored when `key` is set (use `ipKey` there). Defaults
+   * to 56, as express-rate-limit v8.
+   */
+  ipv6Subnet?: Ipv6Subnet;
   /** The key to check the request under. Defaults to the client IP per `trustProxy`. */
   key?: (request: FastifyRequest) => string;
   /** The request's cost in the limiter's units. Defaults to 1. */

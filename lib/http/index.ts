@@ -15,7 +15,7 @@
  *
  * @module
  */
-export { clientIp, type TrustProxy } from './client-ip.js';
+export { clientIp, ipKey, type Ipv6Subnet, type TrustProxy } from './client-ip.js';
 export { rateLimitHeaders, type RateLimitDecision, type TokenBucketRefusal } from './headers.js';
 export {
   rateLimit,

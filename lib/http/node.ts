@@ -6,7 +6,7 @@
  */
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Limiter } from '../limiter.js';
-import type { TrustProxy } from './client-ip.js';
+import type { Ipv6Subnet, TrustProxy } from './client-ip.js';
 import { rateLimitHeaders, retryAfter, type RateLimitDecision, type TokenBucketRefusal } from './headers.js';
 import { onExchangeEnd } from './exchange.js';
 import { rateLimitConfig, tokenBucketConfig, upstreamLimitConfig } from './options.js';
@@ -55,6 +55,13 @@ export interface RateLimitOptions<
   quota?: WindowQuota;
   /** Which proxies to believe for the default key; see {@link TrustProxy}. Defaults to `false`. */
   trustProxy?: TrustProxy;
+  /**
+   * How much of an IPv6 client address is one client in the default key: a prefix length in
+   * [32, 64], or `false` for the whole address; see {@link Ipv6Subnet}. IPv4 addresses, also
+   * IPv4-mapped ones, are keyed whole. Ignored when `key` is set (use `ipKey` there). Defaults
+   * to 56, as express-rate-limit v8.
+   */
+  ipv6Subnet?: Ipv6Subnet;
   /** The key to count the request under. Defaults to the client IP per `trustProxy`. */
   key?: (req: Req) => string;
   /** Requests to let through uncounted and without headers, e.g. health checks. Defaults to none. */
@@ -113,6 +120,13 @@ export interface TokenBucketOptions<
   limiter: Limiter;
   /** Which proxies to believe for the default key; see {@link TrustProxy}. Defaults to `false`. */
   trustProxy?: TrustProxy;
+  /**
+   * How much of an IPv6 client address is one client in the default key: a prefix length in
+   * [32, 64], or `false` for the whole address; see {@link Ipv6Subnet}. IPv4 addresses, also
+   * IPv4-mapped ones, are keyed whole. Ignored when `key` is set (use `ipKey` there). Defaults
+   * to 56, as express-rate-limit v8.
+   */
+  ipv6Subnet?: Ipv6Subnet;
   /** The key to check the request under (a key in the limiter's table, say an API key). Defaults to the client IP. */
   key?: (req: Req) => string;
   /** The request's cost in the limiter's units (e.g. its Content-Length). Defaults to 1. */

@@ -11,7 +11,14 @@ import type { IncomingMessage } from 'node:http';
 import { invalidType } from '../errors.js';
 import { Limiter } from '../limiter.js';
 import { optionsObject } from '../options.js';
-import { clientIp, trustProxyOption, type TrustProxy } from './client-ip.js';
+import {
+  clientIp,
+  ipv6SubnetOption,
+  prefixKey,
+  trustProxyOption,
+  type Ipv6Subnet,
+  type TrustProxy,
+} from './client-ip.js';
 import { UpstreamLimit, type UpstreamLimitOptions } from './upstream.js';
 import { WindowQuota, type WindowQuotaOptions } from './window-quota.js';
 
@@ -25,6 +32,7 @@ type AnyFunction = (...args: never[]) => unknown;
 export interface RateLimitInput<R, H extends AnyFunction> extends Partial<WindowQuotaOptions> {
   quota?: WindowQuota;
   trustProxy?: TrustProxy;
+  ipv6Subnet?: Ipv6Subnet;
   key?: (request: R) => string;
   skip?: (request: R) => boolean;
   onLimit?: H;
@@ -42,6 +50,7 @@ export interface RateLimitConfig<R, H> {
 export interface TokenBucketInput<R, H extends AnyFunction> {
   limiter: Limiter;
   trustProxy?: TrustProxy;
+  ipv6Subnet?: Ipv6Subnet;
   key?: (request: R) => string;
   cost?: (request: R) => number;
   skip?: (request: R) => boolean;
@@ -85,10 +94,14 @@ function numberOption(name: string, value: number | undefined): number {
   return value;
 }
 
-/** The default key: the client IP per `trustProxy`. */
-function clientKey<R>(trustProxy: unknown, raw: RawRequest<R>): (request: R) => string {
-  const trust = trustProxyOption(trustProxy);
-  return (request) => clientIp(raw(request), trust);
+/** The default key: the client IP per `trustProxy`, an IPv6 one by its `ipv6Subnet` prefix. */
+function clientKey<R>(
+  options: { trustProxy?: TrustProxy; ipv6Subnet?: Ipv6Subnet },
+  raw: RawRequest<R>,
+): (request: R) => string {
+  const trust = trustProxyOption(options.trustProxy);
+  const subnet = ipv6SubnetOption(options.ipv6Subnet);
+  return (request) => prefixKey(clientIp(raw(request), trust), subnet);
 }
 
 /** Parses the options of `rateLimit`/`rateLimitHook`. */
@@ -99,7 +112,7 @@ export function rateLimitConfig<R, H extends AnyFunction>(
   const o = optionsObject(options);
   return {
     quota: windowQuota(o),
-    key: functionOption('key', o.key) ?? clientKey(o.trustProxy, raw),
+    key: functionOption('key', o.key) ?? clientKey(o, raw),
     skip: functionOption('skip', o.skip),
     onLimit: functionOption('onLimit', o.onLimit),
   };
@@ -132,7 +145,7 @@ export function tokenBucketConfig<R, H extends AnyFunction>(
   if (!(o.limiter instanceof Limiter)) throw invalidType('The "limiter" option', 'a Limiter', o.limiter);
   return {
     limiter: o.limiter,
-    key: functionOption('key', o.key) ?? clientKey(o.trustProxy, raw),
+    key: functionOption('key', o.key) ?? clientKey(o, raw),
     cost: functionOption('cost', o.cost) ?? (() => 1),
     skip: functionOption('skip', o.skip),
     onLimit: functionOption('onLimit', o.onLimit),
