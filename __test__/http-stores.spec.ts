@@ -1,9 +1,10 @@
 import fastifyRateLimitPlugin from '@fastify/rate-limit';
 import test from 'ava';
 import express from 'express';
-import { rateLimit as expressRateLimit } from 'express-rate-limit';
+import { MemoryStore, rateLimit as expressRateLimit } from 'express-rate-limit';
 import Fastify from 'fastify';
 import { createServer } from 'node:http';
+import { mock } from 'node:test';
 import { ManualClock } from '../lib/index.js';
 import { KeepcountFastifyStore, keepcountFastifyStore, KeepcountStore } from '../lib/http/index.js';
 import { title } from './helpers.js';
@@ -37,14 +38,14 @@ test(
     const info = await limiter.getKey('a');
     t.is(info?.totalHits, 3);
     t.true(info!.resetTime!.getTime() > Date.now() + 59_000);
-    t.is(await limiter.getKey('never-seen'), undefined);
+    t.is((await limiter.getKey('never-seen'))?.totalHits, 0);
 
     const refused = await get(port, '/', a);
     t.regex(String(refused.headers.ratelimit), /^"2-in-1min"; r=0; t=60$/);
     t.is(refused.headers['retry-after'], '60');
 
     await limiter.resetKey('a');
-    t.is(await limiter.getKey('a'), undefined);
+    t.is((await limiter.getKey('a'))?.totalHits, 0);
     t.is((await get(port, '/', a)).status, 200, 'reset key starts over');
 
     clock.advance(60_000);
@@ -66,13 +67,62 @@ test(title('KeepcountStore: decrement never goes below zero and resetAll forgets
   t.is(store.get('a')?.totalHits, 1);
   store.decrement('a');
   store.decrement('a');
-  t.is(store.get('a'), undefined);
+  t.is(store.get('a').totalHits, 0);
   t.is(store.increment('a').totalHits, 1, 'no negative count left behind');
   store.increment('b');
   store.resetAll();
-  t.is(store.get('a'), undefined);
-  t.is(store.get('b'), undefined);
+  t.is(store.get('a').totalHits, 0);
+  t.is(store.get('b').totalHits, 0);
 });
+
+test(title('KeepcountStore.get() reads a key counted back to zero as { totalHits: 0 }, as MemoryStore'), async (t) => {
+  const clock = new ManualClock();
+  const keepcount = new KeepcountStore({ clock });
+  const memory = new MemoryStore();
+  t.teardown(() => memory.shutdown());
+  for (const store of [keepcount, memory]) {
+    store.init({ windowMs: 60_000 } as never);
+    await store.increment('a');
+    await store.decrement('a');
+  }
+  const ours = keepcount.get('a');
+  const theirs = await memory.get('a');
+  t.is(theirs?.totalHits, 0);
+  t.is(ours.totalHits, 0);
+  t.true(ours.resetTime!.getTime() > Date.now() + 59_000);
+});
+
+test(
+  title('KeepcountStore takes the fractional and zero windowMs MemoryStore takes, and refuses a negative one'),
+  async (t) => {
+    for (const windowMs of [1500.5, 0]) {
+      const clock = new ManualClock();
+      const app = express();
+      app.use(expressRateLimit({ windowMs, limit: 1, store: new KeepcountStore({ clock }) }));
+      app.get('/', (_req, res) => void res.send('ok'));
+      const server = createServer(app);
+      const port = await listen(server);
+      t.teardown(() => close(server));
+      t.is((await get(port, '/')).status, 200, `windowMs ${windowMs}: the store initialised`);
+      if (windowMs === 0) {
+        // MemoryStore starts a new window on every request; here every millisecond does.
+        clock.advance(1);
+        t.is((await get(port, '/')).status, 200, 'windowMs 0: the next millisecond is a new window');
+      } else {
+        t.is((await get(port, '/')).status, 429);
+        clock.advance(1500);
+        t.is((await get(port, '/')).status, 429, 'windowMs 1500.5 counts as 1501 ms');
+        clock.advance(1);
+        t.is((await get(port, '/')).status, 200);
+      }
+    }
+    t.throws(() => new KeepcountStore().init({ windowMs: -1 }), {
+      instanceOf: RangeError,
+      code: 'ERR_OUT_OF_RANGE',
+      message: 'The "windowMs" option must be a number of milliseconds in [0, 4503599627370496]. Received -1',
+    });
+  },
+);
 
 test(title('express-rate-limit skipFailedRequests decrements through the store'), async (t) => {
   const clock = new ManualClock();
@@ -122,6 +172,26 @@ test(title('@fastify/rate-limit with the keepcount store limits globally and per
   clock.advance(4000);
   t.is((await get(port, '/')).status, 200);
 });
+
+test.serial(
+  title('@fastify/rate-limit with the default keepcount store follows fake timers, as LocalStore'),
+  async (t) => {
+    // node:test's mock timers, faking Date only, as a user's existing tests would. Serial: ava runs
+    // serial tests before concurrent ones, so no other test sees the fake Date.
+    mock.timers.enable({ apis: ['Date'], now: 1_000_000 });
+    t.teardown(() => mock.timers.reset());
+    const app = Fastify();
+    await app.register(fastifyRateLimitPlugin, { max: 1, timeWindow: 1000, store: KeepcountFastifyStore });
+    app.get('/', async () => 'ok');
+    await app.listen({ port: 0, host: '127.0.0.1' });
+    t.teardown(() => app.close());
+    const { port } = app.server.address() as { port: number };
+    t.is((await get(port, '/')).status, 200);
+    t.is((await get(port, '/')).status, 429);
+    mock.timers.tick(1000);
+    t.is((await get(port, '/')).status, 200, 'the faked second turned the window');
+  },
+);
 
 test(title('the fastify store reads without counting, and refuses per-key window extensions'), async (t) => {
   const clock = new ManualClock();
