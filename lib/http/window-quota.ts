@@ -1,5 +1,7 @@
 /** The framework-neutral request quota: a fixed window per key, counted in a keepcount {@link Rate}. */
 import type { Clock } from '../clock.js';
+import { outOfRange } from '../errors.js';
+import { MAX_COUNTERS, MAX_HASHES } from '../limits.js';
 import { integerOption, optionsObject } from '../options.js';
 import { Rate } from '../rate.js';
 import { policyName, type RateLimitDecision } from './headers.js';
@@ -30,6 +32,20 @@ const MAX_CLIENTS = 1_000_000;
 export function slotsFor(clients: number, hashes: number): number {
   const perRow = -Math.log1p(-(WRONG_REFUSAL ** (1 / hashes)));
   return Math.ceil(1 / -Math.expm1(-perRow / clients));
+}
+
+/** Slots for the `clients` option with `hashes` rows, checked against the sketch size limit. */
+function clientSlots(value: unknown, hashes: number): number {
+  const clients = integerOption('clients', value, 1, MAX_CLIENTS, DEFAULT_CLIENTS);
+  const slots = slotsFor(clients, hashes);
+  if (slots * hashes > MAX_COUNTERS) {
+    throw outOfRange(
+      'The "clients" option',
+      `small enough that hashes × slots <= ${MAX_COUNTERS} (it needs ${slots} slots with ${hashes} hashes)`,
+      clients,
+    );
+  }
+  return slots;
 }
 
 /** Options of {@link WindowQuota}. */
@@ -63,7 +79,10 @@ export interface WindowQuotaOptions {
  *
  * Semantics, and where they differ from an exact per-key counter:
  * - One window for all keys, as in keepcount's `Rate`: it starts on the first request at least
- *   `windowMs` after the previous start. A client's first window may therefore be shorter.
+ *   `windowMs` after the previous start. A client's first window may therefore be shorter (1 ms
+ *   to `windowMs`), so a new client can get 2 × `limit` requests within 1 ms of arriving, which
+ *   per-key windows allow (less one) only a window after the first request; in any span of
+ *   `windowMs` both admit at most 2 × `limit`.
  * - Counts are count-min sketch estimates: never low, but a key that collides with other keys in
  *   every row reads high and can be refused early. The sketch is sized from the `clients` you
  *   expect per window ({@link slotsFor}): with that many keys, a wrong refusal has probability at
@@ -93,12 +112,11 @@ export class WindowQuota {
     this.limit = integerOption('limit', o.limit, 0, Number.MAX_SAFE_INTEGER);
     this.windowMs = integerOption('windowMs', o.windowMs, 1, 2 ** 52);
     this.policy = policyName(o.policy ?? 'default');
-    const hashes = o.hashes ?? DEFAULT_HASHES;
-    const clients = integerOption('clients', o.clients, 1, MAX_CLIENTS, DEFAULT_CLIENTS);
+    const hashes = integerOption('hashes', o.hashes, 1, MAX_HASHES, DEFAULT_HASHES);
     this.#rate = new Rate({
       intervalMs: this.windowMs,
       hashes,
-      slots: o.slots ?? slotsFor(clients, typeof hashes === 'number' ? hashes : DEFAULT_HASHES),
+      slots: o.slots ?? clientSlots(o.clients, hashes),
       seed: o.seed,
       clock: o.clock,
     });
