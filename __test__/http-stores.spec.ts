@@ -7,7 +7,7 @@ import { createServer } from 'node:http';
 import { mock } from 'node:test';
 import { ManualClock } from '../lib/index.js';
 import { KeepcountFastifyStore, keepcountFastifyStore, KeepcountStore } from '../lib/http/index.js';
-import { title } from './helpers.js';
+import { prng, title } from './helpers.js';
 import { close, get, listen } from './http-client.js';
 
 test(
@@ -121,6 +121,66 @@ test(
       code: 'ERR_OUT_OF_RANGE',
       message: 'The "windowMs" option must be a number of milliseconds in [0, 4503599627370496]. Received -1',
     });
+  },
+);
+
+test.serial(
+  title('the shared window: at most 2 × limit in any windowMs span, a first window as short as 1 ms'),
+  async (t) => {
+    // Measures the worst case the shared window has and per-key windows (MemoryStore) do not, on
+    // the same fake Date. Serial: ava runs serial tests first, so no other test sees the fake Date.
+    const limit = 5;
+    const windowMs = 1000;
+    mock.timers.enable({ apis: ['Date'], now: 0 });
+    t.teardown(() => mock.timers.reset());
+    /** Sends `n` requests for `key` now; returns how many were admitted (totalHits <= limit). */
+    const send = async (store: KeepcountStore | MemoryStore, key: string, n: number) => {
+      let admitted = 0;
+      for (let i = 0; i < n; i++) if ((await store.increment(key)).totalHits <= limit) admitted++;
+      return admitted;
+    };
+    const keepcount = new KeepcountStore();
+    const memory = new MemoryStore();
+    t.teardown(() => memory.shutdown());
+    keepcount.init({ windowMs });
+    memory.init({ windowMs } as never);
+
+    // Someone else started the shared window at 0; a new client arrives at 999 ms.
+    await send(keepcount, 'someone', 1);
+    mock.timers.tick(windowMs - 1);
+    const first = await send(keepcount, 'new', limit + 1);
+    mock.timers.tick(1);
+    const second = await send(keepcount, 'new', limit + 1);
+    t.is(first + second, 2 * limit, 'keepcount: 2 × limit within 1 ms of a new client arriving');
+
+    // MemoryStore: the client's window starts at its own first request; the same burst needs a
+    // full window first and reaches 2 × limit − 1.
+    const start = Date.now();
+    const opening = await send(memory, 'new', 1);
+    mock.timers.tick(windowMs - 1);
+    const late = await send(memory, 'new', limit + 1);
+    mock.timers.tick(1);
+    const next = await send(memory, 'new', limit + 1);
+    t.is(opening, 1);
+    t.is(late + next, 2 * limit - 1, 'MemoryStore: 2 × limit − 1 within 1 ms, after a full window');
+    t.is(Date.now() - start, windowMs);
+
+    // Any span of windowMs, random arrivals over 50 windows (seed 12): never more than 2 × limit.
+    const random = prng(12);
+    const admittedAt: number[] = [];
+    const store = new KeepcountStore();
+    store.init({ windowMs });
+    for (let i = 0; i < 2000; i++) {
+      mock.timers.tick(Math.floor(random() * 50));
+      if ((await send(store, 'client', 1)) === 1) admittedAt.push(Date.now());
+    }
+    let worst = 0;
+    for (let i = 0, j = 0; i < admittedAt.length; i++) {
+      while (admittedAt[i]! - admittedAt[j]! >= windowMs) j++;
+      worst = Math.max(worst, i - j + 1);
+    }
+    t.log(`most admitted in any ${windowMs} ms span: ${worst} (limit ${limit})`);
+    t.true(worst <= 2 * limit);
   },
 );
 

@@ -4,7 +4,7 @@
  * Where it differs from express-rate-limit's exact `MemoryStore`:
  * - One window for all keys (keepcount's `Rate`): it starts on the first request at least
  *   `windowMs` after the previous start, so `resetTime` is the same for every key, and a client's
- *   first window may be shorter than `windowMs`.
+ *   first window may be shorter than `windowMs` (see `WindowQuota` for the worst case).
  * - `totalHits` is a count-min estimate: never low, sometimes high when a key collides with busy
  *   keys in every row (see `slots`).
  * - `resetKey(key)` subtracts the key's current estimate from each of its counters. Keys sharing a
