@@ -255,6 +255,27 @@ for (const [name, serve] of Object.entries(frameworks)) {
     );
   });
 
+  test(title(`${name}: a request that reaches upstreamLimit after its connection died holds no slot`), async (t) => {
+    const limit = new UpstreamLimit({ max: 20 });
+    let waiting = 0;
+    const all = deferred();
+    // Holds each request until its connection is gone, as a slow middleware before the limit would.
+    const untilGone: Middleware = (req, _res, next) => {
+      if (++waiting === 5) all.resolve();
+      req.socket.once('close', () => setImmediate(next));
+    };
+    let reached = 0;
+    const server = serve([untilGone, upstreamLimit({ limit })], (_req, res) => {
+      reached++;
+      res.end('ok');
+    });
+    const port = await listen(server);
+    t.teardown(() => close(server));
+    await pipelineAndLeave(port, '/', 5, all.promise);
+    t.true(await eventually(() => reached === 5, 1000), 'every request went on after its connection died');
+    t.is(limit.inflight.get('default'), 0);
+  });
+
   test(title(`${name}: a deadline on the upstream call answers 504 when it is slow`), async (t) => {
     const upstream = createServer((req, res) => {
       const delay = req.url === '/slow' ? 1000 : 0;
