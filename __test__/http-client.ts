@@ -1,6 +1,6 @@
 /** Loopback HTTP for the http*.spec.ts files: start servers on port 0, send bounded requests. */
 import { request as httpRequest, type IncomingHttpHeaders, type Server } from 'node:http';
-import type { AddressInfo } from 'node:net';
+import { connect, type AddressInfo } from 'node:net';
 
 export interface Reply {
   status: number;
@@ -44,6 +44,21 @@ export function abortAfter(port: number, path: string, arrived: Promise<unknown>
     req.on('close', () => resolve());
     req.end();
     void arrived.then(() => req.destroy());
+  });
+}
+
+/**
+ * A raw HTTP/1.1 client that pipelines `count` GETs of `path` on one connection, then closes the
+ * connection once `arrived` resolves; resolves when the socket is gone.
+ */
+export function pipelineAndLeave(port: number, path: string, count: number, arrived: Promise<unknown>): Promise<void> {
+  return new Promise((resolve, reject) => {
+    const socket = connect(port, '127.0.0.1', () => {
+      socket.write(`GET ${path} HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n`.repeat(count));
+      void arrived.then(() => socket.destroy());
+    });
+    socket.on('error', reject);
+    socket.on('close', () => resolve());
   });
 }
 

@@ -1,10 +1,10 @@
 import test from 'ava';
 import Fastify from 'fastify';
 import { Limiter, ManualClock } from '../lib/index.js';
-import { rateLimitHook, upstreamLimitHook, keepcountFastify } from '../lib/http/fastify.js';
+import { rateLimitHook, tokenBucketHook, upstreamLimitHook, keepcountFastify } from '../lib/http/fastify.js';
 import { UpstreamLimit } from '../lib/http/index.js';
 import { title } from './helpers.js';
-import { abortAfter, deferred, eventually, get, parseField } from './http-client.js';
+import { abortAfter, deferred, eventually, get, parseField, pipelineAndLeave } from './http-client.js';
 
 async function start(app: ReturnType<typeof Fastify>): Promise<number> {
   await app.listen({ port: 0, host: '127.0.0.1' });
@@ -101,6 +101,85 @@ test(title('fastify hook: 503 above the in-flight threshold, slots released on f
     await abortAfter(port, '/hang', arrived.promise);
     t.true(await eventually(() => limit.inflight.get('default') === 0), `abort ${i} released`);
   }
+});
+
+test(title('fastify hook: a pipelining client that leaves gives back every slot it took'), async (t) => {
+  const limit = new UpstreamLimit({ max: 20 });
+  const app = Fastify();
+  let arrivals = 0;
+  let all = deferred();
+  app.get('/hang', { onRequest: upstreamLimitHook({ limit }) }, (_request, _reply) => {
+    if (++arrivals === 20) all.resolve(); // never replies: only the client leaving ends these
+  });
+  app.get('/', { onRequest: upstreamLimitHook({ limit }) }, async () => 'ok');
+  const port = await start(app);
+  t.teardown(() => app.close());
+
+  for (let burst = 0; burst < 2; burst++) {
+    arrivals = 0;
+    all = deferred();
+    const leaving = pipelineAndLeave(port, '/hang', 20, all.promise);
+    await all.promise;
+    t.is(limit.inflight.get('default'), 20, 'every pipelined request took a slot');
+    await leaving;
+    const left = performance.now();
+    t.true(await eventually(() => limit.inflight.get('default') === 0, 1000), `burst ${burst}: all released`);
+    t.log(`burst ${burst}: in-flight back to 0 ${(performance.now() - left).toFixed(1)} ms after the client left`);
+  }
+  const legit = await Promise.all(Array.from({ length: 5 }, () => get(port, '/')));
+  t.deepEqual(
+    legit.map((r) => r.status),
+    [200, 200, 200, 200, 200],
+  );
+});
+
+test(title('fastify hooks: a failing key, cost or upstream reaches the error handler, never the route'), async (t) => {
+  const keyError = Object.assign(new Error('no key for this request'), { code: 'E_TEST_KEY' });
+  const throwKey = () => {
+    throw keyError;
+  };
+  const limiter = new Limiter({ bestEffort: { requests: { perSecond: 10, burst: 10 } } });
+  const thrown = { instanceOf: Error, code: 'E_TEST_KEY', message: 'no key for this request' };
+  const cases = {
+    '/rate-key': { onRequest: rateLimitHook({ limit: 5, windowMs: 1000, key: throwKey }), error: thrown },
+    '/bucket-key': { onRequest: tokenBucketHook({ limiter, key: throwKey }), error: thrown },
+    '/bucket-nan': {
+      onRequest: tokenBucketHook({ limiter, cost: () => NaN }),
+      error: {
+        instanceOf: RangeError,
+        code: 'ERR_OUT_OF_RANGE',
+        message: 'The "cost" argument must be a safe integer >= 0. Received NaN',
+      },
+    },
+    '/upstream': { onRequest: upstreamLimitHook({ max: 1, upstream: throwKey }), error: thrown },
+  };
+  const app = Fastify();
+  const errors: unknown[] = [];
+  let admitted = 0;
+  app.setErrorHandler(async (error, _request, reply) => {
+    errors.push(error);
+    return reply.code(500).send('failed');
+  });
+  for (const [path, { onRequest }] of Object.entries(cases)) {
+    app.get(path, { onRequest }, async () => {
+      admitted++;
+      return 'admitted';
+    });
+  }
+  const port = await start(app);
+  t.teardown(() => app.close());
+  for (const [path, { error }] of Object.entries(cases)) {
+    t.is((await get(port, path)).status, 500, path);
+    t.throws(
+      () => {
+        throw errors.at(-1);
+      },
+      error,
+      path,
+    );
+  }
+  t.is(errors.length, Object.keys(cases).length);
+  t.is(admitted, 0);
 });
 
 test(title('fastify plugin: a token-bucket Limiter refuses past the burst with Retry-After'), async (t) => {

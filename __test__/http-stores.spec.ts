@@ -1,12 +1,13 @@
 import fastifyRateLimitPlugin from '@fastify/rate-limit';
 import test from 'ava';
 import express from 'express';
-import { rateLimit as expressRateLimit } from 'express-rate-limit';
+import { MemoryStore, rateLimit as expressRateLimit } from 'express-rate-limit';
 import Fastify from 'fastify';
 import { createServer } from 'node:http';
+import { mock } from 'node:test';
 import { ManualClock } from '../lib/index.js';
 import { KeepcountFastifyStore, keepcountFastifyStore, KeepcountStore } from '../lib/http/index.js';
-import { title } from './helpers.js';
+import { prng, title } from './helpers.js';
 import { close, get, listen } from './http-client.js';
 
 test(
@@ -37,14 +38,14 @@ test(
     const info = await limiter.getKey('a');
     t.is(info?.totalHits, 3);
     t.true(info!.resetTime!.getTime() > Date.now() + 59_000);
-    t.is(await limiter.getKey('never-seen'), undefined);
+    t.is((await limiter.getKey('never-seen'))?.totalHits, 0);
 
     const refused = await get(port, '/', a);
     t.regex(String(refused.headers.ratelimit), /^"2-in-1min"; r=0; t=60$/);
     t.is(refused.headers['retry-after'], '60');
 
     await limiter.resetKey('a');
-    t.is(await limiter.getKey('a'), undefined);
+    t.is((await limiter.getKey('a'))?.totalHits, 0);
     t.is((await get(port, '/', a)).status, 200, 'reset key starts over');
 
     clock.advance(60_000);
@@ -66,13 +67,122 @@ test(title('KeepcountStore: decrement never goes below zero and resetAll forgets
   t.is(store.get('a')?.totalHits, 1);
   store.decrement('a');
   store.decrement('a');
-  t.is(store.get('a'), undefined);
+  t.is(store.get('a').totalHits, 0);
   t.is(store.increment('a').totalHits, 1, 'no negative count left behind');
   store.increment('b');
   store.resetAll();
-  t.is(store.get('a'), undefined);
-  t.is(store.get('b'), undefined);
+  t.is(store.get('a').totalHits, 0);
+  t.is(store.get('b').totalHits, 0);
 });
+
+test(title('KeepcountStore.get() reads a key counted back to zero as { totalHits: 0 }, as MemoryStore'), async (t) => {
+  const clock = new ManualClock();
+  const keepcount = new KeepcountStore({ clock });
+  const memory = new MemoryStore();
+  t.teardown(() => memory.shutdown());
+  for (const store of [keepcount, memory]) {
+    store.init({ windowMs: 60_000 } as never);
+    await store.increment('a');
+    await store.decrement('a');
+  }
+  const ours = keepcount.get('a');
+  const theirs = await memory.get('a');
+  t.is(theirs?.totalHits, 0);
+  t.is(ours.totalHits, 0);
+  t.true(ours.resetTime!.getTime() > Date.now() + 59_000);
+});
+
+test(
+  title('KeepcountStore takes the fractional and zero windowMs MemoryStore takes, and refuses a negative one'),
+  async (t) => {
+    for (const windowMs of [1500.5, 0]) {
+      const clock = new ManualClock();
+      const app = express();
+      app.use(expressRateLimit({ windowMs, limit: 1, store: new KeepcountStore({ clock }) }));
+      app.get('/', (_req, res) => void res.send('ok'));
+      const server = createServer(app);
+      const port = await listen(server);
+      t.teardown(() => close(server));
+      t.is((await get(port, '/')).status, 200, `windowMs ${windowMs}: the store initialised`);
+      if (windowMs === 0) {
+        // MemoryStore starts a new window on every request; here every millisecond does.
+        clock.advance(1);
+        t.is((await get(port, '/')).status, 200, 'windowMs 0: the next millisecond is a new window');
+      } else {
+        t.is((await get(port, '/')).status, 429);
+        clock.advance(1500);
+        t.is((await get(port, '/')).status, 429, 'windowMs 1500.5 counts as 1501 ms');
+        clock.advance(1);
+        t.is((await get(port, '/')).status, 200);
+      }
+    }
+    t.throws(() => new KeepcountStore().init({ windowMs: -1 }), {
+      instanceOf: RangeError,
+      code: 'ERR_OUT_OF_RANGE',
+      message: 'The "windowMs" option must be a number of milliseconds in [0, 4503599627370496]. Received -1',
+    });
+  },
+);
+
+test.serial(
+  title('the shared window: at most 2 × limit in any windowMs span, a first window as short as 1 ms'),
+  async (t) => {
+    // Measures the worst case the shared window has and per-key windows (MemoryStore) do not, on
+    // the same fake Date. Serial: ava runs serial tests first, so no other test sees the fake Date.
+    const limit = 5;
+    const windowMs = 1000;
+    mock.timers.enable({ apis: ['Date'], now: 0 });
+    t.teardown(() => mock.timers.reset());
+    /** Sends `n` requests for `key` now; returns how many were admitted (totalHits <= limit). */
+    const send = async (store: KeepcountStore | MemoryStore, key: string, n: number) => {
+      let admitted = 0;
+      for (let i = 0; i < n; i++) if ((await store.increment(key)).totalHits <= limit) admitted++;
+      return admitted;
+    };
+    const keepcount = new KeepcountStore();
+    const memory = new MemoryStore();
+    t.teardown(() => memory.shutdown());
+    keepcount.init({ windowMs });
+    memory.init({ windowMs } as never);
+
+    // Someone else started the shared window at 0; a new client arrives at 999 ms.
+    await send(keepcount, 'someone', 1);
+    mock.timers.tick(windowMs - 1);
+    const first = await send(keepcount, 'new', limit + 1);
+    mock.timers.tick(1);
+    const second = await send(keepcount, 'new', limit + 1);
+    t.is(first + second, 2 * limit, 'keepcount: 2 × limit within 1 ms of a new client arriving');
+
+    // MemoryStore: the client's window starts at its own first request; the same burst needs a
+    // full window first and reaches 2 × limit − 1.
+    const start = Date.now();
+    const opening = await send(memory, 'new', 1);
+    mock.timers.tick(windowMs - 1);
+    const late = await send(memory, 'new', limit + 1);
+    mock.timers.tick(1);
+    const next = await send(memory, 'new', limit + 1);
+    t.is(opening, 1);
+    t.is(late + next, 2 * limit - 1, 'MemoryStore: 2 × limit − 1 within 1 ms, after a full window');
+    t.is(Date.now() - start, windowMs);
+
+    // Any span of windowMs, random arrivals over 50 windows (seed 12): never more than 2 × limit.
+    const random = prng(12);
+    const admittedAt: number[] = [];
+    const store = new KeepcountStore();
+    store.init({ windowMs });
+    for (let i = 0; i < 2000; i++) {
+      mock.timers.tick(Math.floor(random() * 50));
+      if ((await send(store, 'client', 1)) === 1) admittedAt.push(Date.now());
+    }
+    let worst = 0;
+    for (let i = 0, j = 0; i < admittedAt.length; i++) {
+      while (admittedAt[i]! - admittedAt[j]! >= windowMs) j++;
+      worst = Math.max(worst, i - j + 1);
+    }
+    t.log(`most admitted in any ${windowMs} ms span: ${worst} (limit ${limit})`);
+    t.true(worst <= 2 * limit);
+  },
+);
 
 test(title('express-rate-limit skipFailedRequests decrements through the store'), async (t) => {
   const clock = new ManualClock();
@@ -122,6 +232,26 @@ test(title('@fastify/rate-limit with the keepcount store limits globally and per
   clock.advance(4000);
   t.is((await get(port, '/')).status, 200);
 });
+
+test.serial(
+  title('@fastify/rate-limit with the default keepcount store follows fake timers, as LocalStore'),
+  async (t) => {
+    // node:test's mock timers, faking Date only, as a user's existing tests would. Serial: ava runs
+    // serial tests before concurrent ones, so no other test sees the fake Date.
+    mock.timers.enable({ apis: ['Date'], now: 1_000_000 });
+    t.teardown(() => mock.timers.reset());
+    const app = Fastify();
+    await app.register(fastifyRateLimitPlugin, { max: 1, timeWindow: 1000, store: KeepcountFastifyStore });
+    app.get('/', async () => 'ok');
+    await app.listen({ port: 0, host: '127.0.0.1' });
+    t.teardown(() => app.close());
+    const { port } = app.server.address() as { port: number };
+    t.is((await get(port, '/')).status, 200);
+    t.is((await get(port, '/')).status, 429);
+    mock.timers.tick(1000);
+    t.is((await get(port, '/')).status, 200, 'the faked second turned the window');
+  },
+);
 
 test(title('the fastify store reads without counting, and refuses per-key window extensions'), async (t) => {
   const clock = new ManualClock();

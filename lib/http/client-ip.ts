@@ -31,6 +31,97 @@ export function trustProxyOption(value: unknown): TrustProxy {
   throw invalidType('The "trustProxy" option', 'false, a number or a function', value);
 }
 
+/**
+ * How much of an IPv6 address names one client: `false` for the whole address, else the prefix
+ * length in bits, an integer in [32, 64]. Defaults to 56, as express-rate-limit v8: providers hand
+ * a customer a /48 to /64, so a /128 key would let one host rotate through 2^64 or more addresses
+ * (and keys). A /56 can lump a few customers of a provider that hands out /64s together; choose
+ * 64 when your clients' providers do, 48 when they hand out /48s.
+ */
+export type Ipv6Subnet = number | false;
+
+/** express-rate-limit v8's default prefix. */
+export const DEFAULT_IPV6_SUBNET = 56;
+
+/** Validates an {@link Ipv6Subnet} option. @internal */
+export function ipv6SubnetOption(value: unknown): Ipv6Subnet {
+  if (value === undefined) return DEFAULT_IPV6_SUBNET;
+  if (value === false) return false;
+  if (typeof value !== 'number') throw invalidType('The "ipv6Subnet" option', 'false or a number', value);
+  if (!Number.isInteger(value) || value < 32 || value > 64) {
+    throw outOfRange('The "ipv6Subnet" option', 'false or an integer in [32, 64]', value);
+  }
+  return value;
+}
+
+/** An IPv6 address (valid per `isIP`, zone removed) as its eight 16-bit groups. */
+function groups(ip: string): number[] {
+  const parse = (part: string): number[] =>
+    part === ''
+      ? []
+      : part.split(':').flatMap((g) => {
+          if (!g.includes('.')) return [parseInt(g, 16)];
+          const [a, b, c, d] = g.split('.').map(Number) as [number, number, number, number];
+          return [(a << 8) | b, (c << 8) | d];
+        });
+  const [head = '', tail] = ip.split('::');
+  const left = parse(head);
+  const right = tail === undefined ? [] : parse(tail);
+  return [...left, ...Array<number>(8 - left.length - right.length).fill(0), ...right];
+}
+
+/** Eight groups in RFC 5952's canonical text: lowercase, the longest run of zero groups as `::`. */
+function canonical(g: number[]): string {
+  let best = -1;
+  let bestLength = 1;
+  for (let i = 0; i < 8;) {
+    let j = i;
+    while (j < 8 && g[j] === 0) j++;
+    if (j - i > bestLength) [best, bestLength] = [i, j - i];
+    i = j === i ? i + 1 : j;
+  }
+  const hex = g.map((n) => n.toString(16));
+  if (best < 0) return hex.join(':');
+  return `${hex.slice(0, best).join(':')}::${hex.slice(best + bestLength).join(':')}`;
+}
+
+/**
+ * The rate-limit key of a client address, as express-rate-limit v8's `ipKeyGenerator`: an IPv4
+ * address as it is; an IPv4 address carried in IPv6 (`::ffff:203.0.113.7`, `::ffff:cb00:7107`,
+ * the deprecated `::203.0.113.7`) as that IPv4 address, so IPv4 clients are never lumped into one
+ * IPv6 prefix; any other IPv6 address as its `ipv6Subnet` prefix in canonical form
+ * (`2001:db8:1::/56`), or the whole address canonically when `ipv6Subnet` is `false`. Anything
+ * that is not an IP address (`'unknown'`) is returned unchanged.
+ *
+ * @example
+ * ```ts
+ * ipKey('2001:db8:1:2::1'); // '2001:db8:1::/56'
+ * ipKey('::ffff:203.0.113.7'); // '203.0.113.7'
+ * // A custom key for @fastify/rate-limit, keyed by the same prefixes:
+ * keyGenerator: (request) => ipKey(request.ip),
+ * ```
+ */
+export function ipKey(ip: string, ipv6Subnet: Ipv6Subnet = DEFAULT_IPV6_SUBNET): string {
+  return prefixKey(ip, ipv6SubnetOption(ipv6Subnet));
+}
+
+/** {@link ipKey} with a validated `subnet`. @internal */
+export function prefixKey(ip: string, subnet: Ipv6Subnet): string {
+  if (isIP(ip) !== 6) return ip;
+  const address = ip.replace(/%.*$/, '');
+  const g = groups(address);
+  const zeros = (n: number): boolean => g.slice(0, n).every((x) => x === 0);
+  if ((zeros(5) && g[5] === 0xffff) || (zeros(6) && address.includes('.'))) {
+    return [g[6]! >> 8, g[6]! & 0xff, g[7]! >> 8, g[7]! & 0xff].join('.');
+  }
+  if (subnet === false) return canonical(g);
+  const masked = g.map((x, i) => {
+    const bits = Math.min(16, Math.max(0, subnet - 16 * i));
+    return x & ((0xffff << (16 - bits)) & 0xffff);
+  });
+  return `${canonical(masked)}/${subnet}`;
+}
+
 /** `::ffff:127.0.0.1` (an IPv4 peer on a dual-stack socket) as `127.0.0.1`. */
 function normalize(ip: string): string {
   return ip.startsWith('::ffff:') && isIP(ip.slice(7)) === 4 ? ip.slice(7) : ip;

@@ -5,19 +5,17 @@
  * @module
  */
 import type { FastifyPluginCallback, FastifyReply, FastifyRequest } from 'fastify';
-import { clientIp, trustProxyOption, type TrustProxy } from './client-ip.js';
-import { rateLimitHeaders, type RateLimitDecision } from './headers.js';
+import type { IncomingMessage } from 'node:http';
+import type { Ipv6Subnet, TrustProxy } from './client-ip.js';
+import { rateLimitHeaders, retryAfter, type RateLimitDecision, type TokenBucketRefusal } from './headers.js';
 import type { Limiter } from '../limiter.js';
-import {
-  functionOption,
-  limiterOption,
-  quotaOf,
-  retryAfter,
-  upstreamLimitOf,
-  type TokenBucketRefusal,
-} from './node.js';
+import { onExchangeEnd } from './exchange.js';
+import { rateLimitConfig, tokenBucketConfig, upstreamLimitConfig } from './options.js';
 import type { WindowQuota, WindowQuotaOptions } from './window-quota.js';
 import type { UpstreamLimit, UpstreamLimitOptions, UpstreamSlot } from './upstream.js';
+
+/** Where Node's request is in Fastify's. */
+const raw = (request: FastifyRequest): IncomingMessage => request.raw;
 
 /** An async `onRequest` hook. */
 export type OnRequestHook = (request: FastifyRequest, reply: FastifyReply) => Promise<void>;
@@ -28,6 +26,13 @@ export interface RateLimitHookOptions extends Partial<WindowQuotaOptions> {
   quota?: WindowQuota;
   /** Which proxies to believe for the default key; see {@link TrustProxy}. Defaults to `false`. */
   trustProxy?: TrustProxy;
+  /**
+   * How much of an IPv6 client address is one client in the default key: a prefix length in
+   * [32, 64], or `false` for the whole address; see {@link Ipv6Subnet}. IPv4 addresses, also
+   * IPv4-mapped ones, are keyed whole. Ignored when `key` is set (use `ipKey` there). Defaults
+   * to 56, as express-rate-limit v8.
+   */
+  ipv6Subnet?: Ipv6Subnet;
   /**
    * The key to count the request under. Defaults to the client IP per `trustProxy`, read from the
    * socket and `X-Forwarded-For` (Fastify's own `trustProxy` setting is not consulted).
@@ -48,13 +53,7 @@ export interface RateLimitHookOptions extends Partial<WindowQuotaOptions> {
  * ```
  */
 export function rateLimitHook(options: RateLimitHookOptions): OnRequestHook {
-  const quota = quotaOf(options);
-  const trustProxy = trustProxyOption(options.trustProxy);
-  const key =
-    functionOption<(r: FastifyRequest) => string>('key', options.key) ??
-    ((request: FastifyRequest) => clientIp(request.raw, trustProxy));
-  const skip = functionOption<(r: FastifyRequest) => boolean>('skip', options.skip);
-  const onLimit = functionOption<NonNullable<RateLimitHookOptions['onLimit']>>('onLimit', options.onLimit);
+  const { quota, key, skip, onLimit } = rateLimitConfig(options, raw);
   return async (request, reply) => {
     if (skip?.(request) === true) return;
     const decision = quota.consume(key(request));
@@ -71,6 +70,13 @@ export interface TokenBucketHookOptions {
   limiter: Limiter;
   /** Which proxies to believe for the default key; see {@link TrustProxy}. Defaults to `false`. */
   trustProxy?: TrustProxy;
+  /**
+   * How much of an IPv6 client address is one client in the default key: a prefix length in
+   * [32, 64], or `false` for the whole address; see {@link Ipv6Subnet}. IPv4 addresses, also
+   * IPv4-mapped ones, are keyed whole. Ignored when `key` is set (use `ipKey` there). Defaults
+   * to 56, as express-rate-limit v8.
+   */
+  ipv6Subnet?: Ipv6Subnet;
   /** The key to check the request under. Defaults to the client IP per `trustProxy`. */
   key?: (request: FastifyRequest) => string;
   /** The request's cost in the limiter's units. Defaults to 1. */
@@ -92,18 +98,11 @@ export interface TokenBucketHookOptions {
  * ```
  */
 export function tokenBucketHook(options: TokenBucketHookOptions): OnRequestHook {
-  const limiter = limiterOption(options.limiter);
-  const trustProxy = trustProxyOption(options.trustProxy);
-  const key =
-    functionOption<(r: FastifyRequest) => string>('key', options.key) ??
-    ((request: FastifyRequest) => clientIp(request.raw, trustProxy));
-  const cost = functionOption<(r: FastifyRequest) => number>('cost', options.cost);
-  const skip = functionOption<(r: FastifyRequest) => boolean>('skip', options.skip);
-  const onLimit = functionOption<NonNullable<TokenBucketHookOptions['onLimit']>>('onLimit', options.onLimit);
+  const { limiter, key, cost, skip, onLimit } = tokenBucketConfig(options, raw);
   return async (request, reply) => {
     if (skip?.(request) === true) return;
     const k = key(request);
-    const decision = limiter.check(k, cost === undefined ? 1 : cost(request));
+    const decision = limiter.check(k, cost(request));
     if (decision.allowed) return;
     const after = retryAfter(decision.retryAfterMs);
     if (after !== undefined) reply.header('Retry-After', after);
@@ -124,8 +123,8 @@ export interface UpstreamLimitHookOptions extends Partial<UpstreamLimitOptions> 
 
 /**
  * An `onRequest` hook capping requests in flight per upstream like the node `upstreamLimit`
- * middleware: 503 over `max`, the slot released when the raw response closes (finished, failed or
- * aborted).
+ * middleware: 503 over `max`, the slot released when the exchange is over (the response finished,
+ * failed or was aborted, or the connection closed, pipelined requests queued on it included).
  *
  * @example
  * ```ts
@@ -133,9 +132,7 @@ export interface UpstreamLimitHookOptions extends Partial<UpstreamLimitOptions> 
  * ```
  */
 export function upstreamLimitHook(options: UpstreamLimitHookOptions): OnRequestHook {
-  const limit = upstreamLimitOf(options);
-  const upstream = functionOption<(r: FastifyRequest) => string>('upstream', options.upstream) ?? (() => 'default');
-  const onLimit = functionOption<NonNullable<UpstreamLimitHookOptions['onLimit']>>('onLimit', options.onLimit);
+  const { limit, upstream, onLimit } = upstreamLimitConfig(options);
   return async (request, reply) => {
     const slot = limit.acquire(upstream(request));
     if (!slot.allowed) {
@@ -148,8 +145,7 @@ export function upstreamLimitHook(options: UpstreamLimitHookOptions): OnRequestH
           .send('Service Unavailable\n');
       return;
     }
-    reply.raw.once('close', slot.release);
-    if (reply.raw.destroyed) slot.release();
+    onExchangeEnd(request.raw, reply.raw, slot.release);
   };
 }
 

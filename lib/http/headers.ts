@@ -36,6 +36,14 @@ export interface RateLimitDecision {
   key: string;
 }
 
+/** What a refused token-bucket request gets: the key and how long to wait. */
+export interface TokenBucketRefusal {
+  /** The key the request was checked under. */
+  key: string;
+  /** Milliseconds until the same request would be admitted, or `Infinity` when never. */
+  retryAfterMs: number;
+}
+
 /** Names a policy: printable ASCII, as an sf-string allows. @internal */
 export function policyName(value: unknown): string {
   if (typeof value !== 'string' || !/^[\x20-\x7e]*$/.test(value)) {
@@ -66,4 +74,9 @@ export function rateLimitHeaders(decision: RateLimitDecision): Record<string, st
   };
   if (!decision.allowed) headers['Retry-After'] = String(Math.max(1, seconds(decision.resetMs)));
   return headers;
+}
+
+/** `Retry-After` for a token-bucket refusal, or `undefined` when waiting never helps. */
+export function retryAfter(retryAfterMs: number): string | undefined {
+  return Number.isFinite(retryAfterMs) ? String(Math.max(1, seconds(retryAfterMs))) : undefined;
 }

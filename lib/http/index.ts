@@ -15,8 +15,8 @@
  *
  * @module
  */
-export { clientIp, type TrustProxy } from './client-ip.js';
-export { rateLimitHeaders, type RateLimitDecision } from './headers.js';
+export { clientIp, ipKey, type Ipv6Subnet, type TrustProxy } from './client-ip.js';
+export { rateLimitHeaders, type RateLimitDecision, type TokenBucketRefusal } from './headers.js';
 export {
   rateLimit,
   tokenBucket,
@@ -25,7 +25,6 @@ export {
   type Next,
   type RateLimitOptions,
   type TokenBucketOptions,
-  type TokenBucketRefusal,
   type UpstreamLimitMiddlewareOptions,
 } from './node.js';
 export { WindowQuota, type WindowQuotaOptions } from './window-quota.js';

@@ -5,15 +5,39 @@
  * @module
  */
 import type { IncomingMessage, ServerResponse } from 'node:http';
-import { invalidType } from '../errors.js';
-import { Limiter } from '../limiter.js';
-import { clientIp, trustProxyOption, type TrustProxy } from './client-ip.js';
-import { rateLimitHeaders, type RateLimitDecision } from './headers.js';
-import { WindowQuota, type WindowQuotaOptions } from './window-quota.js';
-import { UpstreamLimit, type UpstreamLimitOptions, type UpstreamSlot } from './upstream.js';
+import type { Limiter } from '../limiter.js';
+import type { Ipv6Subnet, TrustProxy } from './client-ip.js';
+import { rateLimitHeaders, retryAfter, type RateLimitDecision, type TokenBucketRefusal } from './headers.js';
+import { onExchangeEnd } from './exchange.js';
+import { rateLimitConfig, tokenBucketConfig, upstreamLimitConfig } from './options.js';
+import type { WindowQuota, WindowQuotaOptions } from './window-quota.js';
+import type { UpstreamLimit, UpstreamLimitOptions, UpstreamSlot } from './upstream.js';
 
-/** A middleware's `next`: call it to go on, with an error to fail the request. */
+/**
+ * A middleware's `next`: called with no argument to go on, with an error to fail the request.
+ *
+ * An error (a `key`, `cost`, `skip` or `upstream` function that throws, a cost the limiter refuses
+ * such as `NaN`) goes to `next(error)` only when `next` declares a parameter, as Express's and
+ * Connect's do: a `next` written `() => handle(req, res)` cannot tell an error from going on, so
+ * the middleware answers `500 Internal Server Error` itself and does not call it. Either way an
+ * error never admits the request.
+ */
 export type Next = (error?: unknown) => void;
+
+/**
+ * Fails the request with `error`: hands it to `next` when `next` takes an argument (Express's
+ * error path), else answers 500 (see {@link Next}). Never goes on to the handler.
+ */
+function fail(res: ServerResponse, next: Next, error: unknown): void {
+  if (next.length > 0) return next(error);
+  if (res.headersSent) {
+    res.destroy();
+    return;
+  }
+  res.statusCode = 500;
+  res.setHeader('Content-Type', 'text/plain; charset=utf-8');
+  res.end('Internal Server Error\n');
+}
 
 /** A `(req, res, next)` middleware, usable with `app.use()` and from a node:http handler. */
 export type Middleware<Req extends IncomingMessage = IncomingMessage, Res extends ServerResponse = ServerResponse> = (
@@ -31,6 +55,13 @@ export interface RateLimitOptions<
   quota?: WindowQuota;
   /** Which proxies to believe for the default key; see {@link TrustProxy}. Defaults to `false`. */
   trustProxy?: TrustProxy;
+  /**
+   * How much of an IPv6 client address is one client in the default key: a prefix length in
+   * [32, 64], or `false` for the whole address; see {@link Ipv6Subnet}. IPv4 addresses, also
+   * IPv4-mapped ones, are keyed whole. Ignored when `key` is set (use `ipKey` there). Defaults
+   * to 56, as express-rate-limit v8.
+   */
+  ipv6Subnet?: Ipv6Subnet;
   /** The key to count the request under. Defaults to the client IP per `trustProxy`. */
   key?: (req: Req) => string;
   /** Requests to let through uncounted and without headers, e.g. health checks. Defaults to none. */
@@ -40,24 +71,6 @@ export interface RateLimitOptions<
    * `429 Too Many Requests` with a short text body.
    */
   onLimit?: (req: Req, res: Res, decision: RateLimitDecision) => void;
-}
-
-/** Builds the {@link WindowQuota} a `rateLimit` option set describes. @internal */
-export function quotaOf(options: Partial<WindowQuotaOptions> & { quota?: WindowQuota }): WindowQuota {
-  if (options.quota !== undefined) {
-    if (!(options.quota instanceof WindowQuota))
-      throw invalidType('The "quota" option', 'a WindowQuota', options.quota);
-    return options.quota;
-  }
-  return new WindowQuota(options as WindowQuotaOptions);
-}
-
-/** Validates an optional function option. @internal */
-export function functionOption<F>(name: string, value: unknown): F | undefined {
-  if (value !== undefined && typeof value !== 'function') {
-    throw invalidType(`The "${name}" option`, 'of type function', value);
-  }
-  return value as F | undefined;
 }
 
 const tooMany = (_req: IncomingMessage, res: ServerResponse): void => {
@@ -82,32 +95,20 @@ const tooMany = (_req: IncomingMessage, res: ServerResponse): void => {
 export function rateLimit<Req extends IncomingMessage = IncomingMessage, Res extends ServerResponse = ServerResponse>(
   options: RateLimitOptions<Req, Res>,
 ): Middleware<Req, Res> {
-  const quota = quotaOf(options);
-  const trustProxy = trustProxyOption(options.trustProxy);
-  const key = functionOption<(req: Req) => string>('key', options.key) ?? ((req: Req) => clientIp(req, trustProxy));
-  const skip = functionOption<(req: Req) => boolean>('skip', options.skip);
-  const onLimit =
-    functionOption<NonNullable<RateLimitOptions<Req, Res>['onLimit']>>('onLimit', options.onLimit) ?? tooMany;
+  const { quota, key, skip, onLimit = tooMany } = rateLimitConfig(options, (req: Req) => req);
   return (req, res, next) => {
-    let decision: RateLimitDecision;
+    let decision: RateLimitDecision | undefined;
     try {
-      if (skip?.(req) === true) return next();
-      decision = quota.consume(key(req));
-      for (const [name, value] of Object.entries(rateLimitHeaders(decision))) res.setHeader(name, value);
+      if (skip?.(req) !== true) {
+        decision = quota.consume(key(req));
+        for (const [name, value] of Object.entries(rateLimitHeaders(decision))) res.setHeader(name, value);
+      }
     } catch (error) {
-      return next(error);
+      return fail(res, next, error);
     }
-    if (decision.allowed) return next();
+    if (decision === undefined || decision.allowed) return next();
     onLimit(req, res, decision);
   };
-}
-
-/** What a refused {@link tokenBucket} request gets: the key and how long to wait. */
-export interface TokenBucketRefusal {
-  /** The key the request was checked under. */
-  key: string;
-  /** Milliseconds until the same request would be admitted, or `Infinity` when never. */
-  retryAfterMs: number;
 }
 
 /** Options of {@link tokenBucket}. */
@@ -119,6 +120,13 @@ export interface TokenBucketOptions<
   limiter: Limiter;
   /** Which proxies to believe for the default key; see {@link TrustProxy}. Defaults to `false`. */
   trustProxy?: TrustProxy;
+  /**
+   * How much of an IPv6 client address is one client in the default key: a prefix length in
+   * [32, 64], or `false` for the whole address; see {@link Ipv6Subnet}. IPv4 addresses, also
+   * IPv4-mapped ones, are keyed whole. Ignored when `key` is set (use `ipKey` there). Defaults
+   * to 56, as express-rate-limit v8.
+   */
+  ipv6Subnet?: Ipv6Subnet;
   /** The key to check the request under (a key in the limiter's table, say an API key). Defaults to the client IP. */
   key?: (req: Req) => string;
   /** The request's cost in the limiter's units (e.g. its Content-Length). Defaults to 1. */
@@ -127,17 +135,6 @@ export interface TokenBucketOptions<
   skip?: (req: Req) => boolean;
   /** Answers a refused request (`Retry-After` already set when waiting helps). Defaults to 429. */
   onLimit?: (req: Req, res: Res, refusal: TokenBucketRefusal) => void;
-}
-
-/** `Retry-After` for a limiter refusal, or `undefined` when waiting never helps. @internal */
-export function retryAfter(retryAfterMs: number): string | undefined {
-  return Number.isFinite(retryAfterMs) ? String(Math.max(1, Math.ceil(retryAfterMs / 1000))) : undefined;
-}
-
-/** Validates the `limiter` option. @internal */
-export function limiterOption(value: unknown): Limiter {
-  if (!(value instanceof Limiter)) throw invalidType('The "limiter" option', 'a Limiter', value);
-  return value;
 }
 
 /**
@@ -159,26 +156,23 @@ export function limiterOption(value: unknown): Limiter {
 export function tokenBucket<Req extends IncomingMessage = IncomingMessage, Res extends ServerResponse = ServerResponse>(
   options: TokenBucketOptions<Req, Res>,
 ): Middleware<Req, Res> {
-  const limiter = limiterOption(options.limiter);
-  const trustProxy = trustProxyOption(options.trustProxy);
-  const key = functionOption<(req: Req) => string>('key', options.key) ?? ((req: Req) => clientIp(req, trustProxy));
-  const cost = functionOption<(req: Req) => number>('cost', options.cost);
-  const skip = functionOption<(req: Req) => boolean>('skip', options.skip);
-  const onLimit =
-    functionOption<NonNullable<TokenBucketOptions<Req, Res>['onLimit']>>('onLimit', options.onLimit) ?? tooMany;
+  const { limiter, key, cost, skip, onLimit = tooMany } = tokenBucketConfig(options, (req: Req) => req);
   return (req, res, next) => {
-    let refusal: TokenBucketRefusal;
+    let refusal: TokenBucketRefusal | undefined;
     try {
-      if (skip?.(req) === true) return next();
-      const k = key(req);
-      const decision = limiter.check(k, cost === undefined ? 1 : cost(req));
-      if (decision.allowed) return next();
-      refusal = { key: k, retryAfterMs: decision.retryAfterMs };
-      const after = retryAfter(decision.retryAfterMs);
-      if (after !== undefined) res.setHeader('Retry-After', after);
+      if (skip?.(req) !== true) {
+        const k = key(req);
+        const decision = limiter.check(k, cost(req));
+        if (!decision.allowed) {
+          refusal = { key: k, retryAfterMs: decision.retryAfterMs };
+          const after = retryAfter(decision.retryAfterMs);
+          if (after !== undefined) res.setHeader('Retry-After', after);
+        }
+      }
     } catch (error) {
-      return next(error);
+      return fail(res, next, error);
     }
+    if (refusal === undefined) return next();
     onLimit(req, res, refusal);
   };
 }
@@ -203,22 +197,11 @@ const unavailable = (_req: IncomingMessage, res: ServerResponse): void => {
   res.end('Service Unavailable\n');
 };
 
-/** Builds the {@link UpstreamLimit} an `upstreamLimit` option set describes. @internal */
-export function upstreamLimitOf(options: Partial<UpstreamLimitOptions> & { limit?: UpstreamLimit }): UpstreamLimit {
-  if (options.limit !== undefined) {
-    if (!(options.limit instanceof UpstreamLimit)) {
-      throw invalidType('The "limit" option', 'an UpstreamLimit', options.limit);
-    }
-    return options.limit;
-  }
-  return new UpstreamLimit(options as UpstreamLimitOptions);
-}
-
 /**
  * Caps requests in flight per upstream: counts the request in, answers 503 (`onLimit`) when that
- * takes the upstream over `max`, and otherwise counts it out when the response closes: after it
- * finished, failed, or the client went away, whichever comes first (the `close` event of the
- * response fires on every one of those paths).
+ * takes the upstream over `max`, and otherwise counts it out when the exchange is over: the
+ * response finished, failed or was aborted, or the connection closed (which also ends requests a
+ * pipelining client queued and left; their responses never emit `close`).
  *
  * @example
  * ```ts
@@ -229,22 +212,16 @@ export function upstreamLimit<
   Req extends IncomingMessage = IncomingMessage,
   Res extends ServerResponse = ServerResponse,
 >(options: UpstreamLimitMiddlewareOptions<Req, Res>): Middleware<Req, Res> {
-  const limit = upstreamLimitOf(options);
-  const upstream = functionOption<(req: Req) => string>('upstream', options.upstream) ?? (() => 'default');
-  const onLimit =
-    functionOption<NonNullable<UpstreamLimitMiddlewareOptions<Req, Res>['onLimit']>>('onLimit', options.onLimit) ??
-    unavailable;
+  const { limit, upstream, onLimit = unavailable } = upstreamLimitConfig(options);
   return (req, res, next) => {
     let slot: UpstreamSlot;
     try {
       slot = limit.acquire(upstream(req));
     } catch (error) {
-      return next(error);
+      return fail(res, next, error);
     }
     if (!slot.allowed) return onLimit(req, res, slot);
-    res.once('close', slot.release);
-    // A response already closed (the client left before we got here) fires no more events.
-    if (res.closed || res.destroyed) slot.release();
+    onExchangeEnd(req, res, slot.release);
     next();
   };
 }

@@ -4,7 +4,7 @@
  * Where it differs from express-rate-limit's exact `MemoryStore`:
  * - One window for all keys (keepcount's `Rate`): it starts on the first request at least
  *   `windowMs` after the previous start, so `resetTime` is the same for every key, and a client's
- *   first window may be shorter than `windowMs`.
+ *   first window may be shorter than `windowMs` (see `WindowQuota` for the worst case).
  * - `totalHits` is a count-min estimate: never low, sometimes high when a key collides with busy
  *   keys in every row (see `slots`).
  * - `resetKey(key)` subtracts the key's current estimate from each of its counters. Keys sharing a
@@ -12,16 +12,22 @@
  *   An exact removal is impossible in a sketch; `resetAll()` is exact (fresh sketches).
  * - `decrement(key)` subtracts one only while the key's estimate is above zero, so a decrement
  *   that lands in a later window (a slow response) cannot drive counters negative.
- * - `get(key)` returns `undefined` for a key whose estimate is 0, as `MemoryStore` does for a key
- *   it has not seen.
+ * - `get(key)` never returns `undefined`: a sketch cannot tell a key it never saw from one counted
+ *   back to zero, so both read `{ totalHits: 0, resetTime }`, which is what `MemoryStore` returns
+ *   for the latter (it returns `undefined` for a key it never saw or whose window has ended).
  *
- * Memory is fixed (hashes × slots × 2 counters) however many clients there are; nothing is swept.
+ * Like `MemoryStore` it reads `Date.now()` (fake timers work; see `dateClock`) and takes any
+ * `windowMs` >= 0, rounded up to whole milliseconds (0 as 1 ms).
+ *
+ * Memory is fixed (16 × hashes × slots bytes, sized from `clients`) however many clients there
+ * are; nothing is swept.
  *
  * @module
  */
 import type { Clock } from '../../clock.js';
 import { invalidType } from '../../errors.js';
 import { WindowQuota } from '../window-quota.js';
+import { dateClock, wholeWindowMs } from './window.js';
 
 /** express-rate-limit's `ClientRateLimitInfo`. */
 export interface ClientRateLimitInfo {
@@ -33,13 +39,18 @@ export interface ClientRateLimitInfo {
 export interface KeepcountStoreOptions {
   /** Prepended to every key; lets two limiters share one store without sharing counts. Defaults to `''`. */
   prefix?: string;
+  /** Distinct keys expected per window; sizes the sketch (see `WindowQuotaOptions.clients`). Defaults to 10,000. */
+  clients?: number;
   /** Rows of the sketch. Defaults to 4. */
   hashes?: number;
-  /** Counters per row. Defaults to 1024. */
+  /** Counters per row. Defaults to what `clients` needs. */
   slots?: number;
   /** The hash seed. Defaults to a random seed. */
   seed?: bigint | number;
-  /** Where window time comes from (e.g. a `ManualClock`); `resetTime` is `Date.now()` plus what is left. */
+  /**
+   * Where window time comes from (e.g. a `ManualClock`); `resetTime` is `Date.now()` plus what is
+   * left. Defaults to `Date.now()`, as `MemoryStore`.
+   */
   clock?: Clock;
 }
 
@@ -70,9 +81,10 @@ export class KeepcountStore {
 
   /** Called by express-rate-limit with its options; takes `windowMs` from them. */
   init(options: { windowMs: number }): void {
-    const { hashes, slots, seed, clock } = this.#options;
+    const { clients, hashes, slots, seed, clock = dateClock } = this.#options;
+    const windowMs = wholeWindowMs('The "windowMs" option', options.windowMs);
     // `limit` is express-rate-limit's business: the store only counts.
-    this.#quota = new WindowQuota({ limit: 0, windowMs: options.windowMs, hashes, slots, seed, clock });
+    this.#quota = new WindowQuota({ limit: 0, windowMs, clients, hashes, slots, seed, clock });
   }
 
   /** Counts a hit for `key`. */
@@ -94,10 +106,10 @@ export class KeepcountStore {
     if (count > 0) this.#ready().adjust(k, -count);
   }
 
-  /** `key`'s hits and reset time, or `undefined` when its estimate is 0. */
-  get(key: string): ClientRateLimitInfo | undefined {
+  /** `key`'s hits and reset time; `{ totalHits: 0, … }` for a key not counted in this window. */
+  get(key: string): ClientRateLimitInfo {
     const { count, resetMs } = this.#ready().current(this.prefix + key);
-    return count > 0 ? { totalHits: count, resetTime: this.#resetTime(resetMs) } : undefined;
+    return { totalHits: count, resetTime: this.#resetTime(resetMs) };
   }
 
   /** Forgets every count (fresh sketches). */

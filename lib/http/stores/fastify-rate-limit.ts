@@ -10,7 +10,11 @@
  * - `current` is a count-min estimate: never low, sometimes high on a collision in every row.
  * - `continueExceeding` and `exponentialBackoff` extend one key's window; a shared window cannot,
  *   so the constructor refuses them rather than silently ignoring them.
- * - Memory is fixed per sketch; the plugin's `cache` (LRU size) option does not apply.
+ * - Memory is fixed per sketch (16 × hashes × slots bytes, sized from `clients`); the plugin's
+ *   `cache` (LRU size) option does not apply.
+ *
+ * Like `LocalStore` it reads `Date.now()` by default, so tests that fake `Date` turn its windows,
+ * and takes any `timeWindow` >= 0, rounded up to whole milliseconds (0 as 1 ms).
  *
  * `child(routeOptions)` gives each route with its own `config.rateLimit` separate counts, as
  * `LocalStore` does.
@@ -20,16 +24,19 @@
 import type { Clock } from '../../clock.js';
 import { invalidType, withCode } from '../../errors.js';
 import { WindowQuota } from '../window-quota.js';
+import { dateClock, wholeWindowMs } from './window.js';
 
 /** Options of {@link keepcountFastifyStore}. */
 export interface KeepcountFastifyStoreOptions {
+  /** Distinct keys expected per window; sizes the sketch (see `WindowQuotaOptions.clients`). Defaults to 10,000. */
+  clients?: number;
   /** Rows of each sketch. Defaults to 4. */
   hashes?: number;
-  /** Counters per row. Defaults to 1024. */
+  /** Counters per row. Defaults to what `clients` needs. */
   slots?: number;
   /** The hash seed. Defaults to a random seed. */
   seed?: bigint | number;
-  /** Where window time comes from, e.g. a `ManualClock`. Defaults to `performance.now()`. */
+  /** Where window time comes from, e.g. a `ManualClock`. Defaults to `Date.now()`, as `LocalStore`. */
   clock?: Clock;
 }
 
@@ -118,11 +125,12 @@ export function keepcountFastifyStore(options: KeepcountFastifyStoreOptions = {}
     }
 
     #quota(timeWindow: number): WindowQuota {
-      let quota = this.#quotas.get(timeWindow);
+      const windowMs = wholeWindowMs('The "timeWindow" option', timeWindow);
+      let quota = this.#quotas.get(windowMs);
       if (quota === undefined) {
         // `max` is the plugin's business: the store only counts.
-        quota = new WindowQuota({ limit: 0, windowMs: timeWindow, ...sketch });
-        this.#quotas.set(timeWindow, quota);
+        quota = new WindowQuota({ limit: 0, windowMs, ...sketch, clock: sketch.clock ?? dateClock });
+        this.#quotas.set(windowMs, quota);
       }
       return quota;
     }

@@ -1,0 +1,45 @@
+/** When a node:http request/response exchange is over, on every path it can end by. */
+import type { IncomingMessage, ServerResponse } from 'node:http';
+import type { Socket } from 'node:net';
+
+/** The exchanges still open on each socket, ended together when it closes: one listener per socket. */
+const open = new WeakMap<Socket, Set<() => void>>();
+
+function endAll(this: Socket): void {
+  const ends = open.get(this);
+  open.delete(this);
+  for (const end of ends ?? []) end();
+}
+
+/**
+ * Calls `done` once, when the exchange of `req` and `res` is over: the response closed (finished,
+ * failed or aborted) or the connection under it did.
+ *
+ * The response's `close` alone is not enough. With HTTP/1.1 pipelining Node queues the responses
+ * behind the one attached to the socket, and when the client disconnects only the attached one
+ * emits `close`: the queued ones emit nothing, ever. The socket's `close` covers them, and an
+ * exchange whose socket is already gone (its request never started) is over at once. The socket
+ * gets one listener however many exchanges wait on it (a pipelining client would otherwise trip
+ * Node's `MaxListenersExceededWarning`), and an exchange that ends first leaves that set.
+ */
+export function onExchangeEnd(req: IncomingMessage, res: ServerResponse, done: () => void): void {
+  const socket: Socket | null = req.socket;
+  if (res.closed || res.destroyed || socket === null || socket.destroyed) {
+    done();
+    return;
+  }
+  let ends = open.get(socket);
+  if (ends === undefined) {
+    ends = new Set();
+    open.set(socket, ends);
+    socket.once('close', endAll);
+  }
+  const waiting = ends;
+  const end = (): void => {
+    res.off('close', end);
+    waiting.delete(end);
+    done();
+  };
+  waiting.add(end);
+  res.once('close', end);
+}

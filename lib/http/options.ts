@@ -1,0 +1,176 @@
+/**
+ * The one place the HTTP adapters' public options become an internal configuration (as
+ * express-rate-limit's `parseOptions`): every option checked with keepcount's error codes and every
+ * default filled in, so `node.ts` and `fastify.ts` only adapt a configuration to their own request
+ * and response objects. Each parser is generic over the adapter's request type `R` and refusal
+ * handler `H`; the adapter says where Node's `IncomingMessage` is in its request (`RawRequest`).
+ *
+ * @module
+ */
+import type { IncomingMessage } from 'node:http';
+import { invalidType } from '../errors.js';
+import { Limiter } from '../limiter.js';
+import { optionsObject } from '../options.js';
+import {
+  clientIp,
+  ipv6SubnetOption,
+  prefixKey,
+  trustProxyOption,
+  type Ipv6Subnet,
+  type TrustProxy,
+} from './client-ip.js';
+import { UpstreamLimit, type UpstreamLimitOptions } from './upstream.js';
+import { WindowQuota, type WindowQuotaOptions } from './window-quota.js';
+
+/** Where an adapter's request object keeps Node's request (Fastify: `request.raw`). */
+export type RawRequest<R> = (request: R) => IncomingMessage;
+
+/** Any function: the shape refusal handlers are checked against. */
+type AnyFunction = (...args: never[]) => unknown;
+
+/** The options `rateLimit` and `rateLimitHook` share, over their request type and refusal handler. */
+export interface RateLimitInput<R, H extends AnyFunction> extends Partial<WindowQuotaOptions> {
+  quota?: WindowQuota;
+  trustProxy?: TrustProxy;
+  ipv6Subnet?: Ipv6Subnet;
+  key?: (request: R) => string;
+  skip?: (request: R) => boolean;
+  onLimit?: H;
+}
+
+/** A parsed {@link RateLimitInput}: the adapter supplies only the default `onLimit`. */
+export interface RateLimitConfig<R, H> {
+  quota: WindowQuota;
+  key: (request: R) => string;
+  skip: ((request: R) => boolean) | undefined;
+  onLimit: H | undefined;
+}
+
+/** The options `tokenBucket` and `tokenBucketHook` share. */
+export interface TokenBucketInput<R, H extends AnyFunction> {
+  limiter: Limiter;
+  trustProxy?: TrustProxy;
+  ipv6Subnet?: Ipv6Subnet;
+  key?: (request: R) => string;
+  cost?: (request: R) => number;
+  skip?: (request: R) => boolean;
+  onLimit?: H;
+}
+
+/** A parsed {@link TokenBucketInput}. */
+export interface TokenBucketConfig<R, H> {
+  limiter: Limiter;
+  key: (request: R) => string;
+  cost: (request: R) => number;
+  skip: ((request: R) => boolean) | undefined;
+  onLimit: H | undefined;
+}
+
+/** The options `upstreamLimit` and `upstreamLimitHook` share. */
+export interface UpstreamLimitInput<R, H extends AnyFunction> extends Partial<UpstreamLimitOptions> {
+  limit?: UpstreamLimit;
+  upstream?: (request: R) => string;
+  onLimit?: H;
+}
+
+/** A parsed {@link UpstreamLimitInput}. */
+export interface UpstreamLimitConfig<R, H> {
+  limit: UpstreamLimit;
+  upstream: (request: R) => string;
+  onLimit: H | undefined;
+}
+
+/** An optional function option, checked. */
+function functionOption<F extends AnyFunction>(name: string, value: F | undefined): F | undefined {
+  if (value !== undefined && typeof value !== 'function') {
+    throw invalidType(`The "${name}" option`, 'of type function', value);
+  }
+  return value;
+}
+
+/** A required number option, checked for type here and for range by the class it goes to. */
+function numberOption(name: string, value: number | undefined): number {
+  if (typeof value !== 'number') throw invalidType(`The "${name}" option`, 'of type number', value);
+  return value;
+}
+
+/** The default key: the client IP per `trustProxy`, an IPv6 one by its `ipv6Subnet` prefix. */
+function clientKey<R>(
+  options: { trustProxy?: TrustProxy; ipv6Subnet?: Ipv6Subnet },
+  raw: RawRequest<R>,
+): (request: R) => string {
+  const trust = trustProxyOption(options.trustProxy);
+  const subnet = ipv6SubnetOption(options.ipv6Subnet);
+  return (request) => prefixKey(clientIp(raw(request), trust), subnet);
+}
+
+/** Parses the options of `rateLimit`/`rateLimitHook`. */
+export function rateLimitConfig<R, H extends AnyFunction>(
+  options: RateLimitInput<R, H>,
+  raw: RawRequest<R>,
+): RateLimitConfig<R, H> {
+  const o = optionsObject(options);
+  return {
+    quota: windowQuota(o),
+    key: functionOption('key', o.key) ?? clientKey(o, raw),
+    skip: functionOption('skip', o.skip),
+    onLimit: functionOption('onLimit', o.onLimit),
+  };
+}
+
+/** The quota `options` name, or a new one from their `limit`/`windowMs`/... */
+function windowQuota(options: Partial<RateLimitInput<never, AnyFunction>>): WindowQuota {
+  const { quota, limit, windowMs, policy, clients, hashes, slots, seed, clock } = options;
+  if (quota !== undefined) {
+    if (!(quota instanceof WindowQuota)) throw invalidType('The "quota" option', 'a WindowQuota', quota);
+    return quota;
+  }
+  return new WindowQuota({
+    limit: numberOption('limit', limit),
+    windowMs: numberOption('windowMs', windowMs),
+    policy,
+    clients,
+    hashes,
+    slots,
+    seed,
+    clock,
+  });
+}
+
+/** Parses the options of `tokenBucket`/`tokenBucketHook`. */
+export function tokenBucketConfig<R, H extends AnyFunction>(
+  options: TokenBucketInput<R, H>,
+  raw: RawRequest<R>,
+): TokenBucketConfig<R, H> {
+  const o = optionsObject(options);
+  if (!(o.limiter instanceof Limiter)) throw invalidType('The "limiter" option', 'a Limiter', o.limiter);
+  return {
+    limiter: o.limiter,
+    key: functionOption('key', o.key) ?? clientKey(o, raw),
+    cost: functionOption('cost', o.cost) ?? (() => 1),
+    skip: functionOption('skip', o.skip),
+    onLimit: functionOption('onLimit', o.onLimit),
+  };
+}
+
+/** Parses the options of `upstreamLimit`/`upstreamLimitHook`. */
+export function upstreamLimitConfig<R, H extends AnyFunction>(
+  options: UpstreamLimitInput<R, H>,
+): UpstreamLimitConfig<R, H> {
+  const o = optionsObject(options);
+  return {
+    limit: upstreamLimit(o),
+    upstream: functionOption('upstream', o.upstream) ?? (() => 'default'),
+    onLimit: functionOption('onLimit', o.onLimit),
+  };
+}
+
+/** The limit `options` name, or a new one from their `max`/`inflight`. */
+function upstreamLimit(options: Partial<UpstreamLimitInput<never, AnyFunction>>): UpstreamLimit {
+  const { limit, max, inflight } = options;
+  if (limit !== undefined) {
+    if (!(limit instanceof UpstreamLimit)) throw invalidType('The "limit" option', 'an UpstreamLimit', limit);
+    return limit;
+  }
+  return new UpstreamLimit({ max: numberOption('max', max), inflight });
+}

@@ -1,0 +1,33 @@
+/**
+ * The window and the clock the stores count on, as the exact stores they replace have them:
+ * express-rate-limit's `MemoryStore` and @fastify/rate-limit's `LocalStore` both read `Date.now()`
+ * and take any window length.
+ */
+import type { Clock } from '../../clock.js';
+import { invalidType, outOfRange } from '../../errors.js';
+
+/**
+ * `Date.now()`: the clock `MemoryStore` and `LocalStore` read, so tests that fake `Date`
+ * (node:test mock timers, sinon, jest) turn the keepcount stores' windows too. It is wall time: a
+ * clock stepped back stalls the window by that much (keepcount counts it as no time passing), one
+ * stepped forward turns it early, as it does theirs.
+ */
+export const dateClock: Clock = { now: () => Date.now() };
+
+/** Longest window: `WindowQuota`'s 2^52 ms. */
+const MAX_WINDOW_MS = 2 ** 52;
+
+/**
+ * The window a store counts in for the window its package gives it: rounded up to whole
+ * milliseconds (a sketch window is an integer), a zero window as 1 ms. `MemoryStore` takes both: a
+ * fractional window works as it is, a zero one starts a new window on every request, which a 1 ms
+ * window matches but for requests in the same millisecond. A negative, non-finite or non-number
+ * window is refused, naming `what`.
+ */
+export function wholeWindowMs(what: string, value: unknown): number {
+  if (typeof value !== 'number') throw invalidType(what, 'of type number', value);
+  if (!(value >= 0 && value <= MAX_WINDOW_MS)) {
+    throw outOfRange(what, `a number of milliseconds in [0, ${MAX_WINDOW_MS}]`, value);
+  }
+  return Math.max(1, Math.ceil(value));
+}
