@@ -1,6 +1,7 @@
 /** Renders the results as Markdown tables and a horizontal bar chart (SVG, no dependencies). */
 import type { MemoryResult } from './memory.js';
 import type { NodeResults, SuiteResult } from './node.js';
+import type { HttpResults } from './http.js';
 
 export interface Machine {
   cpu: string;
@@ -57,8 +58,33 @@ function suiteTable(s: SuiteResult): string {
   return lines.join('\n');
 }
 
+/** Requests per second of the bare server of `setup`'s framework (`node-none` for `node-…`). */
+export function baselineRps(http: HttpResults, setup: string): number {
+  const base = `${setup.split('-')[0]}-none`;
+  return http.cases.find((c) => c.setup === base)?.rps ?? NaN;
+}
+
+function httpTable(http: HttpResults): string {
+  const lines = [
+    `${http.connections} connections, a fresh client address per request, ${http.seconds} s per run after a warm-up, ` +
+      `median of ${http.rounds} interleaved round(s); server and load generator (autocannon, its own process) share ` +
+      `the machine's ${http.cores} cores. Every limiter admits everything: the figures are the cost of counting and ` +
+      'deciding, with rate-limit headers on.',
+    '',
+    '| setup | requests/s | × bare server | p99 ms | server RSS growth | requests (= distinct clients) | non-2xx |',
+    '| --- | ---: | ---: | ---: | ---: | ---: | ---: |',
+  ];
+  for (const c of http.cases) {
+    lines.push(
+      `| ${c.setup} | ${c.rps.toFixed(0)} | ${(c.rps / baselineRps(http, c.setup)).toFixed(2)} | ${c.p99} | ` +
+        `${fmtBytes(c.rssGrowth)} | ${c.requests.toLocaleString('en-US')} | ${c.non2xx} |`,
+    );
+  }
+  return lines.join('\n');
+}
+
 /** One bar group per suite; bars on a log scale so 20 ns and 20 µs both read. */
-export function chart(node: NodeResults): string {
+export function chart(node: NodeResults, http: HttpResults): string {
   const rowH = 18;
   const labelW = 330;
   const barW = 420;
@@ -84,6 +110,26 @@ export function chart(node: NodeResults): string {
     }
     y += 8;
   }
+  // End to end: each setup's throughput relative to its framework's bare server, linear scale.
+  parts.push(
+    `<text x="4" y="${y + 13}" class="h">End to end: requests/s relative to the same server without a limiter (higher is better)</text>`,
+  );
+  y += rowH + 2;
+  const axisY = y;
+  for (const c of http.cases) {
+    const ratio = c.rps / baselineRps(http, c.setup);
+    const w = Math.max(1, (Math.min(ratio, 1.2) / 1.2) * barW);
+    const ours = /-(rateLimit|tokenBucket|upstreamLimit|erl-keepcount|frl-keepcount)$/.test(c.setup);
+    parts.push(
+      `<text x="${labelW - 6}" y="${y + 13}" class="l" text-anchor="end">${escapeXml(c.setup)}</text>`,
+      `<rect x="${labelW}" y="${y + 2}" width="${w.toFixed(1)}" height="${rowH - 4}" class="${ours ? 'k' : 'o'}"/>`,
+      `<text x="${labelW + w + 4}" y="${y + 13}" class="v">${ratio.toFixed(2)}×</text>`,
+    );
+    y += rowH;
+  }
+  const one = labelW + barW / 1.2;
+  parts.push(`<line x1="${one.toFixed(1)}" y1="${axisY}" x2="${one.toFixed(1)}" y2="${y}" class="g"/>`);
+  y += 8;
   const ticks: string[] = [];
   for (let t = 1; t <= hi; t *= 10) {
     if (t < lo) continue;
@@ -111,6 +157,7 @@ export function markdown(
   node: NodeResults,
   memory: (MemoryResult | { name: string; skipped: string })[],
   cargo: CargoRun[],
+  http: HttpResults,
   chartFile: string,
 ): string {
   const out: string[] = [
@@ -134,7 +181,7 @@ export function markdown(
       `${node.rounds} interleaved round(s), backends: ${node.backends.join(', ')}.`,
     ...node.notes.map((n) => `Note: ${n}.`),
     '',
-    '## Targets (issue 7)',
+    '## Targets',
     '',
     '| target | goal | measured | met |',
     '| --- | --- | --- | --- |',
@@ -149,6 +196,10 @@ export function markdown(
     '"× keepcount": the contender\'s ns/op divided by the reference keepcount row of its suite (above 1: keepcount is faster).',
     '',
     ...node.suites.flatMap((s) => [suiteTable(s), '']),
+    '## End to end: hello-world HTTP servers',
+    '',
+    httpTable(http),
+    '',
     '## Memory after one operation on each of the distinct keys',
     '',
     'Fresh process per structure, `--expose-gc`, full collections before each reading. "heap" is V8 heap used + external ' +

@@ -11,7 +11,8 @@ import { parseArgs } from 'node:util';
 import { STRUCTURES, type MemoryResult } from './memory.js';
 import type { NodeResults, SuiteResult } from './node.js';
 import { SUITE_IDS } from './suites.js';
-import { chart, markdown, type CargoRun, type Machine, type Target } from './report.js';
+import type { HttpResults } from './http.js';
+import { baselineRps, chart, markdown, type CargoRun, type Machine, type Target } from './report.js';
 
 const root = join(__dirname, '..');
 const { values } = parseArgs({ options: { quick: { type: 'boolean', default: false } } });
@@ -131,7 +132,13 @@ for (const name of Object.keys(STRUCTURES)) {
   memory.push(JSON.parse(line.trim().split('\n').pop()!) as MemoryResult);
 }
 
-// 4. Targets.
+// 4. End to end: hello-world servers under autocannon, each in its own process.
+log(`node benchmark/http.ts${quick ? ' --quick' : ''}`);
+const httpJson = join(outDir, 'http-results.json');
+run(process.execPath, ['--import=tsx', join(__dirname, 'http.ts'), ...(quick ? ['--quick'] : []), '--out', httpJson]);
+const http = JSON.parse(readFileSync(httpJson, 'utf8')) as HttpResults;
+
+// 5. Targets.
 const suite = (id: string): SuiteResult => node.suites.find((s) => s.id === id)!;
 const ns = (s: SuiteResult, prefix: string): number | undefined => s.cases.find((c) => c.name.startsWith(prefix))?.ns;
 const targets: Target[] = [];
@@ -196,7 +203,33 @@ for (const b of node.backends) {
   });
 }
 
-// 5. Report.
+const relative = (setup: string): number => http.cases.find((c) => c.setup === setup)!.rps / baselineRps(http, setup);
+for (const framework of ['node', 'express']) {
+  for (const limiter of ['rateLimit', 'tokenBucket', 'upstreamLimit']) {
+    const r = relative(`${framework}-${limiter}`);
+    targets.push({
+      what: `${framework} ${limiter}, end to end, vs the bare server`,
+      goal: '≥ 0.95× the throughput',
+      measured: `${r.toFixed(2)}×`,
+      met: r >= 0.95,
+    });
+  }
+}
+const rps = (setup: string): number => http.cases.find((c) => c.setup === setup)!.rps;
+targets.push({
+  what: 'express-rate-limit with KeepcountStore vs MemoryStore, end to end',
+  goal: '≥ 1.1× the throughput',
+  measured: `${rps('express-erl-keepcount').toFixed(0)} vs ${rps('express-erl-memory').toFixed(0)} req/s: ${(rps('express-erl-keepcount') / rps('express-erl-memory')).toFixed(2)}×`,
+  met: rps('express-erl-keepcount') >= 1.1 * rps('express-erl-memory'),
+});
+targets.push({
+  what: "@fastify/rate-limit with keepcount's store vs its local store, end to end",
+  goal: '≥ 1.0× the throughput',
+  measured: `${rps('fastify-frl-keepcount').toFixed(0)} vs ${rps('fastify-frl-local').toFixed(0)} req/s: ${(rps('fastify-frl-keepcount') / rps('fastify-frl-local')).toFixed(2)}×`,
+  met: rps('fastify-frl-keepcount') >= rps('fastify-frl-local'),
+});
+
+// 6. Report.
 const machine: Machine = {
   cpu: cpus()[0]?.model ?? 'unknown',
   cores: cpus().length,
@@ -222,7 +255,7 @@ function pkgVersionOf(dir: string): string {
   return (JSON.parse(readFileSync(join(dir, 'package.json'), 'utf8')) as { version: string }).version;
 }
 
-writeFileSync(join(outDir, 'results.svg'), chart(node));
-writeFileSync(join(outDir, 'RESULTS.md'), markdown(machine, targets, node, memory, cargo, 'results.svg'));
+writeFileSync(join(outDir, 'results.svg'), chart(node, http));
+writeFileSync(join(outDir, 'RESULTS.md'), markdown(machine, targets, node, memory, cargo, http, 'results.svg'));
 log(`wrote ${join(outDir, 'RESULTS.md')} and results.svg in ${machine.durationS.toFixed(0)} s`);
 for (const t of targets) console.log(`${t.met ? 'met ' : 'MISS'}  ${t.what}: ${t.measured} (goal ${t.goal})`);

@@ -1,0 +1,130 @@
+/**
+ * One hello-world server of the end-to-end HTTP benchmark (`http.ts`), run in its own process:
+ * `node --import=tsx benchmark/http-server.ts <setup>`. It prints `{"port": N}` once listening and
+ * answers `'rss'` messages on the IPC channel with its resident set size, so the load generator can
+ * read the server's memory growth without a request going through the limiter.
+ *
+ * Every limiter is configured to admit everything (limits far above the load), so the figures are
+ * the cost of counting and deciding, with RateLimit headers on; clients are told apart by
+ * `X-Forwarded-For` behind one trusted proxy hop, as a service behind a load balancer would be.
+ */
+import { createServer, type IncomingMessage, type RequestListener, type ServerResponse } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import express from 'express';
+import { rateLimit as expressRateLimit } from 'express-rate-limit';
+import fastifyRateLimit from '@fastify/rate-limit';
+import Fastify from 'fastify';
+import { Limiter } from '../lib/index.js';
+import { KeepcountStore, keepcountFastifyStore, rateLimit, tokenBucket, upstreamLimit } from '../lib/http/index.js';
+import type { Middleware } from '../lib/http/index.js';
+
+/** Far above what one run can send: every request is admitted. */
+const LIMIT = 1_000_000_000;
+const WINDOW_MS = 60_000;
+const HELLO = 'hello world\n';
+
+type Setup = () => Promise<number>;
+
+const listen = (server: ReturnType<typeof createServer>): Promise<number> =>
+  new Promise((resolve) => server.listen(0, '127.0.0.1', () => resolve((server.address() as AddressInfo).port)));
+
+/** A node:http server running `chain` before the hello-world handler. */
+function nodeServer(chain: Middleware[]): Setup {
+  const hello = (_req: IncomingMessage, res: ServerResponse): void => {
+    res.end(HELLO);
+  };
+  const handler: RequestListener = (req, res) => {
+    let i = 0;
+    const next = (error?: unknown): void => {
+      if (error !== undefined) {
+        res.statusCode = 500;
+        res.end();
+      } else if (i < chain.length) {
+        chain[i++]!(req, res, next);
+      } else {
+        hello(req, res);
+      }
+    };
+    next();
+  };
+  return () => listen(createServer(handler));
+}
+
+function expressServer(use: express.RequestHandler[]): Setup {
+  return () => {
+    const app = express();
+    app.set('trust proxy', 1);
+    for (const middleware of use) app.use(middleware);
+    app.get('/', (_req, res) => {
+      res.send(HELLO);
+    });
+    return listen(createServer(app));
+  };
+}
+
+function fastifyServer(register: (app: ReturnType<typeof Fastify>) => Promise<void>): Setup {
+  return async () => {
+    const app = Fastify({ trustProxy: true });
+    await register(app);
+    app.get('/', async () => HELLO);
+    await app.listen({ port: 0, host: '127.0.0.1' });
+    return (app.server.address() as AddressInfo).port;
+  };
+}
+
+const openLimiter = (): Limiter => new Limiter({ bestEffort: { requests: { perSecond: LIMIT, burst: LIMIT } } });
+
+/** The setups by name: `<framework>-<limiter>`; `-none` is each framework's baseline. */
+export const SETUPS: Record<string, Setup> = {
+  'node-none': nodeServer([]),
+  'node-rateLimit': nodeServer([rateLimit({ limit: LIMIT, windowMs: WINDOW_MS, trustProxy: 1 })]),
+  'node-tokenBucket': nodeServer([tokenBucket({ limiter: openLimiter(), trustProxy: 1 })]),
+  'node-upstreamLimit': nodeServer([upstreamLimit({ max: LIMIT, upstream: () => 'origin' })]),
+  'express-none': expressServer([]),
+  'express-rateLimit': expressServer([
+    rateLimit({ limit: LIMIT, windowMs: WINDOW_MS, trustProxy: 1 }) as express.RequestHandler,
+  ]),
+  'express-tokenBucket': expressServer([
+    tokenBucket({ limiter: openLimiter(), trustProxy: 1 }) as express.RequestHandler,
+  ]),
+  'express-upstreamLimit': expressServer([
+    upstreamLimit({ max: LIMIT, upstream: () => 'origin' }) as express.RequestHandler,
+  ]),
+  'express-erl-memory': expressServer([
+    expressRateLimit({ windowMs: WINDOW_MS, limit: LIMIT, standardHeaders: 'draft-8', legacyHeaders: false }),
+  ]),
+  'express-erl-keepcount': expressServer([
+    expressRateLimit({
+      windowMs: WINDOW_MS,
+      limit: LIMIT,
+      standardHeaders: 'draft-8',
+      legacyHeaders: false,
+      store: new KeepcountStore(),
+    }),
+  ]),
+  'fastify-none': fastifyServer(async () => {}),
+  'fastify-frl-local': fastifyServer(async (app) => {
+    await app.register(fastifyRateLimit, { max: LIMIT, timeWindow: WINDOW_MS });
+  }),
+  'fastify-frl-keepcount': fastifyServer(async (app) => {
+    await app.register(fastifyRateLimit, { max: LIMIT, timeWindow: WINDOW_MS, store: keepcountFastifyStore() });
+  }),
+};
+
+async function main(): Promise<void> {
+  const name = process.argv[2] ?? '';
+  const setup = SETUPS[name];
+  if (setup === undefined) throw new Error(`unknown setup ${JSON.stringify(name)}; one of ${Object.keys(SETUPS)}`);
+  const port = await setup();
+  process.on('message', (message) => {
+    if (message === 'rss') process.send!(process.memoryUsage().rss);
+  });
+  process.stdout.write(`${JSON.stringify({ port })}\n`);
+}
+
+if (require.main === module) {
+  main().catch((error: unknown) => {
+    console.error(error);
+    process.exit(1);
+  });
+}

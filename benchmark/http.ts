@@ -1,0 +1,167 @@
+/**
+ * The end-to-end HTTP benchmark: `node --import=tsx benchmark/http.ts [--quick] --out http.json`.
+ *
+ * For each setup of `http-server.ts` (a hello-world on node:http, Express or Fastify, bare or
+ * behind a limiter), this process starts the server in a child process, drives it with autocannon
+ * (32 connections, a fresh client address in `X-Forwarded-For` on every request, so the limiter
+ * sees as many distinct clients as requests), and records requests per second, p99 latency and the
+ * server's RSS growth over the run. Setups are interleaved round by round (each round starts every
+ * setup afresh) and each figure is the median over rounds. Server and load generator share the
+ * machine's cores, as they would on one host; the report says how many there were.
+ */
+import { fork } from 'node:child_process';
+import { writeFileSync } from 'node:fs';
+import { availableParallelism } from 'node:os';
+import { join } from 'node:path';
+import { parseArgs } from 'node:util';
+import autocannon from 'autocannon';
+import { SETUPS } from './http-server.js';
+
+export interface HttpCase {
+  setup: string;
+  /** Median requests per second over rounds. */
+  rps: number;
+  /** Median p99 latency in ms. */
+  p99: number;
+  /** Median server RSS growth over a run, bytes. */
+  rssGrowth: number;
+  /** Requests sent in one run (median), so also the distinct client keys the limiter saw. */
+  requests: number;
+  /** Non-2xx answers over all rounds: must be 0 (every limiter admits everything). */
+  non2xx: number;
+}
+
+export interface HttpResults {
+  connections: number;
+  seconds: number;
+  rounds: number;
+  cores: number;
+  cases: HttpCase[];
+}
+
+const CONNECTIONS = 32;
+
+interface Run {
+  rps: number;
+  p99: number;
+  rssGrowth: number;
+  requests: number;
+  non2xx: number;
+}
+
+/** Starts `setup` in a child process and resolves with its port and a function reading its RSS. */
+async function start(setup: string): Promise<{ port: number; rss: () => Promise<number>; stop: () => void }> {
+  const child = fork(join(__dirname, 'http-server.ts'), [setup], {
+    execArgv: ['--import=tsx'],
+    stdio: ['ignore', 'pipe', 'inherit', 'ipc'],
+  });
+  const port = await new Promise<number>((resolve, reject) => {
+    let out = '';
+    child.stdout!.setEncoding('utf8').on('data', (chunk: string) => {
+      out += chunk;
+      const line = out.split('\n')[0];
+      if (out.includes('\n') && line !== undefined) resolve((JSON.parse(line) as { port: number }).port);
+    });
+    child.once('exit', (code) => reject(new Error(`server ${setup} exited with ${code} before listening`)));
+  });
+  const rss = (): Promise<number> =>
+    new Promise((resolve) => {
+      child.once('message', (m) => resolve(m as number));
+      child.send('rss');
+    });
+  return { port, rss, stop: () => child.kill() };
+}
+
+/** A fresh IPv4 address per request, in 10.0.0.0/8 then onwards: distinct for 2^32 requests. */
+function addresses(): () => string {
+  let n = 0;
+  return () => {
+    const i = n++;
+    return `${(10 + (i >>> 24)) & 0xff}.${(i >>> 16) & 0xff}.${(i >>> 8) & 0xff}.${i & 0xff}`;
+  };
+}
+
+async function runOnce(setup: string, seconds: number): Promise<Run> {
+  const server = await start(setup);
+  try {
+    const next = addresses();
+    const drive = (duration: number): Promise<autocannon.Result> =>
+      autocannon({
+        url: `http://127.0.0.1:${server.port}/`,
+        connections: CONNECTIONS,
+        duration,
+        requests: [
+          {
+            setupRequest: (request) => {
+              request.headers = { ...request.headers, 'x-forwarded-for': next() };
+              return request;
+            },
+          },
+        ],
+      });
+    // A short warm-up so the JIT has compiled the hot path before the measured run.
+    await drive(Math.max(1, seconds / 4));
+    const before = await server.rss();
+    const result = await drive(seconds);
+    const after = await server.rss();
+    return {
+      rps: result.requests.average,
+      p99: result.latency.p99,
+      rssGrowth: after - before,
+      requests: result.requests.total,
+      non2xx: result.non2xx + result.errors,
+    };
+  } finally {
+    server.stop();
+  }
+}
+
+const median = (xs: number[]): number => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)]!;
+
+export async function runHttp(quick: boolean): Promise<HttpResults> {
+  const seconds = quick ? 1 : 6;
+  const rounds = quick ? 1 : 2;
+  const names = Object.keys(SETUPS);
+  const runs = new Map<string, Run[]>(names.map((n) => [n, []]));
+  for (let round = 0; round < rounds; round++) {
+    // Rotate the order each round so no setup always runs first or last.
+    const order = names.map((_, i) => names[(i + round) % names.length]!);
+    for (const setup of order) {
+      console.log(`http ${setup} (round ${round + 1}/${rounds})`);
+      runs.get(setup)!.push(await runOnce(setup, seconds));
+    }
+  }
+  return {
+    connections: CONNECTIONS,
+    seconds,
+    rounds,
+    cores: availableParallelism(),
+    cases: names.map((setup) => {
+      const r = runs.get(setup)!;
+      return {
+        setup,
+        rps: median(r.map((x) => x.rps)),
+        p99: median(r.map((x) => x.p99)),
+        rssGrowth: median(r.map((x) => x.rssGrowth)),
+        requests: median(r.map((x) => x.requests)),
+        non2xx: r.reduce((sum, x) => sum + x.non2xx, 0),
+      };
+    }),
+  };
+}
+
+if (require.main === module) {
+  const { values } = parseArgs({
+    options: { quick: { type: 'boolean', default: false }, out: { type: 'string' } },
+  });
+  runHttp(values.quick)
+    .then((results) => {
+      const json = JSON.stringify(results, null, 2) + '\n';
+      if (values.out !== undefined) writeFileSync(values.out, json);
+      else process.stdout.write(json);
+    })
+    .catch((error: unknown) => {
+      console.error(error);
+      process.exit(1);
+    });
+}
