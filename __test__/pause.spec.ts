@@ -1,7 +1,9 @@
 // Its own file: pausing is process-wide state, and ava runs one file per worker.
 import test from 'ava';
+import { setTimeout as delay } from 'node:timers/promises';
+import { Worker } from 'node:worker_threads';
 import { pauseForFork, sleep, timeout, TimeoutError, timeoutSignal, unpause } from '../lib/index.js';
-import { title } from './helpers.js';
+import { fixture, title } from './helpers.js';
 
 test.serial(title('while paused for fork, new timers complete at once; unpause restores them'), async (t) => {
   const armedBefore = sleep(30);
@@ -24,3 +26,40 @@ test.serial(title('while paused for fork, new timers complete at once; unpause r
   t.true(performance.now() - start >= 20);
   t.false(timeoutSignal(60_000).aborted);
 });
+
+test.serial(
+  title("another thread's sleeps neither spin nor end early while this one is paused for fork"),
+  async (t) => {
+    // A worker starts a loop of sleep(10) while this thread is paused for 400 ms and idle. Firing
+    // the worker's deadlines at once (as a paused pingora timer does) ended its sleeps early and let
+    // the loop race. Whatever the backend does with another thread's timers during the pause (the
+    // fallback's keep ticking, the native ones wait for the unpause), no sleep may end early, the
+    // loop may wake at most once per 10 ms tick, and the process's CPU time over the pause, all
+    // threads, must stay under 150 ms (a spinning worker burns a core).
+    const counters = new Int32Array(new SharedArrayBuffer(8));
+    const worker = new Worker(`require('tsx/cjs'); require(${JSON.stringify(fixture('sleep-loop.ts'))});`, {
+      eval: true,
+      workerData: counters.buffer,
+    });
+    t.teardown(() => worker.terminate());
+    await new Promise((resolve) => worker.once('message', resolve));
+    const cpu = process.cpuUsage();
+    pauseForFork();
+    try {
+      worker.postMessage('start');
+      await delay(400);
+    } finally {
+      unpause();
+    }
+    const used = process.cpuUsage(cpu);
+    const cpuMs = (used.user + used.system) / 1000;
+    const wakeUps = Atomics.load(counters, 0);
+    t.log(`during the pause: ${cpuMs.toFixed(0)} ms of CPU, ${wakeUps} wake-ups`);
+    t.is(Atomics.load(counters, 1), 0, 'sleeps that ended early');
+    t.true(wakeUps <= 41, `${wakeUps} wake-ups during a 400 ms pause`);
+    t.true(cpuMs < 150, `${cpuMs.toFixed(0)} ms of CPU during a 400 ms pause`);
+    await delay(200);
+    t.true(Atomics.load(counters, 0) > wakeUps, 'the loop goes on after unpause');
+    t.is(Atomics.load(counters, 1), 0, 'sleeps that ended early');
+  },
+);

@@ -174,8 +174,11 @@ impl TimerManager {
     ///
     /// Because locks held across `fork()` are undefined behaviour, this stops the clock thread
     /// from taking any lock and waits two ticks for everyone to leave theirs. Until
-    /// [`unpause`](Self::unpause), registrations complete immediately (their stubs are already
-    /// fired, sink deadlines are delivered at once), as in pingora.
+    /// [`unpause`](Self::unpause), timers registered complete immediately (their stubs are
+    /// already fired), as in pingora; deadlines registered with a [`DeadlineSink`] wait and are
+    /// delivered by the first tick after `unpause` (see its guarantees).
+    ///
+    /// [`DeadlineSink`]: crate::sink::DeadlineSink
     ///
     /// Call it right before `fork()`.
     pub fn pause_for_fork(&self) {
@@ -193,6 +196,9 @@ impl TimerManager {
         self.shared.watchdog.forget_if_forked();
         // Relaxed: see `pause_for_fork`.
         self.shared.paused.store(false, Ordering::Relaxed);
+        // Deadlines registered with a sink while paused wait for a tick; if none was running (the
+        // first registration came during the pause, or this is a fork child), start one now.
+        self.shared.ensure_clock();
     }
 
     pub(crate) fn shared(&self) -> &Arc<Shared> {
@@ -225,6 +231,12 @@ impl Shared {
         let now = grid::saturating_nanos(self.zero.elapsed());
         self.watchdog.ensure_running(self, floor_millis(now));
         deadline_after(now, duration)
+    }
+
+    /// Starts a clock thread if none is running (and the manager is not paused).
+    pub(crate) fn ensure_clock(self: &Arc<Self>) {
+        let now = grid::saturating_nanos(self.zero.elapsed());
+        self.watchdog.ensure_running(self, floor_millis(now));
     }
 
     /// One tick of the clock thread: fire every timer due at `now_ms`, then deliver sinks.
