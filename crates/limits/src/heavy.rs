@@ -25,9 +25,13 @@
 //!    `f(k) ≤ est(k)`, and `est(k) ≤ f(k) + εN` with probability at least `1 − δ`.
 //! 2. **Bounds**: [`count`](Summary::count) returns `lower ≤ f(k) ≤ upper` for every key.
 //!    - A tracked key: `lower` is every increment since it entered, counted exactly; `upper` adds
-//!      the slack, its sketch estimate just before its entering increment. A key enters on the
-//!      increment that takes its estimate from below `T` to `T` or more, so **its slack is at
-//!      most `T − 1`** (plus, after a merge, what the merge added: see *Merging*).
+//!      the slack, a bound on its count before its entering increment: its sketch estimate
+//!      then, capped at `T − 1`. The cap is sound because the key's previous increment, if any,
+//!      read an estimate below `T` (else it would have entered then: the table had room, since
+//!      it has now and never shrinks within an interval), so its true count before entering was
+//!      below `T` even when other keys have since raised its estimate. **The slack is at most
+//!      `T − 1`**, except after a merge, which adds counts that never passed through the entry
+//!      rule (see *Merging*).
 //!    - Any other key: `lower = 0`, `upper = est(k)`; below the threshold that is `< T`.
 //! 3. **No false heavy hitter, no missed one**: a key is tracked only if its estimate reached
 //!    `T`; a key whose true count reached `T` is tracked unless the table was full when it
@@ -85,7 +89,12 @@
 //!   and are counted in [`Stats::merge_dropped`]; overflow counters add.
 //!
 //! Every merged entry's key has an estimate of at least `T` in the merged sketch, so the rule
-//! that keys below the threshold are never looked up in the table stays sound.
+//! that keys below the threshold are never looked up in the table stays sound. A merged
+//! summary no longer caps an entering key's slack at `T − 1` (a key below `T` on each side can
+//! be over it in the union without ever having been incremented here): its slack is then its
+//! whole estimate before entering, until the next reset. A key tracked in neither side but over
+//! `T` in the union is not tracked by the merge (the sketch cannot name it); it enters on its
+//! next increment if there is room.
 //!
 //! # Thread safety
 //! The sketch is lock-free. An increment whose estimate is below the threshold — every key of a

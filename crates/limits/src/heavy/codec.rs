@@ -6,7 +6,7 @@
 //! offset      size    field
 //! 0           4       magic "KCHH"
 //! 4           2       version, u16 LE = 1
-//! 6           2       flags, u16 LE = 0 (reserved)
+//! 6           2       flags, u16 LE: bit 0 = merged, the others reserved (0)
 //! 8           8       total length in bytes, checksum included, u64 LE
 //! 16          8       threshold, u64 LE (≥ 1)
 //! 24          4       capacity, u32 LE (1 ..= 2^24)
@@ -35,6 +35,9 @@ use super::table::{Entry, OverflowCounts};
 pub const MAGIC: [u8; 4] = *b"KCHH";
 /// The format version this crate writes and reads.
 pub const VERSION: u16 = 1;
+/// Flag bit 0: the summary has merged another since its last reset, so entering keys' slack is
+/// not capped at `threshold - 1`.
+const FLAG_MERGED: u16 = 1;
 /// Magic (4) + version (2) + flags (2) + length (8) + threshold (8) + capacity (4) + entries (4)
 /// + three overflow counters (24) + sketch length (4).
 const HEADER_LEN: usize = 60;
@@ -76,7 +79,8 @@ impl Summary<Vec<u8>> {
         let mut bytes = Vec::with_capacity(len);
         bytes.extend_from_slice(&MAGIC);
         bytes.extend_from_slice(&VERSION.to_le_bytes());
-        bytes.extend_from_slice(&0u16.to_le_bytes());
+        let flags = if self.merged() { FLAG_MERGED } else { 0 };
+        bytes.extend_from_slice(&flags.to_le_bytes());
         bytes.extend_from_slice(&(len as u64).to_le_bytes());
         bytes.extend_from_slice(&settings.threshold().to_le_bytes());
         // Capacity and entries are at most MAX_CAPACITY = 2^24; a sketch at most 28 + 8·2^27
@@ -132,7 +136,7 @@ impl Summary<Vec<u8>> {
             return Err(DecodeError::UnsupportedVersion(version));
         }
         let flags = u16::from_le_bytes(reader.array().unwrap_or_default());
-        if flags != 0 {
+        if flags & !FLAG_MERGED != 0 {
             return Err(DecodeError::ReservedFlags(flags));
         }
         let declared = reader.u64();
@@ -204,7 +208,13 @@ impl Summary<Vec<u8>> {
                 extra: reader.remaining(),
             });
         }
-        Ok(Summary::from_parts(sketch, settings, decoded, overflow))
+        Ok(Summary::from_parts(
+            sketch,
+            settings,
+            decoded,
+            overflow,
+            flags & FLAG_MERGED != 0,
+        ))
     }
 }
 
@@ -263,7 +273,7 @@ pub enum DecodeError {
     BadMagic([u8; 4]),
     /// A format version this crate does not read.
     UnsupportedVersion(u16),
-    /// Reserved flag bits are set.
+    /// Reserved flag bits (any but bit 0) are set.
     ReservedFlags(u16),
     /// The length in the header is not the input's length (truncated or extended input).
     Length {

@@ -6,6 +6,7 @@ use crate::hash::KeyHash;
 use std::borrow::Borrow;
 use std::fmt;
 use std::hash::Hash;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use super::count::{Count, Standing, Talker};
 use super::settings::Settings;
@@ -43,6 +44,10 @@ pub struct Summary<K> {
     sketch: Estimator,
     table: Table<K>,
     settings: Settings,
+    /// Set by a merge (and kept until a reset): the sketch then holds increments that did not
+    /// pass through [`incr_hash`](Summary::incr_hash), so an entering key's slack is its whole
+    /// estimate rather than at most `threshold - 1` (guarantee 2 of the module doc).
+    merged: AtomicBool,
 }
 
 /// A summary's counters of what it saw and what it could not track.
@@ -70,6 +75,7 @@ impl<K: Hash + Eq + Clone> Summary<K> {
             sketch: Estimator::with_shape(settings.shape(), settings.seed()),
             table: Table::new(settings.capacity()),
             settings,
+            merged: AtomicBool::new(false),
         }
     }
 
@@ -79,11 +85,13 @@ impl<K: Hash + Eq + Clone> Summary<K> {
         settings: Settings,
         entries: Vec<Entry<K>>,
         overflow: OverflowCounts,
+        merged: bool,
     ) -> Self {
         let summary = Self {
             sketch,
             table: Table::new(settings.capacity()),
             settings,
+            merged: AtomicBool::new(merged),
         };
         summary.table.replace_with(|_| entries);
         summary.table.set_overflow(overflow);
@@ -138,7 +146,17 @@ impl<K: Hash + Eq + Clone> Summary<K> {
                 standing: Standing::BelowThreshold,
             };
         }
-        self.table.add(hash, key, u64::from(value), estimate)
+        // Its previous increment, if any, read an estimate below the threshold (else it would
+        // have entered then: the table had room then, since it has now and never shrinks), so
+        // its count before this increment is below the threshold too. Unless a merge added
+        // counts that never passed through here.
+        let slack_cap = if self.merged() {
+            u64::MAX
+        } else {
+            self.settings.threshold() - 1
+        };
+        self.table
+            .add(hash, key, u64::from(value), estimate, slack_cap)
     }
 
     /// The bounds of `key`'s count, without counting anything.
@@ -263,6 +281,9 @@ impl<K: Hash + Eq + Clone> Summary<K> {
             // Still under the table's lock, so no key enters between the estimates above and
             // the sketch they describe growing. Checked above: cannot fail.
             let _ = self.sketch.merge(&other.sketch);
+            // Relaxed: a flag that publishes nothing else; an increment racing with the merge
+            // may read it stale, one of the races documented above.
+            self.merged.store(true, Ordering::Relaxed);
             merged
         });
         let ours = self.table.overflow();
@@ -280,6 +301,8 @@ impl<K: Hash + Eq + Clone> Summary<K> {
     /// racing with a reset may survive it in some rows or in the table.
     pub fn reset(&self) {
         self.table.clear();
+        // Relaxed: see merge.
+        self.merged.store(false, Ordering::Relaxed);
         self.sketch.reset();
     }
 
@@ -289,7 +312,7 @@ impl<K: Hash + Eq + Clone> Summary<K> {
         let row0 = &self.sketch.counters()[..self.settings.shape().slots()];
         let total = row0.iter().fold(0i64, |sum, counter| {
             // Relaxed: a sum of independent counters, not a snapshot.
-            sum.wrapping_add(counter.load(std::sync::atomic::Ordering::Relaxed))
+            sum.wrapping_add(counter.load(Ordering::Relaxed))
         });
         Stats {
             tracked: self.table.len(),
@@ -324,6 +347,12 @@ impl<K: Hash + Eq + Clone> Summary<K> {
 
     pub(crate) fn overflow(&self) -> OverflowCounts {
         self.table.overflow()
+    }
+
+    /// Whether a merge added counts since the last reset.
+    pub(crate) fn merged(&self) -> bool {
+        // Relaxed: see merge.
+        self.merged.load(Ordering::Relaxed)
     }
 }
 

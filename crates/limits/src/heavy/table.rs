@@ -81,8 +81,17 @@ impl<K: Eq> Table<K> {
 
     /// Counts `value` for a key whose sketch estimate, this increment included, is `estimate`
     /// (at least the threshold): exactly if it is tracked; by entering it if there is room, with
-    /// the slack `estimate - value` (its estimate before this increment); else as overflow.
-    pub(crate) fn add<Q>(&self, hash: KeyHash, key: &Q, value: u64, estimate: u64) -> Count
+    /// the slack `min(estimate - value, slack_cap)` (its estimate before this increment, capped
+    /// by what the caller knows of its count before: see the module's guarantee 2); else as
+    /// overflow.
+    pub(crate) fn add<Q>(
+        &self,
+        hash: KeyHash,
+        key: &Q,
+        value: u64,
+        estimate: u64,
+        slack_cap: u64,
+    ) -> Count
     where
         K: Borrow<Q>,
         Q: Eq + ToOwned<Owned = K> + ?Sized,
@@ -104,7 +113,7 @@ impl<K: Eq> Table<K> {
         if slots.len() >= self.capacity {
             return self.overflowed(value, estimate);
         }
-        let slack = estimate.saturating_sub(value);
+        let slack = estimate.saturating_sub(value).min(slack_cap);
         slots.insert_unique(
             hash.to_u64(),
             Slot {
@@ -285,9 +294,9 @@ mod tests {
     #[test]
     fn enters_with_the_estimate_before_the_increment_as_slack() {
         let table = Table::<u32>::new(2);
-        let count = table.add(hash(1), &1, 2, 7);
+        let count = table.add(hash(1), &1, 2, 7, u64::MAX);
         assert_eq!((count.lower, count.upper), (2, 7));
-        let count = table.add(hash(1), &1, 3, 99);
+        let count = table.add(hash(1), &1, 3, 99, u64::MAX);
         assert_eq!((count.lower, count.upper), (5, 10));
         assert_eq!(table.get(hash(1), &1), Some(count));
     }
@@ -295,8 +304,8 @@ mod tests {
     #[test]
     fn refuses_entry_when_full_and_counts_it() {
         let table = Table::<u32>::new(1);
-        table.add(hash(1), &1, 1, 5);
-        let count = table.add(hash(2), &2, 4, 6);
+        table.add(hash(1), &1, 1, 5, u64::MAX);
+        let count = table.add(hash(2), &2, 4, 6, u64::MAX);
         assert_eq!(count.standing, Standing::Overflow);
         assert_eq!((count.lower, count.upper), (0, 6));
         assert_eq!(table.get(hash(2), &2), None);
@@ -310,10 +319,12 @@ mod tests {
     #[test]
     fn keys_with_the_same_hash_stay_apart() {
         let table = Table::<u32>::new(4);
-        table.add(hash(9), &1, 1, 5);
-        table.add(hash(9), &2, 2, 5);
+        table.add(hash(9), &1, 1, 5, 2);
+        table.add(hash(9), &2, 2, 5, 2);
         assert_eq!(table.get(hash(9), &1).unwrap().lower, 1);
         assert_eq!(table.get(hash(9), &2).unwrap().lower, 2);
+        // The cap bounds the slack: 5 - 1 = 4 capped to 2.
+        assert_eq!(table.get(hash(9), &1).unwrap().upper, 3);
     }
 
     #[test]
