@@ -106,6 +106,23 @@
 //! (at most one per thread, in flight at that instant) may be missing from its slack; the sketch
 //! estimate still bounds them.
 //!
+//! # Performance
+//! Single-threaded, `u64` keys, 4 × 4096 sketch, threshold 128, 1,024 entries, 2·10^6 events
+//! (`cargo bench -p keepcount-limits --bench heavy`, AMD EPYC, 2 shared vCPUs, 2026-11-23),
+//! ns per update and the ratio to `Estimator::incr` on the same sketch:
+//!
+//! | stream                  | `Estimator::incr` | [`Summary::incr`] | [`HeavyHitters::incr`] | `HashMap` |
+//! |-------------------------|------------------:|------------------:|-----------------------:|----------:|
+//! | Zipf(1.1), 10^5 keys    | 43.9              | 85.8 (1.95×)      | 155.0 (3.53×)          | 91.8      |
+//! | uniform, 10^6 keys      | 48.7              | 85.3 (1.75×)      | 151.6 (3.11×)          | 314.7     |
+//!
+//! On Zipf(1.1) most events belong to tracked keys, which take the table's shared lock; the
+//! uniform stream saturates the sketch, so most events take the overflow path (a shared lock
+//! and a miss). Below the threshold an update is the sketch's own cost. The windowed
+//! [`HeavyHitters`] adds a clock read and the interval check per update, as
+//! [`Rate`](crate::rate::Rate) does. Memory after the Zipf stream: 200,320 bytes, against
+//! 38–53 MB for exact maps over 10^6 keys (crate README).
+//!
 //! # Serialization
 //! [`Summary<Vec<u8>>`](Summary) encodes to the format of docs/format.md §6 ([`codec`]): the
 //! sketch in format version 2, the table's entries and a CRC-32.

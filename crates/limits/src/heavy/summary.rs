@@ -194,8 +194,8 @@ impl<K: Hash + Eq + Clone> Summary<K> {
     /// smaller key hash), largest first.
     ///
     /// Every key whose true count reached the threshold is in the table unless it overflowed
-    /// ([`Stats`]); so when `overflow_events` is 0, a key missing from `top(capacity)` has a
-    /// true count below the threshold.
+    /// ([`Stats`]); so in a summary that has not merged another, when `overflow_events` is 0, a
+    /// key missing from `top(capacity)` has a true count below the threshold.
     pub fn top(&self, n: usize) -> Vec<Talker<K>> {
         let mut entries = self.table.entries();
         entries.sort_unstable_by(rank);
@@ -309,7 +309,10 @@ impl<K: Hash + Eq + Clone> Summary<K> {
     /// Counters of the table's use and of what it could not track.
     pub fn stats(&self) -> Stats {
         let overflow = self.table.overflow();
-        let row0 = &self.sketch.counters()[..self.settings.shape().slots()];
+        let counters = self.sketch.counters();
+        let row0 = counters
+            .get(..self.settings.shape().slots())
+            .unwrap_or(counters);
         let total = row0.iter().fold(0i64, |sum, counter| {
             // Relaxed: a sum of independent counters, not a snapshot.
             sum.wrapping_add(counter.load(Ordering::Relaxed))
