@@ -102,9 +102,11 @@
 //! `parking_lot::RwLock` **shared** and adds to an atomic counter; a key entering takes it
 //! exclusively once; [`top`](Summary::top) and [`count`](Summary::count) take it shared; merges
 //! and interval changes exclusively. `lower` is always a count of increments that happened.
-//! `upper` has one race: increments of a key that other threads make *while* it enters the table
-//! (at most one per thread, in flight at that instant) may be missing from its slack; the sketch
-//! estimate still bounds them.
+//! `upper` has one race: increments of a key that other threads make *concurrently* with its
+//! entering increment or its last one before (at most one per other thread, in flight at that
+//! instant) may be missing from its slack, which assumes each of them read its own estimate in
+//! full; the sketch estimate still bounds them, and the stress test in `tests/heavy.rs` checks
+//! `count ≤ upper + threads − 1`.
 //!
 //! # Performance
 //! Single-threaded, `u64` keys, 4 × 4096 sketch, threshold 128, 1,024 entries, 2·10^6 events
