@@ -6,6 +6,7 @@
 //! - [`estimator::Estimator`]: a count-min sketch. How often has this key been seen?
 //! - [`rate::Rate`]: events per second per key over a sliding pair of intervals.
 //! - [`inflight::Inflight`]: how many operations per key are in progress, released on drop.
+//! - [`heavy::HeavyHitters`]: which keys sent the most, counted exactly past a threshold.
 //!
 //! # Why this crate rather than pingora-limits
 //! - **No panics** from any public API: invalid sizes are clamped (pingora-compatible
@@ -41,6 +42,7 @@ pub mod clock;
 pub mod codec;
 pub mod estimator;
 pub mod hash;
+pub mod heavy;
 pub mod inflight;
 pub mod limiter;
 pub mod rate;

@@ -1,0 +1,392 @@
+//! The serialized heavy-hitter summary, version 1 ([format §6]): [`Summary::to_bytes`] and
+//! [`Summary::from_bytes`] for byte-string keys (`Summary<Vec<u8>>`, the keys the Node binding
+//! has once it encoded them).
+//!
+//! ```text
+//! offset      size    field
+//! 0           4       magic "KCHH"
+//! 4           2       version, u16 LE = 1
+//! 6           2       flags, u16 LE: bit 0 = merged, the others reserved (0)
+//! 8           8       total length in bytes, checksum included, u64 LE
+//! 16          8       threshold, u64 LE (≥ 1)
+//! 24          4       capacity, u32 LE (1 ..= 2^24)
+//! 28          4       entries, u32 LE (≤ capacity)
+//! 32          8       overflow events, u64 LE
+//! 40          8       overflow weight, u64 LE
+//! 48          8       entries dropped by merges, u64 LE
+//! 56          4       sketch length s, u32 LE
+//! 60          s       the sketch, format version 2 (§5), with its own CRC-32
+//! 60+s        …       entries in ascending byte order of their keys, each:
+//!                     key length u32 LE, key bytes, exact u64 LE, slack u64 LE
+//! length−4    4       CRC-32 (IEEE, as zlib's crc32) of every byte before it
+//! ```
+//!
+//! [format §6]: https://github.com/keepcount/keepcount/blob/main/docs/format.md
+
+use crate::codec as sketch_codec;
+use crate::estimator::Estimator;
+use std::fmt;
+
+use super::settings::{ConfigError, Settings};
+use super::summary::{Summary, as_count};
+use super::table::{Entry, OverflowCounts};
+
+/// The first four bytes of every serialized summary.
+pub const MAGIC: [u8; 4] = *b"KCHH";
+/// The format version this crate writes and reads.
+pub const VERSION: u16 = 1;
+/// Flag bit 0: the summary has merged another since its last reset, so entering keys' slack is
+/// not capped at `threshold - 1`.
+const FLAG_MERGED: u16 = 1;
+/// Magic (4) + version (2) + flags (2) + length (8) + threshold (8) + capacity (4) + entries (4)
+/// + three overflow counters (24) + sketch length (4).
+const HEADER_LEN: usize = 60;
+/// The CRC-32 at the end.
+const CHECKSUM_LEN: usize = 4;
+/// The shortest input the decoder reads fields from: a header and a checksum.
+const MIN_LEN: usize = HEADER_LEN + CHECKSUM_LEN;
+/// Key length (4) + exact (8) + slack (8): the least an entry occupies, which bounds how many
+/// entries an input can hold before anything is allocated for them.
+const ENTRY_MIN_LEN: usize = 20;
+
+impl Summary<Vec<u8>> {
+    /// The summary in format version 1 (docs/format.md §6). Canonical: equal summaries give
+    /// equal bytes (entries are sorted by key).
+    ///
+    /// ```
+    /// use keepcount_limits::heavy::{Settings, Summary};
+    /// use keepcount_limits::shape::Shape;
+    /// let summary = Summary::new(Settings::new(Shape::new(2, 8).unwrap(), 1, 2, 4).unwrap());
+    /// summary.incr(&b"k"[..], 3);
+    /// let bytes = summary.to_bytes();
+    /// assert_eq!(&bytes[..4], b"KCHH");
+    /// let copy = Summary::from_bytes(&bytes).unwrap();
+    /// assert_eq!(copy.count(&b"k"[..]), summary.count(&b"k"[..]));
+    /// assert_eq!(copy.to_bytes(), bytes);
+    /// ```
+    ///
+    /// # Thread safety
+    /// The table is copied under its shared lock, then the sketch is read counter by counter:
+    /// increments racing with the call may be partly included.
+    pub fn to_bytes(&self) -> Vec<u8> {
+        let mut entries = self.entries();
+        entries.sort_unstable_by(|a, b| a.key.cmp(&b.key));
+        let sketch = self.sketch().to_bytes();
+        let settings = self.settings();
+        let overflow = self.overflow();
+        let entries_len: usize = entries.iter().map(|e| ENTRY_MIN_LEN + e.key.len()).sum();
+        let len = MIN_LEN + sketch.len() + entries_len;
+        let mut bytes = Vec::with_capacity(len);
+        bytes.extend_from_slice(&MAGIC);
+        bytes.extend_from_slice(&VERSION.to_le_bytes());
+        let flags = if self.merged() { FLAG_MERGED } else { 0 };
+        bytes.extend_from_slice(&flags.to_le_bytes());
+        bytes.extend_from_slice(&(len as u64).to_le_bytes());
+        bytes.extend_from_slice(&settings.threshold().to_le_bytes());
+        // Capacity and entries are at most MAX_CAPACITY = 2^24; a sketch at most 28 + 8·2^27
+        // bytes: all fit in u32.
+        bytes.extend_from_slice(&(settings.capacity() as u32).to_le_bytes());
+        bytes.extend_from_slice(&(entries.len() as u32).to_le_bytes());
+        bytes.extend_from_slice(&overflow.events.to_le_bytes());
+        bytes.extend_from_slice(&overflow.weight.to_le_bytes());
+        bytes.extend_from_slice(&overflow.merge_dropped.to_le_bytes());
+        bytes.extend_from_slice(&(sketch.len() as u32).to_le_bytes());
+        bytes.extend_from_slice(&sketch);
+        for entry in &entries {
+            // A key longer than 4 GiB cannot be encoded: its length saturates and the decoder
+            // refuses the result (it cannot be produced from a JavaScript key).
+            let key_len = u32::try_from(entry.key.len()).unwrap_or(u32::MAX);
+            bytes.extend_from_slice(&key_len.to_le_bytes());
+            bytes.extend_from_slice(&entry.key);
+            bytes.extend_from_slice(&entry.exact.to_le_bytes());
+            bytes.extend_from_slice(&entry.slack.to_le_bytes());
+        }
+        let checksum = crc32fast::hash(&bytes);
+        bytes.extend_from_slice(&checksum.to_le_bytes());
+        bytes
+    }
+
+    /// Reads a summary written by [`to_bytes`](Self::to_bytes).
+    ///
+    /// Checks, in this order: length ≥ 64, magic, version, flags, declared length = actual
+    /// length, checksum, the sketch (every check of §5), threshold and capacity, entry count ≤
+    /// capacity, each entry within the input, no trailing bytes, keys in strictly ascending
+    /// order (so no duplicates), and every key's sketch estimate at least the threshold (a
+    /// tracked key below it would stop being counted). Each failure is its own
+    /// [`DecodeError`]. Never panics; allocates only after the length and checksum checks, and
+    /// never more than the input's length allows.
+    ///
+    /// ```
+    /// use keepcount_limits::heavy::{Summary, codec::DecodeError};
+    /// assert_eq!(Summary::from_bytes(b"KCHH").unwrap_err(), DecodeError::Truncated { len: 4 });
+    /// ```
+    pub fn from_bytes(bytes: &[u8]) -> Result<Self, DecodeError> {
+        let mut reader = Reader { bytes, at: 0 };
+        if bytes.len() < MIN_LEN {
+            return Err(DecodeError::Truncated { len: bytes.len() });
+        }
+        let magic = reader
+            .array::<4>()
+            .ok_or(DecodeError::Truncated { len: 0 })?;
+        if magic != MAGIC {
+            return Err(DecodeError::BadMagic(magic));
+        }
+        let version = u16::from_le_bytes(reader.array().unwrap_or_default());
+        if version != VERSION {
+            return Err(DecodeError::UnsupportedVersion(version));
+        }
+        let flags = u16::from_le_bytes(reader.array().unwrap_or_default());
+        if flags & !FLAG_MERGED != 0 {
+            return Err(DecodeError::ReservedFlags(flags));
+        }
+        let declared = reader.u64();
+        if usize::try_from(declared).ok() != Some(bytes.len()) {
+            return Err(DecodeError::Length {
+                declared,
+                actual: bytes.len(),
+            });
+        }
+        let (body, checksum) = bytes.split_at(bytes.len() - CHECKSUM_LEN);
+        let stored = u32::from_le_bytes([checksum[0], checksum[1], checksum[2], checksum[3]]);
+        let computed = crc32fast::hash(body);
+        if stored != computed {
+            return Err(DecodeError::Checksum { stored, computed });
+        }
+        let mut reader = Reader {
+            bytes: body,
+            at: 16,
+        };
+        let threshold = reader.u64();
+        let capacity = reader.u32();
+        let entries = reader.u32();
+        let overflow = OverflowCounts {
+            events: reader.u64(),
+            weight: reader.u64(),
+            merge_dropped: reader.u64(),
+        };
+        let sketch_len = reader.u32() as usize;
+        let sketch = reader
+            .take(sketch_len)
+            .ok_or(DecodeError::SketchLength { sketch_len })?;
+        let sketch = Estimator::from_bytes(sketch).map_err(DecodeError::Sketch)?;
+        // u32 fits in usize on every supported target.
+        let settings = Settings::new(sketch.shape(), sketch.seed(), threshold, capacity as usize)
+            .map_err(DecodeError::Config)?;
+        if entries as usize > settings.capacity() {
+            return Err(DecodeError::TooManyEntries {
+                entries,
+                capacity: settings.capacity(),
+            });
+        }
+        if entries as usize > reader.remaining() / ENTRY_MIN_LEN {
+            return Err(DecodeError::EntryTruncated { index: 0 });
+        }
+        let mut decoded: Vec<Entry<Vec<u8>>> = Vec::with_capacity(entries as usize);
+        for index in 0..entries {
+            let entry = reader
+                .entry()
+                .ok_or(DecodeError::EntryTruncated { index })?;
+            if decoded
+                .last()
+                .is_some_and(|last| last.key.as_slice() >= entry.0)
+            {
+                return Err(DecodeError::Unordered { index });
+            }
+            let hash = sketch.hash_key(entry.0);
+            if as_count(sketch.get_hash(hash)) < threshold {
+                return Err(DecodeError::BelowThreshold { index });
+            }
+            decoded.push(Entry {
+                hash,
+                key: entry.0.to_vec(),
+                exact: entry.1,
+                slack: entry.2,
+            });
+        }
+        if reader.remaining() != 0 {
+            return Err(DecodeError::TrailingBytes {
+                extra: reader.remaining(),
+            });
+        }
+        Ok(Summary::from_parts(
+            sketch,
+            settings,
+            decoded,
+            overflow,
+            flags & FLAG_MERGED != 0,
+        ))
+    }
+}
+
+/// Reads little-endian fields from a slice; every read is bounds-checked.
+struct Reader<'a> {
+    bytes: &'a [u8],
+    at: usize,
+}
+
+impl<'a> Reader<'a> {
+    fn take(&mut self, len: usize) -> Option<&'a [u8]> {
+        let end = self.at.checked_add(len)?;
+        let slice = self.bytes.get(self.at..end)?;
+        self.at = end;
+        Some(slice)
+    }
+
+    fn array<const N: usize>(&mut self) -> Option<[u8; N]> {
+        self.take(N)?.try_into().ok()
+    }
+
+    /// Header fields: the callers checked the header is there, so a missing one reads as 0
+    /// (unreachable, and harmless).
+    fn u64(&mut self) -> u64 {
+        u64::from_le_bytes(self.array().unwrap_or_default())
+    }
+
+    fn u32(&mut self) -> u32 {
+        u32::from_le_bytes(self.array().unwrap_or_default())
+    }
+
+    fn remaining(&self) -> usize {
+        self.bytes.len().saturating_sub(self.at)
+    }
+
+    /// One entry: (key, exact, slack).
+    fn entry(&mut self) -> Option<(&'a [u8], u64, u64)> {
+        let key_len = u32::from_le_bytes(self.array()?) as usize;
+        let key = self.take(key_len)?;
+        let exact = u64::from_le_bytes(self.array()?);
+        let slack = u64::from_le_bytes(self.array()?);
+        Some((key, exact, slack))
+    }
+}
+
+/// Why bytes are not a valid serialized summary.
+#[derive(Debug, Clone, Copy, PartialEq)]
+#[non_exhaustive]
+pub enum DecodeError {
+    /// Shorter than the 64 bytes of header and checksum.
+    Truncated {
+        /// The input's length.
+        len: usize,
+    },
+    /// The first four bytes are not `KCHH`.
+    BadMagic([u8; 4]),
+    /// A format version this crate does not read.
+    UnsupportedVersion(u16),
+    /// Reserved flag bits (any but bit 0) are set.
+    ReservedFlags(u16),
+    /// The length in the header is not the input's length (truncated or extended input).
+    Length {
+        /// The length the header declares.
+        declared: u64,
+        /// The input's length.
+        actual: usize,
+    },
+    /// The CRC-32 does not match the content: the bytes were corrupted.
+    Checksum {
+        /// The checksum stored in the input.
+        stored: u32,
+        /// The checksum of the content.
+        computed: u32,
+    },
+    /// The sketch's declared length runs past the end of the input.
+    SketchLength {
+        /// The declared sketch length.
+        sketch_len: usize,
+    },
+    /// The embedded sketch is invalid.
+    Sketch(sketch_codec::DecodeError),
+    /// The threshold or capacity is out of range.
+    Config(ConfigError),
+    /// More entries than the capacity.
+    TooManyEntries {
+        /// Entries declared.
+        entries: u32,
+        /// The capacity declared.
+        capacity: usize,
+    },
+    /// An entry runs past the end of the input.
+    EntryTruncated {
+        /// The entry's position.
+        index: u32,
+    },
+    /// Bytes remain after the last entry.
+    TrailingBytes {
+        /// How many.
+        extra: usize,
+    },
+    /// An entry's key is not greater than the previous one's (duplicate or out of order).
+    Unordered {
+        /// The entry's position.
+        index: u32,
+    },
+    /// An entry's key has a sketch estimate below the threshold, which no summary produces.
+    BelowThreshold {
+        /// The entry's position.
+        index: u32,
+    },
+}
+
+impl fmt::Display for DecodeError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Truncated { len } => write!(
+                f,
+                "truncated heavy-hitter summary: {len} bytes, a summary has at least {MIN_LEN}"
+            ),
+            Self::BadMagic(magic) => write!(
+                f,
+                "not a keepcount heavy-hitter summary: magic is {magic:02x?}, expected \"KCHH\""
+            ),
+            Self::UnsupportedVersion(version) => write!(
+                f,
+                "unsupported heavy-hitter format version {version}, this build reads version {VERSION}"
+            ),
+            Self::ReservedFlags(flags) => {
+                write!(f, "reserved heavy-hitter flags are set: {flags:#06x}")
+            }
+            Self::Length { declared, actual } => write!(
+                f,
+                "heavy-hitter summary length mismatch: the header says {declared} bytes, got {actual}"
+            ),
+            Self::Checksum { stored, computed } => write!(
+                f,
+                "heavy-hitter summary checksum mismatch: stored {stored:#010x}, computed {computed:#010x} (corrupted data)"
+            ),
+            Self::SketchLength { sketch_len } => write!(
+                f,
+                "the heavy-hitter summary's sketch ({sketch_len} bytes) runs past the end"
+            ),
+            Self::Sketch(err) => write!(f, "bad heavy-hitter sketch: {err}"),
+            Self::Config(err) => write!(f, "bad heavy-hitter settings: {err}"),
+            Self::TooManyEntries { entries, capacity } => write!(
+                f,
+                "heavy-hitter summary has {entries} entries, more than its capacity {capacity}"
+            ),
+            Self::EntryTruncated { index } => {
+                write!(f, "heavy-hitter entry {index} runs past the end")
+            }
+            Self::TrailingBytes { extra } => {
+                write!(f, "{extra} bytes after the last heavy-hitter entry")
+            }
+            Self::Unordered { index } => write!(
+                f,
+                "heavy-hitter entry {index} is a duplicate or out of order (keys must ascend)"
+            ),
+            Self::BelowThreshold { index } => write!(
+                f,
+                "heavy-hitter entry {index}'s key has a sketch estimate below the threshold"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for DecodeError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            Self::Sketch(err) => Some(err),
+            Self::Config(err) => Some(err),
+            _ => None,
+        }
+    }
+}

@@ -1,0 +1,600 @@
+//! One interval's heavy-hitter summary: [`Summary`], a count-min sketch in front of a bounded
+//! exact table. The guarantees are stated in the [module doc](super).
+
+use crate::estimator::{self, Estimator};
+use crate::hash::KeyHash;
+use std::borrow::Borrow;
+use std::fmt;
+use std::hash::Hash;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use super::count::{Count, Standing, Talker};
+use super::settings::Settings;
+use super::table::{Entry, OverflowCounts, Table, rank};
+
+/// A count-min sketch that counts every increment, and an exact table for the keys whose
+/// estimate reached the threshold.
+///
+/// ```
+/// use keepcount_limits::heavy::{Settings, Standing, Summary};
+/// use keepcount_limits::shape::Shape;
+///
+/// let summary = Summary::new(Settings::new(Shape::new(4, 1024).unwrap(), 7, 3, 16).unwrap());
+/// for _ in 0..10 {
+///     summary.incr("flooder", 1);
+/// }
+/// summary.incr("visitor", 1);
+/// let flooder = summary.count("flooder");
+/// assert_eq!(flooder.standing, Standing::Tracked);
+/// assert!(flooder.lower <= 10 && 10 <= flooder.upper && flooder.slack() < 3);
+/// assert_eq!(summary.count("visitor").standing, Standing::BelowThreshold);
+/// assert_eq!(summary.top(1)[0].key, "flooder");
+/// ```
+///
+/// # Performance
+/// An increment whose estimate stays below the threshold costs exactly an
+/// [`Estimator::incr_hash`] plus a comparison. A tracked key's increment adds a shared lock and
+/// one table lookup; a key entering takes the lock exclusively once.
+///
+/// # Thread safety
+/// `Send + Sync` when `K` is. The sketch is lock-free; the table is behind one
+/// `parking_lot::RwLock`, taken shared to count a tracked key and exclusively to enter a key,
+/// merge or reset (see the [module doc](super) for the bounds under concurrent increments).
+pub struct Summary<K> {
+    sketch: Estimator,
+    table: Table<K>,
+    settings: Settings,
+    /// Set by a merge (and kept until a reset): the sketch then holds increments that did not
+    /// pass through [`incr_hash`](Summary::incr_hash), so an entering key's slack is its whole
+    /// estimate rather than at most `threshold - 1` (guarantee 2 of the module doc).
+    merged: AtomicBool,
+}
+
+/// A summary's counters of what it saw and what it could not track.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Stats {
+    /// Keys in the table.
+    pub tracked: usize,
+    /// The most keys the table holds.
+    pub capacity: usize,
+    /// Sum of every increment (row 0 of the sketch).
+    pub total: u64,
+    /// Increments of keys over the threshold that found the table full.
+    pub overflow_events: u64,
+    /// Their summed values.
+    pub overflow_weight: u64,
+    /// Entries a merge dropped to stay within the capacity.
+    pub merge_dropped: u64,
+}
+
+impl<K: Hash + Eq + Clone> Summary<K> {
+    /// An empty summary.
+    pub fn new(settings: Settings) -> Self {
+        Self {
+            sketch: Estimator::with_shape(settings.shape(), settings.seed()),
+            table: Table::new(settings.capacity()),
+            settings,
+            merged: AtomicBool::new(false),
+        }
+    }
+
+    /// A summary from decoded parts; the codec has checked them.
+    pub(crate) fn from_parts(
+        sketch: Estimator,
+        settings: Settings,
+        entries: Vec<Entry<K>>,
+        overflow: OverflowCounts,
+        merged: bool,
+    ) -> Self {
+        let summary = Self {
+            sketch,
+            table: Table::new(settings.capacity()),
+            settings,
+            merged: AtomicBool::new(merged),
+        };
+        summary.table.replace_with(|_| entries);
+        summary.table.set_overflow(overflow);
+        summary
+    }
+
+    /// Hashes `key` once for the pre-hashed API ([`incr_hash`](Self::incr_hash),
+    /// [`count_hash`](Self::count_hash)): the sketch's [`Estimator::hash_key`].
+    #[inline]
+    pub fn hash_key<Q: Hash + ?Sized>(&self, key: &Q) -> KeyHash {
+        self.sketch.hash_key(key)
+    }
+
+    /// Counts `value` for `key` and returns its bounds after this increment.
+    ///
+    /// ```
+    /// use keepcount_limits::heavy::{Settings, Standing, Summary};
+    /// use keepcount_limits::shape::Shape;
+    /// let summary = Summary::<String>::new(Settings::new(Shape::new(4, 64).unwrap(), 1, 2, 8).unwrap());
+    /// assert_eq!(summary.incr("k", 1).standing, Standing::BelowThreshold);
+    /// assert_eq!(summary.incr("k", 1).standing, Standing::Tracked);
+    /// ```
+    #[inline]
+    pub fn incr<Q>(&self, key: &Q, value: u32) -> Count
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
+        self.incr_hash(self.hash_key(key), key, value)
+    }
+
+    /// [`incr`](Self::incr) for a key hashed with [`hash_key`](Self::hash_key). A `hash` that is
+    /// not `key`'s gives wrong answers, never a panic. Advanced API.
+    #[inline]
+    pub fn incr_hash<Q>(&self, hash: KeyHash, key: &Q, value: u32) -> Count
+    where
+        K: Borrow<Q>,
+        Q: Eq + ToOwned<Owned = K> + ?Sized,
+    {
+        // u32 fits in isize on every target this crate supports (at least 32-bit pointers, and
+        // there only up to i32::MAX); saturate rather than assume.
+        let estimate = as_count(
+            self.sketch
+                .incr_hash(hash, isize::try_from(value).unwrap_or(isize::MAX)),
+        );
+        if estimate < self.settings.threshold() {
+            // Below the threshold now, so below it at every earlier moment of the interval
+            // (counters only grow): the key cannot be in the table.
+            return Count {
+                lower: 0,
+                upper: estimate,
+                standing: Standing::BelowThreshold,
+            };
+        }
+        // Its previous increment, if any, read an estimate below the threshold (else it would
+        // have entered then: the table had room then, since it has now and never shrinks), so
+        // its count before this increment is below the threshold too. Unless a merge added
+        // counts that never passed through here.
+        let slack_cap = if self.merged() {
+            u64::MAX
+        } else {
+            self.settings.threshold() - 1
+        };
+        self.table
+            .add(hash, key, u64::from(value), estimate, slack_cap)
+    }
+
+    /// The bounds of `key`'s count, without counting anything.
+    #[inline]
+    pub fn count<Q>(&self, key: &Q) -> Count
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        self.count_hash(self.hash_key(key), key)
+    }
+
+    /// [`count`](Self::count) for a key hashed with [`hash_key`](Self::hash_key). Advanced API.
+    pub fn count_hash<Q>(&self, hash: KeyHash, key: &Q) -> Count
+    where
+        K: Borrow<Q>,
+        Q: Eq + ?Sized,
+    {
+        let estimate = as_count(self.sketch.get_hash(hash));
+        if estimate < self.settings.threshold() {
+            return Count {
+                lower: 0,
+                upper: estimate,
+                standing: Standing::BelowThreshold,
+            };
+        }
+        self.table.get(hash, key).unwrap_or(Count {
+            lower: 0,
+            upper: estimate,
+            standing: Standing::Overflow,
+        })
+    }
+
+    /// The `n` tracked keys with the largest upper bounds (ties: larger lower bound, then
+    /// smaller key hash), largest first.
+    ///
+    /// Every key whose true count reached the threshold is in the table unless it overflowed
+    /// ([`Stats`]); so in a summary that has not merged another, when `overflow_events` is 0, a
+    /// key missing from `top(capacity)` has a true count below the threshold.
+    pub fn top(&self, n: usize) -> Vec<Talker<K>> {
+        let mut entries = self.table.entries();
+        entries.sort_unstable_by(rank);
+        entries.truncate(n);
+        entries
+            .into_iter()
+            .map(|entry| Talker {
+                count: entry.count(),
+                key: entry.key,
+            })
+            .collect()
+    }
+
+    /// Adds `other`'s stream to this summary: the sketches add element-wise (the result is the
+    /// sketch of both streams), and the tables merge as the [module doc](super#merging) states,
+    /// keeping the bounds valid, truncated to this summary's capacity.
+    ///
+    /// ```
+    /// use keepcount_limits::heavy::{Settings, Summary};
+    /// use keepcount_limits::shape::Shape;
+    /// let settings = Settings::new(Shape::new(4, 256).unwrap(), 9, 2, 8).unwrap();
+    /// let (a, b) = (Summary::new(settings), Summary::new(settings));
+    /// for _ in 0..5 { a.incr("k", 1); }
+    /// for _ in 0..3 { b.incr("k", 1); }
+    /// a.merge(&b).unwrap();
+    /// let count = a.count("k");
+    /// assert!(count.lower <= 8 && 8 <= count.upper);
+    /// ```
+    ///
+    /// # Thread safety
+    /// `other`'s table is copied first, then this summary's table is rebuilt under its exclusive
+    /// lock (so `a.merge(&a)` doubles `a` rather than deadlocking). Increments racing with a merge
+    /// are counted, but a key entering through the merge may miss, in its upper bound, increments
+    /// made to `self` between the estimate's read and the sketch merge: merge quiescent
+    /// summaries when the bounds must hold exactly.
+    pub fn merge(&self, other: &Summary<K>) -> Result<(), MergeError> {
+        if self.settings.threshold() != other.settings.threshold() {
+            return Err(MergeError::Threshold {
+                ours: self.settings.threshold(),
+                theirs: other.settings.threshold(),
+            });
+        }
+        let (ours, theirs) = (&self.sketch, &other.sketch);
+        if ours.shape() != theirs.shape() {
+            return Err(MergeError::Sketch(estimator::MergeError::Shape {
+                ours: ours.shape(),
+                theirs: theirs.shape(),
+            }));
+        }
+        if ours.seed() != theirs.seed() {
+            return Err(MergeError::Sketch(estimator::MergeError::Seed {
+                ours: ours.seed(),
+                theirs: theirs.seed(),
+            }));
+        }
+        let theirs = other.table.entries();
+        let their_overflow = other.table.overflow();
+        self.table.replace_with(|ours| {
+            let mut merged = Vec::with_capacity(ours.len() + theirs.len());
+            let mut theirs: std::collections::HashMap<&K, &Entry<K>> =
+                theirs.iter().map(|e| (&e.key, e)).collect();
+            for mut entry in ours {
+                match theirs.remove(&entry.key) {
+                    Some(their) => {
+                        entry.exact = entry.exact.saturating_add(their.exact);
+                        entry.slack = entry.slack.saturating_add(their.slack);
+                    }
+                    // Untracked there: its sketch estimate bounds what that stream held.
+                    None => {
+                        let estimate = as_count(other.sketch.get_hash(entry.hash));
+                        entry.slack = entry.slack.saturating_add(estimate);
+                    }
+                }
+                merged.push(entry);
+            }
+            for their in theirs.into_values() {
+                let estimate = as_count(self.sketch.get_hash(their.hash));
+                merged.push(Entry {
+                    slack: their.slack.saturating_add(estimate),
+                    ..their.clone()
+                });
+            }
+            // Still under the table's lock, so no key enters between the estimates above and
+            // the sketch they describe growing. Checked above: cannot fail.
+            let _ = self.sketch.merge(&other.sketch);
+            // Relaxed: a flag that publishes nothing else; an increment racing with the merge
+            // may read it stale, one of the races documented above.
+            self.merged.store(true, Ordering::Relaxed);
+            merged
+        });
+        let ours = self.table.overflow();
+        self.table.set_overflow(OverflowCounts {
+            events: ours.events.saturating_add(their_overflow.events),
+            weight: ours.weight.saturating_add(their_overflow.weight),
+            merge_dropped: ours
+                .merge_dropped
+                .saturating_add(their_overflow.merge_dropped),
+        });
+        Ok(())
+    }
+
+    /// Empties the sketch and the table, for a new interval. Not atomic as a whole: increments
+    /// racing with a reset may survive it in some rows or in the table.
+    pub fn reset(&self) {
+        self.table.clear();
+        // Relaxed: see merge.
+        self.merged.store(false, Ordering::Relaxed);
+        self.sketch.reset();
+    }
+
+    /// Counters of the table's use and of what it could not track.
+    pub fn stats(&self) -> Stats {
+        let overflow = self.table.overflow();
+        let counters = self.sketch.counters();
+        let row0 = counters
+            .get(..self.settings.shape().slots())
+            .unwrap_or(counters);
+        let total = row0.iter().fold(0i64, |sum, counter| {
+            // Relaxed: a sum of independent counters, not a snapshot.
+            sum.wrapping_add(counter.load(Ordering::Relaxed))
+        });
+        Stats {
+            tracked: self.table.len(),
+            capacity: self.table.capacity(),
+            total: as_count(total as isize),
+            overflow_events: overflow.events,
+            overflow_weight: overflow.weight,
+            merge_dropped: overflow.merge_dropped,
+        }
+    }
+
+    /// The configuration.
+    pub fn settings(&self) -> Settings {
+        self.settings
+    }
+
+    /// The sketch every increment goes to.
+    pub fn sketch(&self) -> &Estimator {
+        &self.sketch
+    }
+
+    /// Bytes in use: the sketch's, the table's current allocation and the struct itself (keys
+    /// that own heap memory, such as `Vec<u8>`, add their own bytes on top).
+    pub fn memory_bytes(&self) -> usize {
+        self.sketch.memory_bytes() + self.table.allocation_bytes() + size_of::<Self>()
+    }
+
+    /// Tracked keys' states, for the window and the codec.
+    pub(crate) fn entries(&self) -> Vec<Entry<K>> {
+        self.table.entries()
+    }
+
+    pub(crate) fn overflow(&self) -> OverflowCounts {
+        self.table.overflow()
+    }
+
+    /// Whether a merge added counts since the last reset.
+    pub(crate) fn merged(&self) -> bool {
+        // Relaxed: see merge.
+        self.merged.load(Ordering::Relaxed)
+    }
+}
+
+impl<K> fmt::Debug for Summary<K> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Summary")
+            .field("settings", &self.settings)
+            // The counters and keys are too many to print.
+            .finish_non_exhaustive()
+    }
+}
+
+/// A sketch estimate as a count: a negative estimate is a counter that wrapped past `i64::MAX`,
+/// so the true count is at least that large and `u64::MAX` is a valid upper bound.
+pub(crate) fn as_count(estimate: isize) -> u64 {
+    u64::try_from(estimate).unwrap_or(u64::MAX)
+}
+
+/// Why two summaries cannot be merged.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum MergeError {
+    /// The sketches differ in shape or seed.
+    Sketch(estimator::MergeError),
+    /// The thresholds differ, so "tracked" does not mean the same in both.
+    Threshold {
+        /// This summary's threshold.
+        ours: u64,
+        /// The other summary's threshold.
+        theirs: u64,
+    },
+}
+
+impl fmt::Display for MergeError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Sketch(err) => write!(f, "cannot merge heavy-hitter summaries: {err}"),
+            Self::Threshold { ours, theirs } => write!(
+                f,
+                "cannot merge heavy-hitter summaries with different thresholds: {ours} and {theirs}"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for MergeError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            Self::Sketch(err) => Some(err),
+            Self::Threshold { .. } => None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::shape::Shape;
+    use std::sync::Arc;
+
+    fn summary(threshold: u64, capacity: usize) -> Summary<u64> {
+        Summary::new(Settings::new(Shape::new(4, 1024).unwrap(), 3, threshold, capacity).unwrap())
+    }
+
+    #[test]
+    fn tracked_keys_are_exact_from_entry() {
+        let s = summary(5, 8);
+        for i in 1..=4 {
+            assert_eq!(s.incr(&7, 1).standing, Standing::BelowThreshold, "{i}");
+        }
+        let entered = s.incr(&7, 1);
+        assert_eq!(entered.standing, Standing::Tracked);
+        assert_eq!((entered.lower, entered.upper), (1, 5));
+        for _ in 0..95 {
+            s.incr(&7, 1);
+        }
+        let count = s.count(&7);
+        assert_eq!((count.lower, count.upper), (96, 100));
+        assert!(count.slack() < 5);
+    }
+
+    #[test]
+    fn one_large_increment_enters_with_what_came_before_as_slack() {
+        let s = summary(10, 8);
+        s.incr(&1, 3);
+        let count = s.incr(&1, 50);
+        assert_eq!(
+            (count.lower, count.upper, count.standing),
+            (50, 53, Standing::Tracked)
+        );
+    }
+
+    #[test]
+    fn a_full_table_refuses_entry_and_says_so() {
+        let s = summary(2, 1);
+        s.incr(&1, 2);
+        let refused = s.incr(&2, 5);
+        assert_eq!(refused.standing, Standing::Overflow);
+        assert_eq!((refused.lower, refused.upper), (0, 5));
+        let stats = s.stats();
+        assert_eq!(
+            (stats.tracked, stats.overflow_events, stats.overflow_weight),
+            (1, 1, 5)
+        );
+        assert_eq!(stats.total, 7);
+        assert_eq!(s.count(&2).standing, Standing::Overflow);
+    }
+
+    #[test]
+    fn top_orders_by_upper_bound() {
+        let s = summary(1, 8);
+        for (key, times) in [(1u64, 3), (2, 9), (3, 5)] {
+            for _ in 0..times {
+                s.incr(&key, 1);
+            }
+        }
+        let keys: Vec<u64> = s.top(2).into_iter().map(|t| t.key).collect();
+        assert_eq!(keys, [2, 3]);
+        assert_eq!(s.top(10).len(), 3);
+    }
+
+    #[test]
+    fn merge_adds_exact_parts_and_bounds_one_sided_keys() {
+        let (a, b, both) = (summary(3, 8), summary(3, 8), summary(3, 8));
+        for _ in 0..10 {
+            a.incr(&1, 1);
+            both.incr(&1, 1);
+        }
+        for _ in 0..7 {
+            b.incr(&1, 1);
+            b.incr(&2, 1);
+            both.incr(&1, 1);
+            both.incr(&2, 1);
+        }
+        a.incr(&2, 1);
+        both.incr(&2, 1);
+        a.merge(&b).unwrap();
+        assert_eq!(a.sketch().to_bytes(), both.sketch().to_bytes());
+        let one = a.count(&1);
+        assert!(one.lower <= 17 && 17 <= one.upper && one.slack() <= 2 * 2);
+        let two = a.count(&2);
+        assert!(two.lower <= 8 && 8 <= two.upper);
+        assert_eq!(two.standing, Standing::Tracked);
+    }
+
+    #[test]
+    fn merge_truncates_to_capacity_keeping_the_largest() {
+        let (a, b) = (summary(1, 2), summary(1, 2));
+        a.incr(&1, 5);
+        a.incr(&2, 1);
+        b.incr(&3, 9);
+        b.incr(&4, 2);
+        a.merge(&b).unwrap();
+        let keys: Vec<u64> = a.top(10).into_iter().map(|t| t.key).collect();
+        assert_eq!(keys, [3, 1]);
+        assert_eq!(a.stats().merge_dropped, 2);
+        assert_eq!(a.count(&4).standing, Standing::Overflow);
+    }
+
+    #[test]
+    fn merge_with_itself_doubles() {
+        let s = summary(2, 4);
+        for _ in 0..5 {
+            s.incr(&1, 1);
+        }
+        s.merge(&s).unwrap();
+        let count = s.count(&1);
+        assert!(count.lower <= 10 && 10 <= count.upper);
+        assert_eq!(count.lower, 8);
+    }
+
+    #[test]
+    fn merge_refuses_other_thresholds_shapes_and_seeds() {
+        let a = summary(2, 4);
+        let err = a.merge(&summary(3, 4)).unwrap_err();
+        assert_eq!(err, MergeError::Threshold { ours: 2, theirs: 3 });
+        assert_eq!(
+            err.to_string(),
+            "cannot merge heavy-hitter summaries with different thresholds: 2 and 3"
+        );
+        let other_seed =
+            Summary::<u64>::new(Settings::new(Shape::new(4, 1024).unwrap(), 4, 2, 4).unwrap());
+        assert!(matches!(
+            a.merge(&other_seed),
+            Err(MergeError::Sketch(estimator::MergeError::Seed { .. }))
+        ));
+        let other_shape =
+            Summary::<u64>::new(Settings::new(Shape::new(4, 512).unwrap(), 3, 2, 4).unwrap());
+        let err = a.merge(&other_shape).unwrap_err();
+        assert!(err.to_string().contains("different shapes"));
+    }
+
+    #[test]
+    fn reset_empties_everything() {
+        let s = summary(1, 1);
+        s.incr(&1, 3);
+        s.incr(&2, 3);
+        s.reset();
+        assert_eq!(s.count(&1).upper, 0);
+        assert_eq!(s.stats().tracked, 0);
+        assert_eq!(s.stats().overflow_events, 0);
+    }
+
+    #[test]
+    fn wrapped_sketch_counters_read_as_the_largest_count() {
+        assert_eq!(as_count(-1), u64::MAX);
+        assert_eq!(as_count(7), 7);
+    }
+
+    #[test]
+    fn borrowed_keys_look_up_owned_ones() {
+        let s: Summary<Vec<u8>> =
+            Summary::new(Settings::new(Shape::new(2, 64).unwrap(), 1, 1, 4).unwrap());
+        s.incr(&b"abc"[..], 2);
+        assert_eq!(s.count(&b"abc"[..]).lower, 2);
+        assert_eq!(s.top(1)[0].key, b"abc".to_vec());
+    }
+
+    #[test]
+    fn concurrent_increments_of_tracked_keys_are_exact() {
+        const THREADS: u64 = 4;
+        const PER_THREAD: u64 = 5_000;
+        let s = Arc::new(summary(1, 16));
+        let handles: Vec<_> = (0..THREADS)
+            .map(|_| {
+                let s = Arc::clone(&s);
+                std::thread::spawn(move || {
+                    for _ in 0..PER_THREAD {
+                        s.incr(&1, 1);
+                    }
+                })
+            })
+            .collect();
+        for handle in handles {
+            handle.join().unwrap();
+        }
+        // Threshold 1: the first increment enters, with no slack, so every one is exact.
+        let count = s.count(&1);
+        assert_eq!(count.lower, THREADS * PER_THREAD);
+        assert!(count.upper >= THREADS * PER_THREAD);
+    }
+}

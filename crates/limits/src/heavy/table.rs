@@ -1,0 +1,348 @@
+//! The bounded exact table behind a [`Summary`](super::Summary): keys that crossed the threshold,
+//! each with its exact count since entry and the slack that bounds what came before.
+//!
+//! One `parking_lot::RwLock` guards a `hashbrown::HashTable` keyed by the sketch's own
+//! [`KeyHash`] (SipHash keyed by the seed, so the table resists hash flooding as the sketch does,
+//! and a key is hashed once for both). Counting a tracked key takes the lock **shared** and adds
+//! to the entry's atomic counter, so tracked keys on many threads do not wait for each other;
+//! only a key entering, a merge, a reset and the decoder take it exclusively.
+
+use crate::hash::KeyHash;
+use parking_lot::RwLock;
+use std::borrow::Borrow;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use super::count::{Count, Standing};
+
+/// A tracked key.
+struct Slot<K> {
+    hash: KeyHash,
+    key: K,
+    /// Every increment since entry (the entering one included), exactly. Wraps only past 2^64,
+    /// which the sketch's i64 counters cannot reach first.
+    exact: AtomicU64,
+    /// An upper bound on the key's count before its first exactly-counted increment. Written
+    /// only under the exclusive lock.
+    slack: u64,
+}
+
+/// A tracked key's state, copied out of the table.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Entry<K> {
+    pub(crate) hash: KeyHash,
+    pub(crate) key: K,
+    pub(crate) exact: u64,
+    pub(crate) slack: u64,
+}
+
+impl<K> Entry<K> {
+    pub(crate) fn count(&self) -> Count {
+        Count {
+            lower: self.exact,
+            upper: self.exact.saturating_add(self.slack),
+            standing: Standing::Tracked,
+        }
+    }
+}
+
+/// What happened to increments of keys that reached the threshold but found the table full.
+#[derive(Debug, Default)]
+struct Overflow {
+    events: AtomicU64,
+    weight: AtomicU64,
+    merge_dropped: AtomicU64,
+}
+
+/// The exact table: at most `capacity` keys, none ever evicted until [`clear`](Table::clear).
+pub(crate) struct Table<K> {
+    slots: RwLock<hashbrown::HashTable<Slot<K>>>,
+    capacity: usize,
+    overflow: Overflow,
+}
+
+/// The overflow counters, read together.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct OverflowCounts {
+    pub(crate) events: u64,
+    pub(crate) weight: u64,
+    pub(crate) merge_dropped: u64,
+}
+
+impl<K: Eq> Table<K> {
+    /// An empty table; nothing is allocated until the first key enters, and the allocation then
+    /// grows with the keys, up to what `capacity` keys need.
+    pub(crate) fn new(capacity: usize) -> Self {
+        Self {
+            slots: RwLock::new(hashbrown::HashTable::new()),
+            capacity,
+            overflow: Overflow::default(),
+        }
+    }
+
+    /// Counts `value` for a key whose sketch estimate, this increment included, is `estimate`
+    /// (at least the threshold): exactly if it is tracked; by entering it if there is room, with
+    /// the slack `min(estimate - value, slack_cap)` (its estimate before this increment, capped
+    /// by what the caller knows of its count before: see the module's guarantee 2); else as
+    /// overflow.
+    pub(crate) fn add<Q>(
+        &self,
+        hash: KeyHash,
+        key: &Q,
+        value: u64,
+        estimate: u64,
+        slack_cap: u64,
+    ) -> Count
+    where
+        K: Borrow<Q>,
+        Q: Eq + ToOwned<Owned = K> + ?Sized,
+    {
+        {
+            let slots = self.slots.read();
+            if let Some(slot) = slots.find(hash.to_u64(), |s| s.key.borrow() == key) {
+                return counted(slot, value);
+            }
+            if slots.len() >= self.capacity {
+                return self.overflowed(value, estimate);
+            }
+        }
+        let mut slots = self.slots.write();
+        // Another thread may have entered the key, or filled the table, between the two locks.
+        if let Some(slot) = slots.find(hash.to_u64(), |s| s.key.borrow() == key) {
+            return counted(slot, value);
+        }
+        if slots.len() >= self.capacity {
+            return self.overflowed(value, estimate);
+        }
+        let slack = estimate.saturating_sub(value).min(slack_cap);
+        slots.insert_unique(
+            hash.to_u64(),
+            Slot {
+                hash,
+                key: key.to_owned(),
+                exact: AtomicU64::new(value),
+                slack,
+            },
+            |s| s.hash.to_u64(),
+        );
+        Count {
+            lower: value,
+            upper: value.saturating_add(slack),
+            standing: Standing::Tracked,
+        }
+    }
+
+    fn overflowed(&self, value: u64, estimate: u64) -> Count {
+        // Relaxed: statistics, read on their own.
+        self.overflow.events.fetch_add(1, Ordering::Relaxed);
+        self.overflow.weight.fetch_add(value, Ordering::Relaxed);
+        Count {
+            lower: 0,
+            upper: estimate,
+            standing: Standing::Overflow,
+        }
+    }
+
+    /// The key's bounds if it is tracked.
+    pub(crate) fn get<Q>(&self, hash: KeyHash, key: &Q) -> Option<Count>
+    where
+        K: Borrow<Q>,
+        Q: Eq + ?Sized,
+    {
+        let slots = self.slots.read();
+        slots
+            .find(hash.to_u64(), |s| s.key.borrow() == key)
+            .map(|slot| entry_of(slot, |k| k).count())
+    }
+
+    /// Every tracked key's state, in no particular order.
+    pub(crate) fn entries(&self) -> Vec<Entry<K>>
+    where
+        K: Clone,
+    {
+        let slots = self.slots.read();
+        slots.iter().map(|slot| entry_of(slot, K::clone)).collect()
+    }
+
+    /// Keys tracked.
+    pub(crate) fn len(&self) -> usize {
+        self.slots.read().len()
+    }
+
+    /// The most keys the table holds.
+    pub(crate) fn capacity(&self) -> usize {
+        self.capacity
+    }
+
+    /// Bytes the table has allocated for its slots (not counting what keys own on the heap).
+    pub(crate) fn allocation_bytes(&self) -> usize {
+        self.slots.read().allocation_size()
+    }
+
+    pub(crate) fn overflow(&self) -> OverflowCounts {
+        // Relaxed: statistics; the three are not a snapshot of one instant.
+        OverflowCounts {
+            events: self.overflow.events.load(Ordering::Relaxed),
+            weight: self.overflow.weight.load(Ordering::Relaxed),
+            merge_dropped: self.overflow.merge_dropped.load(Ordering::Relaxed),
+        }
+    }
+
+    /// Empties the table and zeroes the overflow counters.
+    pub(crate) fn clear(&self) {
+        let mut slots = self.slots.write();
+        slots.clear();
+        self.set_overflow(OverflowCounts::default());
+    }
+
+    pub(crate) fn set_overflow(&self, counts: OverflowCounts) {
+        // Relaxed: statistics.
+        self.overflow.events.store(counts.events, Ordering::Relaxed);
+        self.overflow.weight.store(counts.weight, Ordering::Relaxed);
+        self.overflow
+            .merge_dropped
+            .store(counts.merge_dropped, Ordering::Relaxed);
+    }
+
+    /// Replaces the content with `entries` under one exclusive lock, after `prepare` has run
+    /// with the current entries and under the same lock (so no key enters in between): `prepare`
+    /// returns the new entries, which are truncated to the capacity by the merge policy
+    /// ([`keep_largest`]); the number dropped is added to the overflow counters' `merge_dropped`.
+    pub(crate) fn replace_with(&self, prepare: impl FnOnce(Vec<Entry<K>>) -> Vec<Entry<K>>)
+    where
+        K: Clone,
+    {
+        let mut slots = self.slots.write();
+        let current = slots.iter().map(|slot| entry_of(slot, K::clone)).collect();
+        let mut entries = prepare(current);
+        let dropped = keep_largest(&mut entries, self.capacity);
+        slots.clear();
+        slots.reserve(entries.len(), |s| s.hash.to_u64());
+        for entry in entries {
+            slots.insert_unique(
+                entry.hash.to_u64(),
+                Slot {
+                    hash: entry.hash,
+                    key: entry.key,
+                    exact: AtomicU64::new(entry.exact),
+                    slack: entry.slack,
+                },
+                |s| s.hash.to_u64(),
+            );
+        }
+        // Relaxed: statistics.
+        self.overflow
+            .merge_dropped
+            .fetch_add(dropped as u64, Ordering::Relaxed);
+    }
+}
+
+/// Adds `value` to a tracked slot and returns its bounds.
+fn counted<K>(slot: &Slot<K>, value: u64) -> Count {
+    // Relaxed: an atomic add needs no ordering to be exact; the slot itself was published by
+    // the lock.
+    let exact = slot
+        .exact
+        .fetch_add(value, Ordering::Relaxed)
+        .wrapping_add(value);
+    Count {
+        lower: exact,
+        upper: exact.saturating_add(slot.slack),
+        standing: Standing::Tracked,
+    }
+}
+
+fn entry_of<'a, K, T>(slot: &'a Slot<K>, key: impl FnOnce(&'a K) -> T) -> Entry<T> {
+    Entry {
+        hash: slot.hash,
+        key: key(&slot.key),
+        // Relaxed: the count's latest value; readers need nothing else from it.
+        exact: slot.exact.load(Ordering::Relaxed),
+        slack: slot.slack,
+    }
+}
+
+/// The order of [`top`](super::Summary::top) and of the merge's truncation: larger upper bound
+/// first, then larger lower bound, then smaller key hash (so the order is the same in every
+/// process that shares the seed, whatever the key type).
+pub(crate) fn rank<K>(a: &Entry<K>, b: &Entry<K>) -> std::cmp::Ordering {
+    let (ca, cb) = (a.count(), b.count());
+    cb.upper
+        .cmp(&ca.upper)
+        .then(cb.lower.cmp(&ca.lower))
+        .then(a.hash.to_u64().cmp(&b.hash.to_u64()))
+}
+
+/// Keeps the `capacity` entries that rank first; returns how many were dropped.
+pub(crate) fn keep_largest<K>(entries: &mut Vec<Entry<K>>, capacity: usize) -> usize {
+    if entries.len() <= capacity {
+        return 0;
+    }
+    entries.sort_unstable_by(rank);
+    let dropped = entries.len() - capacity;
+    entries.truncate(capacity);
+    dropped
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn hash(x: u64) -> KeyHash {
+        KeyHash::from_u64(x)
+    }
+
+    #[test]
+    fn enters_with_the_estimate_before_the_increment_as_slack() {
+        let table = Table::<u32>::new(2);
+        let count = table.add(hash(1), &1, 2, 7, u64::MAX);
+        assert_eq!((count.lower, count.upper), (2, 7));
+        let count = table.add(hash(1), &1, 3, 99, u64::MAX);
+        assert_eq!((count.lower, count.upper), (5, 10));
+        assert_eq!(table.get(hash(1), &1), Some(count));
+    }
+
+    #[test]
+    fn refuses_entry_when_full_and_counts_it() {
+        let table = Table::<u32>::new(1);
+        table.add(hash(1), &1, 1, 5, u64::MAX);
+        let count = table.add(hash(2), &2, 4, 6, u64::MAX);
+        assert_eq!(count.standing, Standing::Overflow);
+        assert_eq!((count.lower, count.upper), (0, 6));
+        assert_eq!(table.get(hash(2), &2), None);
+        let overflow = table.overflow();
+        assert_eq!((overflow.events, overflow.weight), (1, 4));
+        table.clear();
+        assert_eq!(table.overflow(), OverflowCounts::default());
+        assert_eq!(table.len(), 0);
+    }
+
+    #[test]
+    fn keys_with_the_same_hash_stay_apart() {
+        let table = Table::<u32>::new(4);
+        table.add(hash(9), &1, 1, 5, 2);
+        table.add(hash(9), &2, 2, 5, 2);
+        assert_eq!(table.get(hash(9), &1).unwrap().lower, 1);
+        assert_eq!(table.get(hash(9), &2).unwrap().lower, 2);
+        // The cap bounds the slack: 5 - 1 = 4 capped to 2.
+        assert_eq!(table.get(hash(9), &1).unwrap().upper, 3);
+    }
+
+    #[test]
+    fn truncation_keeps_the_largest_upper_bounds() {
+        let entry = |h: u64, exact: u64, slack: u64| Entry {
+            hash: hash(h),
+            key: h,
+            exact,
+            slack,
+        };
+        let mut entries = vec![
+            entry(1, 5, 0),
+            entry(2, 1, 9),
+            entry(3, 5, 1),
+            entry(4, 6, 0),
+        ];
+        assert_eq!(keep_largest(&mut entries, 2), 2);
+        let kept: Vec<u64> = entries.iter().map(|e| e.key).collect();
+        assert_eq!(kept, [2, 4]); // 3 and 4 tie on upper 6; 4 has the larger lower bound
+    }
+}

@@ -1,0 +1,420 @@
+//! Heavy hitters over the current and the previous interval: [`HeavyHitters`], two
+//! [`Summary`]s that take turns the way [`Rate`](crate::rate::Rate)'s two sketches do.
+
+use crate::clock::{Clock, MonotonicClock};
+use crate::hash::KeyHash;
+use std::borrow::Borrow;
+use std::collections::HashMap;
+use std::fmt;
+use std::hash::Hash;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Duration;
+
+use super::count::{Count, Talker};
+use super::settings::{ConfigError, Settings};
+use super::summary::{MergeError, Summary};
+use super::table::{Entry, rank};
+
+/// Which interval a query reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Window {
+    /// The interval being counted now (partial).
+    Current,
+    /// The last completed interval: with a one-minute interval, "the last minute".
+    Previous,
+    /// Both: bounds on the count since the previous interval began (one to two intervals).
+    Both,
+}
+
+/// Heavy hitters per interval: who sent the most in the last completed interval, in the current
+/// one, or in both, with bounds ([module doc](super)).
+///
+/// One summary counts the current interval while the other holds the previous one. An interval
+/// starts when the first operation after the previous one's end notices it ended (as in
+/// [`Rate`](crate::rate::Rate)); after two intervals without any operation both are empty.
+///
+/// ```
+/// use keepcount_limits::clock::ManualClock;
+/// use keepcount_limits::heavy::{HeavyHitters, Settings, Window};
+/// use keepcount_limits::shape::Shape;
+/// use std::time::Duration;
+///
+/// let clock = ManualClock::new();
+/// let settings = Settings::new(Shape::new(4, 1024).unwrap(), 7, 5, 64).unwrap();
+/// let heavy = HeavyHitters::<String, _>::with_clock(settings, Duration::from_secs(60), &clock).unwrap();
+/// for _ in 0..100 {
+///     heavy.incr("10.0.0.1", 1);
+/// }
+/// heavy.incr("10.0.0.2", 1);
+/// clock.advance(Duration::from_secs(60));
+/// let top = heavy.top(10, Window::Previous); // the top talkers of the last minute
+/// assert_eq!(top.len(), 1);
+/// assert_eq!(top[0].key, "10.0.0.1");
+/// assert!(top[0].count.lower <= 100 && 100 <= top[0].count.upper);
+/// ```
+///
+/// # Performance
+/// A [`Summary`] increment plus a clock read and the interval check (two atomic loads); at
+/// interval ends one thread resets a summary (`hashes × slots` stores and the table's clear).
+///
+/// # Thread safety
+/// `Send + Sync` when `K` and `C` are. As in [`Rate`](crate::rate::Rate), an increment racing
+/// with an interval change may be counted in either interval.
+pub struct HeavyHitters<K, C: Clock = MonotonicClock> {
+    red: Summary<K>,
+    blue: Summary<K>,
+    /// `true`: `red` counts the current interval and `blue` holds the previous one.
+    red_or_blue: AtomicBool,
+    clock: C,
+    /// The clock's reading at construction; times below are measured from here.
+    start: u64,
+    /// When the current interval started, in nanoseconds since `start`.
+    last_reset: AtomicU64,
+    /// The interval in nanoseconds, at least 1.
+    interval_nanos: u64,
+}
+
+impl<K: Hash + Eq + Clone> HeavyHitters<K> {
+    /// Heavy hitters per `interval` on the real clock; a zero interval is refused.
+    pub fn new(settings: Settings, interval: Duration) -> Result<Self, ConfigError> {
+        Self::with_clock(settings, interval, MonotonicClock::new())
+    }
+}
+
+impl<K: Hash + Eq + Clone, C: Clock> HeavyHitters<K, C> {
+    /// Heavy hitters per `interval` reading time from `clock`; a zero interval is refused.
+    pub fn with_clock(
+        settings: Settings,
+        interval: Duration,
+        clock: C,
+    ) -> Result<Self, ConfigError> {
+        let interval_nanos = u64::try_from(interval.as_nanos()).unwrap_or(u64::MAX);
+        if interval_nanos == 0 {
+            return Err(ConfigError::ZeroInterval);
+        }
+        Ok(Self {
+            // Same settings, so one KeyHash addresses a key in either.
+            red: Summary::new(settings),
+            blue: Summary::new(settings),
+            red_or_blue: AtomicBool::new(true),
+            start: clock.now_nanos(),
+            clock,
+            last_reset: AtomicU64::new(0),
+            interval_nanos,
+        })
+    }
+
+    /// The interval.
+    pub fn interval(&self) -> Duration {
+        Duration::from_nanos(self.interval_nanos)
+    }
+
+    /// The configuration both summaries share.
+    pub fn settings(&self) -> Settings {
+        self.red.settings()
+    }
+
+    /// Hashes `key` once for the pre-hashed API. Advanced API.
+    #[inline]
+    pub fn hash_key<Q: Hash + ?Sized>(&self, key: &Q) -> KeyHash {
+        self.red.hash_key(key)
+    }
+
+    /// Counts `value` for `key` in the current interval; returns its bounds in that interval.
+    #[inline]
+    pub fn incr<Q>(&self, key: &Q, value: u32) -> Count
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
+        self.incr_hash(self.hash_key(key), key, value)
+    }
+
+    /// [`incr`](Self::incr) for a key hashed with [`hash_key`](Self::hash_key). Advanced API.
+    #[inline]
+    pub fn incr_hash<Q>(&self, hash: KeyHash, key: &Q, value: u32) -> Count
+    where
+        K: Borrow<Q>,
+        Q: Eq + ToOwned<Owned = K> + ?Sized,
+    {
+        self.maybe_reset();
+        self.current_of(self.red_or_blue())
+            .incr_hash(hash, key, value)
+    }
+
+    /// The bounds of `key`'s count in `window`.
+    pub fn count<Q>(&self, key: &Q, window: Window) -> Count
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        self.count_hash(self.hash_key(key), key, window)
+    }
+
+    /// [`count`](Self::count) for a key hashed with [`hash_key`](Self::hash_key). Advanced API.
+    pub fn count_hash<Q>(&self, hash: KeyHash, key: &Q, window: Window) -> Count
+    where
+        K: Borrow<Q>,
+        Q: Eq + ?Sized,
+    {
+        let (current, previous) = self.summaries();
+        match window {
+            Window::Current => current.count_hash(hash, key),
+            Window::Previous => previous.count_hash(hash, key),
+            Window::Both => previous
+                .count_hash(hash, key)
+                .plus(current.count_hash(hash, key)),
+        }
+    }
+
+    /// The `n` keys with the largest upper bounds in `window`, largest first. With
+    /// [`Window::Both`], a key tracked in one interval only gets the other interval's sketch
+    /// estimate added to its upper bound.
+    pub fn top(&self, n: usize, window: Window) -> Vec<Talker<K>> {
+        let (current, previous) = self.summaries();
+        match window {
+            Window::Current => current.top(n),
+            Window::Previous => previous.top(n),
+            Window::Both => top_of_both(previous, current, n),
+        }
+    }
+
+    /// The summary counting the current interval. Its content is reset when the interval after
+    /// next begins.
+    pub fn current(&self) -> &Summary<K> {
+        self.summaries().0
+    }
+
+    /// The summary of the last completed interval (empty after two idle intervals).
+    pub fn previous(&self) -> &Summary<K> {
+        self.summaries().1
+    }
+
+    /// Merges `other` interval by interval: its current summary into this current one, its
+    /// previous into this previous one. Meant for summaries of the same interval on several
+    /// machines whose intervals are aligned; the bounds hold for the union of what each interval
+    /// counted.
+    pub fn merge<C2: Clock>(&self, other: &HeavyHitters<K, C2>) -> Result<(), MergeError> {
+        let (current, previous) = self.summaries();
+        let (their_current, their_previous) = other.summaries();
+        current.merge(their_current)?;
+        previous.merge(their_previous)
+    }
+
+    /// (current, previous), after starting a new interval if the current one ended.
+    fn summaries(&self) -> (&Summary<K>, &Summary<K>) {
+        self.maybe_reset();
+        let red_or_blue = self.red_or_blue();
+        (self.current_of(red_or_blue), self.previous_of(red_or_blue))
+    }
+
+    fn current_of(&self, red_or_blue: bool) -> &Summary<K> {
+        if red_or_blue { &self.red } else { &self.blue }
+    }
+
+    fn previous_of(&self, red_or_blue: bool) -> &Summary<K> {
+        if red_or_blue { &self.blue } else { &self.red }
+    }
+
+    fn red_or_blue(&self) -> bool {
+        // SeqCst, as in Rate: the flag and last_reset are read and written as one sequence, so
+        // a thread that sees the new last_reset also sees the flipped flag.
+        self.red_or_blue.load(Ordering::SeqCst)
+    }
+
+    /// Starts a new interval if the current one has ended (Rate's `maybe_reset`, for
+    /// summaries).
+    #[inline]
+    fn maybe_reset(&self) {
+        let now = self.clock.now_nanos().saturating_sub(self.start);
+        // SeqCst: pairs with the CAS below; see red_or_blue.
+        let last_reset = self.last_reset.load(Ordering::SeqCst);
+        // Saturating: another thread may have reset with a later `now` than ours.
+        let past = now.saturating_sub(last_reset);
+        if past < self.interval_nanos {
+            return;
+        }
+        let red_or_blue = self.red_or_blue();
+        // CAS so exactly one thread ends the interval that `last_reset` started. SeqCst on
+        // success so the flag flip below is ordered after it for every thread; SeqCst on failure
+        // keeps the reasoning to one total order.
+        if self
+            .last_reset
+            .compare_exchange(last_reset, now, Ordering::SeqCst, Ordering::SeqCst)
+            .is_ok()
+        {
+            // First clear the previous summary, which becomes the current one...
+            self.previous_of(red_or_blue).reset();
+            // ...then flip the flag so that others count into the cleared summary.
+            self.red_or_blue.store(!red_or_blue, Ordering::SeqCst);
+            if past >= self.interval_nanos.saturating_mul(2) {
+                // Two intervals passed: what was current is stale too; it is now the previous.
+                self.current_of(red_or_blue).reset();
+            }
+        }
+        // On failure another thread ended the interval; nothing to do.
+    }
+}
+
+/// The top `n` over two intervals: each key tracked in either gets the sum of its bounds in
+/// both (an interval where it is untracked contributes its sketch estimate to the upper bound).
+fn top_of_both<K: Hash + Eq + Clone>(
+    previous: &Summary<K>,
+    current: &Summary<K>,
+    n: usize,
+) -> Vec<Talker<K>> {
+    let mut keys: HashMap<K, KeyHash> = HashMap::new();
+    for entry in previous.entries().into_iter().chain(current.entries()) {
+        keys.entry(entry.key).or_insert(entry.hash);
+    }
+    let mut entries: Vec<Entry<K>> = keys
+        .into_iter()
+        .map(|(key, hash)| {
+            let count = previous
+                .count_hash(hash, &key)
+                .plus(current.count_hash(hash, &key));
+            Entry {
+                hash,
+                key,
+                exact: count.lower,
+                slack: count.slack(),
+            }
+        })
+        .collect();
+    entries.sort_unstable_by(rank);
+    entries.truncate(n);
+    entries
+        .into_iter()
+        .map(|entry| Talker {
+            count: entry.count(),
+            key: entry.key,
+        })
+        .collect()
+}
+
+impl<K, C: Clock> fmt::Debug for HeavyHitters<K, C> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("HeavyHitters")
+            .field("interval", &Duration::from_nanos(self.interval_nanos))
+            .field("summary", &self.red)
+            .finish_non_exhaustive()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::clock::ManualClock;
+    use crate::heavy::Standing;
+    use crate::shape::Shape;
+    use std::sync::Arc;
+
+    const MINUTE: Duration = Duration::from_secs(60);
+
+    fn heavy(clock: &ManualClock) -> HeavyHitters<u64, &ManualClock> {
+        let settings = Settings::new(Shape::new(4, 1024).unwrap(), 5, 3, 16).unwrap();
+        HeavyHitters::with_clock(settings, MINUTE, clock).unwrap()
+    }
+
+    #[test]
+    fn the_previous_window_holds_the_last_completed_interval() {
+        let clock = ManualClock::new();
+        let h = heavy(&clock);
+        for _ in 0..10 {
+            h.incr(&1, 1);
+        }
+        assert_eq!(h.top(5, Window::Previous), []);
+        clock.advance(MINUTE);
+        h.incr(&2, 4);
+        let previous = h.top(5, Window::Previous);
+        assert_eq!(previous.len(), 1);
+        assert_eq!(previous[0].key, 1);
+        assert_eq!(h.top(5, Window::Current)[0].key, 2);
+        let count = h.count(&1, Window::Both);
+        assert!(count.lower <= 10 && 10 <= count.upper);
+        clock.advance(MINUTE * 2);
+        assert_eq!(h.top(5, Window::Both), []);
+        assert_eq!(h.count(&1, Window::Both).upper, 0);
+    }
+
+    #[test]
+    fn both_windows_add_a_keys_parts() {
+        let clock = ManualClock::new();
+        let h = heavy(&clock);
+        for _ in 0..5 {
+            h.incr(&1, 1);
+        }
+        h.incr(&2, 1);
+        clock.advance(MINUTE);
+        for _ in 0..7 {
+            h.incr(&1, 1);
+        }
+        for _ in 0..6 {
+            h.incr(&2, 1);
+        }
+        let top = h.top(2, Window::Both);
+        assert_eq!(top[0].key, 1);
+        assert!(top[0].count.lower <= 12 && 12 <= top[0].count.upper);
+        assert!(top[1].count.lower <= 7 && 7 <= top[1].count.upper);
+        assert_eq!(top[1].count.standing, Standing::Tracked);
+    }
+
+    #[test]
+    fn zero_interval_is_refused() {
+        let settings = Settings::new(Shape::new(1, 1).unwrap(), 0, 1, 1).unwrap();
+        let err = HeavyHitters::<u64>::new(settings, Duration::ZERO).unwrap_err();
+        assert_eq!(err, ConfigError::ZeroInterval);
+    }
+
+    #[test]
+    fn merge_goes_window_by_window() {
+        let clock = ManualClock::new();
+        let (a, b) = (heavy(&clock), heavy(&clock));
+        for _ in 0..4 {
+            a.incr(&1, 1);
+            b.incr(&1, 1);
+        }
+        clock.advance(MINUTE);
+        b.incr(&1, 1);
+        a.merge(&b).unwrap();
+        let previous = a.count(&1, Window::Previous);
+        assert!(previous.lower <= 8 && 8 <= previous.upper);
+        assert_eq!(a.count(&1, Window::Current).upper, 1);
+    }
+
+    #[test]
+    fn racing_interval_changes_never_panic_and_leave_nothing_stale() {
+        let clock = Arc::new(ManualClock::new());
+        let settings = Settings::new(Shape::new(4, 256).unwrap(), 1, 2, 32).unwrap();
+        let h = Arc::new(
+            HeavyHitters::<u64, _>::with_clock(
+                settings,
+                Duration::from_millis(10),
+                Arc::clone(&clock),
+            )
+            .unwrap(),
+        );
+        let workers: Vec<_> = (0..3)
+            .map(|t| {
+                let h = Arc::clone(&h);
+                std::thread::spawn(move || {
+                    for i in 0..20_000u64 {
+                        h.incr(&(i % 50 + t), 1);
+                        if i % 1000 == 0 {
+                            let _ = h.top(10, Window::Both);
+                        }
+                    }
+                })
+            })
+            .collect();
+        for _ in 0..500 {
+            clock.advance(Duration::from_millis(3));
+            std::thread::yield_now();
+        }
+        for worker in workers {
+            worker.join().unwrap();
+        }
+        clock.advance(Duration::from_millis(30));
+        assert_eq!(h.top(10, Window::Both), []);
+    }
+}
