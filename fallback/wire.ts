@@ -3,7 +3,7 @@
  * counters, CRC-32. The decoder checks in the spec's order and allocates nothing before the length
  * check, so memory is bounded by the input.
  */
-import type { CorruptReason } from '../lib/backend.js';
+import type { CorruptReason } from '../lib/core.js';
 import { FORMAT_VERSION, MAX_COUNTERS, MAX_HASHES } from '../lib/limits.js';
 import { crc32 } from './crc32.js';
 

@@ -1,5 +1,5 @@
 /** The `ERR_KEEPCOUNT_CORRUPT` messages, one per check of docs/format.md §5, shared by both backends. */
-import type { CorruptReason } from './backend.js';
+import type { CorruptReason } from './core.js';
 import { withCode, type KeepcountError } from './errors.js';
 import { FORMAT_VERSION, MAX_COUNTERS, MAX_HASHES } from './limits.js';
 

@@ -1,7 +1,8 @@
 /** The count-min sketch: approximate counts for any number of keys in fixed memory. */
-import { active, type EstimatorCore } from './backend.js';
+import { active } from './backend.js';
+import type { EstimatorCore, Key } from './core.js';
 import { invalidType, outOfRange, withCode } from './errors.js';
-import { validateKey, isUint8Array, type Key } from './keys.js';
+import { validateKey, isUint8Array } from './keys.js';
 import { MAX_COUNTERS, MAX_HASHES } from './limits.js';
 import { countArgument, optionsObject, seedOption, shapeOptions } from './options.js';
 import { corruptError } from './corrupt.js';
