@@ -3,7 +3,7 @@ import { active } from './backend.js';
 import type { EstimatorCore, Key } from './core.js';
 import { invalidType, outOfRange, withCode } from './errors.js';
 import { validateKey, isUint8Array } from './keys.js';
-import { MAX_COUNTERS, MAX_HASHES } from './limits.js';
+import { MAX_COUNTERS, MAX_HASHES, serializedBytes } from './limits.js';
 import { countArgument, optionsObject, seedOption, shapeOptions } from './options.js';
 import { corruptError } from './corrupt.js';
 
@@ -133,7 +133,7 @@ export class Estimator {
 
   /** Length in bytes of {@link serialize}'s output: `28 + 8 × hashes × slots`. */
   get byteLength(): number {
-    return 28 + 8 * this.#core.hashes * this.#core.slots;
+    return serializedBytes(this.#core.hashes, this.#core.slots);
   }
 
   /** Adds `value` (a safe integer, may be negative; defaults to 1) to `key`; returns its new estimate. */
