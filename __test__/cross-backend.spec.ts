@@ -2,7 +2,7 @@
 // answers and byte-identical serialize(), and each must read the other's bytes. Loading the native
 // backend is required here in both runs: a missing binding fails this file instead of skipping it.
 import test from 'ava';
-import type { Backend, EstimatorCore, Key, RateCore } from '../lib/backend.js';
+import type { Backend, EstimatorCore, Key, RateCore } from '../lib/core.js';
 import { backend as nativeBackend } from '../lib/native.cjs';
 import { fallbackBackend } from '../fallback/index.js';
 import { prng, title } from './helpers.js';

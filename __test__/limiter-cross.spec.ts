@@ -2,7 +2,7 @@
 // checks, clock moves (forward, backward, beyond 2^53 ns and 2^64 ns) and live updates must give
 // the same decision log, to the last bit of every retry time. Needs the native binding in both runs.
 import test from 'ava';
-import type { Key, LimiterCore, LimitSpec, QuotaSpec } from '../lib/backend.js';
+import type { Key, LimiterCore, LimitSpec, QuotaSpec } from '../lib/core.js';
 import { backend as nativeBackend } from '../lib/native.cjs';
 import { fallbackBackend } from '../fallback/index.js';
 import { prng, title } from './helpers.js';

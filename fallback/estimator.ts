@@ -5,7 +5,7 @@
  * Counters are a `Float64Array`: exact up to `Number.MAX_SAFE_INTEGER` in magnitude, which is the
  * documented range of the Node API; beyond it sums round (where Rust's i64 counters would not).
  */
-import type { EstimatorCore, Key } from '../lib/backend.js';
+import type { EstimatorCore, Key } from '../lib/core.js';
 import { hashKey } from './hasher.js';
 import { Rows } from './rows.js';
 import { encode } from './wire.js';

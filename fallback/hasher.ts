@@ -2,7 +2,7 @@
  * Keys to hashes (docs/format.md §1–2): the byte stream Rust's `Hash` writes for each key type,
  * streamed through SipHash-1-3 keyed by `(seed, 0)` without building the stream in memory.
  */
-import type { Key } from '../lib/backend.js';
+import type { Key } from '../lib/core.js';
 import { SipHash } from './siphash.js';
 
 const TWO_32 = 4294967296;

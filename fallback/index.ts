@@ -1,5 +1,5 @@
 /** The pure-TypeScript backend: same API and bit-identical results as the native one. */
-import type { Backend } from '../lib/backend.js';
+import type { Backend } from '../lib/core.js';
 import { FallbackEstimator } from './estimator.js';
 import { FallbackLimiter } from './limiter.js';
 import { FallbackRate } from './rate.js';

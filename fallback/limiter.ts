@@ -8,7 +8,7 @@
  * inputs, and clock readings are u64 nanoseconds, so counts and times are `bigint`s. Inputs stay
  * `number`s (safe integers, as `lib/` validated them) and are converted once per quota.
  */
-import type { Key, LimiterCore, LimitSpec, QuotaSpec } from '../lib/backend.js';
+import type { Key, LimiterCore, LimitSpec, QuotaSpec } from '../lib/core.js';
 
 const U64_MAX = 2n ** 64n - 1n;
 /** 2^64 as a double: `as u64` in Rust saturates every double at or above it. */

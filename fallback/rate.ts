@@ -4,7 +4,7 @@
  * happens on the first call at least one interval after it, and data two or more intervals old is
  * dropped. Where pingora panics (clock before the last reset) this clamps to zero elapsed time.
  */
-import type { Key, RateCore, RateSample } from '../lib/backend.js';
+import type { Key, RateCore, RateSample } from '../lib/core.js';
 import { FallbackEstimator } from './estimator.js';
 import { hashKey } from './hasher.js';
 

@@ -3,7 +3,7 @@
  * `performance.now()` when it fires because Node's timers measure from the event loop's cached
  * clock and can fire up to the age of that cache early.
  */
-import type { TickHandle, Ticker } from '../lib/backend.js';
+import type { TickHandle, Ticker } from '../lib/core.js';
 
 /** Node clamps longer delays to 1 ms; longer waits are taken in steps. */
 const MAX_DELAY = 2147483647;

@@ -3,18 +3,25 @@
  * counters, CRC-32. The decoder checks in the spec's order and allocates nothing before the length
  * check, so memory is bounded by the input.
  */
-import type { CorruptReason } from '../lib/backend.js';
-import { FORMAT_VERSION, MAX_COUNTERS, MAX_HASHES } from '../lib/limits.js';
+import type { CorruptReason } from '../lib/core.js';
+import {
+  CHECKSUM_BYTES,
+  COUNTER_BYTES,
+  FORMAT_VERSION,
+  HEADER_AND_CHECKSUM_BYTES,
+  HEADER_BYTES,
+  MAX_COUNTERS,
+  MAX_HASHES,
+  serializedBytes,
+} from '../lib/limits.js';
 import { crc32 } from './crc32.js';
 
 const TWO_32 = 4294967296;
 const MAGIC = 0x4d43434b; // "KCCM" read as a little-endian u32
-const HEADER = 24;
-const TRAILER = 4;
 
 /** Encodes a sketch. Counters beyond ±2^63 wrap, as Rust's i64 would. */
 export function encode(hashes: number, slots: number, seed: bigint, counters: Float64Array): Uint8Array {
-  const bytes = new Uint8Array(HEADER + 8 * counters.length + TRAILER);
+  const bytes = new Uint8Array(serializedBytes(hashes, slots));
   const view = new DataView(bytes.buffer);
   view.setUint32(0, MAGIC, true);
   view.setUint16(4, FORMAT_VERSION, true);
@@ -22,14 +29,14 @@ export function encode(hashes: number, slots: number, seed: bigint, counters: Fl
   view.setUint32(8, hashes, true);
   view.setUint32(12, slots, true);
   view.setBigUint64(16, seed, true);
-  for (let i = 0, at = HEADER; i < counters.length; i++, at += 8) {
+  for (let i = 0, at = HEADER_BYTES; i < counters.length; i++, at += COUNTER_BYTES) {
     // Exact for integer-valued doubles of any magnitude: both halves are exact integers.
     const c = counters[i]!;
     const hi = Math.floor(c / TWO_32);
     view.setUint32(at, c - hi * TWO_32, true);
     view.setUint32(at + 4, ((hi % TWO_32) + TWO_32) % TWO_32, true);
   }
-  const end = bytes.length - TRAILER;
+  const end = bytes.length - CHECKSUM_BYTES;
   view.setUint32(end, crc32(bytes, end), true);
   return bytes;
 }
@@ -39,7 +46,7 @@ export type Decoded = { hashes: number; slots: number; seed: bigint; counters: F
 
 /** Decodes and validates a sketch in the spec's order. */
 export function decode(bytes: Uint8Array): Decoded {
-  if (bytes.length < HEADER + TRAILER) return 'short';
+  if (bytes.length < HEADER_AND_CHECKSUM_BYTES) return 'short';
   const view = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
   if (view.getUint32(0, true) !== MAGIC) return 'magic';
   if (view.getUint16(4, true) !== FORMAT_VERSION) return 'version';
@@ -48,11 +55,11 @@ export function decode(bytes: Uint8Array): Decoded {
   const slots = view.getUint32(12, true);
   if (hashes < 1 || hashes > MAX_HASHES || slots < 1 || hashes * slots > MAX_COUNTERS) return 'shape';
   const n = hashes * slots;
-  if (bytes.length !== HEADER + 8 * n + TRAILER) return 'length';
-  const end = bytes.length - TRAILER;
+  if (bytes.length !== serializedBytes(hashes, slots)) return 'length';
+  const end = bytes.length - CHECKSUM_BYTES;
   if (view.getUint32(end, true) !== crc32(bytes, end)) return 'checksum';
   const counters = new Float64Array(n);
-  for (let i = 0, at = HEADER; i < n; i++, at += 8) {
+  for (let i = 0, at = HEADER_BYTES; i < n; i++, at += COUNTER_BYTES) {
     // One rounding at most (beyond 2^53), the same as Rust's `i64 as f64`.
     counters[i] = view.getInt32(at + 4, true) * TWO_32 + view.getUint32(at, true);
   }

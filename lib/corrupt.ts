@@ -1,7 +1,14 @@
 /** The `ERR_KEEPCOUNT_CORRUPT` messages, one per check of docs/format.md §5, shared by both backends. */
-import type { CorruptReason } from './backend.js';
+import type { CorruptReason } from './core.js';
 import { withCode, type KeepcountError } from './errors.js';
-import { FORMAT_VERSION, MAX_COUNTERS, MAX_HASHES } from './limits.js';
+import {
+  CHECKSUM_BYTES,
+  FORMAT_VERSION,
+  HEADER_AND_CHECKSUM_BYTES,
+  MAX_COUNTERS,
+  MAX_HASHES,
+  serializedBytes,
+} from './limits.js';
 
 const hex = (n: number, digits: number): string => `0x${n.toString(16).padStart(digits, '0')}`;
 
@@ -12,7 +19,7 @@ export function corruptError(reason: CorruptReason, bytes: Uint8Array): Keepcoun
   let message: string;
   switch (reason) {
     case 'short':
-      message = `is ${n} bytes, shorter than the 28 bytes of header and checksum`;
+      message = `is ${n} bytes, shorter than the ${HEADER_AND_CHECKSUM_BYTES} bytes of header and checksum`;
       break;
     case 'magic':
       message = `does not start with the magic "KCCM" (${hex(0x4b43434d, 8)}); found ${hex(view.getUint32(0), 8)}`;
@@ -37,11 +44,11 @@ export function corruptError(reason: CorruptReason, bytes: Uint8Array): Keepcoun
     case 'length': {
       const hashes = view.getUint32(8, true);
       const slots = view.getUint32(12, true);
-      message = `is ${n} bytes; a ${hashes}×${slots} sketch is exactly ${28 + 8 * hashes * slots} bytes`;
+      message = `is ${n} bytes; a ${hashes}×${slots} sketch is exactly ${serializedBytes(hashes, slots)} bytes`;
       break;
     }
     case 'checksum':
-      message = `fails its CRC-32 check: the stored ${hex(view.getUint32(n - 4, true), 8)} does not match the contents`;
+      message = `fails its CRC-32 check: the stored ${hex(view.getUint32(n - CHECKSUM_BYTES, true), 8)} does not match the contents`;
       break;
   }
   return withCode(new Error(`Serialized sketch ${message}`), 'ERR_KEEPCOUNT_CORRUPT');

@@ -1,8 +1,9 @@
 /** The count-min sketch: approximate counts for any number of keys in fixed memory. */
-import { active, type EstimatorCore } from './backend.js';
+import { active } from './backend.js';
+import type { EstimatorCore, Key } from './core.js';
 import { invalidType, outOfRange, withCode } from './errors.js';
-import { validateKey, isUint8Array, type Key } from './keys.js';
-import { MAX_COUNTERS, MAX_HASHES } from './limits.js';
+import { validateKey, isUint8Array } from './keys.js';
+import { MAX_COUNTERS, MAX_HASHES, serializedBytes } from './limits.js';
 import { countArgument, optionsObject, seedOption, shapeOptions } from './options.js';
 import { corruptError } from './corrupt.js';
 
@@ -40,8 +41,13 @@ export interface ErrorBoundsOptions {
 /** pingora-limits Inflight's shape: 4 hashes keep lookups cheap, 8192 slots keep collisions rare. */
 const DEFAULT_SHAPE = { hashes: 4, slots: 8192 };
 
-/** Set by {@link Estimator.deserialize} for the constructor to adopt instead of making a sketch. */
-let adopting: EstimatorCore | undefined;
+/**
+ * A decoded core for the constructor to adopt instead of making a sketch. Not exported, so only
+ * {@link Estimator.deserialize} can make one and no caller can pass a core of its own.
+ */
+class Adopted {
+  constructor(readonly core: EstimatorCore) {}
+}
 
 /**
  * A count-min sketch (Cormode & Muthukrishnan): `incr` and `get` cost one hash and `hashes` counter
@@ -62,10 +68,12 @@ export class Estimator {
   readonly #core: EstimatorCore;
 
   /** An empty sketch. Throws `RangeError` `ERR_OUT_OF_RANGE` for a shape outside the limits. */
-  constructor(options?: EstimatorOptions) {
-    if (adopting !== undefined) {
-      this.#core = adopting;
-      adopting = undefined;
+  constructor(options?: EstimatorOptions);
+  /** @internal {@link Estimator.deserialize}'s way in. */
+  constructor(adopted: Adopted);
+  constructor(options?: EstimatorOptions | Adopted) {
+    if (options instanceof Adopted) {
+      this.#core = options.core;
       return;
     }
     const o = optionsObject(options);
@@ -105,8 +113,7 @@ export class Estimator {
     if (!isUint8Array(bytes)) throw invalidType('The "bytes" argument', 'an instance of Uint8Array', bytes);
     const core = active.deserializeEstimator(bytes);
     if (typeof core === 'string') throw corruptError(core, bytes);
-    adopting = core;
-    return new Estimator();
+    return new Estimator(new Adopted(core));
   }
 
   /** Rows of counters. */
@@ -126,7 +133,7 @@ export class Estimator {
 
   /** Length in bytes of {@link serialize}'s output: `28 + 8 × hashes × slots`. */
   get byteLength(): number {
-    return 28 + 8 * this.#core.hashes * this.#core.slots;
+    return serializedBytes(this.#core.hashes, this.#core.slots);
   }
 
   /** Adds `value` (a safe integer, may be negative; defaults to 1) to `key`; returns its new estimate. */

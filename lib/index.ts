@@ -4,14 +4,14 @@
  *
  * @module
  */
-import { active, type BackendName } from './backend.js';
+import { active } from './backend.js';
+import type { BackendName } from './core.js';
 
-export type { BackendName } from './backend.js';
+export type { BackendName, Key } from './core.js';
 export { ManualClock, type Clock } from './clock.js';
 export { TimeoutError, type ErrorCode, type KeepcountError } from './errors.js';
 export { Estimator, type ErrorBoundsOptions, type EstimatorOptions } from './estimator.js';
 export { Inflight, type InflightGuard, type InflightOptions } from './inflight.js';
-export type { Key } from './keys.js';
 export {
   Limiter,
   type LimitInfo,

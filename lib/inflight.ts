@@ -1,7 +1,8 @@
 /** Counts of things in progress per key, released by guards. */
-import { active, type EstimatorCore } from './backend.js';
+import { active } from './backend.js';
+import type { EstimatorCore, Key } from './core.js';
 import { withCode } from './errors.js';
-import { ownKey, validateKey, type Key } from './keys.js';
+import { ownKey, validateKey } from './keys.js';
 import { countArgument, optionsObject, seedOption, shapeOptions } from './options.js';
 
 /** Options of {@link Inflight}. */

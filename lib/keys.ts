@@ -1,13 +1,11 @@
 /**
  * Key validation (docs/format.md §1): both backends receive only keys that passed here.
  */
-import type { Key } from './backend.js';
+import type { Key } from './core.js';
 import { invalidType, outOfRange } from './errors.js';
 
 const I64_MIN = -(2n ** 63n);
 const I64_MAX = 2n ** 63n - 1n;
-
-export type { Key };
 
 /** Returns `key` if it is a valid {@link Key}; throws `TypeError`/`RangeError` otherwise. */
 export function validateKey(key: unknown): Key {

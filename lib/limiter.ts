@@ -3,10 +3,11 @@
  *
  * @module
  */
-import { active, type LimiterCore, type LimitSpec, type QuotaSpec } from './backend.js';
+import { active } from './backend.js';
+import type { Key, LimiterCore, LimitSpec, QuotaSpec } from './core.js';
 import { Stopwatch, type Clock } from './clock.js';
 import { describe, invalidType, outOfRange, withCode } from './errors.js';
-import { isUint8Array, validateKey, type Key } from './keys.js';
+import { isUint8Array, validateKey } from './keys.js';
 
 /** Largest period: 2^53 − 1 ns (about 104 days), so every period is a safe integer of nanoseconds. */
 const MAX_PERIOD_NS = Number.MAX_SAFE_INTEGER;

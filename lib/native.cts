@@ -34,7 +34,7 @@ import type {
   RateSample,
   TickHandle,
   Ticker,
-} from './backend.js';
+} from './core.js';
 import nodeRequire from './require.cjs';
 
 /** The generated loader sits at the package root: one level above `lib/`, three above `dist/<format>/lib/`. */

@@ -1,8 +1,9 @@
 /** Event rates per key over fixed intervals, with pingora-limits' `Rate` semantics. */
-import { active, type RateCore } from './backend.js';
+import { active } from './backend.js';
+import type { Key, RateCore } from './core.js';
 import { Stopwatch, type Clock } from './clock.js';
 import { invalidType } from './errors.js';
-import { validateKey, type Key } from './keys.js';
+import { validateKey } from './keys.js';
 import { countArgument, integerOption, optionsObject, seedOption, shapeOptions } from './options.js';
 
 /** Longest interval: 2^52 ms, so twice it is still exact. */

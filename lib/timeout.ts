@@ -16,7 +16,8 @@
  *
  * @module
  */
-import { active, type TickHandle } from './backend.js';
+import { active } from './backend.js';
+import type { TickHandle } from './core.js';
 import { invalidType, TimeoutError } from './errors.js';
 import { millisecondsArgument } from './options.js';
 import { setMaxListeners } from 'node:events';

@@ -5,10 +5,10 @@
 //! `ERR_KEEPCOUNT_MISMATCH`, `Error` `ERR_KEEPCOUNT_CORRUPT`. `lib/` validates arguments before
 //! they get here, so these are the errors of direct callers of the binding.
 
-use keepcount_limits::codec::DecodeError;
+use keepcount_limits::DecodeError;
+use keepcount_limits::ShapeError;
 use keepcount_limits::estimator::MergeError;
 use keepcount_limits::rate::RateError;
-use keepcount_limits::shape::ShapeError;
 use napi::{Env, Status, sys};
 use std::ffi::CString;
 

@@ -115,7 +115,7 @@ const forbidden = files.filter(
 );
 check(forbidden.length === 0, `main tarball holds no sources, tests, benchmarks or addons${forbidden.length ? ': ' + forbidden.join(', ') : ''}`);
 const required = [
-  'package.json', 'LICENSE', 'binding.js', 'binding.d.ts',
+  'package.json', 'LICENSE', 'index.js', 'index.d.ts', 'binding.js', 'binding.d.ts',
   'dist/esm/package.json', 'dist/cjs/package.json',
   'dist/esm/lib/index.js', 'dist/esm/lib/index.d.ts', 'dist/cjs/lib/index.js', 'dist/cjs/lib/index.d.ts',
   'dist/esm/lib/http/index.js', 'dist/esm/lib/http/index.d.ts', 'dist/cjs/lib/http/index.js', 'dist/cjs/lib/http/index.d.ts',

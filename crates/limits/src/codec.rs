@@ -84,7 +84,7 @@ impl Estimator {
     /// allocates nothing before the length and checksum checks, so memory is bounded by the input.
     ///
     /// ```
-    /// use keepcount_limits::codec::DecodeError;
+    /// use keepcount_limits::DecodeError;
     /// use keepcount_limits::estimator::Estimator;
     /// assert_eq!(
     ///     Estimator::from_bytes(b"KCCM").unwrap_err(),
@@ -144,7 +144,7 @@ impl Estimator {
 /// Why bytes are not a valid serialized sketch.
 ///
 /// ```
-/// use keepcount_limits::codec::DecodeError;
+/// use keepcount_limits::DecodeError;
 /// use keepcount_limits::estimator::Estimator;
 /// let mut bytes = Estimator::with_seed(1, 1, 0).unwrap().to_bytes();
 /// bytes[0] = b'X';

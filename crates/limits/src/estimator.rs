@@ -8,7 +8,7 @@
 //! # How keys reach counters
 //! The key is hashed **once** with keepcount's seeded SipHash-1-3 ([`crate::hash`]); each row then
 //! picks its column with its own strongly universal function of that hash, drawn from the seed
-//! ([`crate::rows`], [format §2–§3]), so rows are independent as the error bound requires.
+//! ([`Rows`], [format §2–§3]), so rows are independent as the error bound requires.
 //! pingora-limits runs one full ahash per row with a random per-process state; keepcount's hash
 //! is keyed (so it resists hash flooding) and stable for a given seed (so sketches can be merged,
 //! saved, and shared with the Node binding and its TypeScript fallback).
@@ -116,7 +116,7 @@ impl Estimator {
     /// A sketch of a validated `shape` keyed by `seed`, on the heap.
     ///
     /// ```
-    /// use keepcount_limits::{estimator::Estimator, shape::Shape};
+    /// use keepcount_limits::{Shape, estimator::Estimator};
     /// let est = Estimator::with_shape(Shape::new(2, 8).unwrap(), 7);
     /// assert_eq!(est.seed(), 7);
     /// ```
@@ -152,7 +152,9 @@ impl<S: CounterStore> Estimator<S> {
     /// The store must hold exactly `shape.counters()` counters.
     ///
     /// ```
-    /// use keepcount_limits::{estimator::Estimator, shape::Shape, store::zeroed};
+    /// use keepcount_limits::{Shape, estimator::Estimator};
+    /// use std::sync::atomic::AtomicI64;
+    /// let zeroed = |len| (0..len).map(|_| AtomicI64::new(0)).collect::<Box<[_]>>();
     /// let shape = Shape::new(2, 8).unwrap();
     /// assert!(Estimator::with_store(zeroed(16), shape, 1).is_ok());
     /// assert!(Estimator::with_store(zeroed(15), shape, 1).is_err());

@@ -2,7 +2,7 @@
 //!
 //! Every sketch in this crate hashes a key once with [`KeyHasher`], keyed by the sketch's 64-bit
 //! seed, and derives one counter per row from the resulting [`KeyHash`] with per-row hash
-//! functions drawn from the same seed ([`crate::rows`]). The byte stream and the hash are a
+//! functions drawn from the same seed ([`Rows`](crate::Rows)). The byte stream and the hash are a
 //! compatibility promise shared with the Node binding and its TypeScript fallback.
 //!
 //! Why SipHash-1-3: it is keyed (without the seed nobody can precompute keys that collide with a

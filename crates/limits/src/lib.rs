@@ -36,16 +36,40 @@
 //! For exact counts over a small known key set, a `HashMap` is simpler and exact. A sketch
 //! over-counts when many heavy keys share its counters: size it for your key cardinality.
 //!
+//! # What is public, and why
+//! - The modules pingora-limits has, at its paths, so its users change only the crate name:
+//!   [`estimator`], [`rate`], [`inflight`].
+//! - [`limiter`]: the token-bucket [`Limiter`](limiter::Limiter) and its small value types
+//!   (`Quota`, `Limit`, `Decision`, `LimiterError`); its table, buckets and slot arena stay private.
+//! - [`clock`]: the time sources you pass to `Rate::with_clock` and `Limiter::with_clock`.
+//! - [`hash`]: the stable keyed key hash (`KeyHash`, `KeyHasher`), so a key hashed once can be
+//!   used with every `*_hash` method, as the Node binding does, and checked against the format spec.
+//! - At the root, the types the public signatures name: [`Shape`] and [`ShapeError`] (a sketch's
+//!   validated size), [`DecodeError`] with the format's [`MAGIC`] and [`VERSION`] (what
+//!   [`Estimator::from_bytes`](estimator::Estimator::from_bytes) refuses), [`Rows`] (the per-row
+//!   functions [`Estimator::rows`](estimator::Estimator::rows) returns, to list a key's counters)
+//!   and [`CounterStore`] (counters in memory you provide, for
+//!   [`Estimator::with_store`](estimator::Estimator::with_store)).
+//!
+//! The modules that define those types (`codec`, `rows`, `shape`, `store`) are private: their
+//! helpers and the serialization code are implementation, free to change without a major version.
+//!
 //! [format spec]: https://github.com/keepcount/keepcount/blob/main/docs/format.md
 
 pub mod clock;
-pub mod codec;
 pub mod estimator;
 pub mod hash;
 pub mod heavy;
 pub mod inflight;
 pub mod limiter;
 pub mod rate;
-pub mod rows;
-pub mod shape;
-pub mod store;
+
+mod codec;
+mod rows;
+mod shape;
+mod store;
+
+pub use codec::{DecodeError, MAGIC, VERSION};
+pub use rows::Rows;
+pub use shape::{MAX_COUNTERS, MAX_HASHES, Shape, ShapeError};
+pub use store::CounterStore;

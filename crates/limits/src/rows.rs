@@ -78,7 +78,7 @@ impl RowFunction {
 /// on every operation.
 ///
 /// ```
-/// use keepcount_limits::{rows::Rows, shape::Shape};
+/// use keepcount_limits::{Rows, Shape};
 /// let rows = Rows::new(Shape::new(4, 1000).unwrap(), 42);
 /// let key = keepcount_limits::hash::KeyHasher::with_seed(42).hash_one_key("1.2.3.4");
 /// for row in 0..4 {

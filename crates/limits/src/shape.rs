@@ -15,7 +15,7 @@ pub const MAX_COUNTERS: usize = 1 << 27;
 /// A validated sketch shape: `1 <= hashes <= 32`, `1 <= slots`, `hashes × slots <= 2^27`.
 ///
 /// ```
-/// use keepcount_limits::shape::Shape;
+/// use keepcount_limits::Shape;
 /// let shape = Shape::new(4, 8192).unwrap();
 /// assert_eq!(shape.counters(), 32768);
 /// assert!(Shape::new(0, 8).is_err());
@@ -30,7 +30,7 @@ impl Shape {
     /// A shape of `hashes` rows × `slots` columns, or why it is outside the limits.
     ///
     /// ```
-    /// use keepcount_limits::shape::{Shape, ShapeError};
+    /// use keepcount_limits::{Shape, ShapeError};
     /// assert_eq!(Shape::new(4, 0), Err(ShapeError::ZeroSlots));
     /// assert_eq!(Shape::new(33, 1), Err(ShapeError::Hashes(33)));
     /// assert!(matches!(Shape::new(32, 1 << 23), Err(ShapeError::TooManyCounters { .. })));
@@ -56,7 +56,7 @@ impl Shape {
     /// `1..=2^27 / hashes`. This is what the pingora-compatible infallible constructors use.
     ///
     /// ```
-    /// use keepcount_limits::shape::Shape;
+    /// use keepcount_limits::Shape;
     /// assert_eq!(Shape::clamped(0, 0), Shape::new(1, 1).unwrap());
     /// assert_eq!(Shape::clamped(100, usize::MAX), Shape::new(32, 1 << 22).unwrap());
     /// ```
@@ -77,7 +77,7 @@ impl Shape {
     /// Both bounds must be finite and strictly between 0 and 1, and the result within the limits.
     ///
     /// ```
-    /// use keepcount_limits::shape::Shape;
+    /// use keepcount_limits::Shape;
     /// let shape = Shape::from_error_bounds(0.001, 0.01).unwrap();
     /// assert_eq!((shape.hashes(), shape.slots()), (5, 2719));
     /// assert!(Shape::from_error_bounds(0.0, 0.01).is_err());
@@ -100,7 +100,7 @@ impl Shape {
     /// Rows: how many counters each operation touches.
     ///
     /// ```
-    /// assert_eq!(keepcount_limits::shape::Shape::new(4, 8).unwrap().hashes(), 4);
+    /// assert_eq!(keepcount_limits::Shape::new(4, 8).unwrap().hashes(), 4);
     /// ```
     #[inline]
     pub const fn hashes(self) -> usize {
@@ -110,7 +110,7 @@ impl Shape {
     /// Columns per row.
     ///
     /// ```
-    /// assert_eq!(keepcount_limits::shape::Shape::new(4, 8).unwrap().slots(), 8);
+    /// assert_eq!(keepcount_limits::Shape::new(4, 8).unwrap().slots(), 8);
     /// ```
     #[inline]
     pub const fn slots(self) -> usize {
@@ -120,7 +120,7 @@ impl Shape {
     /// `hashes × slots`, at most [`MAX_COUNTERS`].
     ///
     /// ```
-    /// assert_eq!(keepcount_limits::shape::Shape::new(4, 8).unwrap().counters(), 32);
+    /// assert_eq!(keepcount_limits::Shape::new(4, 8).unwrap().counters(), 32);
     /// ```
     #[inline]
     pub const fn counters(self) -> usize {
@@ -131,7 +131,7 @@ impl Shape {
 /// Why a sketch shape (or the bounds it is computed from) was refused.
 ///
 /// ```
-/// use keepcount_limits::shape::{Shape, ShapeError};
+/// use keepcount_limits::{Shape, ShapeError};
 /// let err = Shape::new(0, 8).unwrap_err();
 /// assert_eq!(err.to_string(), "hashes must be between 1 and 32, got 0");
 /// ```

@@ -20,8 +20,8 @@ use std::sync::atomic::AtomicI64;
 ///
 /// ```
 /// use keepcount_limits::estimator::Estimator;
-/// use keepcount_limits::shape::Shape;
-/// use keepcount_limits::store::CounterStore;
+/// use keepcount_limits::Shape;
+/// use keepcount_limits::CounterStore;
 /// use std::sync::atomic::AtomicI64;
 ///
 /// struct VecStore(Vec<AtomicI64>);
@@ -49,12 +49,7 @@ impl CounterStore for Box<[AtomicI64]> {
 }
 
 /// A heap store of `len` counters, all zero.
-///
-/// ```
-/// use keepcount_limits::store::{zeroed, CounterStore};
-/// assert_eq!(zeroed(4).counters().len(), 4);
-/// ```
-pub fn zeroed(len: usize) -> Box<[AtomicI64]> {
+pub(crate) fn zeroed(len: usize) -> Box<[AtomicI64]> {
     (0..len).map(|_| AtomicI64::new(0)).collect()
 }
 

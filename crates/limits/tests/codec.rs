@@ -1,8 +1,8 @@
 //! The serialized sketch (docs/format.md §5): round trips and every way to corrupt it.
 
-use keepcount_limits::codec::{DecodeError, MAGIC, VERSION};
+use keepcount_limits::ShapeError;
 use keepcount_limits::estimator::Estimator;
-use keepcount_limits::shape::ShapeError;
+use keepcount_limits::{DecodeError, MAGIC, VERSION};
 
 /// Seed 2 keeps "a", "b" and -7 apart in at least one row each, so every estimate is exact.
 fn sample() -> Vec<u8> {

@@ -5,9 +5,9 @@
 //! Every test runs on fixed seeds, so it is deterministic; each states the probability that it
 //! would fail for a random seed if the rows were exactly as the format promises.
 
+use keepcount_limits::Shape;
 use keepcount_limits::estimator::Estimator;
 use keepcount_limits::hash::KeyHash;
-use keepcount_limits::shape::Shape;
 use std::collections::HashMap;
 
 const SEEDS: [u64; 2] = [0x5eed_0001, 0xdead_beef_cafe_f00d];

@@ -1,9 +1,9 @@
 //! The counter-storage seam: an estimator over caller-provided counters behaves exactly like one
 //! on the heap.
 
+use keepcount_limits::CounterStore;
 use keepcount_limits::estimator::Estimator;
-use keepcount_limits::shape::{Shape, ShapeError};
-use keepcount_limits::store::CounterStore;
+use keepcount_limits::{Shape, ShapeError};
 use std::sync::atomic::{AtomicI64, Ordering};
 
 /// Counters in a `Vec` the caller owns, standing in for a shared mapping.

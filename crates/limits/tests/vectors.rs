@@ -6,10 +6,10 @@
 //! values in the other tests were checked against an independent implementation, so the JSON
 //! cannot drift along with a bug.
 
+use keepcount_limits::Rows;
+use keepcount_limits::Shape;
 use keepcount_limits::estimator::Estimator;
 use keepcount_limits::hash::{KeyHash, KeyHasher};
-use keepcount_limits::rows::Rows;
-use keepcount_limits::shape::Shape;
 use siphasher::sip::{SipHasher13, SipHasher24};
 use std::fmt::Write as _;
 use std::hash::{Hash, Hasher};

@@ -1,0 +1,152 @@
+/**
+ * The seam between the public API and the two implementations of it: the types both backends
+ * implement, and nothing else, so `fallback/`, the native adapter (`lib/native.cts`) and the loader
+ * (`lib/backend.ts`) all import from here and nothing imports upward (`npm run lint` checks for
+ * import cycles, type-only imports included).
+ *
+ * `lib/` validates every argument once and then calls a {@link Backend}: the Rust core through the
+ * native adapter, mapping the napi-generated `binding.js`, or the pure-TypeScript `fallback/`.
+ * Backend methods therefore take only already-validated values and never throw for bad input;
+ * anything they report (a corrupt sketch) comes back as a value `lib/` turns into the one error
+ * message both backends share.
+ *
+ * @module
+ */
+
+/**
+ * A key: a `string` (hashed as UTF-8, lone surrogates as U+FFFD), a `number` that is a safe
+ * integer or a `bigint` in the i64 range (both hashed as i64, so `1` and `1n` are the same key), or
+ * a `Uint8Array` (Buffer included; hashed as length-prefixed bytes, so it differs from the string
+ * with the same content). See docs/format.md §1. Backends receive only keys `lib/keys.ts` validated.
+ */
+export type Key = string | number | bigint | Uint8Array;
+
+/** The name of a backend. */
+export type BackendName = 'native' | 'fallback';
+
+/**
+ * A count-min sketch (docs/format.md §3). Counts are numbers, exact within ±2^53; `value`s are
+ * safe integers, possibly negative.
+ */
+export interface EstimatorCore {
+  readonly hashes: number;
+  readonly slots: number;
+  /** In [0, 2^64). */
+  readonly seed: bigint;
+  /** Adds `value` to `key`'s counters; returns its new estimate. */
+  incr(key: Key, value: number): number;
+  /** `key`'s estimate. */
+  get(key: Key): number;
+  /** The row-major positions of `key`'s counters, one per row (docs/format.md §3). */
+  counterIndexes(key: Key): number[];
+  /** Zeroes every counter. */
+  reset(): void;
+  /** Adds `other`'s counters to this one's; `lib/` has checked hashes, slots and seed are equal. */
+  merge(other: EstimatorCore): void;
+  /** The version-2 serialized form (docs/format.md §5). */
+  serialize(): Uint8Array;
+}
+
+/** Creates an empty sketch; the shape is within docs/format.md §4 and `seed` in [0, 2^64). */
+export type EstimatorCoreConstructor = new (hashes: number, slots: number, seed: bigint) => EstimatorCore;
+
+/**
+ * The first check of docs/format.md §5 a serialized sketch fails, in the spec's order: length < 28,
+ * magic, version, flags, shape, exact total length, checksum.
+ */
+export type CorruptReason = 'short' | 'magic' | 'version' | 'flags' | 'shape' | 'length' | 'checksum';
+
+/** What `Rate.rateWith` needs from the core; `lib/` adds the interval. */
+export interface RateSample {
+  prevSamples: number;
+  currSamples: number;
+  currentIntervalFraction: number;
+}
+
+/**
+ * pingora-limits' `Rate` on a time base the caller supplies: `nowMs` is whole milliseconds
+ * elapsed since the core was created, never decreasing (`lib/` reads the user's clock and clamps).
+ * Each call first rolls the intervals over as pingora's `maybe_reset` does.
+ */
+export interface RateCore {
+  /** Adds `events` to `key` in the current interval; returns its count there. */
+  observe(key: Key, events: number, nowMs: number): number;
+  /** `key`'s count in the previous interval, 0 if two or more intervals passed without a reset. */
+  previousCount(key: Key, nowMs: number): number;
+  /** pingora's `rate_with` components for `key`. */
+  sample(key: Key, nowMs: number): RateSample;
+}
+
+/** `intervalMs` is an integer in [1, 2^52]; the shape is within §4; `seed` in [0, 2^64). */
+export type RateCoreConstructor = new (intervalMs: number, hashes: number, slots: number, seed: bigint) => RateCore;
+
+/** One dimension of a quota: `amount` tokens every `periodNs` ns, at most `burst` held (safe integers, periodNs >= 1). */
+export interface LimitSpec {
+  amount: number;
+  periodNs: number;
+  burst: number;
+}
+
+/** A quota as backends take it: a limit on requests and one on cost units; an absent one is unlimited. */
+export interface QuotaSpec {
+  requests?: LimitSpec;
+  units?: LimitSpec;
+}
+
+/**
+ * The token-bucket limiter of `crates/limits/src/limiter.rs` on a time base the caller supplies:
+ * `nowMs` is milliseconds since the core was created (finite, >= 0, fractions allowed), taken as
+ * `trunc(nowMs × 1e6)` nanoseconds saturating at 2^64 − 1, identically in both backends.
+ */
+export interface LimiterCore {
+  /** 0 if admitted (and taken); else the ms until it would be (`wait_ns / 1e6`), `Infinity` if never. */
+  check(key: Key, cost: number, nowMs: number): number;
+  /** Replaces the key table; `false` (nothing changed) if two keys are the same key. */
+  replaceKeys(keys: Key[], quotas: QuotaSpec[], nowMs: number): boolean;
+  /** `false` if `key` is not in the table. */
+  setQuota(key: Key, quota: QuotaSpec, nowMs: number): boolean;
+  setBestEffort(quota: QuotaSpec, nowMs: number): void;
+  /** `null` removes the overall quota. */
+  setOverall(quota: QuotaSpec | null, nowMs: number): void;
+  /** `key`'s quota, `null` if it is not in the table. */
+  quota(key: Key): QuotaSpec | null;
+  readonly size: number;
+}
+
+/** Creates a limiter with no keys and `bestEffort` for every key, full at time 0. */
+export type LimiterCoreConstructor = new (bestEffort: QuotaSpec) => LimiterCore;
+
+/** Keeps the process alive (like a ref'd `setTimeout`) or not, for one armed tick. */
+export interface TickHandle {
+  ref(): void;
+  unref(): void;
+}
+
+/**
+ * The time source behind `timeout`/`sleep`/`timeoutSignal`. `lib/timeout.ts` keeps the waiters in
+ * JavaScript, one bucket per 10 ms deadline, and asks the ticker to fire each bucket once.
+ */
+export interface Ticker {
+  /** Monotonic milliseconds (may be fractional); deadlines are on this time base. */
+  now(): number;
+  /**
+   * Calls `fire` once, on the JavaScript thread, no earlier than `now() >= deadlineMs`. Called once
+   * per distinct deadline. The returned handle starts ref'd.
+   */
+  arm(deadlineMs: number, fire: () => void): TickHandle;
+  /** pingora-timeout's `pause_for_fork`: stop the clock machinery before `fork()`. */
+  pauseForFork(): void;
+  /** pingora-timeout's `unpause`, after `fork()`. */
+  unpause(): void;
+}
+
+/** One implementation of keepcount. */
+export interface Backend {
+  readonly name: BackendName;
+  readonly Estimator: EstimatorCoreConstructor;
+  /** Decodes a serialized sketch, or names the first check it fails. */
+  deserializeEstimator(bytes: Uint8Array): EstimatorCore | CorruptReason;
+  readonly Rate: RateCoreConstructor;
+  readonly Limiter: LimiterCoreConstructor;
+  readonly ticker: Ticker;
+}
