@@ -101,7 +101,7 @@ impl From<MergeError> for Failure {
     }
 }
 
-/// The `CorruptReason` (`lib/backend.ts`) naming the check of docs/format.md §5 that `err`
+/// The `CorruptReason` (`lib/core.ts`) naming the check of docs/format.md §5 that `err`
 /// failed, or, for a decode error this binding does not know yet, the failure to throw instead.
 pub(crate) fn corrupt_reason(err: DecodeError) -> Result<&'static str> {
     Ok(match err {

@@ -18,9 +18,9 @@
 //! cargo bench -p keepcount-limits --bench heavy
 //! ```
 
+use keepcount_limits::Shape;
 use keepcount_limits::estimator::Estimator;
 use keepcount_limits::heavy::{HeavyHitters, Settings, Summary};
-use keepcount_limits::shape::Shape;
 use std::collections::HashMap;
 use std::hint::black_box;
 use std::sync::Mutex;

@@ -2,9 +2,9 @@
 //! flood, slack, merging, serialization, top-100 quality on Zipf streams and a multi-thread
 //! stress test.
 
+use keepcount_limits::Shape;
 use keepcount_limits::heavy::codec::DecodeError;
 use keepcount_limits::heavy::{Settings, Standing, Summary};
-use keepcount_limits::shape::Shape;
 use std::collections::HashMap;
 use std::sync::Arc;
 

@@ -55,7 +55,7 @@ impl Summary<Vec<u8>> {
     ///
     /// ```
     /// use keepcount_limits::heavy::{Settings, Summary};
-    /// use keepcount_limits::shape::Shape;
+    /// use keepcount_limits::Shape;
     /// let summary = Summary::new(Settings::new(Shape::new(2, 8).unwrap(), 1, 2, 4).unwrap());
     /// summary.incr(&b"k"[..], 3);
     /// let bytes = summary.to_bytes();

@@ -15,7 +15,7 @@ pub const MAX_CAPACITY: usize = 1 << 24;
 ///
 /// ```
 /// use keepcount_limits::heavy::Settings;
-/// use keepcount_limits::shape::Shape;
+/// use keepcount_limits::Shape;
 /// let settings = Settings::new(Shape::new(4, 1024).unwrap(), 42, 5, 4096).unwrap();
 /// assert_eq!((settings.threshold(), settings.capacity()), (5, 4096));
 /// assert!(Settings::new(Shape::new(4, 1024).unwrap(), 42, 0, 4096).is_err());
@@ -77,7 +77,7 @@ impl Settings {
 ///
 /// ```
 /// use keepcount_limits::heavy::{ConfigError, Settings};
-/// use keepcount_limits::shape::Shape;
+/// use keepcount_limits::Shape;
 /// let err = Settings::new(Shape::new(4, 64).unwrap(), 1, 5, 0).unwrap_err();
 /// assert_eq!(err, ConfigError::Capacity(0));
 /// assert_eq!(err.to_string(), "the table capacity must be between 1 and 16777216, got 0");

@@ -17,7 +17,7 @@ use super::table::{Entry, OverflowCounts, Table, rank};
 ///
 /// ```
 /// use keepcount_limits::heavy::{Settings, Standing, Summary};
-/// use keepcount_limits::shape::Shape;
+/// use keepcount_limits::Shape;
 ///
 /// let summary = Summary::new(Settings::new(Shape::new(4, 1024).unwrap(), 7, 3, 16).unwrap());
 /// for _ in 0..10 {
@@ -109,7 +109,7 @@ impl<K: Hash + Eq + Clone> Summary<K> {
     ///
     /// ```
     /// use keepcount_limits::heavy::{Settings, Standing, Summary};
-    /// use keepcount_limits::shape::Shape;
+    /// use keepcount_limits::Shape;
     /// let summary = Summary::<String>::new(Settings::new(Shape::new(4, 64).unwrap(), 1, 2, 8).unwrap());
     /// assert_eq!(summary.incr("k", 1).standing, Standing::BelowThreshold);
     /// assert_eq!(summary.incr("k", 1).standing, Standing::Tracked);
@@ -215,7 +215,7 @@ impl<K: Hash + Eq + Clone> Summary<K> {
     ///
     /// ```
     /// use keepcount_limits::heavy::{Settings, Summary};
-    /// use keepcount_limits::shape::Shape;
+    /// use keepcount_limits::Shape;
     /// let settings = Settings::new(Shape::new(4, 256).unwrap(), 9, 2, 8).unwrap();
     /// let (a, b) = (Summary::new(settings), Summary::new(settings));
     /// for _ in 0..5 { a.incr("k", 1); }

@@ -36,7 +36,7 @@ pub enum Window {
 /// ```
 /// use keepcount_limits::clock::ManualClock;
 /// use keepcount_limits::heavy::{HeavyHitters, Settings, Window};
-/// use keepcount_limits::shape::Shape;
+/// use keepcount_limits::Shape;
 /// use std::time::Duration;
 ///
 /// let clock = ManualClock::new();
