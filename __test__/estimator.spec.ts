@@ -71,6 +71,16 @@ test(title('is exact up to Number.MAX_SAFE_INTEGER'), (t) => {
   t.is(Estimator.deserialize(e.serialize()).get('k'), -MAX);
 });
 
+test(title('counts saturate at ±2^63 instead of wrapping'), (t) => {
+  const e = new Estimator({ hashes: 2, slots: 16, seed: 5n });
+  for (let i = 0; i < 1025; i++) e.incr('k', MAX);
+  t.is(e.get('k'), 2 ** 63);
+  const f = new Estimator({ hashes: 2, slots: 16, seed: 5n });
+  for (let i = 0; i < 1025; i++) f.incr('k', -MAX);
+  t.is(f.get('k'), -(2 ** 63));
+  t.is(Estimator.deserialize(e.serialize()).get('k'), 2 ** 63);
+});
+
 test(title('reset forgets every count'), (t) => {
   const e = new Estimator({ seed: 9n });
   e.incr('a', 3);
