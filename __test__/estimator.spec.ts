@@ -284,3 +284,14 @@ test(title('refuses values that are not safe integers'), (t) => {
   });
   t.is(e.get('k'), 0);
 });
+
+test(title('deserialize of bytes on a detached buffer is ERR_KEEPCOUNT_CORRUPT'), (t) => {
+  // A copy: native serialize() may return memory that cannot be detached.
+  const bytes = new Uint8Array(new Estimator({ seed: 8n }).serialize());
+  structuredClone(bytes.buffer, { transfer: [bytes.buffer] });
+  throwsShape(t, () => Estimator.deserialize(bytes), {
+    instanceOf: Error,
+    code: 'ERR_KEEPCOUNT_CORRUPT',
+    message: 'Serialized sketch is 0 bytes, shorter than the 28 bytes of header and checksum',
+  });
+});

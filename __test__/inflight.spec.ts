@@ -1,5 +1,5 @@
 import test from 'ava';
-import { Inflight, type InflightGuard } from '../lib/index.js';
+import { Estimator, Inflight, Limiter, ManualClock, Rate, type InflightGuard } from '../lib/index.js';
 import { runFixture, throwsShape, title } from './helpers.js';
 
 test(title('counts in and out per key (pingora inflight_count)'), (t) => {
@@ -110,4 +110,23 @@ test(title('defaults to 4 hashes × 8192 slots like pingora'), (t) => {
   for (let i = 0; i < 1000; i++) t.is(inflight.get(i), 1);
   for (const g of guards) g.release();
   for (let i = 0; i < 1000; i++) t.is(inflight.get(i), 0);
+});
+
+test(title('a key on a detached buffer is the empty key, for Inflight as for every class'), (t) => {
+  const detached = new Uint8Array(new ArrayBuffer(8));
+  structuredClone(detached.buffer, { transfer: [detached.buffer] });
+  const inflight = new Inflight({ seed: 7n });
+  const [guard, count] = inflight.incr(detached);
+  t.is(count, 1);
+  t.is(inflight.get(new Uint8Array(0)), 1);
+  guard.release();
+  t.is(inflight.get(new Uint8Array(0)), 0);
+  const estimator = new Estimator({ seed: 7n });
+  t.is(estimator.incr(detached), 1);
+  t.is(estimator.get(new Uint8Array(0)), 1);
+  const rate = new Rate({ intervalMs: 1000, seed: 7n, clock: new ManualClock() });
+  t.is(rate.observe(detached, 2), 2);
+  t.is(rate.observe(new Uint8Array(0), 1), 3);
+  const limiter = new Limiter({ bestEffort: { requests: { amount: 1, periodMs: 60_000, burst: 1 } } });
+  t.true(limiter.check(detached).allowed);
 });
