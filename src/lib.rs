@@ -20,6 +20,7 @@ mod args;
 mod error;
 pub mod estimator;
 mod keys;
+mod memory;
 pub mod limiter;
 pub mod rate;
 mod raw;
