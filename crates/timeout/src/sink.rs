@@ -122,22 +122,6 @@ impl SinkShared {
         }
     }
 
-    /// Adds one deadline straight to the batch (registration while paused for fork).
-    fn expire_now(&self, deadline: u64) {
-        let became_ready = {
-            let mut state = self.state.lock();
-            if state.expired.contains(&deadline) {
-                return;
-            }
-            state.pending.remove(&deadline);
-            state.expired.push(deadline);
-            state.expired.len() == 1
-        };
-        if became_ready {
-            self.call_notify();
-        }
-    }
-
     fn call_notify(&self) {
         // Called without the state lock, so the callback may call any sink method. Holding the
         // notify lock during the call is what lets `Drop` guarantee no call after it returns.
@@ -163,8 +147,8 @@ pub(crate) fn deliver(manager: &Shared, now_ms: u64, scratch: &mut Vec<Arc<SinkS
 ///
 /// # Guarantees
 /// - A deadline is delivered no earlier than the `duration` it was registered with, and
-///   normally within a tick plus scheduling delay after it (unless paused for fork, when
-///   registrations are delivered at once, as pingora's timers fire at once).
+///   normally within a tick plus scheduling delay after it; while paused for fork nothing is
+///   delivered, and what came due is delivered after `unpause`.
 /// - `notify` is called on the clock thread, at most once per tick, and only when the expired
 ///   batch goes from empty to non-empty; it can also be spurious (the owner drained between the
 ///   move and the call), so draining an empty batch must be harmless.
@@ -224,12 +208,11 @@ impl DeadlineSink {
     /// One clock read, one uncontended mutex and one `BTreeSet` lookup: the cost of
     /// [`TimerManager::register_timer`] without the `Arc` clone.
     pub fn register(&self, duration: Duration) -> Deadline {
+        // Paused for fork, the deadline waits like any other and is delivered after `unpause`.
+        // Completing it at once (as pingora's timers do) made a consumer that re-arms on every
+        // delivery, such as a Node worker's `sleep` loop, spin for the whole pause; the thread
+        // that pauses completes its own timers at once without registering them.
         let deadline = self.manager.deadline_after(duration);
-        if self.manager.is_paused() {
-            // Paused for fork: complete at once, as pingora's timers do.
-            self.shared.expire_now(deadline);
-            return Deadline(deadline);
-        }
         let mut state = self.shared.state.lock();
         if !state.pending.contains(&deadline) && !state.expired.contains(&deadline) {
             state.pending.insert(deadline);
@@ -484,15 +467,15 @@ mod tests {
     }
 
     #[test]
-    fn registrations_while_paused_are_delivered_at_once() {
+    fn registrations_while_paused_wait_for_unpause() {
         let manager = TimerManager::new();
         let (sink, calls, _woken) = counted(&manager);
         manager.pause_for_fork();
-        let d = sink.register(Duration::from_secs(100));
-        assert_eq!(calls.load(Ordering::SeqCst), 1);
-        assert_eq!(sink.drain_expired(), vec![d]);
-        manager.unpause();
         sink.register(Duration::from_secs(100));
+        assert_eq!(calls.load(Ordering::SeqCst), 0);
+        assert!(sink.drain_expired().is_empty());
+        assert_eq!(sink.pending(), 1);
+        manager.unpause();
         assert_eq!(sink.pending(), 1);
         assert!(sink.drain_expired().is_empty());
     }
