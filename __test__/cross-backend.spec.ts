@@ -105,6 +105,32 @@ test(title('merge gives the same sketch in both backends'), (t) => {
   t.deepEqual(Buffer.from(a[0].serialize()), Buffer.from(a[1].serialize()));
 });
 
+test(title('both backends saturate at ±2^63 on overflow, in incr and merge, and serialize alike'), (t) => {
+  const MAX = Number.MAX_SAFE_INTEGER;
+  // One key per sketch, so no other key shares its counters.
+  for (const sign of [1, -1]) {
+    const bound = sign * 2 ** 63;
+    const [a, b] = [pair((x) => new x.Estimator(2, 16, 3n)), pair((x) => new x.Estimator(2, 16, 3n))];
+    // 1,025 × (2^53 − 1) passes 2^63: Rust's wrapping add once made this −9.2e18 on native.
+    for (const sketch of [...a, ...b]) for (let i = 0; i < 1025; i++) sketch.incr('k', sign * MAX);
+    t.deepEqual(Buffer.from(a[0].serialize()), Buffer.from(a[1].serialize()));
+    for (const sketch of a) {
+      t.is(sketch.get('k'), bound);
+      // Beyond 2^53 only the reading agrees: native holds 2^63 − 1001 exactly, the fallback the
+      // double 2^63 − 1024, and both read as 2^63 − 1024.
+      t.is(sketch.incr('k', -sign * 1000), bound - sign * 1024);
+    }
+    a[0].merge(b[0]);
+    a[1].merge(b[1]);
+    for (const sketch of a) t.is(sketch.get('k'), bound);
+    const bytes = Buffer.from(a[1].serialize());
+    t.deepEqual(Buffer.from(a[0].serialize()), bytes);
+    for (const decoded of [nativeBackend.deserializeEstimator(bytes), fallbackBackend.deserializeEstimator(bytes)]) {
+      t.is((decoded as EstimatorCore).get('k'), bound);
+    }
+  }
+});
+
 test(title('both backends agree on Rate over random operations and times'), (t) => {
   for (let run = 1; run <= 20; run++) {
     const random = prng(1000 + run);

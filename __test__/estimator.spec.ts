@@ -71,6 +71,16 @@ test(title('is exact up to Number.MAX_SAFE_INTEGER'), (t) => {
   t.is(Estimator.deserialize(e.serialize()).get('k'), -MAX);
 });
 
+test(title('counts saturate at ±2^63 instead of wrapping'), (t) => {
+  const e = new Estimator({ hashes: 2, slots: 16, seed: 5n });
+  for (let i = 0; i < 1025; i++) e.incr('k', MAX);
+  t.is(e.get('k'), 2 ** 63);
+  const f = new Estimator({ hashes: 2, slots: 16, seed: 5n });
+  for (let i = 0; i < 1025; i++) f.incr('k', -MAX);
+  t.is(f.get('k'), -(2 ** 63));
+  t.is(Estimator.deserialize(e.serialize()).get('k'), 2 ** 63);
+});
+
 test(title('reset forgets every count'), (t) => {
   const e = new Estimator({ seed: 9n });
   e.incr('a', 3);
@@ -273,4 +283,15 @@ test(title('refuses values that are not safe integers'), (t) => {
     message: 'The "value" argument must be of type number. Received type string ("1")',
   });
   t.is(e.get('k'), 0);
+});
+
+test(title('deserialize of bytes on a detached buffer is ERR_KEEPCOUNT_CORRUPT'), (t) => {
+  // A copy: native serialize() may return memory that cannot be detached.
+  const bytes = new Uint8Array(new Estimator({ seed: 8n }).serialize());
+  structuredClone(bytes.buffer, { transfer: [bytes.buffer] });
+  throwsShape(t, () => Estimator.deserialize(bytes), {
+    instanceOf: Error,
+    code: 'ERR_KEEPCOUNT_CORRUPT',
+    message: 'Serialized sketch is 0 bytes, shorter than the 28 bytes of header and checksum',
+  });
 });

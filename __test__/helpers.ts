@@ -34,17 +34,21 @@ export interface ChildResult {
   exitAt: number;
 }
 
-/** Runs a fixture with tsx in a child process, inheriting KEEPCOUNT_BACKEND unless `env` overrides it. */
+/** Runs a fixture (with `args`) with tsx in a child process, inheriting KEEPCOUNT_BACKEND unless `env` overrides it. */
 export function runFixture(
   name: string,
-  options: { env?: Record<string, string | undefined>; nodeArgs?: string[] } = {},
+  options: { env?: Record<string, string | undefined>; nodeArgs?: string[]; args?: string[] } = {},
 ): Promise<ChildResult> {
   const env: Record<string, string | undefined> = { ...process.env, ...options.env };
   for (const key of Object.keys(env)) if (env[key] === undefined) delete env[key];
-  const child = spawn(process.execPath, [...(options.nodeArgs ?? []), '--import', 'tsx', fixture(name)], {
-    env,
-    stdio: ['ignore', 'pipe', 'pipe'],
-  });
+  const child = spawn(
+    process.execPath,
+    [...(options.nodeArgs ?? []), '--import', 'tsx', fixture(name), ...(options.args ?? [])],
+    {
+      env,
+      stdio: ['ignore', 'pipe', 'pipe'],
+    },
+  );
   let stdout = '';
   let stderr = '';
   let doneAt: number | undefined;

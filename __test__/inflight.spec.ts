@@ -1,5 +1,5 @@
 import test from 'ava';
-import { Inflight, type InflightGuard } from '../lib/index.js';
+import { Estimator, Inflight, Limiter, ManualClock, Rate, type InflightGuard } from '../lib/index.js';
 import { runFixture, throwsShape, title } from './helpers.js';
 
 test(title('counts in and out per key (pingora inflight_count)'), (t) => {
@@ -38,6 +38,24 @@ test(title('guards add their value again with incr() and give everything back on
   t.is(guard.get(), 0);
 });
 
+test(title('a guard whose total passes 2^53 gives back exactly what it added'), (t) => {
+  const inflight = new Inflight({ hashes: 2, slots: 64, seed: 6n });
+  inflight.incr('other', 5);
+  const [guard, first] = inflight.incr('k', 2 ** 52);
+  t.is(first, 2 ** 52);
+  guard.incr();
+  t.is(guard.incr(), 3 * 2 ** 52);
+  guard.release();
+  t.true(guard.released);
+  t.is(inflight.get('k'), 0);
+  t.is(inflight.get('other'), 5);
+  const [negative] = inflight.incr('n', -Number.MAX_SAFE_INTEGER);
+  negative.incr();
+  t.is(negative.get(), -2 * Number.MAX_SAFE_INTEGER);
+  negative.release();
+  t.is(inflight.get('n'), 0);
+});
+
 test(title('`using` releases the guard at the end of the block'), (t) => {
   const inflight = new Inflight({ seed: 3n });
   {
@@ -61,7 +79,7 @@ test(title('guards keep their own copy of byte keys'), (t) => {
 test(title('a guard collected without release gives its count back (FinalizationRegistry)'), async (t) => {
   const child = await runFixture('gc-guard.ts', { nodeArgs: ['--expose-gc'] });
   t.is(child.code, 0, child.stderr);
-  t.deepEqual(JSON.parse(child.stdout), { before: [5, 6], after: [0, 0], kept: 2 });
+  t.deepEqual(JSON.parse(child.stdout), { before: [5, 6, 3 * 2 ** 52], after: [0, 0, 0], kept: 2 });
 });
 
 test(title('refuses bad options, keys and values'), (t) => {
@@ -92,4 +110,23 @@ test(title('defaults to 4 hashes × 8192 slots like pingora'), (t) => {
   for (let i = 0; i < 1000; i++) t.is(inflight.get(i), 1);
   for (const g of guards) g.release();
   for (let i = 0; i < 1000; i++) t.is(inflight.get(i), 0);
+});
+
+test(title('a key on a detached buffer is the empty key, for Inflight as for every class'), (t) => {
+  const detached = new Uint8Array(new ArrayBuffer(8));
+  structuredClone(detached.buffer, { transfer: [detached.buffer] });
+  const inflight = new Inflight({ seed: 7n });
+  const [guard, count] = inflight.incr(detached);
+  t.is(count, 1);
+  t.is(inflight.get(new Uint8Array(0)), 1);
+  guard.release();
+  t.is(inflight.get(new Uint8Array(0)), 0);
+  const estimator = new Estimator({ seed: 7n });
+  t.is(estimator.incr(detached), 1);
+  t.is(estimator.get(new Uint8Array(0)), 1);
+  const rate = new Rate({ intervalMs: 1000, seed: 7n, clock: new ManualClock() });
+  t.is(rate.observe(detached, 2), 2);
+  t.is(rate.observe(new Uint8Array(0), 1), 3);
+  const limiter = new Limiter({ bestEffort: { requests: { amount: 1, periodMs: 60_000, burst: 1 } } });
+  t.true(limiter.check(detached).allowed);
 });

@@ -168,3 +168,15 @@ test(title('ManualClock starts where told and only moves forward'), (t) => {
     message: 'The "startMs" argument must be of type number. Received type string ("0")',
   });
 });
+
+test(title('a custom clock past 2^53 ms saturates there on both backends'), (t) => {
+  let now = 0;
+  const rate = new Rate({ intervalMs: 1000, seed: 2n, clock: { now: () => now } });
+  t.is(rate.observe('k'), 1);
+  now = 2 ** 60;
+  t.is(rate.observe('k'), 1);
+  t.is(rate.rate('k'), 0);
+  now = 2 ** 61;
+  // Time stopped at 2^53 − 1 ms: still the same interval.
+  t.is(rate.observe('k'), 2);
+});

@@ -1,4 +1,5 @@
 import test from 'ava';
+import { setTimeout as delay } from 'node:timers/promises';
 import { sleep, timeout, TimeoutError, timeoutSignal } from '../lib/index.js';
 import { rejectsShape, runFixture, throwsShape, title } from './helpers.js';
 
@@ -109,6 +110,49 @@ test(title('refuses bad durations and promises'), async (t) => {
     ...type,
     message: 'The "promise" argument must be a promise or thenable. Received null',
   });
+});
+
+test(title('a thenable whose then throws rejects the timeout and leaves nothing armed'), async (t) => {
+  const error = new Error('then threw');
+  const bad = {
+    then(): never {
+      throw error;
+    },
+  } as PromiseLike<never>;
+  t.is(await t.throwsAsync(timeout(bad, 20)), error);
+  await t.throwsAsync(timeout(new Proxy(Promise.resolve(1), {}), 20), {
+    instanceOf: TypeError,
+    message: /incompatible receiver/,
+  });
+  // An armed waiter would reject a promise nobody holds 20 ms later and end the child with code 1.
+  const child = await runFixture('throwing-thenable.ts');
+  t.is(child.code, 0, child.stderr);
+  t.is(child.stdout, 'TypeError,Error,Error,then threw\ndone\n');
+});
+
+test(title('a thenable that resolves twice cannot cancel another caller’s timeout'), async (t) => {
+  let again: (value: string) => void = () => {};
+  const twice = {
+    then(resolve: (value: string) => void) {
+      resolve('first');
+      again = resolve;
+    },
+  } as PromiseLike<string>;
+  const first = timeout(twice, 1000);
+  // Armed in the same turn, after `twice` settled: it may take the slot `twice` left.
+  const victim = timeout(never(), 20);
+  again('second');
+  t.is(await first, 'first');
+  const outcome = await Promise.race([
+    victim.then(
+      () => 'resolved',
+      (error: unknown) => error,
+    ),
+    delay(2000, 'never fired'),
+  ]);
+  t.true(outcome instanceof TimeoutError, String(outcome));
+  t.is((outcome as TimeoutError).code, 'ERR_KEEPCOUNT_TIMEOUT');
+  t.is((outcome as TimeoutError).message, 'Timed out after 20 ms');
 });
 
 test(title('a process exits promptly once no timeout or sleep is pending'), async (t) => {

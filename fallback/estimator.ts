@@ -4,11 +4,19 @@
  *
  * Counters are a `Float64Array`: exact up to `Number.MAX_SAFE_INTEGER` in magnitude, which is the
  * documented range of the Node API; beyond it sums round (where Rust's i64 counters would not).
+ * They saturate as Rust's do (docs/format.md §5): clamped to [−2^63, 2^63], the numbers that
+ * `i64::MIN` and `i64::MAX` convert to, so both backends agree however far a count overflows.
  */
 import type { EstimatorCore, Key } from '../lib/core.js';
 import { hashKey } from './hasher.js';
 import { Rows } from './rows.js';
 import { encode } from './wire.js';
+
+/** 2^63: `i64::MAX` as a number; counters are clamped to ±this. */
+const I64_BOUND = 2 ** 63;
+
+/** `c` clamped to [−2^63, 2^63]. */
+const saturate = (c: number): number => (c > I64_BOUND ? I64_BOUND : c < -I64_BOUND ? -I64_BOUND : c);
 
 /** The fallback {@link EstimatorCore}. Arguments arrive validated by `lib/`. */
 export class FallbackEstimator implements EstimatorCore {
@@ -52,7 +60,9 @@ export class FallbackEstimator implements EstimatorCore {
     const indexes = this.rows.locate(h1, h2);
     let min = Infinity;
     for (let row = 0; row < indexes.length; row++) {
-      const c = (counters[indexes[row]!]! += value);
+      const index = indexes[row]!;
+      const c = saturate(counters[index]! + value);
+      counters[index] = c;
       if (c < min) min = c;
     }
     return min;
@@ -77,7 +87,7 @@ export class FallbackEstimator implements EstimatorCore {
   merge(other: EstimatorCore): void {
     const theirs = (other as FallbackEstimator).counters;
     const ours = this.counters;
-    for (let i = 0; i < ours.length; i++) ours[i]! += theirs[i]!;
+    for (let i = 0; i < ours.length; i++) ours[i] = saturate(ours[i]! + theirs[i]!);
   }
 
   serialize(): Uint8Array {

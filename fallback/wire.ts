@@ -17,9 +17,14 @@ import {
 import { crc32 } from './crc32.js';
 
 const TWO_32 = 4294967296;
+/** 2^63, which no i64 holds: the saturated counter `i64::MAX` reads as this number. */
+const I64_BOUND = 2 ** 63;
 const MAGIC = 0x4d43434b; // "KCCM" read as a little-endian u32
 
-/** Encodes a sketch. Counters beyond ±2^63 wrap, as Rust's i64 would. */
+/**
+ * Encodes a sketch. Counters are within [−2^63, 2^63] (they saturate); 2^63 is written as
+ * `i64::MAX`, the counter Rust holds when it reports 2^63.
+ */
 export function encode(hashes: number, slots: number, seed: bigint, counters: Float64Array): Uint8Array {
   const bytes = new Uint8Array(serializedBytes(hashes, slots));
   const view = new DataView(bytes.buffer);
@@ -32,6 +37,11 @@ export function encode(hashes: number, slots: number, seed: bigint, counters: Fl
   for (let i = 0, at = HEADER_BYTES; i < counters.length; i++, at += COUNTER_BYTES) {
     // Exact for integer-valued doubles of any magnitude: both halves are exact integers.
     const c = counters[i]!;
+    if (c >= I64_BOUND) {
+      view.setUint32(at, 0xffffffff, true);
+      view.setUint32(at + 4, 0x7fffffff, true);
+      continue;
+    }
     const hi = Math.floor(c / TWO_32);
     view.setUint32(at, c - hi * TWO_32, true);
     view.setUint32(at + 4, ((hi % TWO_32) + TWO_32) % TWO_32, true);

@@ -12,15 +12,20 @@ import {
 
 const hex = (n: number, digits: number): string => `0x${n.toString(16).padStart(digits, '0')}`;
 
+/** An `ERR_KEEPCOUNT_CORRUPT` error saying what is wrong with the serialized sketch. */
+const corrupt = (message: string): KeepcountError =>
+  withCode(new Error(`Serialized sketch ${message}`), 'ERR_KEEPCOUNT_CORRUPT');
+
 /** The error for `bytes` failing the check `reason` (the header fields it quotes were checked to exist). */
 export function corruptError(reason: CorruptReason, bytes: Uint8Array): KeepcountError {
-  const view = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
   const n = bytes.length;
+  // Checked before the DataView: bytes on a detached buffer (length 0, 'short') make it throw.
+  if (reason === 'short') {
+    return corrupt(`is ${n} bytes, shorter than the ${HEADER_AND_CHECKSUM_BYTES} bytes of header and checksum`);
+  }
+  const view = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
   let message: string;
   switch (reason) {
-    case 'short':
-      message = `is ${n} bytes, shorter than the ${HEADER_AND_CHECKSUM_BYTES} bytes of header and checksum`;
-      break;
     case 'magic':
       message = `does not start with the magic "KCCM" (${hex(0x4b43434d, 8)}); found ${hex(view.getUint32(0), 8)}`;
       break;
@@ -51,5 +56,5 @@ export function corruptError(reason: CorruptReason, bytes: Uint8Array): Keepcoun
       message = `fails its CRC-32 check: the stored ${hex(view.getUint32(n - CHECKSUM_BYTES, true), 8)} does not match the contents`;
       break;
   }
-  return withCode(new Error(`Serialized sketch ${message}`), 'ERR_KEEPCOUNT_CORRUPT');
+  return corrupt(message);
 }

@@ -55,7 +55,8 @@ class Adopted {
  * only through collisions.
  *
  * Counts are exact within ±2^53 (`Number.MAX_SAFE_INTEGER`); beyond that the fallback backend
- * rounds and the native one converts its i64 counters to the nearest number.
+ * rounds and the native one converts its i64 counters to the nearest number. Both saturate at
+ * ±2^63 instead of wrapping (docs/format.md §5).
  *
  * @example
  * ```ts

@@ -15,19 +15,40 @@ export interface InflightOptions {
   seed?: bigint | number;
 }
 
-/** Holds what a guard added, for the explicit release and the garbage-collection safety net. */
+/**
+ * Holds what a guard added, for the explicit release and the garbage-collection safety net: the
+ * guard's value and how many times it was added, not their product, which passes 2^53 (where a
+ * double stops counting exactly and a backend refuses it as a `value`) long before the count does.
+ */
 interface Ticket {
   readonly core: EstimatorCore;
   readonly key: Key;
-  added: number;
+  readonly value: number;
+  times: number;
 }
 
+/**
+ * Gives back `times × value` in steps that are each a safe integer, so a release can never be
+ * refused as out of range and takes back exactly what was added (on the native backend's i64
+ * counters, and on the fallback's doubles wherever the sums are exact).
+ */
 const settle = (ticket: Ticket): void => {
-  if (ticket.added !== 0) ticket.core.incr(ticket.key, -ticket.added);
-  ticket.added = 0;
+  const { core, key, value } = ticket;
+  let left = ticket.times;
+  ticket.times = 0;
+  if (value === 0) return;
+  const perStep = Math.floor(Number.MAX_SAFE_INTEGER / Math.abs(value));
+  while (left > 0) {
+    const n = Math.min(left, perStep);
+    core.incr(key, -n * value);
+    left -= n;
+  }
 };
 
-/** Safety net: a guard collected without `release()` gives its count back then. */
+/**
+ * Safety net: a guard collected without `release()` gives its count back then. `settle` cannot
+ * throw for a validated ticket; it must not, as an exception here would end the process.
+ */
 const unreleased = new FinalizationRegistry<Ticket>(settle);
 
 /** `Symbol.dispose` where the runtime has it (Node >= 20.4), else the symbol TypeScript's `using` looks up. */
@@ -71,8 +92,9 @@ class Guard implements InflightGuard {
     if (this.#released) {
       throw withCode(new Error('Cannot incr() a released Inflight guard'), 'ERR_KEEPCOUNT_RELEASED');
     }
-    this.#ticket.added += this.#value;
-    return this.#ticket.core.incr(this.#ticket.key, this.#value);
+    const count = this.#ticket.core.incr(this.#ticket.key, this.#value);
+    this.#ticket.times++;
+    return count;
   }
 
   release(): void {
@@ -119,7 +141,7 @@ export class Inflight {
   incr(key: Key, value = 1): [guard: InflightGuard, count: number] {
     const k = validateKey(key);
     const v = countArgument('value', value);
-    const ticket: Ticket = { core: this.#core, key: ownKey(k), added: v };
+    const ticket: Ticket = { core: this.#core, key: ownKey(k), value: v, times: 1 };
     const count = this.#core.incr(ticket.key, v);
     return [new Guard(ticket, v), count];
   }

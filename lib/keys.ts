@@ -30,8 +30,10 @@ export function validateKey(key: unknown): Key {
 
 /** A key that later mutation of the caller's bytes cannot change (for guards that outlive the call). */
 export function ownKey(key: Key): Key {
-  // Not key.slice(): Buffer#slice shares memory.
-  return typeof key === 'object' ? new Uint8Array(key) : key;
+  // Not key.slice(): Buffer#slice shares memory. A view on a detached buffer (length 0, which
+  // `new Uint8Array(view)` refuses) is the empty key, as every backend reads it.
+  if (typeof key !== 'object') return key;
+  return key.length === 0 ? new Uint8Array(0) : new Uint8Array(key);
 }
 
 /** True for a `Uint8Array` (or `Buffer`) from any realm, e.g. one a worker transferred. */

@@ -105,8 +105,11 @@ export class Rate {
     });
   }
 
-  /** Whole milliseconds since construction, never negative. */
+  /**
+   * Whole milliseconds since construction, never negative, saturating at 2^53 − 1 (285,616 years):
+   * a custom clock may run further, and both cores take only safe integers.
+   */
   #elapsed(): number {
-    return Math.floor(this.#stopwatch.elapsedMs());
+    return Math.min(Math.floor(this.#stopwatch.elapsedMs()), Number.MAX_SAFE_INTEGER);
   }
 }

@@ -186,9 +186,13 @@ function flush(): void {
   }
 }
 
-/** The waiter at `segment[index]` settled first: forget it, or tell its bucket. */
-function settle(segment: unknown[], index: number): void {
-  if (segment[index] === undefined) return;
+/**
+ * The waiter whose reject function is `reject`, at `segment[index]`, settled first: forget it, or
+ * tell its bucket. The identity check makes a second call harmless: a thenable may call its
+ * callbacks twice, and by then the slot may hold the waiter of another caller (slots are reused).
+ */
+function settle(segment: unknown[], index: number, reject: unknown): void {
+  if (segment[index] !== reject) return;
   const bucket = segment[index + 2] as Bucket | undefined;
   if (bucket !== undefined) {
     segment[index] = undefined;
@@ -235,13 +239,21 @@ function capture(resolve: (value: never) => void, reject: (reason: unknown) => v
  * settled, as pingora-timeout does.
  */
 export function timeout<T>(promise: PromiseLike<T>, ms: number): Promise<T> {
+  // `then` is read once, as `Promise.resolve` does: a getter may throw or answer differently.
+  let then: unknown;
+  try {
+    then = promise?.then;
+  } catch (error) {
+    return Promise.reject(error as Error);
+  }
   // The common case checked inline; invalidTimeout builds the exact errors.
-  if (!(typeof ms === 'number' && ms >= 0 && ms <= MAX_MS) || typeof promise?.then !== 'function') {
+  if (!(typeof ms === 'number' && ms >= 0 && ms <= MAX_MS) || typeof then !== 'function') {
     return invalidTimeout(promise, ms);
   }
   if (paused) {
+    // A throwing `then` rejects this promise (the executor throws) before the timer is queued.
     return new Promise<T>((resolve, reject) => {
-      promise.then(resolve, reject);
+      (then as PromiseLike<T>['then']).call(promise, resolve, reject);
       queueMicrotask(() => reject(new TimeoutError(ms)));
     });
   }
@@ -256,16 +268,23 @@ export function timeout<T>(promise: PromiseLike<T>, ms: number): Promise<T> {
     setImmediate(flush);
   }
   // The only per-call closures: one context shared by both handlers, no executor closure.
-  promise.then(
-    (value) => {
-      settle(segment, index);
-      resolve(value);
-    },
-    (error: unknown) => {
-      settle(segment, index);
-      reject(error);
-    },
-  );
+  try {
+    (then as PromiseLike<T>['then']).call(
+      promise,
+      (value) => {
+        settle(segment, index, reject);
+        resolve(value);
+      },
+      (error: unknown) => {
+        settle(segment, index, reject);
+        reject(error);
+      },
+    );
+  } catch (error) {
+    // As `Promise.resolve(thenable)` does: a throwing `then` rejects, and no waiter stays armed.
+    settle(segment, index, reject);
+    reject(error);
+  }
   return out;
 }
 

@@ -7,9 +7,10 @@
 use crate::args;
 use crate::error::{corrupt_reason, map_error};
 use crate::keys;
+use crate::memory::External;
 use crate::raw::{self, Callback, Slab, Slot};
 use keepcount_limits::estimator::Estimator as Sketch;
-use napi::bindgen_prelude::{BigInt, Either, Uint8Array, Unknown};
+use napi::bindgen_prelude::{BigInt, Either, ObjectFinalize, Uint8Array, Unknown};
 use napi::{Env, JsValue, Result, sys};
 use napi_derive::napi;
 use std::cell::RefCell;
@@ -23,18 +24,32 @@ thread_local! {
 
 /// A count-min sketch of `hashes × slots` i64 counters keyed by a 64-bit seed
 /// (docs/format.md §3). Use the package's `Estimator`; this class takes only validated input.
-#[napi]
+#[napi(custom_finalize)]
 pub struct Estimator {
     sketch: Rc<Sketch>,
     /// The sketch's entry in [`SKETCHES`], emptied when this object is collected.
     slot: Slot<Sketch>,
+    /// The counters, reported to V8 (see [`crate::memory`]).
+    memory: External,
 }
 
 impl Estimator {
-    fn wrap(sketch: Sketch) -> crate::error::Result<Self> {
+    fn wrap(env: &Env, sketch: Sketch) -> crate::error::Result<Self> {
+        let memory = External::report(env, sketch.memory_bytes());
         let sketch = Rc::new(sketch);
         let slot = Slot::new(&SKETCHES, Rc::clone(&sketch))?;
-        Ok(Self { sketch, slot })
+        Ok(Self {
+            sketch,
+            slot,
+            memory,
+        })
+    }
+}
+
+impl ObjectFinalize for Estimator {
+    fn finalize(mut self, env: Env) -> Result<()> {
+        self.memory.release(&env);
+        Ok(())
     }
 }
 
@@ -48,7 +63,7 @@ impl Estimator {
             let hashes = args::dimension("The \"hashes\" argument", hashes)?;
             let slots = args::dimension("The \"slots\" argument", slots)?;
             let sketch = Sketch::with_seed(hashes, slots, args::seed(&seed)?)?;
-            Self::wrap(sketch)
+            Self::wrap(env, sketch)
         })()
         .map_err(|failure| map_error(env, failure))
     }
@@ -71,7 +86,7 @@ impl Estimator {
             ));
         };
         match Sketch::from_bytes(bytes) {
-            Ok(sketch) => Self::wrap(sketch)
+            Ok(sketch) => Self::wrap(env, sketch)
                 .map(Either::A)
                 .map_err(|failure| map_error(env, failure)),
             Err(err) => corrupt_reason(err)

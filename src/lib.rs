@@ -21,6 +21,7 @@ mod error;
 pub mod estimator;
 mod keys;
 pub mod limiter;
+mod memory;
 pub mod rate;
 mod raw;
 pub mod ticker;

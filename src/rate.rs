@@ -14,10 +14,11 @@
 use crate::args;
 use crate::error::{Result as Outcome, map_error};
 use crate::keys;
+use crate::memory::External;
 use crate::raw::{self, Callback, Slab, Slot};
 use keepcount_limits::clock::Clock;
 use keepcount_limits::rate::{Rate as Sketches, RateComponents};
-use napi::bindgen_prelude::{BigInt, Unknown};
+use napi::bindgen_prelude::{BigInt, ObjectFinalize, Unknown};
 use napi::{Env, JsValue, Result, sys};
 use napi_derive::napi;
 use std::cell::RefCell;
@@ -48,11 +49,20 @@ impl Clock for CallerClock {
 
 /// pingora-limits' `Rate` semantics over `hashes × slots` sketches keyed by `seed`, on the
 /// caller's time base. Use the package's `Rate`; this class takes only validated input.
-#[napi]
+#[napi(custom_finalize)]
 pub struct Rate {
     inner: Rc<Inner>,
     /// The rate's entry in [`RATES`], emptied when this object is collected.
     slot: Slot<Inner>,
+    /// The two sketches' counters, reported to V8 (see [`crate::memory`]).
+    memory: External,
+}
+
+impl ObjectFinalize for Rate {
+    fn finalize(mut self, env: Env) -> Result<()> {
+        self.memory.release(&env);
+        Ok(())
+    }
 }
 
 /// The sketches and the clock they read.
@@ -96,9 +106,15 @@ impl Rate {
                 args::seed(&seed)?,
                 now.clone(),
             )?;
+            // Two sketches of `hashes × slots` i64 counters; within 2^27 each (docs/format.md §4).
+            let memory = External::report(env, 2 * hashes * slots * size_of::<i64>());
             let inner = Rc::new(Inner { sketches, now });
             let slot = Slot::new(&RATES, Rc::clone(&inner))?;
-            Ok(Self { inner, slot })
+            Ok(Self {
+                inner,
+                slot,
+                memory,
+            })
         })()
         .map_err(|failure| map_error(env, failure))
     }

@@ -35,7 +35,9 @@ use std::sync::atomic::{AtomicI64, Ordering};
 ///
 /// Counters are `i64`; the API speaks `isize` like pingora's. On 64-bit targets the two are the
 /// same width and conversions are exact; on 32-bit targets results are truncated to `isize`.
-/// Counters wrap on overflow (no panic); a wrapped counter shows up as a negative estimate.
+/// Counters saturate at `i64::MIN` and `i64::MAX` (no panic, no wrap): an overflowing count stays
+/// at the bound instead of turning negative, the rule the Node binding and its TypeScript fallback
+/// share (the fallback's doubles clamp to ±2^63).
 ///
 /// ```
 /// use keepcount_limits::estimator::Estimator;
@@ -176,7 +178,7 @@ impl<S: CounterStore> Estimator<S> {
     }
 
     /// Adds `value` to `key` and returns the new estimate (the minimum over rows), like
-    /// pingora's. Counters wrap on overflow: a negative result tells the caller.
+    /// pingora's. Counters saturate at the `i64` bounds (see the type's documentation).
     ///
     /// ```
     /// use keepcount_limits::estimator::Estimator;
@@ -267,12 +269,7 @@ impl<S: CounterStore> Estimator<S> {
         let value = value as i64;
         let mut min = i64::MAX;
         self.for_each_counter(key, |counter| {
-            // Relaxed: the add itself is atomic (no lost updates) and returns this counter's
-            // value; nothing else is published through it.
-            let new = counter
-                .fetch_add(value, Ordering::Relaxed)
-                .wrapping_add(value);
-            min = min.min(new);
+            min = min.min(add_saturating(counter, value));
         });
         // Exact on 64-bit targets; truncates on 32-bit ones (documented on the type).
         min as isize
@@ -293,8 +290,7 @@ impl<S: CounterStore> Estimator<S> {
         // isize is at most 64 bits on every supported target: lossless.
         let value = value as i64;
         self.for_each_counter(key, |counter| {
-            // Relaxed: as in incr_hash, an atomic add that publishes nothing else.
-            counter.fetch_sub(value, Ordering::Relaxed);
+            sub_saturating(counter, value);
         });
     }
 
@@ -328,7 +324,7 @@ impl<S: CounterStore> Estimator<S> {
         });
     }
 
-    /// Adds `other`'s counters to this sketch's, element-wise (wrapping). Afterwards this sketch
+    /// Adds `other`'s counters to this sketch's, element-wise (saturating). Afterwards this sketch
     /// answers as if it had seen both streams of increments: merging the sketches of A and B
     /// gives exactly the sketch of A then B. Both must have the same shape and seed.
     ///
@@ -360,8 +356,8 @@ impl<S: CounterStore> Estimator<S> {
             });
         }
         for (ours, theirs) in self.store.counters().iter().zip(other.store.counters()) {
-            // Relaxed both: element-wise sums, nothing else is published.
-            ours.fetch_add(theirs.load(Ordering::Relaxed), Ordering::Relaxed);
+            // Relaxed: element-wise sums, nothing else is published.
+            add_saturating(ours, theirs.load(Ordering::Relaxed));
         }
         Ok(())
     }
@@ -503,6 +499,46 @@ impl fmt::Display for MergeError {
 
 impl std::error::Error for MergeError {}
 
+/// Adds `value` to `counter`, saturating at the `i64` bounds; returns the new value.
+///
+/// The common case is one wrapping `fetch_add`. When that overflowed, it is undone (a wrapping
+/// subtraction restores the counter exactly, whatever other threads added meanwhile) and redone
+/// as a saturating compare-and-swap loop; other threads may read the wrapped value in between.
+#[inline(always)]
+fn add_saturating(counter: &AtomicI64, value: i64) -> i64 {
+    // Relaxed: the add itself is atomic (no lost updates) and returns this counter's value;
+    // nothing else is published through it.
+    let old = counter.fetch_add(value, Ordering::Relaxed);
+    match old.checked_add(value) {
+        Some(new) => new,
+        None => {
+            counter.fetch_sub(value, Ordering::Relaxed);
+            saturate(counter, |c| c.saturating_add(value))
+        }
+    }
+}
+
+/// Subtracts `value` from `counter`, saturating at the `i64` bounds, as [`add_saturating`] adds.
+#[inline(always)]
+fn sub_saturating(counter: &AtomicI64, value: i64) {
+    // Relaxed: as in add_saturating.
+    let old = counter.fetch_sub(value, Ordering::Relaxed);
+    if old.checked_sub(value).is_none() {
+        counter.fetch_add(value, Ordering::Relaxed);
+        saturate(counter, |c| c.saturating_sub(value));
+    }
+}
+
+/// Applies `f` to `counter` in a compare-and-swap loop; returns the value stored.
+#[cold]
+fn saturate(counter: &AtomicI64, f: impl Fn(i64) -> i64) -> i64 {
+    // Relaxed both ways: each step is a plain counter update, as in add_saturating. The closure
+    // always returns `Some`, so the update cannot fail; both arms carry the previous value.
+    let (Ok(previous) | Err(previous)) =
+        counter.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |c| Some(f(c)));
+    f(previous)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -578,10 +614,25 @@ mod tests {
     }
 
     #[test]
-    fn incr_wraps_instead_of_panicking() {
-        let est = Estimator::with_seed(2, 4, 0).unwrap();
-        est.incr("a", isize::MAX);
-        assert_eq!(est.incr("a", 1), isize::MIN);
+    fn counters_saturate_instead_of_wrapping() {
+        let sketch = || Estimator::with_seed(2, 4, 0).unwrap();
+        let up = sketch();
+        up.incr("a", isize::MAX);
+        assert_eq!(up.incr("a", 1), isize::MAX);
+        assert_eq!(up.incr("a", -1), isize::MAX - 1);
+        let down = sketch();
+        down.decr("b", isize::MAX);
+        down.decr("b", isize::MAX);
+        assert_eq!(down.get("b"), isize::MIN);
+        let negated = sketch();
+        negated.decr("c", isize::MIN);
+        assert_eq!(negated.get("c"), isize::MAX);
+        let merged = sketch();
+        merged.incr("a", isize::MAX - 1);
+        let other = sketch();
+        other.incr("a", 5);
+        merged.merge(&other).unwrap();
+        assert_eq!(merged.get("a"), isize::MAX);
     }
 
     #[test]

@@ -29,10 +29,12 @@ proptest! {
         }
     }
 
+    /// Within the i64 range only: counters saturate, so once one overflows the order of the
+    /// additions matters. 200 increments of at most 2^53 (the Node API's range) stay far below.
     #[test]
     fn merge_equals_concatenation(
-        first in increments(isize::MAX / 4),
-        second in increments(isize::MAX / 4),
+        first in increments(1 << 53),
+        second in increments(1 << 53),
         seed in any::<u64>(),
     ) {
         let (a, b, both) = (sketch(seed), sketch(seed), sketch(seed));
