@@ -90,6 +90,10 @@ export class FallbackEstimator implements EstimatorCore {
     for (let i = 0; i < ours.length; i++) ours[i] = saturate(ours[i]! + theirs[i]!);
   }
 
+  /** Nothing to do: the counters are a `Float64Array` the collector frees with this core, which
+   * `lib/` drops on close. */
+  close(): void {}
+
   serialize(): Uint8Array {
     return encode(this.hashes, this.slots, this.seed, this.counters);
   }

@@ -39,6 +39,9 @@ export class FallbackRate implements RateCore {
     return this.previous.get(key);
   }
 
+  /** Nothing to do: the sketches' `Float64Array`s go with this core, which `lib/` drops on close. */
+  close(): void {}
+
   sample(key: Key, nowMs: number): RateSample {
     const past = this.maybeReset(nowMs);
     const interval = this.intervalMs;

@@ -45,6 +45,8 @@ export interface EstimatorCore {
   merge(other: EstimatorCore): void;
   /** The version-2 serialized form (docs/format.md §5). */
   serialize(): Uint8Array;
+  /** Frees the counters now; `lib/` never calls the core again. */
+  close(): void;
 }
 
 /** Creates an empty sketch; the shape is within docs/format.md §4 and `seed` in [0, 2^64). */
@@ -75,6 +77,8 @@ export interface RateCore {
   previousCount(key: Key, nowMs: number): number;
   /** pingora's `rate_with` components for `key`. */
   sample(key: Key, nowMs: number): RateSample;
+  /** Frees both sketches now; `lib/` never calls the core again. */
+  close(): void;
 }
 
 /** `intervalMs` is an integer in [1, 2^52]; the shape is within §4; `seed` in [0, 2^64). */

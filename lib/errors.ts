@@ -10,6 +10,7 @@
  * - `ERR_KEEPCOUNT_CORRUPT` (`Error`): `Estimator.deserialize` input that is not a valid version-2
  *   sketch; the message says which check failed.
  * - `ERR_KEEPCOUNT_RELEASED` (`Error`): `incr()` on an Inflight guard that was already released.
+ * - `ERR_KEEPCOUNT_CLOSED` (`Error`): a method of an `Estimator` or `Rate` called after its `close()`.
  * - `ERR_KEEPCOUNT_BACKEND` (`Error`): `KEEPCOUNT_BACKEND` names an unknown backend, or forces
  *   `native` where the binding cannot load (the load error is the `cause`).
  * - `ERR_KEEPCOUNT_TIMEOUT` ({@link TimeoutError}): `timeout()` ran out of time.
@@ -32,6 +33,7 @@ export type ErrorCode =
   | 'ERR_KEEPCOUNT_MISMATCH'
   | 'ERR_KEEPCOUNT_CORRUPT'
   | 'ERR_KEEPCOUNT_RELEASED'
+  | 'ERR_KEEPCOUNT_CLOSED'
   | 'ERR_KEEPCOUNT_BACKEND'
   | 'ERR_KEEPCOUNT_TIMEOUT'
   | 'ERR_KEEPCOUNT_DUPLICATE_KEY'

@@ -1,4 +1,5 @@
 /** The count-min sketch: approximate counts for any number of keys in fixed memory. */
+import { closedError, closedEstimator, dispose, isClosed } from './closed.js';
 import { active } from './backend.js';
 import type { EstimatorCore, Key } from './core.js';
 import { invalidType, outOfRange, withCode } from './errors.js';
@@ -66,7 +67,7 @@ class Adopted {
  * ```
  */
 export class Estimator {
-  readonly #core: EstimatorCore;
+  #core: EstimatorCore;
 
   /** An empty sketch. Throws `RangeError` `ERR_OUT_OF_RANGE` for a shape outside the limits. */
   constructor(options?: EstimatorOptions);
@@ -174,6 +175,7 @@ export class Estimator {
     if (!(other instanceof Estimator)) throw invalidType('The "other" argument', 'an instance of Estimator', other);
     const a = this.#core;
     const b = other.#core;
+    if (isClosed(b)) throw closedError('Estimator');
     if (a.hashes !== b.hashes || a.slots !== b.slots || a.seed !== b.seed) {
       throw withCode(
         new Error(
@@ -184,6 +186,25 @@ export class Estimator {
       );
     }
     a.merge(b);
+  }
+
+  /**
+   * Frees the counters now, rather than when the garbage collector gets to this object: native
+   * counters live outside V8's heap, and a loop that makes and drops sketches without yielding to
+   * the event loop never gives Node the chance to free them. Any later call but the shape
+   * getters throws `ERR_KEEPCOUNT_CLOSED`. Idempotent; `using` calls it too.
+   */
+  close(): void {
+    if (isClosed(this.#core)) return;
+    // The stand-in reads the shape first: a closed native core no longer knows it.
+    const standIn = closedEstimator(this.#core);
+    this.#core.close();
+    this.#core = standIn;
+  }
+
+  /** {@link close}, for `using`. */
+  [dispose](): void {
+    this.close();
   }
 
   /** The sketch in the stable version-2 format (docs/format.md §5), {@link byteLength} bytes. */

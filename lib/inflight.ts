@@ -1,4 +1,5 @@
 /** Counts of things in progress per key, released by guards. */
+import { dispose } from './closed.js';
 import { active } from './backend.js';
 import type { EstimatorCore, Key } from './core.js';
 import { withCode } from './errors.js';
@@ -50,9 +51,6 @@ const settle = (ticket: Ticket): void => {
  * throw for a validated ticket; it must not, as an exception here would end the process.
  */
 const unreleased = new FinalizationRegistry<Ticket>(settle);
-
-/** `Symbol.dispose` where the runtime has it (Node >= 20.4), else the symbol TypeScript's `using` looks up. */
-const dispose: typeof Symbol.dispose = Symbol.dispose ?? Symbol.for('Symbol.dispose');
 
 /**
  * What {@link Inflight.incr} returns with the count: it gives back everything it added when

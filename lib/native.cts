@@ -116,6 +116,10 @@ class NativeEstimator implements EstimatorCore {
   serialize(): Uint8Array {
     return this.native.serialize();
   }
+
+  close(): void {
+    this.native.close();
+  }
 }
 
 /** The native {@link RateCore}: `observe` calls the binding's fast paths, as {@link NativeEstimator} does. */
@@ -140,6 +144,10 @@ class NativeRate implements RateCore {
 
   sample(key: Key, nowMs: number): RateSample {
     return this.native.sample(key, nowMs);
+  }
+
+  close(): void {
+    this.native.close();
   }
 }
 

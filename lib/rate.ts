@@ -1,4 +1,5 @@
 /** Event rates per key over fixed intervals, with pingora-limits' `Rate` semantics. */
+import { closedRate, dispose, isClosed } from './closed.js';
 import { active } from './backend.js';
 import type { Key, RateCore } from './core.js';
 import { Stopwatch, type Clock } from './clock.js';
@@ -70,7 +71,7 @@ export function proportionalRate(components: RateComponents): number {
 export class Rate {
   /** The interval length in milliseconds. */
   readonly intervalMs: number;
-  readonly #core: RateCore;
+  #core: RateCore;
   readonly #stopwatch: Stopwatch;
 
   constructor(options: RateOptions) {
@@ -103,6 +104,22 @@ export class Rate {
       intervalMs: this.intervalMs,
       currentIntervalFraction: s.currentIntervalFraction,
     });
+  }
+
+  /**
+   * Frees both sketches now, rather than when the garbage collector gets to this object (see
+   * {@link Estimator.close}). Any later call throws `ERR_KEEPCOUNT_CLOSED`. Idempotent; `using`
+   * calls it too.
+   */
+  close(): void {
+    if (isClosed(this.#core)) return;
+    this.#core.close();
+    this.#core = closedRate();
+  }
+
+  /** {@link close}, for `using`. */
+  [dispose](): void {
+    this.close();
   }
 
   /**

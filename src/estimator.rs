@@ -20,6 +20,9 @@ use std::rc::Rc;
 thread_local! {
     /// This thread's sketches, by handle, for the fast paths.
     static SKETCHES: RefCell<Slab<Sketch>> = const { RefCell::new(Slab::new(0)) };
+    /// What every closed sketch of this thread holds in place of its counters: one shared 1 × 1
+    /// sketch, so a closed object keeps no memory of its own until it is collected.
+    static CLOSED: Rc<Sketch> = Rc::new(Sketch::new(1, 1));
 }
 
 /// A count-min sketch of `hashes × slots` i64 counters keyed by a 64-bit seed
@@ -162,6 +165,16 @@ impl Estimator {
             .rows()
             .for_each_index(key, |index| indexes.push(index as u32));
         Ok(indexes)
+    }
+
+    /// Frees the counters now instead of when the object is collected (`lib/` refuses every
+    /// later call, so the empty sketch left in their place is never used). Idempotent.
+    #[napi(catch_unwind)]
+    pub fn close(&mut self, env: &Env) {
+        self.slot.vacate();
+        // The slab held the only other reference: dropping ours frees the counters.
+        self.sketch = CLOSED.with(Rc::clone);
+        self.memory.release(env);
     }
 
     /// This sketch's handle for the fast paths ([`FAST_PATHS`]), valid while this object lives.

@@ -31,6 +31,15 @@ use std::time::Duration;
 thread_local! {
     /// This thread's rates, by handle, for the fast paths.
     static RATES: RefCell<Slab<Inner>> = const { RefCell::new(Slab::new(1)) };
+    /// What every closed rate of this thread holds in place of its sketches: one shared 1 × 1
+    /// rate, so a closed object keeps no memory of its own until it is collected. A 1 × 1 rate
+    /// over 1 ns is always a valid configuration; `None` only if that ever changed.
+    static CLOSED: Option<Rc<Inner>> = {
+        let now = CallerClock::default();
+        Sketches::with_clock(Duration::from_nanos(1), 1, 1, 0, now.clone())
+            .ok()
+            .map(|sketches| Rc::new(Inner { sketches, now }))
+    };
 }
 
 /// Longest interval `lib/rate.ts` accepts: 2^52 ms, so twice it is still exact in a double.
@@ -117,6 +126,18 @@ impl Rate {
             })
         })()
         .map_err(|failure| map_error(env, failure))
+    }
+
+    /// Frees both sketches now instead of when the object is collected (`lib/` refuses every
+    /// later call, so the empty rate left in their place is never used). Idempotent.
+    #[napi(catch_unwind)]
+    pub fn close(&mut self, env: &Env) {
+        self.slot.vacate();
+        if let Some(closed) = CLOSED.with(Option::clone) {
+            // The slab held the only other reference: dropping ours frees the sketches.
+            self.inner = closed;
+        }
+        self.memory.release(env);
     }
 
     /// Adds `events` (a safe integer) to `key` in the interval current at `nowMs`; returns the

@@ -148,19 +148,33 @@ impl<T: 'static> Slot<T> {
             .ok_or_else(|| Failure::internal("too many objects on this thread"))
     }
 
-    /// The number JavaScript passes to the fast paths.
+    /// The number JavaScript passes to the fast paths; `NaN` (no object) once vacated.
     pub(crate) fn handle(&self) -> f64 {
         self.handle
     }
-}
 
-impl<T: 'static> Drop for Slot<T> {
-    fn drop(&mut self) {
+    /// Empties the slot now (`close()`): the handle names nothing from here on, and dropping the
+    /// slot later does nothing, since its entry may hold another object by then.
+    pub(crate) fn vacate(&mut self) {
+        self.empty();
+        self.handle = f64::NAN;
+    }
+
+    fn empty(&self) {
+        if self.handle.is_nan() {
+            return;
+        }
         let index = (self.handle as u64 & 0xffff_ffff) as u32;
         // At thread exit the slab may be gone already, taking the value with it.
         let _ = self
             .slab
             .try_with(|slab| slab.try_borrow_mut().map(|mut slab| slab.remove(index)));
+    }
+}
+
+impl<T: 'static> Drop for Slot<T> {
+    fn drop(&mut self) {
+        self.empty();
     }
 }
 

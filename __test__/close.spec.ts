@@ -1,0 +1,83 @@
+// close() and `using`: an Estimator or Rate frees its counters at once and refuses every later
+// call with ERR_KEEPCOUNT_CLOSED (memory.spec.ts measures what closing saves).
+import test from 'ava';
+import { Estimator, ManualClock, Rate } from '../lib/index.js';
+import { throwsShape, title } from './helpers.js';
+
+const closed = (what: string) => ({
+  instanceOf: Error,
+  code: 'ERR_KEEPCOUNT_CLOSED',
+  message: `This ${what} was closed; its counters are gone`,
+});
+
+test(title('a closed Estimator refuses every call but keeps its shape'), (t) => {
+  const e = new Estimator({ hashes: 3, slots: 100, seed: 7n });
+  e.incr('a', 2);
+  e.close();
+  e.close();
+  t.deepEqual([e.hashes, e.slots, e.seed, e.byteLength], [3, 100, 7n, 28 + 8 * 300]);
+  for (const call of [
+    () => e.incr('a'),
+    () => e.decr('a'),
+    () => e.get('a'),
+    () => e.counterIndexes('a'),
+    () => e.reset(),
+    () => e.serialize(),
+    () => e.merge(new Estimator({ hashes: 3, slots: 100, seed: 7n })),
+  ]) {
+    throwsShape(t, call, closed('Estimator'));
+  }
+});
+
+test(title('merging a closed Estimator into an open one is refused, the open one untouched'), (t) => {
+  const open = new Estimator({ hashes: 2, slots: 8, seed: 1n });
+  open.incr('x', 5);
+  const gone = new Estimator({ hashes: 2, slots: 8, seed: 1n });
+  gone.close();
+  throwsShape(t, () => open.merge(gone), closed('Estimator'));
+  t.is(open.get('x'), 5);
+});
+
+test(title('a deserialized Estimator closes too'), (t) => {
+  const e = Estimator.deserialize(new Estimator({ seed: 3n }).serialize());
+  e.close();
+  throwsShape(t, () => e.get('a'), closed('Estimator'));
+});
+
+test(title('a closed Rate refuses every call'), (t) => {
+  const r = new Rate({ intervalMs: 1000, clock: new ManualClock() });
+  r.observe('a');
+  r.close();
+  r.close();
+  t.is(r.intervalMs, 1000);
+  for (const call of [() => r.observe('a'), () => r.rate('a'), () => r.rateWith('a', (c) => c.currSamples)]) {
+    throwsShape(t, call, closed('Rate'));
+  }
+});
+
+test(title('`using` closes both at the end of the block'), (t) => {
+  let escapedEstimator: Estimator | undefined;
+  let escapedRate: Rate | undefined;
+  {
+    using e = new Estimator();
+    using r = new Rate({ intervalMs: 1000 });
+    e.incr('k');
+    r.observe('k');
+    escapedEstimator = e;
+    escapedRate = r;
+  }
+  throwsShape(t, () => escapedEstimator!.get('k'), closed('Estimator'));
+  throwsShape(t, () => escapedRate!.observe('k'), closed('Rate'));
+});
+
+test(title('other sketches keep working after one closes'), (t) => {
+  const a = new Estimator({ seed: 1n });
+  const b = new Estimator({ seed: 1n });
+  a.incr('k', 3);
+  b.incr('k', 4);
+  a.close();
+  const c = new Estimator({ seed: 1n });
+  c.incr('k', 1);
+  t.is(b.get('k'), 4);
+  t.is(c.get('k'), 1);
+});
