@@ -27,8 +27,8 @@
 //! # Performance
 //! `Estimator::incr` with a `u32` key, 20M events over 1M keys (`cargo bench -p keepcount-limits
 //! --bench estimator`, AMD EPYC, 2 shared vCPUs, 2026-11-23): on pingora `Inflight`'s 4 × 8192
-//! shape 18.0 ns/event against pingora-limits' 19.0; on the blog's 3 × 1024 shape 13.0 ns against
-//! 9.3 (pingora's unkeyed per-row ahash hides behind its three atomic adds, our keyed SipHash
+//! shape 19.8 ns/event against pingora-limits' 20.9; on the blog's 3 × 1024 shape 12.6 ns against
+//! 9.9 (pingora's unkeyed per-row ahash hides behind its three atomic adds, our keyed SipHash
 //! comes before them); ~8× faster than `Mutex<HashMap>` or `DashMap` in 24–256 KiB instead of
 //! 38–53 MB for 1M keys. Full table in the crate README.
 //!
