@@ -144,6 +144,117 @@ export interface Ticker {
   unpause(): void;
 }
 
+/**
+ * Which interval of a heavy-hitter core a query reads: 0 the current one, 1 the previous one, 2
+ * both added (crates/limits/src/heavy/window.rs `Window`).
+ */
+export type HeavyWindow = 0 | 1 | 2;
+
+/**
+ * What a key's heavy-hitter bounds are made of (crates/limits/src/heavy/count.rs `Standing`):
+ * 0 tracked in the exact table (`lower` exact since it entered, `upper − lower` the slack);
+ * 1 below the threshold (`[0, estimate]`); 2 overflow (not in the table although its estimate
+ * reached the threshold: the table was full).
+ */
+export type HeavyStanding = 0 | 1 | 2;
+
+/** Bounds of a key's count, `lower <= count <= upper` (counts above 2^53 lose precision). */
+export interface HeavyCount {
+  lower: number;
+  upper: number;
+  standing: HeavyStanding;
+}
+
+/**
+ * One row of `top`: a tracked key as the caller gave it, except that integer keys (numbers and
+ * bigints name the same key) come back as a `number` when safe and a `bigint` otherwise.
+ */
+export interface HeavyTalker {
+  key: Key;
+  lower: number;
+  upper: number;
+}
+
+/** One interval's counters (crates/limits/src/heavy/summary.rs `Stats`). */
+export interface HeavyStats {
+  tracked: number;
+  capacity: number;
+  total: number;
+  overflowEvents: number;
+  overflowWeight: number;
+  mergeDropped: number;
+}
+
+/**
+ * The first check of docs/format.md §6 a serialized heavy-hitter summary fails, in the spec's
+ * order; `sketch` wraps any §5 failure of the embedded sketch.
+ */
+export type HeavyCorruptReason =
+  | 'short'
+  | 'magic'
+  | 'version'
+  | 'flags'
+  | 'length'
+  | 'checksum'
+  | 'sketch-length'
+  | 'sketch'
+  | 'config'
+  | 'entries'
+  | 'entry'
+  | 'trailing'
+  | 'order'
+  | 'below-threshold';
+
+/**
+ * `crates/limits/src/heavy/window.rs`' `HeavyHitters` keyed by JavaScript keys, on a time base the
+ * caller supplies (`nowMs` as for {@link RateCore}). Keys are stored and hashed in their encoded
+ * form (docs/format.md §6.1): a tag byte (0 string as UTF-8, 1 bytes, 2 integer as i64 LE) and the
+ * payload, hashed as a Rust `&[u8]`. Each call first rolls the intervals over as `Rate` does.
+ */
+export interface HeavyCore {
+  /**
+   * Counts `value` (an integer in [1, 2^32 − 1]) for `key` in the current interval. Returns the
+   * key's exact count since it entered the table (>= 0) if it is tracked after this increment;
+   * otherwise `−1 − estimate`, its sketch estimate in the current interval encoded below zero.
+   */
+  incr(key: Key, value: number, nowMs: number): number;
+  /**
+   * Takes back `value` (an integer in [1, 2^32 − 1]) counted for `key` in the current interval: the
+   * sketch adds `−value`; a tracked key's exact count drops by `value`, saturating at 0.
+   */
+  decr(key: Key, value: number, nowMs: number): void;
+  count(key: Key, window: HeavyWindow, nowMs: number): HeavyCount;
+  /** The `n` (>= 0) tracked keys with the largest upper bounds, ranked as `table::rank`. */
+  top(n: number, window: HeavyWindow, nowMs: number): HeavyTalker[];
+  stats(window: 0 | 1, nowMs: number): HeavyStats;
+  /** `window`'s summary in docs/format.md §6 (canonical bytes). */
+  serialize(window: 0 | 1, nowMs: number): Uint8Array;
+  /**
+   * Merges a serialized summary into `window`: `null` when merged; a reason when the bytes are
+   * corrupt; `'mismatch'` when shape, seed or threshold differ (nothing changed then).
+   */
+  absorb(
+    bytes: Uint8Array,
+    window: 0 | 1,
+    nowMs: number,
+  ): HeavyCorruptReason | 'mismatch' | null;
+  /** Frees both summaries now; `lib/` never calls the core again. */
+  close(): void;
+}
+
+/**
+ * `intervalMs` an integer in [1, 2^52]; the shape within §4; `seed` in [0, 2^64); `threshold` an
+ * integer in [1, 2^53 − 1]; `capacity` an integer in [1, 2^24].
+ */
+export type HeavyCoreConstructor = new (
+  intervalMs: number,
+  hashes: number,
+  slots: number,
+  seed: bigint,
+  threshold: number,
+  capacity: number,
+) => HeavyCore;
+
 /** One implementation of keepcount. */
 export interface Backend {
   readonly name: BackendName;
