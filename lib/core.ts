@@ -219,8 +219,9 @@ export interface HeavyCore {
    */
   incr(key: Key, value: number, nowMs: number): number;
   /**
-   * Takes back `value` (an integer in [1, 2^32 − 1]) counted for `key` in the current interval: the
-   * sketch adds `−value`; a tracked key's exact count drops by `value`, saturating at 0.
+   * Takes back `value` (an integer in [1, 2^32 − 1]) counted for `key` in the current interval
+   * (`Summary::decr`): a tracked key's exact count drops by `value`, saturating at 0; the sketch
+   * is never decreased, so an untracked key keeps its estimate.
    */
   decr(key: Key, value: number, nowMs: number): void;
   count(key: Key, window: HeavyWindow, nowMs: number): HeavyCount;

@@ -87,6 +87,34 @@ fn tracked_keys_are_exact_from_entry_and_every_bound_holds() {
 }
 
 #[test]
+fn refunds_keep_every_bound_sound() {
+    // Each event is counted, and a third of them are taken back later (as a rate limit refunds
+    // successful requests): bounds must contain the refunded counts, before and after entry.
+    let s = summary::<u64>(3, 64, 20, 256);
+    let stream = zipf(1.0, 2_000, 50_000, 5);
+    let mut truth: HashMap<u64, u64> = HashMap::new();
+    let mut pending = Vec::new();
+    for (i, &key) in stream.iter().enumerate() {
+        s.incr(&key, 1);
+        *truth.entry(key).or_default() += 1;
+        if i % 3 == 0 {
+            pending.push(key);
+        }
+        if i % 7 == 0 {
+            if let Some(back) = pending.pop() {
+                s.decr(&back, 1);
+                *truth.get_mut(&back).unwrap() -= 1;
+            }
+        }
+    }
+    assert_bounds(&s, &truth, 19);
+    // A refund of a key never seen changes nothing.
+    let before = s.stats();
+    assert_eq!(s.decr(&u64::MAX, 3).lower, 0);
+    assert_eq!(s.stats(), before);
+}
+
+#[test]
 fn a_flood_of_distinct_keys_does_not_make_a_fresh_key_look_heavy() {
     // The attack from issue 17: 2,048 addresses × 6 requests against a limit of 5, on the
     // 4 × 1024 sketch behind rateLimit, which then read over 5 for about half of 300 fresh

@@ -159,6 +159,54 @@ impl<K: Hash + Eq + Clone> Summary<K> {
             .add(hash, key, u64::from(value), estimate, slack_cap)
     }
 
+    /// Takes back `value` counted earlier for `key` (a refund: a request that should not have
+    /// counted, e.g. express-rate-limit's `skipSuccessfulRequests`); returns its bounds after.
+    ///
+    /// A tracked key's exact count drops by `value`, saturating at 0. **The sketch is never
+    /// decreased**: other tracked keys share its counters, and an estimate falling back below
+    /// the threshold would stop a tracked key's increments from reaching the table, leaving its
+    /// upper bound short. So every bound stays sound for the refunded stream: `lower` counts only
+    /// increments since entry less refunds (never more than the true count), and `upper` and the
+    /// sketch estimates still bound the counts from above; a key not tracked keeps its estimate.
+    ///
+    /// ```
+    /// use keepcount_limits::heavy::{Settings, Summary};
+    /// use keepcount_limits::Shape;
+    /// let summary = Summary::<String>::new(Settings::new(Shape::new(4, 64).unwrap(), 1, 1, 8).unwrap());
+    /// summary.incr("k", 5);
+    /// assert_eq!(summary.decr("k", 2).lower, 3);
+    /// ```
+    pub fn decr<Q>(&self, key: &Q, value: u32) -> Count
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        self.decr_hash(self.hash_key(key), key, value)
+    }
+
+    /// [`decr`](Self::decr) for a key hashed with [`hash_key`](Self::hash_key). Advanced API.
+    pub fn decr_hash<Q>(&self, hash: KeyHash, key: &Q, value: u32) -> Count
+    where
+        K: Borrow<Q>,
+        Q: Eq + ?Sized,
+    {
+        let estimate = as_count(self.sketch.get_hash(hash));
+        if estimate < self.settings.threshold() {
+            return Count {
+                lower: 0,
+                upper: estimate,
+                standing: Standing::BelowThreshold,
+            };
+        }
+        self.table
+            .refund(hash, key, u64::from(value))
+            .unwrap_or(Count {
+                lower: 0,
+                upper: estimate,
+                standing: Standing::Overflow,
+            })
+    }
+
     /// The bounds of `key`'s count, without counting anything.
     #[inline]
     pub fn count<Q>(&self, key: &Q) -> Count

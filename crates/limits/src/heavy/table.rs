@@ -154,6 +154,30 @@ impl<K: Eq> Table<K> {
             .map(|slot| entry_of(slot, |k| k).count())
     }
 
+    /// Takes back `value` from a tracked key's exact count, saturating at 0; returns its bounds,
+    /// or `None` if it is not tracked.
+    pub(crate) fn refund<Q>(&self, hash: KeyHash, key: &Q, value: u64) -> Option<Count>
+    where
+        K: Borrow<Q>,
+        Q: Eq + ?Sized,
+    {
+        let slots = self.slots.read();
+        let slot = slots.find(hash.to_u64(), |s| s.key.borrow() == key)?;
+        // Relaxed: as in `counted`. The closure always returns Some, so this cannot fail.
+        let before = slot
+            .exact
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |exact| {
+                Some(exact.saturating_sub(value))
+            })
+            .unwrap_or_else(|exact| exact);
+        let exact = before.saturating_sub(value);
+        Some(Count {
+            lower: exact,
+            upper: exact.saturating_add(slot.slack),
+            standing: Standing::Tracked,
+        })
+    }
+
     /// Every tracked key's state, in no particular order.
     pub(crate) fn entries(&self) -> Vec<Entry<K>>
     where

@@ -142,6 +142,27 @@ impl<K: Hash + Eq + Clone, C: Clock> HeavyHitters<K, C> {
             .incr_hash(hash, key, value)
     }
 
+    /// Takes back `value` counted for `key` in the current interval ([`Summary::decr`]); returns
+    /// its bounds there.
+    pub fn decr<Q>(&self, key: &Q, value: u32) -> Count
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        self.decr_hash(self.hash_key(key), key, value)
+    }
+
+    /// [`decr`](Self::decr) for a key hashed with [`hash_key`](Self::hash_key). Advanced API.
+    pub fn decr_hash<Q>(&self, hash: KeyHash, key: &Q, value: u32) -> Count
+    where
+        K: Borrow<Q>,
+        Q: Eq + ?Sized,
+    {
+        self.maybe_reset();
+        self.current_of(self.red_or_blue())
+            .decr_hash(hash, key, value)
+    }
+
     /// The bounds of `key`'s count in `window`.
     pub fn count<Q>(&self, key: &Q, window: Window) -> Count
     where
