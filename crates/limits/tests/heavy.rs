@@ -100,11 +100,11 @@ fn refunds_keep_every_bound_sound() {
         if i % 3 == 0 {
             pending.push(key);
         }
-        if i % 7 == 0 {
-            if let Some(back) = pending.pop() {
-                s.decr(&back, 1);
-                *truth.get_mut(&back).unwrap() -= 1;
-            }
+        if i % 7 == 0
+            && let Some(back) = pending.pop()
+        {
+            s.decr(&back, 1);
+            *truth.get_mut(&back).unwrap() -= 1;
         }
     }
     assert_bounds(&s, &truth, 19);
