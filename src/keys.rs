@@ -36,6 +36,57 @@ pub(crate) enum Key<'a> {
     Int(i64),
 }
 
+/// Tag bytes of [`Key::encode`] (docs/format.md §6.1).
+const TAG_STR: u8 = 0;
+const TAG_BYTES: u8 = 1;
+const TAG_INT: u8 = 2;
+
+impl Key<'_> {
+    /// Writes the key's stored form (docs/format.md §6.1) into `out`, replacing its content: a tag
+    /// byte (0 string, 1 bytes, 2 integer) then the UTF-8 bytes, the bytes, or the i64 little
+    /// endian. Heavy-hitter tables keep keys in this form, so they can give them back typed.
+    pub(crate) fn encode(&self, out: &mut Vec<u8>) {
+        out.clear();
+        match self {
+            Self::Str(s) => {
+                out.push(TAG_STR);
+                out.extend_from_slice(s.as_bytes());
+            }
+            Self::Bytes(b) => {
+                out.push(TAG_BYTES);
+                out.extend_from_slice(b);
+            }
+            Self::Int(i) => {
+                out.push(TAG_INT);
+                out.extend_from_slice(&i.to_le_bytes());
+            }
+        }
+    }
+}
+
+/// A key decoded from its stored form ([`Key::encode`]).
+pub(crate) enum Stored<'a> {
+    Str(&'a str),
+    Bytes(&'a [u8]),
+    Int(i64),
+}
+
+impl<'a> Stored<'a> {
+    /// Decodes `bytes`; `None` for bytes no [`Key::encode`] writes (a corrupt or foreign summary).
+    pub(crate) fn decode(bytes: &'a [u8]) -> Option<Self> {
+        let (&tag, payload) = bytes.split_first()?;
+        match tag {
+            TAG_STR => std::str::from_utf8(payload).ok().map(Self::Str),
+            TAG_BYTES => Some(Self::Bytes(payload)),
+            TAG_INT => payload
+                .try_into()
+                .ok()
+                .map(|b| Self::Int(i64::from_le_bytes(b))),
+            _ => None,
+        }
+    }
+}
+
 impl Hash for Key<'_> {
     fn hash<H: Hasher>(&self, state: &mut H) {
         // Delegate, with no discriminant: the byte stream is exactly the Rust type's.
@@ -56,18 +107,32 @@ pub(crate) unsafe fn hash_key(
     value: sys::napi_value,
     hash: impl FnOnce(Key<'_>) -> KeyHash,
 ) -> Result<KeyHash> {
+    // SAFETY: caller contract.
+    unsafe { with_key(env, value, hash) }
+}
+
+/// Converts the JavaScript key `value` and calls `f` with it (the same conversions and errors as
+/// [`hash_key`]).
+///
+/// # Safety
+/// `env` and `value` must be the live handles of the current napi call.
+pub(crate) unsafe fn with_key<R>(
+    env: sys::napi_env,
+    value: sys::napi_value,
+    f: impl FnOnce(Key<'_>) -> R,
+) -> Result<R> {
     let mut kind = 0;
     // SAFETY: live handles (caller contract); `kind` is a valid out-pointer.
     if unsafe { sys::napi_typeof(env, value, &mut kind) } != sys::Status::napi_ok {
         return Err(Failure::invalid_key_type());
     }
     match kind {
-        sys::ValueType::napi_string => unsafe { with_str(env, value, |s| hash(Key::Str(s))) },
+        sys::ValueType::napi_string => unsafe { with_str(env, value, |s| f(Key::Str(s))) },
         sys::ValueType::napi_number => {
             let mut number = 0.0;
             // SAFETY: live handles; `value` is a number, so this cannot fail.
             unsafe { sys::napi_get_value_double(env, value, &mut number) };
-            Ok(hash(Key::Int(safe_integer(number)?)))
+            Ok(f(Key::Int(safe_integer(number)?)))
         }
         sys::ValueType::napi_bigint => {
             let mut int = 0;
@@ -80,10 +145,10 @@ pub(crate) unsafe fn hash_key(
                     "in the i64 range when it is a bigint",
                 ));
             }
-            Ok(hash(Key::Int(int)))
+            Ok(f(Key::Int(int)))
         }
         sys::ValueType::napi_object => match unsafe { uint8_array(env, value) } {
-            Some(bytes) => Ok(hash(Key::Bytes(bytes))),
+            Some(bytes) => Ok(f(Key::Bytes(bytes))),
             None => Err(Failure::invalid_key_type()),
         },
         _ => Err(Failure::invalid_key_type()),

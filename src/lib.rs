@@ -17,8 +17,10 @@
 //! from `lib/errors.ts` (or `ERR_KEEPCOUNT_INTERNAL` for a broken invariant of the binding).
 
 mod args;
+mod caller_clock;
 mod error;
 pub mod estimator;
+pub mod heavy;
 mod keys;
 pub mod limiter;
 mod memory;

@@ -1,22 +1,19 @@
 //! `Rate`: the per-key rate of `keepcount-limits`, on a time base JavaScript supplies.
 //!
 //! The clock lives in JavaScript (`lib/rate.ts` reads the user's `Clock`), so every call passes
-//! `nowMs`, whole milliseconds since the rate was created. [`CallerClock`] hands that reading to
-//! the crate's `Rate`. The crate counts its clock in nanoseconds, but the binding gives it
-//! milliseconds in both the clock and the interval: `Rate` only compares, subtracts and divides
-//! the two, so the unit cancels, and intervals up to the API's 2^52 ms do not overflow the
-//! crate's `u64` nanoseconds (which end at 584 years). The fraction of the interval comes out as
-//! `(past % interval) / interval` in f64, the fallback's formula, bit for bit.
+//! `nowMs`, which [`CallerClock`] hands to the crate's `Rate` (in milliseconds: see there). The
+//! fraction of the interval comes out as `(past % interval) / interval` in f64, the fallback's
+//! formula, bit for bit.
 //!
 //! `observe` is also [`FAST_PATHS`]: raw N-API functions taking the rate's [`Rate::handle`], one
 //! per key type, which `lib/native.cts` calls instead of the method (see [`crate::raw`]).
 
 use crate::args;
+use crate::caller_clock::CallerClock;
 use crate::error::{Result as Outcome, map_error};
 use crate::keys;
 use crate::memory::External;
 use crate::raw::{self, Callback, Slab, Slot};
-use keepcount_limits::clock::Clock;
 use keepcount_limits::rate::{Rate as Sketches, RateComponents};
 use napi::bindgen_prelude::{BigInt, ObjectFinalize, Unknown};
 use napi::{Env, JsValue, Result, sys};
@@ -24,8 +21,6 @@ use napi_derive::napi;
 use std::cell::RefCell;
 use std::ffi::CStr;
 use std::rc::Rc;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 thread_local! {
@@ -44,17 +39,6 @@ thread_local! {
 
 /// Longest interval `lib/rate.ts` accepts: 2^52 ms, so twice it is still exact in a double.
 const MAX_INTERVAL_MS: u64 = 1 << 52;
-
-/// The time the current call passed in, in milliseconds (reported to `Rate` as its "nanoseconds").
-#[derive(Debug, Default, Clone)]
-struct CallerClock(Arc<AtomicU64>);
-
-impl Clock for CallerClock {
-    fn now_nanos(&self) -> u64 {
-        // Relaxed: the value is set and read on the one JavaScript thread that owns the object.
-        self.0.load(Ordering::Relaxed)
-    }
-}
 
 /// pingora-limits' `Rate` semantics over `hashes × slots` sketches keyed by `seed`, on the
 /// caller's time base. Use the package's `Rate`; this class takes only validated input.
@@ -213,10 +197,7 @@ impl Rate {
 
 impl Inner {
     fn set_now(&self, now_ms: f64) -> Outcome<()> {
-        let now = args::millis("The \"nowMs\" argument", now_ms)?;
-        // Relaxed: see CallerClock.
-        self.now.0.store(now, Ordering::Relaxed);
-        Ok(())
+        self.now.set(now_ms)
     }
 }
 

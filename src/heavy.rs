@@ -1,0 +1,390 @@
+//! `HeavyHitters`: the windowed heavy-hitter summaries of `keepcount-limits`, for
+//! `lib/native.cts`, on a time base JavaScript supplies ([`CallerClock`]).
+//!
+//! Keys are kept in their stored form (docs/format.md §6.1, [`Key::encode`]): a tag byte and the
+//! payload, hashed as a Rust `&[u8]`. The summaries are therefore `Summary<Vec<u8>>`, whose
+//! serialization the crate already defines, and `top` can give every key back with its type.
+//! Each call encodes its key into one per-thread buffer, so counting allocates nothing.
+
+use crate::args;
+use crate::caller_clock::CallerClock;
+use crate::error::{Failure, Result as Outcome, map_error};
+use crate::keys::{self, Key, Stored};
+use crate::memory::External;
+use keepcount_limits::Shape;
+use keepcount_limits::heavy::codec::DecodeError;
+use keepcount_limits::heavy::{
+    ConfigError, Count, HeavyHitters as Windows, MAX_CAPACITY, Settings, Standing, Stats, Summary,
+    Window,
+};
+use napi::bindgen_prelude::{BigInt, Either, Either3, ObjectFinalize, Uint8Array, Unknown};
+use napi::{Env, JsValue, Result};
+use napi_derive::napi;
+use std::cell::RefCell;
+use std::time::Duration;
+
+/// Longest interval `lib/heavy.ts` accepts: 2^52 ms, as for `Rate`.
+const MAX_INTERVAL_MS: u64 = 1 << 52;
+/// Largest threshold: `Number.MAX_SAFE_INTEGER`, so that JavaScript passes it exactly.
+const MAX_THRESHOLD: u64 = (1 << 53) - 1;
+/// Bytes a table entry takes besides its key (hash, key vector, exact count, slack, control
+/// byte and load factor): what the memory report reserves per entry of capacity.
+const ENTRY_BYTES: usize = 64;
+
+thread_local! {
+    /// The stored form of the key of the current call.
+    static KEY: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
+}
+
+/// Heavy hitters per interval of `intervalMs` ms: two summaries of a `hashes × slots` sketch keyed
+/// by `seed`, each with an exact table of `capacity` keys entered at `threshold`. Use the
+/// package's `HeavyHitters`; this class takes only validated input.
+#[napi(custom_finalize)]
+pub struct HeavyHitters {
+    /// `None` once closed.
+    windows: Option<Windows<Vec<u8>, CallerClock>>,
+    now: CallerClock,
+    /// The sketches and the table at capacity, reported to V8 (see [`crate::memory`]).
+    memory: External,
+}
+
+impl ObjectFinalize for HeavyHitters {
+    fn finalize(mut self, env: Env) -> Result<()> {
+        self.memory.release(&env);
+        Ok(())
+    }
+}
+
+/// A key's bounds (`lib/core.ts` `HeavyCount`).
+#[napi(object)]
+pub struct HeavyCount {
+    pub lower: f64,
+    pub upper: f64,
+    /// 0 tracked, 1 below the threshold, 2 overflow.
+    pub standing: u32,
+}
+
+/// One row of `top` (`lib/core.ts` `HeavyTalker`).
+#[napi(object)]
+pub struct HeavyTalker {
+    pub key: Either3<String, Uint8Array, Either<f64, BigInt>>,
+    pub lower: f64,
+    pub upper: f64,
+}
+
+/// One interval's counters (`lib/core.ts` `HeavyStats`).
+#[napi(object)]
+pub struct HeavyStats {
+    pub tracked: f64,
+    pub capacity: f64,
+    pub total: f64,
+    pub overflow_events: f64,
+    pub overflow_weight: f64,
+    pub merge_dropped: f64,
+}
+
+#[napi]
+impl HeavyHitters {
+    /// Validated like `lib/heavy.ts` does; out-of-range values are a `RangeError`.
+    #[napi(constructor, catch_unwind)]
+    pub fn new(
+        env: &Env,
+        interval_ms: f64,
+        hashes: f64,
+        slots: f64,
+        seed: BigInt,
+        threshold: f64,
+        capacity: f64,
+    ) -> Result<Self> {
+        (|| -> Outcome<Self> {
+            let interval = args::integer(
+                "The \"intervalMs\" argument",
+                interval_ms,
+                1,
+                MAX_INTERVAL_MS,
+            )?;
+            let shape = Shape::new(
+                args::dimension("The \"hashes\" argument", hashes)?,
+                args::dimension("The \"slots\" argument", slots)?,
+            )?;
+            let threshold =
+                args::integer("The \"threshold\" argument", threshold, 1, MAX_THRESHOLD)?;
+            let capacity = args::integer(
+                "The \"capacity\" argument",
+                capacity,
+                1,
+                MAX_CAPACITY as u64,
+            )?;
+            // Within MAX_CAPACITY = 2^24, which fits usize.
+            let capacity = capacity as usize;
+            let settings = Settings::new(shape, args::seed(&seed)?, threshold, capacity)
+                .map_err(config_failure)?;
+            let now = CallerClock::default();
+            // The clock counts milliseconds, so the interval is given in them too.
+            let windows =
+                Windows::with_clock(settings, Duration::from_nanos(interval), now.clone())
+                    .map_err(config_failure)?;
+            let sketches = 2 * shape.hashes() * shape.slots() * size_of::<i64>();
+            let memory = External::report(env, sketches + 2 * capacity * ENTRY_BYTES);
+            Ok(Self {
+                windows: Some(windows),
+                now,
+                memory,
+            })
+        })()
+        .map_err(|failure| map_error(env, failure))
+    }
+
+    /// Frees both summaries now (`lib/` refuses every later call). Idempotent.
+    #[napi(catch_unwind)]
+    pub fn close(&mut self, env: &Env) {
+        self.windows = None;
+        self.memory.release(env);
+    }
+
+    /// Counts `value` for `key`: its exact count if it is tracked after this, else `−1 − estimate`.
+    #[napi(catch_unwind)]
+    pub fn incr(
+        &self,
+        env: &Env,
+        #[napi(ts_arg_type = "string | number | bigint | Uint8Array")] key: Unknown,
+        value: f64,
+        now_ms: f64,
+    ) -> Result<f64> {
+        self.with_key(env, key, value, now_ms, |windows, hash, key, value| {
+            let count = windows.incr_hash(hash, key, value);
+            if count.standing == Standing::Tracked {
+                count.lower as f64
+            } else {
+                -1.0 - count.upper as f64
+            }
+        })
+    }
+
+    /// Takes back `value` counted for `key` in the current interval (`Summary::decr`).
+    #[napi(catch_unwind)]
+    pub fn decr(
+        &self,
+        env: &Env,
+        #[napi(ts_arg_type = "string | number | bigint | Uint8Array")] key: Unknown,
+        value: f64,
+        now_ms: f64,
+    ) -> Result<()> {
+        self.with_key(env, key, value, now_ms, |windows, hash, key, value| {
+            windows.decr_hash(hash, key, value);
+        })
+    }
+
+    /// `key`'s bounds in `window` (0 current, 1 previous, 2 both).
+    #[napi(catch_unwind)]
+    pub fn count(
+        &self,
+        env: &Env,
+        #[napi(ts_arg_type = "string | number | bigint | Uint8Array")] key: Unknown,
+        window: u32,
+        now_ms: f64,
+    ) -> Result<HeavyCount> {
+        self.with_key(env, key, 1.0, now_ms, |windows, hash, key, _| {
+            count_of(windows.count_hash(hash, key, window_of(window)))
+        })
+    }
+
+    /// The `n` tracked keys with the largest upper bounds in `window`.
+    #[napi(catch_unwind)]
+    pub fn top(&self, env: &Env, n: f64, window: u32, now_ms: f64) -> Result<Vec<HeavyTalker>> {
+        (|| -> Outcome<Vec<HeavyTalker>> {
+            let n = args::integer("The \"n\" argument", n, 0, MAX_CAPACITY as u64)? as usize;
+            let windows = self.windows()?;
+            self.now.set(now_ms)?;
+            windows
+                .top(n, window_of(window))
+                .into_iter()
+                .map(|talker| {
+                    Ok(HeavyTalker {
+                        key: js_key(&talker.key)?,
+                        lower: talker.count.lower as f64,
+                        upper: talker.count.upper as f64,
+                    })
+                })
+                .collect()
+        })()
+        .map_err(|failure| map_error(env, failure))
+    }
+
+    /// `window`'s counters (0 current, 1 previous).
+    #[napi(catch_unwind)]
+    pub fn stats(&self, env: &Env, window: u32, now_ms: f64) -> Result<HeavyStats> {
+        self.with_summary(env, window, now_ms, |summary| Ok(stats_of(summary.stats())))
+    }
+
+    /// `window`'s summary in docs/format.md §6.
+    #[napi(catch_unwind)]
+    pub fn serialize(&self, env: &Env, window: u32, now_ms: f64) -> Result<Uint8Array> {
+        self.with_summary(env, window, now_ms, |summary| {
+            Ok(Uint8Array::from(summary.to_bytes()))
+        })
+    }
+
+    /// Merges serialized summary `bytes` into `window`: `null` when merged, else why not (a
+    /// `HeavyCorruptReason` of `lib/core.ts`, or `'mismatch'`).
+    #[napi(catch_unwind, ts_return_type = "string | null")]
+    pub fn absorb(
+        &self,
+        env: &Env,
+        bytes: Uint8Array,
+        window: u32,
+        now_ms: f64,
+    ) -> Result<Option<&'static str>> {
+        self.with_summary(env, window, now_ms, |summary| {
+            let other = match Summary::<Vec<u8>>::from_bytes(&bytes) {
+                Ok(other) => other,
+                Err(err) => return Ok(Some(corrupt_reason(err))),
+            };
+            if other
+                .top(usize::MAX)
+                .iter()
+                .any(|talker| Stored::decode(&talker.key).is_none())
+            {
+                return Ok(Some("key"));
+            }
+            let (ours, theirs) = (summary.settings(), other.settings());
+            if ours.shape() != theirs.shape()
+                || ours.seed() != theirs.seed()
+                || ours.threshold() != theirs.threshold()
+            {
+                return Ok(Some("mismatch"));
+            }
+            Ok(summary.merge(&other).err().map(|_| "mismatch"))
+        })
+    }
+}
+
+impl HeavyHitters {
+    fn windows(&self) -> Outcome<&Windows<Vec<u8>, CallerClock>> {
+        self.windows
+            .as_ref()
+            .ok_or_else(|| Failure::internal("heavy hitters used after close()"))
+    }
+
+    /// Converts `key` and `value`, sets the clock, and calls `f` with the key's stored form and
+    /// hash.
+    fn with_key<R>(
+        &self,
+        env: &Env,
+        key: Unknown,
+        value: f64,
+        now_ms: f64,
+        f: impl FnOnce(&Windows<Vec<u8>, CallerClock>, keepcount_limits::hash::KeyHash, &[u8], u32) -> R,
+    ) -> Result<R> {
+        (|| -> Outcome<R> {
+            let value = args::integer("The \"value\" argument", value, 1, u64::from(u32::MAX))?;
+            // At most u32::MAX.
+            let value = value as u32;
+            let windows = self.windows()?;
+            self.now.set(now_ms)?;
+            KEY.with_borrow_mut(|stored| {
+                // SAFETY: live handles of this call.
+                unsafe { keys::with_key(env.raw(), key.raw(), |k: Key<'_>| k.encode(stored)) }?;
+                let hash = windows.hash_key(&stored[..]);
+                Ok(f(windows, hash, stored, value))
+            })
+        })()
+        .map_err(|failure| map_error(env, failure))
+    }
+
+    /// Sets the clock and calls `f` with `window`'s summary (0 current, else previous).
+    fn with_summary<R>(
+        &self,
+        env: &Env,
+        window: u32,
+        now_ms: f64,
+        f: impl FnOnce(&Summary<Vec<u8>>) -> Outcome<R>,
+    ) -> Result<R> {
+        (|| -> Outcome<R> {
+            let windows = self.windows()?;
+            self.now.set(now_ms)?;
+            f(if window == 0 {
+                windows.current()
+            } else {
+                windows.previous()
+            })
+        })()
+        .map_err(|failure| map_error(env, failure))
+    }
+}
+
+fn window_of(window: u32) -> Window {
+    match window {
+        0 => Window::Current,
+        1 => Window::Previous,
+        _ => Window::Both,
+    }
+}
+
+fn count_of(count: Count) -> HeavyCount {
+    HeavyCount {
+        lower: count.lower as f64,
+        upper: count.upper as f64,
+        standing: match count.standing {
+            Standing::Tracked => 0,
+            Standing::BelowThreshold => 1,
+            Standing::Overflow => 2,
+        },
+    }
+}
+
+fn stats_of(stats: Stats) -> HeavyStats {
+    HeavyStats {
+        tracked: stats.tracked as f64,
+        capacity: stats.capacity as f64,
+        total: stats.total as f64,
+        overflow_events: stats.overflow_events as f64,
+        overflow_weight: stats.overflow_weight as f64,
+        merge_dropped: stats.merge_dropped as f64,
+    }
+}
+
+/// A stored key as the JavaScript value it came from: integers as a `number` when safe.
+fn js_key(stored: &[u8]) -> Outcome<Either3<String, Uint8Array, Either<f64, BigInt>>> {
+    const MAX_SAFE: i64 = (1 << 53) - 1;
+    Ok(match Stored::decode(stored) {
+        Some(Stored::Str(s)) => Either3::A(s.to_owned()),
+        Some(Stored::Bytes(b)) => Either3::B(Uint8Array::from(b.to_vec())),
+        Some(Stored::Int(i)) if (-MAX_SAFE..=MAX_SAFE).contains(&i) => {
+            Either3::C(Either::A(i as f64))
+        }
+        Some(Stored::Int(i)) => Either3::C(Either::B(BigInt::from(i))),
+        // `absorb` refuses summaries with such keys, and `incr` writes none.
+        None => {
+            return Err(Failure::internal(
+                "a heavy-hitter key is not in its stored form",
+            ));
+        }
+    })
+}
+
+fn config_failure(err: ConfigError) -> Failure {
+    Failure::out_of_range("The heavy-hitter configuration", &format!("valid: {err}"))
+}
+
+/// The `HeavyCorruptReason` (`lib/core.ts`) of the first check of docs/format.md §6 that failed.
+fn corrupt_reason(err: DecodeError) -> &'static str {
+    match err {
+        DecodeError::Truncated { .. } => "short",
+        DecodeError::BadMagic(_) => "magic",
+        DecodeError::UnsupportedVersion(_) => "version",
+        DecodeError::ReservedFlags(_) => "flags",
+        DecodeError::Length { .. } => "length",
+        DecodeError::Checksum { .. } => "checksum",
+        DecodeError::SketchLength { .. } => "sketch-length",
+        DecodeError::Sketch(_) => "sketch",
+        DecodeError::Config(_) => "config",
+        DecodeError::TooManyEntries { .. } => "entries",
+        DecodeError::EntryTruncated { .. } => "entry",
+        DecodeError::TrailingBytes { .. } => "trailing",
+        DecodeError::Unordered { .. } => "order",
+        DecodeError::BelowThreshold { .. } => "below-threshold",
+        // A check added to the crate after this binding: the nearest general reason.
+        _ => "sketch",
+    }
+}
