@@ -65,6 +65,7 @@ pub mod limiter;
 pub mod rate;
 
 mod codec;
+mod rotation;
 mod rows;
 mod shape;
 mod store;

@@ -14,10 +14,10 @@
 use crate::clock::{Clock, MonotonicClock};
 use crate::estimator::Estimator;
 use crate::hash::{KeyHash, random_seed};
+use crate::rotation::{self, Rotation};
 use crate::shape::{Shape, ShapeError};
 use std::fmt;
 use std::hash::Hash;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 /// Rows of each of the two sketches behind [`Rate::new`], as in pingora-limits: see
@@ -108,15 +108,8 @@ pub static PROPORTIONAL_RATE_ESTIMATE_CALC_FN: fn(RateComponents) -> f64 =
 pub struct Rate<C: Clock = MonotonicClock> {
     red: Estimator,
     blue: Estimator,
-    /// `true`: `red` counts the current interval and `blue` holds the previous one.
-    red_or_blue: AtomicBool,
-    clock: C,
-    /// The clock's reading at construction; times below are measured from here.
-    start: u64,
-    /// When the current interval started, in nanoseconds since `start`.
-    last_reset: AtomicU64,
-    /// The interval in nanoseconds, at least 1.
-    interval_nanos: u64,
+    /// Which of `red` and `blue` counts the current interval.
+    rotation: Rotation<C>,
 }
 
 impl Rate {
@@ -195,11 +188,7 @@ impl<C: Clock> Rate<C> {
             // Same seed for both, so one KeyHash addresses the key in either.
             red: Estimator::with_shape(shape, seed),
             blue: Estimator::with_shape(shape, seed),
-            red_or_blue: AtomicBool::new(true),
-            start: clock.now_nanos(),
-            clock,
-            last_reset: AtomicU64::new(0),
-            interval_nanos,
+            rotation: Rotation::new(interval_nanos, clock),
         }
     }
 
@@ -211,7 +200,7 @@ impl<C: Clock> Rate<C> {
     /// assert_eq!(Rate::new(Duration::from_micros(250)).interval(), Duration::from_micros(250));
     /// ```
     pub fn interval(&self) -> Duration {
-        Duration::from_nanos(self.interval_nanos)
+        Duration::from_nanos(self.rotation.interval_nanos())
     }
 
     /// The completed interval's count of `key`, per second, like pingora's. 0 before the first
@@ -309,12 +298,12 @@ impl<C: Clock> Rate<C> {
     /// ```
     pub fn rate_hash(&self, key: KeyHash) -> f64 {
         let past = self.maybe_reset();
-        if past >= self.interval_nanos.saturating_mul(2) {
+        if past >= self.rotation.interval_nanos().saturating_mul(2) {
             // Two intervals missed: no data, report 0 as a short cut (as pingora does).
             return 0.0;
         }
         self.previous(self.red_or_blue()).get_hash(key) as f64 * NANOS_PER_SEC
-            / self.interval_nanos as f64
+            / self.rotation.interval_nanos() as f64
     }
 
     /// [`rate_with`](Self::rate_with) for a key hashed with [`hash_key`](Self::hash_key).
@@ -332,75 +321,48 @@ impl<C: Clock> Rate<C> {
         F: FnMut(RateComponents) -> T,
     {
         let past = self.maybe_reset();
-        let (prev_samples, curr_samples) = if past >= self.interval_nanos.saturating_mul(2) {
-            // Two intervals missed: both counts are stale.
-            (0, 0)
-        } else if past >= self.interval_nanos {
-            // This call just ended the interval: what was current is now previous.
-            (self.previous(self.red_or_blue()).get_hash(key), 0)
-        } else {
-            let red_or_blue = self.red_or_blue();
-            (
-                self.previous(red_or_blue).get_hash(key),
-                self.current(red_or_blue).get_hash(key),
-            )
-        };
+        let (prev_samples, curr_samples) =
+            if past >= self.rotation.interval_nanos().saturating_mul(2) {
+                // Two intervals missed: both counts are stale.
+                (0, 0)
+            } else if past >= self.rotation.interval_nanos() {
+                // This call just ended the interval: what was current is now previous.
+                (self.previous(self.red_or_blue()).get_hash(key), 0)
+            } else {
+                let red_or_blue = self.red_or_blue();
+                (
+                    self.previous(red_or_blue).get_hash(key),
+                    self.current(red_or_blue).get_hash(key),
+                )
+            };
         rate_calc_fn(RateComponents {
             prev_samples,
             curr_samples,
             interval: self.interval(),
             // interval_nanos >= 1: no division or remainder by zero.
-            current_interval_fraction: (past % self.interval_nanos) as f64
-                / self.interval_nanos as f64,
+            current_interval_fraction: (past % self.rotation.interval_nanos()) as f64
+                / self.rotation.interval_nanos() as f64,
         })
     }
 
     fn current(&self, red_or_blue: bool) -> &Estimator {
-        if red_or_blue { &self.red } else { &self.blue }
+        rotation::current(red_or_blue, &self.red, &self.blue)
     }
 
     fn previous(&self, red_or_blue: bool) -> &Estimator {
-        if red_or_blue { &self.blue } else { &self.red }
+        rotation::previous(red_or_blue, &self.red, &self.blue)
     }
 
     fn red_or_blue(&self) -> bool {
-        // SeqCst, as pingora: the flag and last_reset are read and written as one sequence, so
-        // a thread that sees the new last_reset also sees the flipped flag.
-        self.red_or_blue.load(Ordering::SeqCst)
+        self.rotation.red_or_blue()
     }
 
     /// Starts a new interval if the current one has ended; returns the time since the current
-    /// interval started, as seen before any reset (what the callers' branches are based on).
+    /// interval started as of the call.
+    #[inline]
     fn maybe_reset(&self) -> u64 {
-        let now = self.clock.now_nanos().saturating_sub(self.start);
-        // SeqCst: pairs with the CAS below; see red_or_blue.
-        let last_reset = self.last_reset.load(Ordering::SeqCst);
-        // Saturating: another thread may have reset with a later `now` than ours.
-        let past = now.saturating_sub(last_reset);
-        if past < self.interval_nanos {
-            return past;
-        }
-        let red_or_blue = self.red_or_blue();
-        // CAS so exactly one thread ends the interval that `last_reset` started. SeqCst on
-        // success so the flag flip below is ordered after it for every thread; SeqCst on failure
-        // (stronger than needed) keeps the reasoning to one total order.
-        if self
-            .last_reset
-            .compare_exchange(last_reset, now, Ordering::SeqCst, Ordering::SeqCst)
-            .is_ok()
-        {
-            // First clear the previous sketch, which becomes the current one...
-            self.previous(red_or_blue).reset();
-            // ...then flip the flag so that others count into the cleared sketch.
-            self.red_or_blue.store(!red_or_blue, Ordering::SeqCst);
-            if past >= self.interval_nanos.saturating_mul(2) {
-                // Two intervals passed: what was current is stale too. After the flip it is
-                // the previous sketch.
-                self.current(red_or_blue).reset();
-            }
-        }
-        // On failure another thread ended the interval; nothing to do (pingora asserts here).
-        past
+        self.rotation
+            .maybe_reset(|red| if red { &self.red } else { &self.blue }.reset())
     }
 }
 

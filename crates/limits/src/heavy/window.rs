@@ -3,11 +3,11 @@
 
 use crate::clock::{Clock, MonotonicClock};
 use crate::hash::KeyHash;
+use crate::rotation::{self, Rotation};
 use std::borrow::Borrow;
 use std::collections::HashMap;
 use std::fmt;
 use std::hash::Hash;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use super::count::{Count, Talker};
@@ -63,15 +63,8 @@ pub enum Window {
 pub struct HeavyHitters<K, C: Clock = MonotonicClock> {
     red: Summary<K>,
     blue: Summary<K>,
-    /// `true`: `red` counts the current interval and `blue` holds the previous one.
-    red_or_blue: AtomicBool,
-    clock: C,
-    /// The clock's reading at construction; times below are measured from here.
-    start: u64,
-    /// When the current interval started, in nanoseconds since `start`.
-    last_reset: AtomicU64,
-    /// The interval in nanoseconds, at least 1.
-    interval_nanos: u64,
+    /// Which of `red` and `blue` counts the current interval.
+    rotation: Rotation<C>,
 }
 
 impl<K: Hash + Eq + Clone> HeavyHitters<K> {
@@ -96,17 +89,13 @@ impl<K: Hash + Eq + Clone, C: Clock> HeavyHitters<K, C> {
             // Same settings, so one KeyHash addresses a key in either.
             red: Summary::new(settings),
             blue: Summary::new(settings),
-            red_or_blue: AtomicBool::new(true),
-            start: clock.now_nanos(),
-            clock,
-            last_reset: AtomicU64::new(0),
-            interval_nanos,
+            rotation: Rotation::new(interval_nanos, clock),
         })
     }
 
     /// The interval.
     pub fn interval(&self) -> Duration {
-        Duration::from_nanos(self.interval_nanos)
+        Duration::from_nanos(self.rotation.interval_nanos())
     }
 
     /// The configuration both summaries share.
@@ -230,50 +219,22 @@ impl<K: Hash + Eq + Clone, C: Clock> HeavyHitters<K, C> {
     }
 
     fn current_of(&self, red_or_blue: bool) -> &Summary<K> {
-        if red_or_blue { &self.red } else { &self.blue }
+        rotation::current(red_or_blue, &self.red, &self.blue)
     }
 
     fn previous_of(&self, red_or_blue: bool) -> &Summary<K> {
-        if red_or_blue { &self.blue } else { &self.red }
+        rotation::previous(red_or_blue, &self.red, &self.blue)
     }
 
     fn red_or_blue(&self) -> bool {
-        // SeqCst, as in Rate: the flag and last_reset are read and written as one sequence, so
-        // a thread that sees the new last_reset also sees the flipped flag.
-        self.red_or_blue.load(Ordering::SeqCst)
+        self.rotation.red_or_blue()
     }
 
-    /// Starts a new interval if the current one has ended (Rate's `maybe_reset`, for
-    /// summaries).
+    /// Starts a new interval if the current one has ended.
     #[inline]
     fn maybe_reset(&self) {
-        let now = self.clock.now_nanos().saturating_sub(self.start);
-        // SeqCst: pairs with the CAS below; see red_or_blue.
-        let last_reset = self.last_reset.load(Ordering::SeqCst);
-        // Saturating: another thread may have reset with a later `now` than ours.
-        let past = now.saturating_sub(last_reset);
-        if past < self.interval_nanos {
-            return;
-        }
-        let red_or_blue = self.red_or_blue();
-        // CAS so exactly one thread ends the interval that `last_reset` started. SeqCst on
-        // success so the flag flip below is ordered after it for every thread; SeqCst on failure
-        // keeps the reasoning to one total order.
-        if self
-            .last_reset
-            .compare_exchange(last_reset, now, Ordering::SeqCst, Ordering::SeqCst)
-            .is_ok()
-        {
-            // First clear the previous summary, which becomes the current one...
-            self.previous_of(red_or_blue).reset();
-            // ...then flip the flag so that others count into the cleared summary.
-            self.red_or_blue.store(!red_or_blue, Ordering::SeqCst);
-            if past >= self.interval_nanos.saturating_mul(2) {
-                // Two intervals passed: what was current is stale too; it is now the previous.
-                self.current_of(red_or_blue).reset();
-            }
-        }
-        // On failure another thread ended the interval; nothing to do.
+        self.rotation
+            .maybe_reset(|red| if red { &self.red } else { &self.blue }.reset());
     }
 }
 
@@ -316,7 +277,10 @@ fn top_of_both<K: Hash + Eq + Clone>(
 impl<K, C: Clock> fmt::Debug for HeavyHitters<K, C> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("HeavyHitters")
-            .field("interval", &Duration::from_nanos(self.interval_nanos))
+            .field(
+                "interval",
+                &Duration::from_nanos(self.rotation.interval_nanos()),
+            )
             .field("summary", &self.red)
             .finish_non_exhaustive()
     }
