@@ -4,6 +4,7 @@
 import test from 'ava';
 import type { Backend, EstimatorCore, Key, RateCore } from '../lib/core.js';
 import { backend as nativeBackend } from '../lib/native.cjs';
+import { crc32 } from '../fallback/crc32.js';
 import { fallbackBackend } from '../fallback/index.js';
 import { prng, title } from './helpers.js';
 
@@ -166,4 +167,82 @@ test(title('a Rate interval of 2^52 ms works natively as in the fallback'), (t) 
     t.is(native.observe('k', 1, now), fallback.observe('k', 1, now));
     t.deepEqual({ ...native.sample('k', now) }, { ...fallback.sample('k', now) });
   }
+});
+
+test(title('both backends agree on every heavy-hitter answer and serialize summaries byte-identically'), (t) => {
+  for (let run = 1; run <= 30; run++) {
+    const random = prng(1000 + run);
+    const int = (n: number) => Math.floor(random() * n);
+    const hashes = 1 + int(6);
+    const slots = 1 + int(300);
+    const seed = randomSeed(random);
+    const threshold = 1 + int(20);
+    const capacity = 1 + int(24);
+    const intervalMs = 1 + int(100);
+    const [native, fallback] = pair((b) => new b.Heavy(intervalMs, hashes, slots, seed, threshold, capacity));
+    const keys = Array.from({ length: 40 }, () => randomKey(random));
+    let now = 0;
+    for (let op = 0; op < 600; op++) {
+      const key = keys[Math.min(int(keys.length), int(keys.length))]!;
+      const at = `run ${run} op ${op}`;
+      if (random() < 0.02) now += int(2 * intervalMs);
+      const choice = random();
+      if (choice < 0.75) {
+        const value = 1 + int(random() < 0.9 ? 3 : 2 ** 32 - 1);
+        t.is(native.incr(key, value, now), fallback.incr(key, value, now), `${at}: incr`);
+      } else if (choice < 0.8) {
+        const value = 1 + int(5);
+        native.decr(key, value, now);
+        fallback.decr(key, value, now);
+      } else if (choice < 0.9) {
+        const window = int(3) as 0 | 1 | 2;
+        t.deepEqual(native.count(key, window, now), fallback.count(key, window, now), `${at}: count`);
+      } else if (choice < 0.95) {
+        const window = int(3) as 0 | 1 | 2;
+        const n = int(capacity + 2);
+        t.deepEqual(native.top(n, window, now), fallback.top(n, window, now), `${at}: top`);
+      } else {
+        const window = int(2) as 0 | 1;
+        t.deepEqual(native.stats(window, now), fallback.stats(window, now), `${at}: stats`);
+        const bytes = native.serialize(window, now);
+        t.deepEqual(bytes, fallback.serialize(window, now), `${at}: serialize`);
+        // Each absorbs the other's bytes into the other window: same merge, same result.
+        const into = (1 - window) as 0 | 1;
+        t.is(native.absorb(bytes, into, now), null);
+        t.is(fallback.absorb(bytes, into, now), null);
+        t.deepEqual(native.serialize(into, now), fallback.serialize(into, now), `${at}: merged`);
+      }
+    }
+  }
+});
+
+test(title('both backends refuse the same corrupt heavy-hitter summaries for the same reason'), (t) => {
+  const random = prng(77);
+  const [native, fallback] = pair((b) => new b.Heavy(1000, 3, 64, 5n, 2, 16));
+  for (let i = 0; i < 200; i++) {
+    const key = randomKey(random);
+    native.incr(key, 1 + Math.floor(random() * 4), 0);
+    fallback.incr(key, 1 + Math.floor(random() * 4), 0);
+  }
+  const bytes = native.serialize(0, 0);
+  const cases: Uint8Array[] = [bytes.subarray(0, 63), bytes.subarray(0, bytes.length - 1)];
+  for (let i = 0; i < 400; i++) {
+    const copy = bytes.slice();
+    const at = Math.floor(random() * (copy.length - 4));
+    copy[at] = copy[at]! ^ (1 << Math.floor(random() * 8));
+    cases.push(copy);
+    // The same damage with a valid checksum, so the checks after the CRC are reached too.
+    const resealed = copy.slice();
+    new DataView(resealed.buffer).setUint32(resealed.length - 4, crc32(resealed, resealed.length - 4), true);
+    cases.push(resealed);
+  }
+  const reasons = new Set<string | null>();
+  for (const [i, input] of cases.entries()) {
+    const reason = native.absorb(input, 1, 0);
+    reasons.add(reason);
+    t.is(fallback.absorb(input, 1, 0), reason, `case ${i}`);
+    t.deepEqual(native.serialize(1, 0), fallback.serialize(1, 0), `case ${i}: same state after`);
+  }
+  t.log(`reasons seen: ${[...reasons].join(', ')}`);
+  t.true(reasons.size >= 5);
 });

@@ -1,6 +1,7 @@
 /** The pure-TypeScript backend: same API and bit-identical results as the native one. */
 import type { Backend } from '../lib/core.js';
 import { FallbackEstimator } from './estimator.js';
+import { FallbackHeavy } from './heavy/index.js';
 import { FallbackLimiter } from './limiter.js';
 import { FallbackRate } from './rate.js';
 import { fallbackTicker } from './ticker.js';
@@ -16,5 +17,6 @@ export const fallbackBackend: Backend = {
   },
   Rate: FallbackRate,
   Limiter: FallbackLimiter,
+  Heavy: FallbackHeavy,
   ticker: fallbackTicker,
 };

@@ -3,7 +3,7 @@
  * `ERR_KEEPCOUNT_CLOSED`. Swapping it in costs the open object's calls nothing (no flag to test on
  * the hot path), and the closed object keeps answering its shape.
  */
-import type { EstimatorCore, RateCore } from './core.js';
+import type { EstimatorCore, HeavyCore, RateCore } from './core.js';
 import { withCode, type KeepcountError } from './errors.js';
 
 /** `Symbol.dispose` where the runtime has it (Node >= 20.4), else the symbol TypeScript's `using` looks up. */
@@ -46,6 +46,25 @@ export function closedRate(): RateCore {
     throw closedError('Rate');
   };
   const standIn: RateCore = { observe: fail, previousCount: fail, sample: fail, close: () => {} };
+  standIns.add(standIn);
+  return standIn;
+}
+
+/** A stand-in for closed heavy hitters: every call throws. */
+export function closedHeavy(): HeavyCore {
+  const fail = (): never => {
+    throw closedError('HeavyHitters');
+  };
+  const standIn: HeavyCore = {
+    incr: fail,
+    decr: fail,
+    count: fail,
+    top: fail,
+    stats: fail,
+    serialize: fail,
+    absorb: fail,
+    close: () => {},
+  };
   standIns.add(standIn);
   return standIn;
 }

@@ -187,7 +187,9 @@ export interface HeavyStats {
 
 /**
  * The first check of docs/format.md §6 a serialized heavy-hitter summary fails, in the spec's
- * order; `sketch` wraps any §5 failure of the embedded sketch.
+ * order; `sketch` wraps any §5 failure of the embedded sketch. Two checks follow §6's: `key`, an
+ * entry whose key is not in the stored form of §6.1, then `counts`, a count above 2^53 − 1 (which
+ * JavaScript numbers would round).
  */
 export type HeavyCorruptReason =
   | 'short'
@@ -203,7 +205,9 @@ export type HeavyCorruptReason =
   | 'entry'
   | 'trailing'
   | 'order'
-  | 'below-threshold';
+  | 'below-threshold'
+  | 'key'
+  | 'counts';
 
 /**
  * `crates/limits/src/heavy/window.rs`' `HeavyHitters` keyed by JavaScript keys, on a time base the
@@ -234,11 +238,7 @@ export interface HeavyCore {
    * Merges a serialized summary into `window`: `null` when merged; a reason when the bytes are
    * corrupt; `'mismatch'` when shape, seed or threshold differ (nothing changed then).
    */
-  absorb(
-    bytes: Uint8Array,
-    window: 0 | 1,
-    nowMs: number,
-  ): HeavyCorruptReason | 'mismatch' | null;
+  absorb(bytes: Uint8Array, window: 0 | 1, nowMs: number): HeavyCorruptReason | 'mismatch' | null;
   /** Frees both summaries now; `lib/` never calls the core again. */
   close(): void;
 }
@@ -264,5 +264,6 @@ export interface Backend {
   deserializeEstimator(bytes: Uint8Array): EstimatorCore | CorruptReason;
   readonly Rate: RateCoreConstructor;
   readonly Limiter: LimiterCoreConstructor;
+  readonly Heavy: HeavyCoreConstructor;
   readonly ticker: Ticker;
 }

@@ -11,6 +11,15 @@ export type { BackendName, Key } from './core.js';
 export { ManualClock, type Clock } from './clock.js';
 export { TimeoutError, type ErrorCode, type KeepcountError } from './errors.js';
 export { Estimator, type ErrorBoundsOptions, type EstimatorOptions } from './estimator.js';
+export {
+  HeavyHitters,
+  type HeavyHittersOptions,
+  type HeavyStats,
+  type HeavyTalker,
+  type HeavyWindowName,
+  type KeyCount,
+  type Standing,
+} from './heavy.js';
 export { Inflight, type InflightGuard, type InflightOptions } from './inflight.js';
 export {
   Limiter,

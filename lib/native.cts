@@ -27,6 +27,12 @@ import type {
   Backend,
   CorruptReason,
   EstimatorCore,
+  HeavyCore,
+  HeavyCorruptReason,
+  HeavyCount,
+  HeavyStats,
+  HeavyTalker,
+  HeavyWindow,
   Key,
   LimiterCore,
   QuotaSpec,
@@ -193,6 +199,50 @@ class NativeLimiter implements LimiterCore {
 }
 
 /** One armed deadline: fires once, keeps the process alive while ref'd and not yet fired. */
+/**
+ * The native {@link HeavyCore}: the napi-rs class as it is (its objects already have the core's
+ * shape); `absorb` narrows the binding's `string | null` to the reasons it returns.
+ */
+class NativeHeavy implements HeavyCore {
+  private readonly native: Binding.HeavyHitters;
+
+  constructor(intervalMs: number, hashes: number, slots: number, seed: bigint, threshold: number, capacity: number) {
+    this.native = new binding.HeavyHitters(intervalMs, hashes, slots, seed, threshold, capacity);
+  }
+
+  incr(key: Key, value: number, nowMs: number): number {
+    return this.native.incr(key, value, nowMs);
+  }
+
+  decr(key: Key, value: number, nowMs: number): void {
+    this.native.decr(key, value, nowMs);
+  }
+
+  count(key: Key, window: HeavyWindow, nowMs: number): HeavyCount {
+    return this.native.count(key, window, nowMs) as HeavyCount;
+  }
+
+  top(n: number, window: HeavyWindow, nowMs: number): HeavyTalker[] {
+    return this.native.top(n, window, nowMs);
+  }
+
+  stats(window: 0 | 1, nowMs: number): HeavyStats {
+    return this.native.stats(window, nowMs);
+  }
+
+  serialize(window: 0 | 1, nowMs: number): Uint8Array {
+    return this.native.serialize(window, nowMs);
+  }
+
+  absorb(bytes: Uint8Array, window: 0 | 1, nowMs: number): HeavyCorruptReason | 'mismatch' | null {
+    return this.native.absorb(bytes, window, nowMs) as HeavyCorruptReason | 'mismatch' | null;
+  }
+
+  close(): void {
+    this.native.close();
+  }
+}
+
 class Tick implements TickHandle {
   private keepAlive = true;
   private fired = false;
@@ -301,5 +351,6 @@ export const backend: Backend = {
   },
   Rate: NativeRate,
   Limiter: NativeLimiter,
+  Heavy: NativeHeavy,
   ticker: new NativeTicker(),
 };

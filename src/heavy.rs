@@ -27,6 +27,8 @@ use std::time::Duration;
 const MAX_INTERVAL_MS: u64 = 1 << 52;
 /// Largest threshold: `Number.MAX_SAFE_INTEGER`, so that JavaScript passes it exactly.
 const MAX_THRESHOLD: u64 = (1 << 53) - 1;
+/// Largest count a serialized summary may carry into Node (`Number.MAX_SAFE_INTEGER`).
+const MAX_SAFE_COUNT: u64 = (1 << 53) - 1;
 /// Bytes a table entry takes besides its key (hash, key vector, exact count, slack, control
 /// byte and load factor): what the memory report reserves per entry of capacity.
 const ENTRY_BYTES: usize = 64;
@@ -240,12 +242,29 @@ impl HeavyHitters {
                 Ok(other) => other,
                 Err(err) => return Ok(Some(corrupt_reason(err))),
             };
-            if other
-                .top(usize::MAX)
+            let talkers = other.top(usize::MAX);
+            if talkers
                 .iter()
                 .any(|talker| Stored::decode(&talker.key).is_none())
             {
                 return Ok(Some("key"));
+            }
+            // JavaScript numbers hold counts exactly up to 2^53 − 1: the fallback could not keep
+            // larger ones bit for bit, so neither backend takes them.
+            let stats = other.stats();
+            let exact = |n: u64| n <= MAX_SAFE_COUNT;
+            if !talkers
+                .iter()
+                .all(|talker| exact(talker.count.lower) && exact(talker.count.slack()))
+                || ![
+                    stats.overflow_events,
+                    stats.overflow_weight,
+                    stats.merge_dropped,
+                ]
+                .into_iter()
+                .all(exact)
+            {
+                return Ok(Some("counts"));
             }
             let (ours, theirs) = (summary.settings(), other.settings());
             if ours.shape() != theirs.shape()

@@ -1,0 +1,199 @@
+import test from 'ava';
+import { HeavyHitters, ManualClock } from '../lib/index.js';
+import { throwsShape, title } from './helpers.js';
+
+/** A deterministic generator for the streams below. */
+function splitmix(seed: number): () => number {
+  let state = BigInt(seed);
+  return () => {
+    state = (state + 0x9e3779b97f4a7c15n) & 0xffffffffffffffffn;
+    let z = state;
+    z = ((z ^ (z >> 30n)) * 0xbf58476d1ce4e5b9n) & 0xffffffffffffffffn;
+    z = ((z ^ (z >> 27n)) * 0x94d049bb133111ebn) & 0xffffffffffffffffn;
+    return Number((z ^ (z >> 31n)) >> 11n) / 2 ** 53;
+  };
+}
+
+/** `events` keys drawn from Zipf(s) over `keys` keys, as ints 0..keys-1 (0 the most frequent). */
+function zipf(s: number, keys: number, events: number, seed: number): number[] {
+  const weights = Array.from({ length: keys }, (_, k) => 1 / (k + 1) ** s);
+  const total = weights.reduce((a, b) => a + b, 0);
+  const cumulative: number[] = [];
+  let sum = 0;
+  for (const w of weights) cumulative.push((sum += w / total));
+  const random = splitmix(seed);
+  const out: number[] = [];
+  for (let i = 0; i < events; i++) {
+    const u = random();
+    let lo = 0;
+    let hi = keys - 1;
+    while (lo < hi) {
+      const mid = (lo + hi) >> 1;
+      if (cumulative[mid]! < u) lo = mid + 1;
+      else hi = mid;
+    }
+    out.push(lo);
+  }
+  return out;
+}
+
+const small = (clock?: ManualClock) =>
+  new HeavyHitters({ intervalMs: 1000, threshold: 20, capacity: 256, hashes: 3, slots: 64, seed: 17, clock });
+
+test(title('every key’s bounds contain its true count, and tracked keys are exact within the threshold'), (t) => {
+  // A small sketch so that collisions are common: the bounds hold whatever the collisions.
+  const heavy = small();
+  const stream = zipf(1.0, 2000, 20_000, 1);
+  const truth = new Map<number, number>();
+  for (const key of stream) {
+    heavy.incr(`client-${key}`);
+    truth.set(key, (truth.get(key) ?? 0) + 1);
+  }
+  for (const [key, count] of truth) {
+    const bounds = heavy.count(`client-${key}`);
+    t.true(bounds.lower <= count && count <= bounds.upper, `client-${key}: ${count} in ${JSON.stringify(bounds)}`);
+    if (bounds.standing === 'tracked') t.true(bounds.upper - bounds.lower <= 19);
+  }
+  t.is(heavy.stats().total, 20_000);
+});
+
+test(title('top lists the heaviest keys first with exact counts, in the key types they came in'), (t) => {
+  const heavy = new HeavyHitters({ intervalMs: 1000, threshold: 5, capacity: 8, seed: 3 });
+  for (let i = 0; i < 100; i++) heavy.incr('10.0.0.1');
+  heavy.incr(42, 30);
+  heavy.incr(2n ** 60n, 9);
+  heavy.incr(new Uint8Array([1, 2]), 7);
+  heavy.incr('quiet');
+  const top = heavy.top(10);
+  t.deepEqual(
+    top.map((row) => row.key),
+    ['10.0.0.1', 42, 2n ** 60n, new Uint8Array([1, 2])],
+  );
+  // The first key entered on its 5th increment: 96 counted exactly, at most 4 before.
+  t.deepEqual(top[0], { key: '10.0.0.1', lower: 96, upper: 100 });
+  // A single increment of 30 enters with its whole value exact.
+  t.deepEqual(heavy.count(42), { lower: 30, upper: 30, standing: 'tracked' });
+  t.deepEqual(heavy.count(42n), heavy.count(42), 'numbers and bigints name one key');
+  t.is(heavy.count('quiet').standing, 'below-threshold');
+  t.is(heavy.top(1).length, 1);
+});
+
+test(title('the previous interval is one call, and two idle intervals empty both'), (t) => {
+  const clock = new ManualClock();
+  const heavy = small(clock);
+  for (let i = 0; i < 50; i++) heavy.incr('flood');
+  t.is(heavy.intervalRemainingMs(), 1000);
+  clock.advance(400);
+  t.is(heavy.intervalRemainingMs(), 600);
+  clock.advance(600);
+  heavy.incr('late');
+  t.deepEqual(heavy.top(5, 'previous'), [{ key: 'flood', lower: 31, upper: 50 }]);
+  t.deepEqual(heavy.top(5, 'current'), []);
+  t.deepEqual(heavy.count('flood', 'both'), { lower: 31, upper: 50, standing: 'tracked' });
+  t.is(heavy.intervalRemainingMs(), 1000);
+  clock.advance(2000);
+  t.deepEqual(heavy.top(5, 'previous'), []);
+});
+
+test(title('a full table refuses entry, and the overflow is visible in stats'), (t) => {
+  const heavy = new HeavyHitters({ intervalMs: 1000, threshold: 2, capacity: 3, seed: 1 });
+  for (let k = 0; k < 10; k++) for (let i = 0; i < 5; i++) heavy.incr(k);
+  const stats = heavy.stats();
+  t.is(stats.tracked, 3);
+  t.is(stats.capacity, 3);
+  // Keys 3..9 each crossed at their 2nd increment and overflowed from then on: 4 events each.
+  t.is(stats.overflowEvents, 7 * 4);
+  t.is(stats.overflowWeight, 7 * 4);
+  t.is(heavy.count(9).standing, 'overflow');
+  t.is(heavy.count(9).lower, 0);
+  t.true(heavy.count(9).upper >= 5);
+});
+
+test(title('refunds lower a tracked key’s exact count, never below zero'), (t) => {
+  const heavy = new HeavyHitters({ intervalMs: 1000, threshold: 1, capacity: 8, seed: 1 });
+  heavy.incr('k', 5);
+  heavy.decr('k', 2);
+  t.deepEqual(heavy.count('k'), { lower: 3, upper: 3, standing: 'tracked' });
+  heavy.decr('k', 10);
+  t.is(heavy.count('k').lower, 0);
+  // Untracked keys keep their estimate (the sketch is never decreased).
+  heavy.decr('never-seen');
+  t.is(heavy.count('never-seen').upper, 0);
+});
+
+test(title('summaries serialize canonically and merge across nodes with bounds that hold'), (t) => {
+  const options = { intervalMs: 1000, threshold: 10, capacity: 64, hashes: 4, slots: 256, seed: 9 };
+  const a = new HeavyHitters(options);
+  const b = new HeavyHitters(options);
+  const truth = new Map<number, number>();
+  zipf(1.1, 500, 6000, 2).forEach((key, i) => {
+    (i % 2 === 0 ? a : b).incr(key);
+    truth.set(key, (truth.get(key) ?? 0) + 1);
+  });
+  const bytes = b.serialize();
+  t.deepEqual(bytes.subarray(0, 4), new TextEncoder().encode('KCHH'));
+  t.deepEqual(b.serialize(), bytes, 'the same summary gives the same bytes');
+  a.merge(bytes);
+  for (const [key, count] of truth) {
+    const c = a.count(key);
+    t.true(c.lower <= count && count <= c.upper, `key ${key}: ${count} in ${JSON.stringify(c)}`);
+  }
+  t.is(a.stats().total, 6000);
+  t.is(a.top(1)[0]!.key, 0);
+});
+
+test(title('bad arguments and corrupt summaries are coded errors'), (t) => {
+  throwsShape(t, () => new HeavyHitters({ intervalMs: 1000 } as never), {
+    instanceOf: TypeError,
+    code: 'ERR_INVALID_ARG_TYPE',
+    message: /The "threshold" option must be of type number/,
+  });
+  throwsShape(t, () => new HeavyHitters({ intervalMs: 1000, threshold: 1, capacity: 2 ** 24 + 1 }), {
+    instanceOf: RangeError,
+    code: 'ERR_OUT_OF_RANGE',
+    message: /The "capacity" option must be an integer in \[1, 16777216\]/,
+  });
+  const heavy = small();
+  throwsShape(t, () => heavy.incr('k', 0), {
+    instanceOf: RangeError,
+    code: 'ERR_OUT_OF_RANGE',
+    message: /The "value" argument must be an integer in \[1, 4294967295\]/,
+  });
+  throwsShape(t, () => heavy.incr({} as never), {
+    instanceOf: TypeError,
+    code: 'ERR_INVALID_ARG_TYPE',
+    message: /The "key" argument must be of type string, number, bigint or Uint8Array/,
+  });
+  throwsShape(t, () => heavy.top(1, 'last' as never), {
+    instanceOf: TypeError,
+    code: 'ERR_INVALID_ARG_TYPE',
+    message: /The "window" argument must be one of 'current', 'previous', 'both'/,
+  });
+  heavy.incr('k', 25);
+  const bytes = heavy.serialize();
+  const flipped = bytes.slice();
+  flipped[70] = flipped[70]! ^ 1;
+  throwsShape(t, () => heavy.merge(flipped), {
+    instanceOf: Error,
+    code: 'ERR_KEEPCOUNT_CORRUPT',
+    message: 'Serialized heavy-hitter summary fails its CRC-32 check: the bytes were corrupted',
+  });
+  throwsShape(t, () => heavy.merge(bytes.subarray(0, 10)), {
+    instanceOf: Error,
+    code: 'ERR_KEEPCOUNT_CORRUPT',
+    message: 'Serialized heavy-hitter summary is shorter than the 64 bytes of header and checksum',
+  });
+  const other = new HeavyHitters({ intervalMs: 1000, threshold: 21, capacity: 256, hashes: 3, slots: 64, seed: 17 });
+  throwsShape(t, () => heavy.merge(other), {
+    instanceOf: Error,
+    code: 'ERR_KEEPCOUNT_MISMATCH',
+    message: /hashes, slots, seed and threshold must be equal/,
+  });
+  t.is(heavy.count('k').lower, 25, 'a refused merge changes nothing');
+  heavy.close();
+  throwsShape(t, () => heavy.incr('k'), {
+    instanceOf: Error,
+    code: 'ERR_KEEPCOUNT_CLOSED',
+    message: 'This HeavyHitters was closed; its counters are gone',
+  });
+});

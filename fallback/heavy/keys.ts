@@ -1,0 +1,119 @@
+/**
+ * Keys in their stored form (docs/format.md §6.1): a tag byte (0 string as UTF-8, 1 bytes,
+ * 2 integer as i64 little endian) and the payload, hashed as a Rust `&[u8]` (u64 length, then the
+ * bytes) with the sketch's SipHash-1-3. The native binding does the same (`src/keys.rs`).
+ */
+import type { Key } from '../../lib/core.js';
+import { SipHash } from '../siphash.js';
+
+const TAG_STR = 0;
+const TAG_BYTES = 1;
+const TAG_INT = 2;
+const TWO_32 = 4294967296;
+const MAX_SAFE = BigInt(Number.MAX_SAFE_INTEGER);
+
+const sip = new SipHash(1, 3);
+const encoder = new TextEncoder();
+const decoder = new TextDecoder('utf-8', { fatal: true });
+
+/** The stored form of the key of the current call: `scratch[0, length)`. Grows as needed. */
+let scratch = new Uint8Array(256);
+let length = 0;
+
+/** Writes `key`'s stored form into the scratch buffer; valid until the next call. */
+export function encodeKey(key: Key): void {
+  if (typeof key === 'string') {
+    // UTF-8 takes at most 3 bytes per UTF-16 unit; lone surrogates become U+FFFD, as in Rust.
+    if (scratch.length < 1 + key.length * 3) scratch = new Uint8Array(1 + key.length * 3);
+    scratch[0] = TAG_STR;
+    length = 1 + encoder.encodeInto(key, scratch.subarray(1)).written;
+  } else if (typeof key === 'number' || typeof key === 'bigint') {
+    scratch[0] = TAG_INT;
+    let lo: number;
+    let hi: number;
+    if (typeof key === 'number') {
+      // i64 LE, two's complement; exact for safe integers.
+      const h = Math.floor(key / TWO_32);
+      lo = key - h * TWO_32;
+      hi = h >>> 0;
+    } else {
+      lo = Number(BigInt.asUintN(32, key));
+      hi = Number(BigInt.asUintN(32, key >> 32n));
+    }
+    for (let i = 0; i < 4; i++) {
+      scratch[1 + i] = (lo >>> (8 * i)) & 0xff;
+      scratch[5 + i] = (hi >>> (8 * i)) & 0xff;
+    }
+    length = 9;
+  } else {
+    if (scratch.length < 1 + key.length) scratch = new Uint8Array(1 + key.length);
+    scratch[0] = TAG_BYTES;
+    scratch.set(key, 1);
+    length = 1 + key.length;
+  }
+}
+
+/** The stored form {@link encodeKey} wrote, as a fresh copy to keep. */
+export function storedCopy(): Uint8Array {
+  return scratch.slice(0, length);
+}
+
+/**
+ * The stored form {@link encodeKey} wrote, as a string that is equal for equal stored forms (each
+ * byte one char code): the exact table's map key.
+ */
+export function storedId(): string {
+  return idOf(scratch.subarray(0, length));
+}
+
+/** The id of stored bytes, as {@link storedId} gives it. */
+export function idOf(stored: Uint8Array): string {
+  let id = '';
+  // In chunks: `apply` passes every element as an argument, and engines cap their number.
+  for (let i = 0; i < stored.length; i += 4096) {
+    id += String.fromCharCode.apply(null, stored.subarray(i, i + 4096) as unknown as number[]);
+  }
+  return id;
+}
+
+/**
+ * Hashes the stored form {@link encodeKey} wrote with the 64-bit seed `k1:k0`; the result is in
+ * the returned hasher's `h1` (low) and `h2` (high), valid until the next call.
+ */
+export function hashStored(k0: number, k1: number): SipHash {
+  return hashBytes(scratch, length, k0, k1);
+}
+
+/** Hashes `bytes[0, len)` as a Rust `&[u8]` with the seed `k1:k0`. */
+export function hashBytes(bytes: Uint8Array, len: number, k0: number, k1: number): SipHash {
+  sip.begin(k0, k1, 0, 0);
+  sip.word(len);
+  sip.word(Math.floor(len / TWO_32));
+  sip.bytes(bytes, 0, len);
+  sip.finish();
+  return sip;
+}
+
+/** A stored key as the JavaScript value it came from (integers as numbers when safe); `undefined` for bytes no key encodes to. */
+export function decodeStored(stored: Uint8Array): Key | undefined {
+  if (stored.length === 0) return undefined;
+  const payload = stored.subarray(1);
+  switch (stored[0]) {
+    case TAG_STR:
+      try {
+        return decoder.decode(payload);
+      } catch {
+        return undefined;
+      }
+    case TAG_BYTES:
+      return payload.slice();
+    case TAG_INT: {
+      if (payload.length !== 8) return undefined;
+      const view = new DataView(payload.buffer, payload.byteOffset, 8);
+      const value = view.getBigInt64(0, true);
+      return value >= -MAX_SAFE && value <= MAX_SAFE ? Number(value) : value;
+    }
+    default:
+      return undefined;
+  }
+}

@@ -1,0 +1,132 @@
+/**
+ * One interval's heavy hitters (crates/limits/src/heavy/summary.rs `Summary`): a count-min sketch
+ * in front of a bounded exact table. Keys arrive as their stored form, written by `keys.ts`
+ * `encodeKey` into its scratch buffer just before each call.
+ */
+import type { HeavyCount, HeavyStats } from '../../lib/core.js';
+import { FallbackEstimator } from '../estimator.js';
+import { hashBytes, idOf, storedCopy, storedId } from './keys.js';
+import { addSat, rank, Table, U64_MAX, upperOf, type Entry } from './table.js';
+
+/** `as_count`: a sketch estimate as a bound; a negative one (only merged or decoded counters) is unbounded. */
+export const asCount = (estimate: number): number => (estimate < 0 ? U64_MAX : estimate);
+
+export class Summary {
+  readonly table: Table;
+  /** Low and high 32 bits of the seed. */
+  readonly k0: number;
+  readonly k1: number;
+  /** Set by a merge until the next reset: entering keys' slack is then not capped at `threshold − 1`. */
+  merged = false;
+
+  constructor(
+    readonly sketch: FallbackEstimator,
+    readonly threshold: number,
+    capacity: number,
+  ) {
+    this.table = new Table(capacity);
+    this.k0 = Number(BigInt.asUintN(32, sketch.seed));
+    this.k1 = Number(BigInt.asUintN(32, sketch.seed >> 32n));
+  }
+
+  /**
+   * `incr_hash` for the stored key in the scratch buffer, hashed as `h1`/`h2`: returns its exact
+   * count if it is tracked after this increment, else `−1 − estimate`.
+   */
+  incr(h1: number, h2: number, value: number): number {
+    const estimate = asCount(this.sketch.incrHashed(h1, h2, value));
+    if (estimate < this.threshold) return -1 - estimate;
+    const slackCap = this.merged ? U64_MAX : this.threshold - 1;
+    const lower = this.table.add(storedId(), h1, h2, storedCopy, value, estimate, slackCap);
+    return lower >= 0 ? lower : -1 - estimate;
+  }
+
+  /** `decr_hash`: a tracked key's exact count drops by `value`, never below 0; the sketch never drops. */
+  decr(h1: number, h2: number, value: number): void {
+    if (asCount(this.sketch.getHashed(h1, h2)) < this.threshold) return;
+    const entry = this.table.entries.get(storedId());
+    if (entry !== undefined) entry.exact = Math.max(0, entry.exact - value);
+  }
+
+  /** `count_hash` for the stored key in the scratch buffer. */
+  count(h1: number, h2: number): HeavyCount {
+    const estimate = asCount(this.sketch.getHashed(h1, h2));
+    if (estimate < this.threshold) return { lower: 0, upper: estimate, standing: 1 };
+    const entry = this.table.entries.get(storedId());
+    if (entry === undefined) return { lower: 0, upper: estimate, standing: 2 };
+    return { lower: entry.exact, upper: upperOf(entry), standing: 0 };
+  }
+
+  /** `count_hash` for a tracked entry's key (its id and hash known). */
+  countEntry(id: string, h1: number, h2: number): HeavyCount {
+    const estimate = asCount(this.sketch.getHashed(h1, h2));
+    if (estimate < this.threshold) return { lower: 0, upper: estimate, standing: 1 };
+    const entry = this.table.entries.get(id);
+    if (entry === undefined) return { lower: 0, upper: estimate, standing: 2 };
+    return { lower: entry.exact, upper: upperOf(entry), standing: 0 };
+  }
+
+  /** The entries, ranked (`top` before truncation). */
+  ranked(): Entry[] {
+    return [...this.table.entries.values()].sort(rank);
+  }
+
+  /** `Summary::merge`; the caller checked shape, seed and threshold. */
+  merge(other: Summary): void {
+    const theirs = new Map<string, Entry>(other.table.entries);
+    const merged: Entry[] = [];
+    for (const [id, ours] of this.table.entries) {
+      const their = theirs.get(id);
+      const entry = { ...ours };
+      if (their !== undefined) {
+        theirs.delete(id);
+        entry.exact = addSat(entry.exact, their.exact);
+        entry.slack = addSat(entry.slack, their.slack);
+      } else {
+        // Untracked there: its sketch estimate bounds what that stream held.
+        entry.slack = addSat(entry.slack, asCount(other.sketch.getHashed(entry.h1, entry.h2)));
+      }
+      merged.push(entry);
+    }
+    for (const their of theirs.values()) {
+      merged.push({ ...their, slack: addSat(their.slack, asCount(this.sketch.getHashed(their.h1, their.h2))) });
+    }
+    const overflow = { ...this.table.overflow };
+    this.table.replace(merged, idOf);
+    this.sketch.merge(other.sketch);
+    this.merged = true;
+    const o = other.table.overflow;
+    this.table.overflow = {
+      events: addSat(overflow.events, o.events),
+      weight: addSat(overflow.weight, o.weight),
+      mergeDropped: addSat(this.table.overflow.mergeDropped, o.mergeDropped),
+    };
+  }
+
+  reset(): void {
+    this.table.clear();
+    this.merged = false;
+    this.sketch.reset();
+  }
+
+  stats(): HeavyStats {
+    const { counters, slots } = this.sketch;
+    let total = 0;
+    for (let i = 0; i < slots; i++) total += counters[i]!;
+    const o = this.table.overflow;
+    return {
+      tracked: this.table.entries.size,
+      capacity: this.table.capacity,
+      total: asCount(total),
+      overflowEvents: o.events,
+      overflowWeight: o.weight,
+      mergeDropped: o.mergeDropped,
+    };
+  }
+
+  /** The hash of stored bytes under this summary's seed. */
+  hashOf(stored: Uint8Array): { h1: number; h2: number } {
+    const h = hashBytes(stored, stored.length, this.k0, this.k1);
+    return { h1: h.h1, h2: h.h2 };
+  }
+}

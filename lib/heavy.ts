@@ -1,0 +1,297 @@
+/**
+ * Heavy hitters: which keys sent the most in the current or last interval, with exact counts for
+ * them, in bounded memory. The sketch is the first-stage filter of Cloudflare's pingora blog post:
+ * every increment goes to a count-min sketch, and a key whose estimate reaches `threshold` enters a
+ * bounded exact table that counts it exactly from then on and can list it.
+ *
+ * @module
+ */
+import { active } from './backend.js';
+import { closedError, closedHeavy, dispose, isClosed } from './closed.js';
+import type { HeavyCore, HeavyCorruptReason, HeavyStats, HeavyTalker, HeavyWindow, Key } from './core.js';
+import { Stopwatch, type Clock } from './clock.js';
+import { invalidType, outOfRange, withCode, type KeepcountError } from './errors.js';
+import { isUint8Array, validateKey } from './keys.js';
+import { integerOption, optionsObject, seedOption, shapeOptions } from './options.js';
+
+export type { HeavyStats, HeavyTalker } from './core.js';
+
+/** Longest interval: 2^52 ms, as for `Rate`. */
+const MAX_INTERVAL_MS = 4503599627370496;
+/** The most keys a table holds (crates/limits `MAX_CAPACITY`). */
+export const MAX_CAPACITY = 2 ** 24;
+/** Largest increment of one call: the Rust core counts `u32` values. */
+const MAX_VALUE = 2 ** 32 - 1;
+
+/** Which interval a query reads. */
+export type HeavyWindowName = 'current' | 'previous' | 'both';
+
+const WINDOWS: Record<HeavyWindowName, HeavyWindow> = { current: 0, previous: 1, both: 2 };
+
+/** What a key's bounds are made of. */
+export type Standing = 'tracked' | 'below-threshold' | 'overflow';
+
+const STANDINGS: readonly Standing[] = ['tracked', 'below-threshold', 'overflow'];
+
+/** Bounds on a key's true count: `lower <= count <= upper`. */
+export interface KeyCount {
+  /** A count the key has certainly reached (exact since it entered the table; 0 if not tracked). */
+  lower: number;
+  /** A count the key has certainly not exceeded. */
+  upper: number;
+  /**
+   * `'tracked'`: in the exact table, `upper − lower` is the slack (at most `threshold − 1` unless
+   * the summary merged another). `'below-threshold'`: its sketch estimate (`upper`) is below the
+   * threshold. `'overflow'`: its estimate reached the threshold but the table was full.
+   */
+  standing: Standing;
+}
+
+/** Options of {@link HeavyHitters}. */
+export interface HeavyHittersOptions {
+  /** Length of one counting interval in milliseconds: an integer in [1, 2^52]. Required. */
+  intervalMs: number;
+  /**
+   * The sketch estimate at which a key enters the exact table: an integer >= 1. A tracked key's
+   * count is exact to within `threshold − 1`; lower thresholds track more keys. Required.
+   */
+  threshold: number;
+  /**
+   * The most keys the table holds per interval: an integer in [1, 2^24]. The first `capacity` keys
+   * to cross the threshold in an interval are tracked; later ones overflow (counted in
+   * {@link HeavyHitters.stats}). Defaults to 1024.
+   */
+  capacity?: number;
+  /** Rows of each sketch; see `EstimatorOptions.hashes`. Defaults to 4. */
+  hashes?: number;
+  /** Counters per row of each sketch. Defaults to 4096 (128 KiB per sketch with 4 rows). */
+  slots?: number;
+  /** The hash seed; see `EstimatorOptions.seed`. Defaults to a random seed. */
+  seed?: bigint | number;
+  /** Where time comes from, e.g. a `ManualClock`. Defaults to `performance.now()`. */
+  clock?: Clock;
+}
+
+/**
+ * Counts keys per interval and names the heaviest, with exact counts for every key that reached
+ * `threshold` (the first `capacity` of them per interval).
+ *
+ * Guarantees for one interval, with `f(k)` a key's true count (its increments less its
+ * {@link decr} refunds), `N` the interval's total, and a sketch of `d` rows × `w` columns:
+ * - {@link count} returns `lower <= f(k) <= upper` for every key, always.
+ * - A tracked key is exact from its entering increment: `upper − lower <= threshold − 1`.
+ * - No false heavy hitter: a key enters only if its estimate reached `threshold`; a key whose
+ *   count stays below `threshold − e·N/w` enters with probability at most `e^−d`.
+ * - No missed one: a key whose true count reached `threshold` is tracked, unless the table was
+ *   full when it crossed; then its standing is `'overflow'` and {@link stats} counts it.
+ * - Memory: two sketches (`16·d·w` bytes) and two tables of at most `capacity` keys.
+ *
+ * The table never evicts within an interval (unlike Space-Saving): a tracked key stays exactly
+ * counted until the interval after next begins, so a flood of fresh keys cannot reset what is
+ * known about a flooder. Intervals work as in {@link Rate}: the current one and the previous one,
+ * rotated by the first call after an interval ends.
+ *
+ * @example
+ * ```ts
+ * const heavy = new HeavyHitters({ intervalMs: 60_000, threshold: 100 });
+ * heavy.incr(clientIp);
+ * heavy.top(10, 'previous'); // the top talkers of the last minute, with exact counts
+ * ```
+ */
+export class HeavyHitters {
+  /** The interval length in milliseconds. */
+  readonly intervalMs: number;
+  /** The estimate at which a key enters the table. */
+  readonly threshold: number;
+  /** The most keys the table holds per interval. */
+  readonly capacity: number;
+  /** Rows of each sketch. */
+  readonly hashes: number;
+  /** Counters per row. */
+  readonly slots: number;
+  /** The hash seed. */
+  readonly seed: bigint;
+  #core: HeavyCore;
+  readonly #stopwatch: Stopwatch;
+  /**
+   * When the current interval started, in the milliseconds of `#elapsed`: the core's rotation rule
+   * (`maybe_reset`: a call at least one interval after the start starts a new one) mirrored here,
+   * so {@link intervalRemainingMs} needs no call into the core.
+   */
+  #intervalStart = 0;
+
+  constructor(options: HeavyHittersOptions) {
+    const o = optionsObject(options);
+    this.intervalMs = integerOption('intervalMs', o.intervalMs, 1, MAX_INTERVAL_MS);
+    this.threshold = integerOption('threshold', o.threshold, 1, Number.MAX_SAFE_INTEGER);
+    this.capacity = integerOption('capacity', o.capacity, 1, MAX_CAPACITY, 1024);
+    const { hashes, slots } = shapeOptions(o.hashes, o.slots, { hashes: 4, slots: 4096 });
+    this.hashes = hashes;
+    this.slots = slots;
+    this.seed = seedOption(o.seed);
+    this.#stopwatch = new Stopwatch(o.clock);
+    this.#core = new active.Heavy(this.intervalMs, hashes, slots, this.seed, this.threshold, this.capacity);
+  }
+
+  /**
+   * Counts `value` (an integer in [1, 2^32 − 1]; defaults to 1) for `key` in the current interval
+   * and returns the count a limit should compare: the key's exact count since it entered the table
+   * if it is tracked, else its sketch estimate (below `threshold` unless the table is full).
+   */
+  incr(key: Key, value = 1): number {
+    const r = this.#core.incr(validateKey(key), valueArgument(value), this.#elapsed());
+    return r >= 0 ? r : -1 - r;
+  }
+
+  /**
+   * Takes back `value` (defaults to 1) counted for `key` in the current interval, e.g. a request
+   * that should not have counted. A tracked key's exact count drops (not below 0); the sketch is
+   * never decreased, so an untracked key's estimate stays as it is (still an upper bound).
+   */
+  decr(key: Key, value = 1): void {
+    this.#core.decr(validateKey(key), valueArgument(value), this.#elapsed());
+  }
+
+  /** Bounds on `key`'s count in `window` (defaults to `'current'`). */
+  count(key: Key, window: HeavyWindowName = 'current'): KeyCount {
+    const c = this.#core.count(validateKey(key), windowArgument(window), this.#elapsed());
+    return { lower: c.lower, upper: c.upper, standing: STANDINGS[c.standing]! };
+  }
+
+  /**
+   * The `n` tracked keys with the largest upper bounds in `window` (defaults to `'current'`),
+   * largest first (ties: larger lower bound first). Integer keys come back as numbers when safe,
+   * else as bigints. With `'both'`, a key tracked in one interval only gets the other interval's
+   * sketch estimate added to its upper bound.
+   */
+  top(n: number, window: HeavyWindowName = 'current'): HeavyTalker[] {
+    if (typeof n !== 'number') throw invalidType('The "n" argument', 'of type number', n);
+    if (!Number.isInteger(n) || n < 0 || n > MAX_CAPACITY) {
+      throw outOfRange('The "n" argument', `an integer in [0, ${MAX_CAPACITY}]`, n);
+    }
+    return this.#core.top(n, windowArgument(window), this.#elapsed());
+  }
+
+  /** `window`'s counters (defaults to `'current'`): tracked keys, total, overflow. */
+  stats(window: 'current' | 'previous' = 'current'): HeavyStats {
+    return this.#core.stats(summaryArgument(window), this.#elapsed());
+  }
+
+  /** `window`'s summary (defaults to `'current'`) in docs/format.md §6, canonical bytes. */
+  serialize(window: 'current' | 'previous' = 'current'): Uint8Array {
+    return this.#core.serialize(summaryArgument(window), this.#elapsed());
+  }
+
+  /**
+   * Merges another node's summary into `window` (defaults to `'current'`): `source` is a
+   * {@link serialize} output or a `HeavyHitters` (both of its intervals then merge into the same
+   * intervals here). The sketches add; the tables merge with bounds that stay valid (docs in
+   * crates/limits/src/heavy.rs). Throws `ERR_KEEPCOUNT_CORRUPT` for invalid bytes and
+   * `ERR_KEEPCOUNT_MISMATCH` unless hashes, slots, seed and threshold are equal; nothing changes
+   * then.
+   */
+  merge(source: HeavyHitters | Uint8Array, window: 'current' | 'previous' = 'current'): void {
+    if (source instanceof HeavyHitters) {
+      if (isClosed(source.#core)) throw closedError('HeavyHitters');
+      this.#absorb(source.serialize('current'), 0);
+      this.#absorb(source.serialize('previous'), 1);
+      return;
+    }
+    if (!isUint8Array(source)) {
+      throw invalidType('The "source" argument', 'an instance of HeavyHitters or Uint8Array', source);
+    }
+    this.#absorb(source, summaryArgument(window));
+  }
+
+  /** Frees both summaries now; any later call throws `ERR_KEEPCOUNT_CLOSED`. Idempotent. */
+  close(): void {
+    if (isClosed(this.#core)) return;
+    this.#core.close();
+    this.#core = closedHeavy();
+  }
+
+  /** {@link close}, for `using`. */
+  [dispose](): void {
+    this.close();
+  }
+
+  /**
+   * Milliseconds until the current interval ends, at least 1. An interval that has ended is
+   * replaced by the next call, so it reads as a whole interval.
+   */
+  intervalRemainingMs(): number {
+    const past = this.#now() - this.#intervalStart;
+    return past >= this.intervalMs ? this.intervalMs : this.intervalMs - past;
+  }
+
+  #absorb(bytes: Uint8Array, window: 0 | 1): void {
+    const failure = this.#core.absorb(bytes, window, this.#elapsed());
+    if (failure === 'mismatch') {
+      throw withCode(
+        new Error(
+          `Cannot merge heavy-hitter summaries: hashes, slots, seed and threshold must be equal ` +
+            `(this one: ${this.hashes}×${this.slots}, seed ${this.seed}, threshold ${this.threshold})`,
+        ),
+        'ERR_KEEPCOUNT_MISMATCH',
+      );
+    }
+    if (failure !== null) throw heavyCorruptError(failure);
+  }
+
+  /** The time to pass to the core (which rotates by it), following the core's rotation. */
+  #elapsed(): number {
+    const now = this.#now();
+    if (now - this.#intervalStart >= this.intervalMs) this.#intervalStart = now;
+    return now;
+  }
+
+  /** Whole milliseconds since construction, as `Rate` counts them. */
+  #now(): number {
+    return Math.min(Math.floor(this.#stopwatch.elapsedMs()), Number.MAX_SAFE_INTEGER);
+  }
+}
+
+function valueArgument(value: unknown): number {
+  if (typeof value !== 'number') throw invalidType('The "value" argument', 'of type number', value);
+  if (!Number.isInteger(value) || value < 1 || value > MAX_VALUE) {
+    throw outOfRange('The "value" argument', `an integer in [1, ${MAX_VALUE}]`, value);
+  }
+  return value;
+}
+
+function windowArgument(window: unknown): HeavyWindow {
+  if (typeof window !== 'string' || !Object.hasOwn(WINDOWS, window)) {
+    throw invalidType('The "window" argument', "one of 'current', 'previous', 'both'", window);
+  }
+  return WINDOWS[window as HeavyWindowName];
+}
+
+function summaryArgument(window: unknown): 0 | 1 {
+  if (window === 'current') return 0;
+  if (window === 'previous') return 1;
+  throw invalidType('The "window" argument', "one of 'current', 'previous'", window);
+}
+
+/** What each failed check of docs/format.md §6 means, for `ERR_KEEPCOUNT_CORRUPT`'s message. */
+const CORRUPT_MESSAGES: Record<HeavyCorruptReason, string> = {
+  short: 'is shorter than the 64 bytes of header and checksum',
+  magic: 'does not start with the magic "KCHH"',
+  version: 'has a format version this keepcount does not read (it reads version 1)',
+  flags: 'has reserved flag bits set',
+  length: 'is not as long as its header declares (truncated or extended)',
+  checksum: 'fails its CRC-32 check: the bytes were corrupted',
+  'sketch-length': 'declares a sketch longer than the input',
+  sketch: 'embeds an invalid sketch (docs/format.md §5)',
+  config: 'has a threshold or capacity out of range',
+  entries: 'has more entries than its capacity',
+  entry: 'has an entry running past the end of the input',
+  trailing: 'has bytes after its last entry',
+  order: 'has keys out of order or repeated',
+  'below-threshold': 'has a tracked key whose sketch estimate is below the threshold',
+  key: 'has a key that is not in the stored form of docs/format.md §6.1',
+  counts: 'has a count above 2^53 − 1, which keepcount for Node does not read (JavaScript numbers would round it)',
+};
+
+function heavyCorruptError(reason: HeavyCorruptReason): KeepcountError {
+  return withCode(new Error(`Serialized heavy-hitter summary ${CORRUPT_MESSAGES[reason]}`), 'ERR_KEEPCOUNT_CORRUPT');
+}
