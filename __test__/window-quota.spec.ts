@@ -39,3 +39,77 @@ test(
     t.true(refused <= 1);
   },
 );
+
+test(title('with heavy hitters, a flood that saturates the sketch refuses no client within its limit'), (t) => {
+  // The attack of issue 17 on the old 4 × 1024 sketch: 2,048 addresses × 6 requests fill it, so
+  // every fresh client reads over the limit. Heavy hitters refuse only on an exact count, so no
+  // client that sent at most `limit` is refused (deterministic: no false-failure probability).
+  const clock = new ManualClock();
+  const quota = new WindowQuota({ limit: 5, windowMs: 60_000, clock, hashes: 4, slots: 1024, seed: 1 });
+  const sent = new Map<string, number>();
+  const send = (key: string) => {
+    const n = (sent.get(key) ?? 0) + 1;
+    sent.set(key, n);
+    const decision = quota.consume(key);
+    if (n <= 5) t.true(decision.allowed, `${key} refused at its request ${n}`);
+    return decision;
+  };
+  for (let round = 0; round < 6; round++) {
+    for (let i = 0; i < 2048; i++) send(`198.18.${i >> 8}.${i & 255}`);
+  }
+  for (let i = 0; i < 300; i++) for (let r = 0; r < 5; r++) send(`203.0.113.${i & 255}:${i}`);
+  // Each flooder's 6th request: refused once its exact count passed the limit. The threshold is
+  // ceil(5 / 4) = 2, so a flooder gets at most 5 + 2 − 1 = 6 requests; the sixth was admitted only
+  // if it entered the table on its second request or later.
+  const stats = quota.stats()!;
+  t.is(stats.overflowEvents, 0);
+  t.true(stats.tracked <= 2048 + 300);
+  t.log(`tracked ${stats.tracked} clients`);
+  t.is(quota.topTalkers(1)[0]!.upper >= 6, true);
+});
+
+test(title('with heavy hitters, a client over the limit is refused within limit + threshold − 1'), (t) => {
+  const clock = new ManualClock();
+  for (const threshold of [1, 10, 25]) {
+    const quota = new WindowQuota({ limit: 100, windowMs: 1000, clock, heavyHitters: { threshold } });
+    let admitted = 0;
+    for (let i = 0; i < 500; i++) if (quota.consume('flooder').allowed) admitted++;
+    t.true(admitted >= 100 && admitted <= 100 + threshold - 1, `threshold ${threshold}: ${admitted} admitted`);
+    t.deepEqual(
+      quota.topTalkers(5).map((row) => row.key),
+      ['flooder'],
+    );
+    clock.advance(1000);
+  }
+});
+
+test(
+  title('when more clients cross the threshold than the table holds, the rest are judged by the sketch and counted'),
+  (t) => {
+    const clock = new ManualClock();
+    const quota = new WindowQuota({ limit: 2, windowMs: 1000, clock, heavyHitters: { capacity: 4 }, seed: 5 });
+    for (let k = 0; k < 10; k++) for (let i = 0; i < 4; i++) quota.consume(`k${k}`);
+    const stats = quota.stats()!;
+    t.is(stats.tracked, 4);
+    t.true(stats.overflowEvents > 0);
+    // Overflowed clients over the limit are still refused, by their sketch estimate.
+    t.false(quota.consume('k9').allowed);
+  },
+);
+
+test(title('heavyHitters: false keeps the plain sketch, which lists no talkers'), (t) => {
+  const quota = new WindowQuota({ limit: 1, windowMs: 1000, heavyHitters: false });
+  t.true(quota.consume('a').allowed);
+  t.false(quota.consume('a').allowed);
+  t.deepEqual(quota.topTalkers(3), []);
+  t.is(quota.stats(), undefined);
+  t.throws(() => new WindowQuota({ limit: 1, windowMs: 1000, heavyHitters: 'yes' as never }), {
+    instanceOf: TypeError,
+    code: 'ERR_INVALID_ARG_TYPE',
+  });
+  t.throws(() => new WindowQuota({ limit: 4, windowMs: 1000, heavyHitters: { threshold: 5 } }), {
+    instanceOf: RangeError,
+    code: 'ERR_OUT_OF_RANGE',
+    message: /The "threshold" option must be an integer in \[1, 4\]/,
+  });
+});

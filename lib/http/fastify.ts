@@ -11,6 +11,7 @@ import { rateLimitHeaders, retryAfter, type RateLimitDecision, type TokenBucketR
 import type { Limiter } from '../limiter.js';
 import { onExchangeEnd } from './exchange.js';
 import { rateLimitConfig, tokenBucketConfig, upstreamLimitConfig } from './options.js';
+import { withTalkers, type Talkers } from './talkers.js';
 import type { WindowQuota, WindowQuotaOptions } from './window-quota.js';
 import type { UpstreamLimit, UpstreamLimitOptions, UpstreamSlot } from './upstream.js';
 
@@ -52,9 +53,9 @@ export interface RateLimitHookOptions extends Partial<WindowQuotaOptions> {
  * app.get('/search', { onRequest: rateLimitHook({ limit: 10, windowMs: 1000 }) }, handler);
  * ```
  */
-export function rateLimitHook(options: RateLimitHookOptions): OnRequestHook {
+export function rateLimitHook(options: RateLimitHookOptions): OnRequestHook & Talkers {
   const { quota, key, skip, onLimit } = rateLimitConfig(options, raw);
-  return async (request, reply) => {
+  const hook: OnRequestHook = async (request, reply) => {
     if (skip?.(request) === true) return;
     const decision = quota.consume(key(request));
     reply.headers(rateLimitHeaders(decision));
@@ -62,6 +63,7 @@ export function rateLimitHook(options: RateLimitHookOptions): OnRequestHook {
     if (onLimit !== undefined) await onLimit(request, reply, decision);
     else await reply.code(429).type('text/plain; charset=utf-8').send('Too Many Requests\n');
   };
+  return withTalkers(hook, quota);
 }
 
 /** Options of {@link tokenBucketHook}: as the node `tokenBucket` middleware's, with Fastify's types. */

@@ -1,7 +1,8 @@
 /**
  * keepcount/http: HTTP protection on keepcount's counters, framework-neutral at the core.
  *
- * - {@link WindowQuota} (requests per key per window, with IETF RateLimit headers) and
+ * - {@link WindowQuota} (requests per key per window, with IETF RateLimit headers; clients near
+ *   their limit counted exactly, so none within it is refused, and the top talkers listed) and
  *   {@link UpstreamLimit} (in-flight calls per upstream), {@link withDeadline} for upstream calls.
  * - `(req, res, next)` middleware for node:http and Express: {@link rateLimit}, {@link tokenBucket}
  *   (a token-bucket `Limiter` instead of a window), {@link upstreamLimit}.
@@ -23,11 +24,13 @@ export {
   upstreamLimit,
   type Middleware,
   type Next,
+  type RateLimitMiddleware,
   type RateLimitOptions,
   type TokenBucketOptions,
   type UpstreamLimitMiddlewareOptions,
 } from './node.js';
-export { WindowQuota, type WindowQuotaOptions } from './window-quota.js';
+export { type Talkers } from './talkers.js';
+export { WindowQuota, type HeavyHitterSettings, type WindowQuotaOptions } from './window-quota.js';
 export { KeepcountStore, type ClientRateLimitInfo, type KeepcountStoreOptions } from './stores/express-rate-limit.js';
 export {
   KeepcountFastifyStore,

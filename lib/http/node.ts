@@ -10,6 +10,7 @@ import type { Ipv6Subnet, TrustProxy } from './client-ip.js';
 import { rateLimitHeaders, retryAfter, type RateLimitDecision, type TokenBucketRefusal } from './headers.js';
 import { onExchangeEnd } from './exchange.js';
 import { rateLimitConfig, tokenBucketConfig, upstreamLimitConfig } from './options.js';
+import { withTalkers, type Talkers } from './talkers.js';
 import type { WindowQuota, WindowQuotaOptions } from './window-quota.js';
 import type { UpstreamLimit, UpstreamLimitOptions, UpstreamSlot } from './upstream.js';
 
@@ -45,6 +46,12 @@ export type Middleware<Req extends IncomingMessage = IncomingMessage, Res extend
   res: Res,
   next: Next,
 ) => void;
+
+/** A {@link rateLimit} middleware, with the quota it counts in and its top talkers. */
+export type RateLimitMiddleware<
+  Req extends IncomingMessage = IncomingMessage,
+  Res extends ServerResponse = ServerResponse,
+> = Middleware<Req, Res> & Talkers;
 
 /** Options of {@link rateLimit}: a {@link WindowQuotaOptions} quota (or a ready `WindowQuota`) and the rules. */
 export interface RateLimitOptions<
@@ -94,9 +101,9 @@ const tooMany = (_req: IncomingMessage, res: ServerResponse): void => {
  */
 export function rateLimit<Req extends IncomingMessage = IncomingMessage, Res extends ServerResponse = ServerResponse>(
   options: RateLimitOptions<Req, Res>,
-): Middleware<Req, Res> {
+): RateLimitMiddleware<Req, Res> {
   const { quota, key, skip, onLimit = tooMany } = rateLimitConfig(options, (req: Req) => req);
-  return (req, res, next) => {
+  const middleware: Middleware<Req, Res> = (req, res, next) => {
     let decision: RateLimitDecision | undefined;
     try {
       if (skip?.(req) !== true) {
@@ -109,6 +116,7 @@ export function rateLimit<Req extends IncomingMessage = IncomingMessage, Res ext
     if (decision === undefined || decision.allowed) return next();
     onLimit(req, res, decision);
   };
+  return withTalkers(middleware, quota);
 }
 
 /** Options of {@link tokenBucket}. */

@@ -120,7 +120,7 @@ export function rateLimitConfig<R, H extends AnyFunction>(
 
 /** The quota `options` name, or a new one from their `limit`/`windowMs`/... */
 function windowQuota(options: Partial<RateLimitInput<never, AnyFunction>>): WindowQuota {
-  const { quota, limit, windowMs, policy, clients, hashes, slots, seed, clock } = options;
+  const { quota, limit, windowMs, policy, clients, hashes, slots, seed, clock, heavyHitters } = options;
   if (quota !== undefined) {
     if (!(quota instanceof WindowQuota)) throw invalidType('The "quota" option', 'a WindowQuota', quota);
     return quota;
@@ -134,6 +134,7 @@ function windowQuota(options: Partial<RateLimitInput<never, AnyFunction>>): Wind
     slots,
     seed,
     clock,
+    heavyHitters,
   });
 }
 

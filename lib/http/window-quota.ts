@@ -1,6 +1,11 @@
-/** The framework-neutral request quota: a fixed window per key, counted in a keepcount {@link Rate}. */
+/**
+ * The framework-neutral request quota: a fixed window per key, counted in keepcount
+ * {@link HeavyHitters} (exact for every client near its limit) or in a plain {@link Rate}.
+ */
 import type { Clock } from '../clock.js';
-import { outOfRange } from '../errors.js';
+import type { HeavyStats, HeavyTalker } from '../core.js';
+import { invalidType, outOfRange } from '../errors.js';
+import { HeavyHitters, MAX_CAPACITY } from '../heavy.js';
 import { MAX_COUNTERS, MAX_HASHES } from '../limits.js';
 import { integerOption, optionsObject } from '../options.js';
 import { Rate } from '../rate.js';
@@ -34,9 +39,8 @@ export function slotsFor(clients: number, hashes: number): number {
   return Math.ceil(1 / -Math.expm1(-perRow / clients));
 }
 
-/** Slots for the `clients` option with `hashes` rows, checked against the sketch size limit. */
-function clientSlots(value: unknown, hashes: number): number {
-  const clients = integerOption('clients', value, 1, MAX_CLIENTS, DEFAULT_CLIENTS);
+/** Slots for `clients` with `hashes` rows, checked against the sketch size limit. */
+function clientSlots(clients: number, hashes: number): number {
   const slots = slotsFor(clients, hashes);
   if (slots * hashes > MAX_COUNTERS) {
     throw outOfRange(
@@ -72,7 +76,35 @@ export interface WindowQuotaOptions {
   seed?: bigint | number;
   /** Where time comes from, e.g. a `ManualClock` in tests. Defaults to `performance.now()`. */
   clock?: Clock;
+  /**
+   * Count clients near their limit exactly, so that **a client that sent at most `limit` requests
+   * in the window is never refused, whatever other clients send** (see {@link WindowQuota}).
+   * `true` (the default) or settings; `false` counts in the sketch alone, which a flood of
+   * distinct keys can turn against innocent clients.
+   */
+  heavyHitters?: boolean | HeavyHitterSettings;
 }
+
+/** How {@link WindowQuota} tracks clients near their limit. */
+export interface HeavyHitterSettings {
+  /**
+   * The sketch count at which a client is counted exactly: an integer in [1, `limit`]. A client
+   * over the limit is refused once it sent at most `limit + threshold − 1` requests in the window.
+   * Defaults to `ceil(limit / 4)` (at least 1): at most 25% over the limit, and clients sending
+   * less than a quarter of it never take a table entry.
+   */
+  threshold?: number;
+  /**
+   * Clients counted exactly per window: an integer in [1, 2^24]. When more clients than this reach
+   * the threshold in one window, the later ones are judged by the sketch alone, as with
+   * `heavyHitters: false` (counted in {@link WindowQuota.stats}'s `overflowEvents`). Defaults to
+   * 2 × `clients` (20,000: at most ~2.6 MB for the two windows' tables).
+   */
+  capacity?: number;
+}
+
+/** Table entries per expected client: room for every client of a window plus as many flooders. */
+const CAPACITY_PER_CLIENT = 2;
 
 /**
  * Counts requests per key in fixed windows and decides whether each is within `limit`.
@@ -83,11 +115,25 @@ export interface WindowQuotaOptions {
  *   to `windowMs`), so a new client can get 2 × `limit` requests within 1 ms of arriving, which
  *   per-key windows allow (less one) only a window after the first request; in any span of
  *   `windowMs` both admit at most 2 × `limit`.
- * - Counts are count-min sketch estimates: never low, but a key that collides with other keys in
- *   every row reads high and can be refused early. The sketch is sized from the `clients` you
- *   expect per window ({@link slotsFor}): with that many keys, a wrong refusal has probability at
- *   most 1 in 1,000 per request; with 10× as many keys (a flood from many addresses) it is about
- *   1 in 2. Memory is `16 × hashes × slots` bytes whatever the traffic; nothing is swept.
+ * - With heavy hitters (the default), every request goes to a count-min sketch, and a client whose
+ *   sketch count reaches `threshold` (≤ `limit`) is counted exactly from then on, in a table of
+ *   `capacity` clients per window. A request is refused only when its client's exact count is over
+ *   `limit`. So, as long as the table has room:
+ *   - **no false positives**: a client that sent at most `limit` requests in the window is never
+ *     refused, whatever other clients send (a sketch can only over-count, so it never refuses on
+ *     its own);
+ *   - a client over the limit is refused after at most `limit + threshold − 1` requests in the
+ *     window (the requests before it entered the table are bounded by `threshold − 1`).
+ *   When more than `capacity` clients reach the threshold in one window (a flood from that many
+ *   addresses), the later ones are judged by their sketch estimate, which can refuse an innocent
+ *   client as `heavyHitters: false` would; {@link stats} counts those requests (`overflowEvents`).
+ * - With `heavyHitters: false`, counts are count-min sketch estimates: never low, but a key that
+ *   collides with other keys in every row reads high and can be refused early. The sketch is sized
+ *   from the `clients` you expect per window ({@link slotsFor}): with that many keys, a wrong
+ *   refusal has probability at most 1 in 1,000 per request; with 10× as many keys (a flood from
+ *   many addresses) it is about 1 in 2.
+ * - Memory is `16 × hashes × slots` bytes for the sketches plus, with heavy hitters, at most
+ *   `capacity` entries (~64 bytes and the key) per window; nothing is swept.
  * - Refused requests count too (as express-rate-limit's do), so a flooding client stays refused
  *   until the window turns, not longer.
  *
@@ -96,6 +142,7 @@ export interface WindowQuotaOptions {
  * const quota = new WindowQuota({ limit: 100, windowMs: 60_000 });
  * const decision = quota.consume(clientIp(req));
  * if (!decision.allowed) refuse(decision);
+ * quota.topTalkers(10); // who is sending the most in this window, with exact counts
  * ```
  */
 export class WindowQuota {
@@ -105,7 +152,11 @@ export class WindowQuota {
   readonly windowMs: number;
   /** The policy name in the headers. */
   readonly policy: string;
-  readonly #rate: Rate;
+  /** Where requests are counted: heavy hitters, or a plain rate with `heavyHitters: false`. */
+  readonly #counts: HeavyHitters | Rate;
+  /** Decisions made since construction, for metrics. */
+  #allowed = 0;
+  #refused = 0;
 
   constructor(options: WindowQuotaOptions) {
     const o = optionsObject(options);
@@ -113,22 +164,54 @@ export class WindowQuota {
     this.windowMs = integerOption('windowMs', o.windowMs, 1, 2 ** 52);
     this.policy = policyName(o.policy ?? 'default');
     const hashes = integerOption('hashes', o.hashes, 1, MAX_HASHES, DEFAULT_HASHES);
-    this.#rate = new Rate({
+    const clients = integerOption('clients', o.clients, 1, MAX_CLIENTS, DEFAULT_CLIENTS);
+    const sketch = {
       intervalMs: this.windowMs,
       hashes,
-      slots: o.slots ?? clientSlots(o.clients, hashes),
+      slots: o.slots ?? clientSlots(clients, hashes),
       seed: o.seed,
       clock: o.clock,
-    });
+    };
+    const heavy = heavyHitterSettings(o.heavyHitters);
+    if (heavy === undefined) {
+      this.#counts = new Rate(sketch);
+    } else {
+      const threshold = integerOption(
+        'threshold',
+        heavy.threshold,
+        1,
+        Math.max(1, this.limit),
+        defaultThreshold(this.limit),
+      );
+      const capacity = integerOption(
+        'capacity',
+        heavy.capacity,
+        1,
+        MAX_CAPACITY,
+        Math.min(MAX_CAPACITY, CAPACITY_PER_CLIENT * clients),
+      );
+      this.#counts = new HeavyHitters({ ...sketch, threshold, capacity });
+    }
   }
 
   /** Counts one request (or `cost`) for `key` and decides on it. */
   consume(key: string, cost = 1): RateLimitDecision {
-    const count = this.#rate.observe(key, cost);
-    // After observe() rolled the window over, this reads the same window.
-    const { resetMs } = this.current(key);
+    const counts = this.#counts;
+    let count: number;
+    let resetMs: number;
+    if (counts instanceof HeavyHitters) {
+      count = cost > 0 ? counts.incr(key, cost) : this.#heavyCount(counts, key);
+      resetMs = counts.intervalRemainingMs();
+    } else {
+      count = counts.observe(key, cost);
+      // After observe() rolled the window over, this reads the same window.
+      resetMs = this.current(key).resetMs;
+    }
+    const allowed = count <= this.limit;
+    if (allowed) this.#allowed++;
+    else this.#refused++;
     return {
-      allowed: count <= this.limit,
+      allowed,
       policy: this.policy,
       limit: this.limit,
       count,
@@ -139,17 +222,67 @@ export class WindowQuota {
     };
   }
 
-  /** Adds `delta` (possibly negative) to `key`'s count in the current window. */
+  /** Adds `delta` (possibly negative: a refund) to `key`'s count in the current window. */
   adjust(key: string, delta: number): void {
-    this.#rate.observe(key, delta);
+    const counts = this.#counts;
+    if (!(counts instanceof HeavyHitters)) counts.observe(key, delta);
+    else if (delta > 0) counts.incr(key, delta);
+    else if (delta < 0) counts.decr(key, -delta);
   }
 
-  /** `key`'s count in the current window and the milliseconds until the window ends. */
+  /**
+   * `key`'s count in the current window, as {@link consume} compares it with the limit (exact for a
+   * tracked client, else its sketch estimate), and the milliseconds until the window ends.
+   */
   current(key: string): { count: number; resetMs: number } {
-    return this.#rate.rateWith(key, (c) => ({
+    const counts = this.#counts;
+    if (counts instanceof HeavyHitters) {
+      return { count: this.#heavyCount(counts, key), resetMs: counts.intervalRemainingMs() };
+    }
+    return counts.rateWith(key, (c) => ({
       count: c.currSamples,
       // A window that has ended is replaced on the next request: a full window from now.
       resetMs: Math.max(1, Math.ceil((1 - c.currentIntervalFraction) * c.intervalMs)),
     }));
   }
+
+  /**
+   * The `n` clients with the most requests in `window` (defaults to `'current'`; `'previous'` is
+   * the last complete window), most first, with bounds on their counts: exact to within the
+   * threshold. Empty with `heavyHitters: false`, which keeps no keys.
+   */
+  topTalkers(n: number, window: 'current' | 'previous' | 'both' = 'current'): HeavyTalker[] {
+    return this.#counts instanceof HeavyHitters ? this.#counts.top(n, window) : [];
+  }
+
+  /**
+   * The current window's heavy-hitter counters (tracked clients, requests, overflow), or
+   * `undefined` with `heavyHitters: false`.
+   */
+  stats(window: 'current' | 'previous' = 'current'): HeavyStats | undefined {
+    return this.#counts instanceof HeavyHitters ? this.#counts.stats(window) : undefined;
+  }
+
+  /** How many {@link consume} calls were allowed and refused since construction. */
+  decisions(): { allowed: number; refused: number } {
+    return { allowed: this.#allowed, refused: this.#refused };
+  }
+
+  #heavyCount(counts: HeavyHitters, key: string): number {
+    const c = counts.count(key);
+    return c.standing === 'tracked' ? c.lower : c.upper;
+  }
+}
+
+/** `ceil(limit / 4)`, at least 1: see {@link HeavyHitterSettings.threshold}. */
+function defaultThreshold(limit: number): number {
+  return Math.max(1, Math.ceil(limit / 4));
+}
+
+/** The `heavyHitters` option as settings, or `undefined` when it is `false`. */
+function heavyHitterSettings(value: unknown): HeavyHitterSettings | undefined {
+  if (value === undefined || value === true) return {};
+  if (value === false) return undefined;
+  if (typeof value === 'object' && value !== null) return value;
+  throw invalidType('The "heavyHitters" option', 'a boolean or an object', value);
 }

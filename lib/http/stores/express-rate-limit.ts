@@ -25,9 +25,10 @@
  * @module
  */
 import type { Clock } from '../../clock.js';
+import type { HeavyTalker } from '../../core.js';
 import { invalidType } from '../../errors.js';
-import { WindowQuota } from '../window-quota.js';
-import { dateClock, wholeWindowMs } from './window.js';
+import { WindowQuota, type HeavyHitterSettings } from '../window-quota.js';
+import { dateClock, storeQuota, wholeWindowMs } from './window.js';
 
 /** express-rate-limit's `ClientRateLimitInfo`. */
 export interface ClientRateLimitInfo {
@@ -47,6 +48,13 @@ export interface KeepcountStoreOptions {
   slots?: number;
   /** The hash seed. Defaults to a random seed. */
   seed?: bigint | number;
+  /**
+   * Count clients near the limit exactly, so that none within express-rate-limit's `limit` is ever
+   * refused because of other clients (see `WindowQuotaOptions.heavyHitters`). Defaults to `true`,
+   * with the threshold `ceil(limit / 4)` when `limit` is a number and 1 (every client counted
+   * exactly, up to the table's capacity) when it is a function.
+   */
+  heavyHitters?: boolean | HeavyHitterSettings;
   /**
    * Where window time comes from (e.g. a `ManualClock`); `resetTime` is `Date.now()` plus what is
    * left. Defaults to `Date.now()`, as `MemoryStore`.
@@ -71,6 +79,8 @@ export class KeepcountStore {
   readonly localKeys = true;
   readonly #options: KeepcountStoreOptions;
   #quota: WindowQuota | undefined;
+  /** express-rate-limit's `limit`, kept for {@link resetAll}. */
+  #limit: unknown;
 
   constructor(options: KeepcountStoreOptions = {}) {
     if (typeof options !== 'object' || options === null)
@@ -79,12 +89,14 @@ export class KeepcountStore {
     this.prefix = options.prefix ?? '';
   }
 
-  /** Called by express-rate-limit with its options; takes `windowMs` from them. */
-  init(options: { windowMs: number }): void {
-    const { clients, hashes, slots, seed, clock = dateClock } = this.#options;
+  /** Called by express-rate-limit with its options; takes `windowMs` and a numeric `limit` from them. */
+  init(options: { windowMs: number; limit?: unknown }): void {
+    const { clients, hashes, slots, seed, clock = dateClock, heavyHitters } = this.#options;
     const windowMs = wholeWindowMs('The "windowMs" option', options.windowMs);
-    // `limit` is express-rate-limit's business: the store only counts.
-    this.#quota = new WindowQuota({ limit: 0, windowMs, clients, hashes, slots, seed, clock });
+    this.#limit = options.limit;
+    // Deciding is express-rate-limit's business: the store only counts.
+    const quota = storeQuota(heavyHitters, options.limit);
+    this.#quota = new WindowQuota({ ...quota, windowMs, clients, hashes, slots, seed, clock });
   }
 
   /** Counts a hit for `key`. */
@@ -112,10 +124,18 @@ export class KeepcountStore {
     return { totalHits: count, resetTime: this.#resetTime(resetMs) };
   }
 
+  /**
+   * The `n` clients with the most hits in the current window (`'previous'`: the last complete
+   * one), with bounds on their counts; empty before `init()` or with `heavyHitters: false`.
+   */
+  topTalkers(n: number, window: 'current' | 'previous' | 'both' = 'current'): HeavyTalker[] {
+    return this.#quota?.topTalkers(n, window) ?? [];
+  }
+
   /** Forgets every count (fresh sketches). */
   resetAll(): void {
     const quota = this.#ready();
-    this.init({ windowMs: quota.windowMs });
+    this.init({ windowMs: quota.windowMs, limit: this.#limit });
   }
 
   #resetTime(resetMs: number): Date {

@@ -23,8 +23,8 @@
  */
 import type { Clock } from '../../clock.js';
 import { invalidType, withCode } from '../../errors.js';
-import { WindowQuota } from '../window-quota.js';
-import { dateClock, wholeWindowMs } from './window.js';
+import { WindowQuota, type HeavyHitterSettings } from '../window-quota.js';
+import { dateClock, storeQuota, wholeWindowMs } from './window.js';
 
 /** Options of {@link keepcountFastifyStore}. */
 export interface KeepcountFastifyStoreOptions {
@@ -38,6 +38,13 @@ export interface KeepcountFastifyStoreOptions {
   seed?: bigint | number;
   /** Where window time comes from, e.g. a `ManualClock`. Defaults to `Date.now()`, as `LocalStore`. */
   clock?: Clock;
+  /**
+   * Count clients near the limit exactly, so that none within the plugin's `max` is ever refused
+   * because of other clients (see `WindowQuotaOptions.heavyHitters`). Defaults to `true`, with
+   * threshold 1 (every client counted exactly up to the table's capacity: routes with different
+   * `max` share a window's quota) unless you set one at most your smallest `max`.
+   */
+  heavyHitters?: boolean | HeavyHitterSettings;
 }
 
 /**
@@ -129,7 +136,13 @@ export function keepcountFastifyStore(options: KeepcountFastifyStoreOptions = {}
       let quota = this.#quotas.get(windowMs);
       if (quota === undefined) {
         // `max` is the plugin's business: the store only counts.
-        quota = new WindowQuota({ limit: 0, windowMs, ...sketch, clock: sketch.clock ?? dateClock });
+        const { heavyHitters, ...rest } = sketch;
+        quota = new WindowQuota({
+          ...rest,
+          ...storeQuota(heavyHitters, undefined),
+          windowMs,
+          clock: sketch.clock ?? dateClock,
+        });
         this.#quotas.set(windowMs, quota);
       }
       return quota;

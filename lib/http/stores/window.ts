@@ -5,6 +5,7 @@
  */
 import type { Clock } from '../../clock.js';
 import { invalidType, outOfRange } from '../../errors.js';
+import type { HeavyHitterSettings, WindowQuotaOptions } from '../window-quota.js';
 
 /**
  * `Date.now()`: the clock `MemoryStore` and `LocalStore` read, so tests that fake `Date`
@@ -30,4 +31,22 @@ export function wholeWindowMs(what: string, value: unknown): number {
     throw outOfRange(what, `a number of milliseconds in [0, ${MAX_WINDOW_MS}]`, value);
   }
   return Math.max(1, Math.ceil(value));
+}
+
+/**
+ * The quota options of a store: the package compares counts with its own limit, so the quota's
+ * limit is the largest (it never refuses) and the heavy-hitter threshold comes from `limit` when
+ * the package tells it (`ceil(limit / 4)`, as `WindowQuota`'s default) or is 1 otherwise: every
+ * client counted exactly up to the table's capacity, so no limit the package applies can refuse a
+ * client below it. `heavyHitters` is the store's option of that name.
+ */
+export function storeQuota(
+  heavyHitters: boolean | HeavyHitterSettings | undefined,
+  limit: unknown,
+): Pick<WindowQuotaOptions, 'limit' | 'heavyHitters'> {
+  const known = typeof limit === 'number' && Number.isSafeInteger(limit) && limit >= 1;
+  const threshold = known ? Math.ceil(limit / 4) : 1;
+  if (heavyHitters === false) return { limit: Number.MAX_SAFE_INTEGER, heavyHitters: false };
+  const settings = heavyHitters === undefined || heavyHitters === true ? {} : heavyHitters;
+  return { limit: Number.MAX_SAFE_INTEGER, heavyHitters: { threshold, ...settings } };
 }
