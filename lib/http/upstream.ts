@@ -41,6 +41,9 @@ export class UpstreamLimit {
   readonly max: number;
   /** The counter; `inflight.get(key)` is the current count. */
   readonly inflight: Inflight;
+  /** Acquisitions allowed and refused since construction, for metrics. */
+  #allowed = 0;
+  #refused = 0;
 
   constructor(options: UpstreamLimitOptions) {
     const o = optionsObject(options);
@@ -52,8 +55,17 @@ export class UpstreamLimit {
   acquire(key: string): UpstreamSlot {
     const [guard, count] = this.inflight.incr(key);
     const allowed = count <= this.max;
-    if (!allowed) guard.release();
+    if (allowed) this.#allowed++;
+    else {
+      this.#refused++;
+      guard.release();
+    }
     return { allowed, count, release: releaser(guard) };
+  }
+
+  /** How many {@link acquire} calls were allowed and refused since construction. */
+  decisions(): { allowed: number; refused: number } {
+    return { allowed: this.#allowed, refused: this.#refused };
   }
 }
 

@@ -1,0 +1,84 @@
+import test from 'ava';
+import { createServer } from 'node:http';
+import { Registry } from 'prom-client';
+import { rateLimit, UpstreamLimit, WindowQuota } from '../lib/http/index.js';
+import { KeepcountMetrics } from '../lib/metrics.js';
+import { close, get, listen } from './http-client.js';
+import { throwsShape, title } from './helpers.js';
+
+/** The value of the sample `name{labels}` in Prometheus text, or undefined. */
+function sample(text: string, name: string, labels: string): number | undefined {
+  const line = text.split('\n').find((l) => l.startsWith(`${name}{${labels}} `));
+  return line === undefined ? undefined : Number(line.slice(line.lastIndexOf(' ') + 1));
+}
+
+test(
+  title('a scrape shows decisions, top talkers with exact counts, and tracked clients of a live server'),
+  async (t) => {
+    const registry = new Registry();
+    // X-Client picks the key, so one loopback client can be many.
+    const limit = rateLimit({ limit: 3, windowMs: 60_000, key: (req) => String(req.headers['x-client']) });
+    const metrics = new KeepcountMetrics({ registry, topTalkers: 2 });
+    metrics.addQuota('api', limit);
+    const server = createServer((req, res) => limit(req, res, () => res.end('ok')));
+    const port = await listen(server);
+    try {
+      for (let i = 0; i < 10; i++) await get(port, '/', { 'x-client': 'flooder' });
+      for (let i = 0; i < 4; i++) await get(port, '/', { 'x-client': 'busy' });
+      for (let c = 0; c < 5; c++) await get(port, '/', { 'x-client': `polite-${c}` });
+    } finally {
+      await close(server);
+    }
+    const text = await registry.metrics();
+    t.is(sample(text, 'keepcount_decisions_total', 'policy="api",outcome="allowed"'), 3 + 3 + 5);
+    t.is(sample(text, 'keepcount_decisions_total', 'policy="api",outcome="refused"'), 7 + 1);
+    // The threshold is ceil(3 / 4) = 1: every client is counted exactly from its first request.
+    t.is(sample(text, 'keepcount_top_talker_requests', 'policy="api",client="flooder",bound="lower"'), 10);
+    t.is(sample(text, 'keepcount_top_talker_requests', 'policy="api",client="busy",bound="upper"'), 4);
+    t.is(text.match(/^keepcount_top_talker_requests\{/gm)?.length, 4, 'two clients × two bounds, no more');
+    t.is(sample(text, 'keepcount_tracked_clients', 'policy="api"'), 7);
+    t.is(sample(text, 'keepcount_overflow_requests', 'policy="api"'), 0);
+    // A second scrape adds only what happened since.
+    const again = await registry.metrics();
+    t.is(sample(again, 'keepcount_decisions_total', 'policy="api",outcome="allowed"'), 11);
+  },
+);
+
+test(title('upstream limits export their decisions and in-flight counts per listed key'), async (t) => {
+  const registry = new Registry();
+  const upstream = new UpstreamLimit({ max: 1 });
+  new KeepcountMetrics({ registry, prefix: 'app_' }).addUpstream('db', upstream, ['primary', 'replica']);
+  const held = upstream.acquire('primary');
+  upstream.acquire('primary');
+  const text = await registry.metrics();
+  t.is(sample(text, 'app_inflight', 'upstream="db",key="primary"'), 1);
+  t.is(sample(text, 'app_inflight', 'upstream="db",key="replica"'), 0);
+  t.is(sample(text, 'app_decisions_total', 'policy="db",outcome="refused"'), 1);
+  held.release();
+  t.is(sample(await registry.metrics(), 'app_inflight', 'upstream="db",key="primary"'), 0);
+});
+
+test(title('the overflow of a full table is visible, and bad arguments are coded errors'), async (t) => {
+  const registry = new Registry();
+  const quota = new WindowQuota({ limit: 1, windowMs: 60_000, heavyHitters: { capacity: 2 } });
+  const metrics = new KeepcountMetrics({ registry }).addQuota('tiny', quota);
+  for (let c = 0; c < 5; c++) for (let i = 0; i < 2; i++) quota.consume(`c${c}`);
+  const text = await registry.metrics();
+  t.is(sample(text, 'keepcount_tracked_clients', 'policy="tiny"'), 2);
+  t.true(sample(text, 'keepcount_overflow_requests', 'policy="tiny"')! > 0);
+  throwsShape(t, () => metrics.addQuota('tiny', quota), {
+    instanceOf: RangeError,
+    code: 'ERR_OUT_OF_RANGE',
+    message: /The "policy" argument must be a name not added yet/,
+  });
+  throwsShape(t, () => metrics.addQuota('x', {} as never), {
+    instanceOf: TypeError,
+    code: 'ERR_INVALID_ARG_TYPE',
+    message: /The "quota" argument must be a WindowQuota or a rateLimit middleware/,
+  });
+  throwsShape(t, () => new KeepcountMetrics({ registry: new Registry(), topTalkers: 101 }), {
+    instanceOf: RangeError,
+    code: 'ERR_OUT_OF_RANGE',
+    message: /The "topTalkers" option must be an integer in \[0, 100\]/,
+  });
+});

@@ -1,0 +1,170 @@
+/**
+ * keepcount/metrics: keepcount's limiters as Prometheus metrics through prom-client (an optional
+ * peer dependency: install it to use this entry).
+ *
+ * Everything is read when Prometheus scrapes (prom-client's `collect`), so the request path pays
+ * nothing but the two integer increments each limiter keeps anyway. Label cardinality is bounded:
+ * one `policy` per limiter you add, one `key` per upstream key you list, and at most `topTalkers`
+ * clients per quota, replaced on every scrape.
+ *
+ * @example
+ * ```ts
+ * import { register } from 'prom-client';
+ * import { rateLimit } from 'keepcount/http';
+ * import { KeepcountMetrics } from 'keepcount/metrics';
+ *
+ * const limit = rateLimit({ limit: 100, windowMs: 60_000 });
+ * new KeepcountMetrics({ registry: register }).addQuota('api', limit);
+ * app.get('/metrics', async (_req, res) => res.type(register.contentType).send(await register.metrics()));
+ * ```
+ *
+ * @module
+ */
+import { Counter, Gauge, register as defaultRegistry, type Registry } from 'prom-client';
+import { invalidType, outOfRange } from './errors.js';
+import type { Talkers } from './http/talkers.js';
+import { UpstreamLimit } from './http/upstream.js';
+import { WindowQuota } from './http/window-quota.js';
+import { integerOption, optionsObject } from './options.js';
+
+/** Most top talkers per quota: keeps label cardinality small whatever the option says. */
+const MAX_TOP_TALKERS = 100;
+
+/** Options of {@link KeepcountMetrics}. */
+export interface KeepcountMetricsOptions {
+  /** The registry to register in. Defaults to prom-client's global `register`. */
+  registry?: Registry;
+  /** Prepended to every metric name. Defaults to `'keepcount_'`. */
+  prefix?: string;
+  /** Top talkers exported per quota: an integer in [0, 100]. Defaults to 10. */
+  topTalkers?: number;
+}
+
+/** Anything with decision counters: a `WindowQuota` or an `UpstreamLimit`. */
+interface Decider {
+  decisions(): { allowed: number; refused: number };
+}
+
+/**
+ * Exports, for every quota and upstream limit added:
+ * - `keepcount_decisions_total{policy, outcome}`: requests allowed and refused;
+ * - `keepcount_top_talker_requests{policy, client, bound}`: the current window's top talkers, the
+ *   lower (exact since the client entered the table) and upper bounds of their counts;
+ * - `keepcount_tracked_clients{policy}` and `keepcount_overflow_requests{policy}`: clients counted
+ *   exactly in the current window, and requests of clients that found the table full (judged by the
+ *   sketch alone, so possibly refused wrongly: alert on it);
+ * - `keepcount_inflight{upstream, key}`: in-flight calls per listed upstream key.
+ */
+export class KeepcountMetrics {
+  readonly #quotas = new Map<string, WindowQuota>();
+  readonly #upstreams = new Map<string, { limit: UpstreamLimit; keys: readonly string[] }>();
+  /** What the decision counters read at the last scrape, per policy. */
+  readonly #seen = new Map<string, { allowed: number; refused: number }>();
+  readonly #deciders = new Map<string, Decider>();
+  readonly #topTalkers: number;
+
+  constructor(options: KeepcountMetricsOptions = {}) {
+    const o = optionsObject(options);
+    const registry = o.registry ?? defaultRegistry;
+    const prefix = o.prefix ?? 'keepcount_';
+    if (typeof prefix !== 'string') throw invalidType('The "prefix" option', 'of type string', prefix);
+    this.#topTalkers = integerOption('topTalkers', o.topTalkers, 0, MAX_TOP_TALKERS, 10);
+    const registers = [registry];
+    // The collectors run with `this` bound to their metric: they reach these through closures.
+    const deciders = this.#deciders;
+    const seen = this.#seen;
+    const quotas = this.#quotas;
+    const upstreams = this.#upstreams;
+    const topTalkers = this.#topTalkers;
+    new Counter({
+      name: `${prefix}decisions_total`,
+      help: 'Requests keepcount allowed and refused, by policy',
+      labelNames: ['policy', 'outcome'],
+      registers,
+      collect() {
+        for (const [policy, decider] of deciders) {
+          const now = decider.decisions();
+          const before = seen.get(policy) ?? { allowed: 0, refused: 0 };
+          this.inc({ policy, outcome: 'allowed' }, now.allowed - before.allowed);
+          this.inc({ policy, outcome: 'refused' }, now.refused - before.refused);
+          seen.set(policy, now);
+        }
+      },
+    });
+    new Gauge({
+      name: `${prefix}top_talker_requests`,
+      help: "The current window's top talkers per quota: bounds on their request counts",
+      labelNames: ['policy', 'client', 'bound'],
+      registers,
+      collect() {
+        // Replaced whole on every scrape, so at most `topTalkers` clients per quota ever show.
+        this.reset();
+        for (const [policy, quota] of quotas) {
+          for (const { key, lower, upper } of quota.topTalkers(topTalkers)) {
+            const client = typeof key === 'string' ? key : String(key);
+            this.set({ policy, client, bound: 'lower' }, lower);
+            this.set({ policy, client, bound: 'upper' }, upper);
+          }
+        }
+      },
+    });
+    new Gauge({
+      name: `${prefix}tracked_clients`,
+      help: 'Clients counted exactly in the current window, per quota',
+      labelNames: ['policy'],
+      registers,
+      collect() {
+        for (const [policy, quota] of quotas) this.set({ policy }, quota.stats()?.tracked ?? 0);
+      },
+    });
+    new Gauge({
+      name: `${prefix}overflow_requests`,
+      help: "Requests in the current window from clients that found the quota's exact table full",
+      labelNames: ['policy'],
+      registers,
+      collect() {
+        for (const [policy, quota] of quotas) this.set({ policy }, quota.stats()?.overflowEvents ?? 0);
+      },
+    });
+    new Gauge({
+      name: `${prefix}inflight`,
+      help: 'Calls in flight per upstream key',
+      labelNames: ['upstream', 'key'],
+      registers,
+      collect() {
+        for (const [upstream, { limit, keys }] of upstreams) {
+          for (const key of keys) this.set({ upstream, key }, limit.inflight.get(key));
+        }
+      },
+    });
+  }
+
+  /** Exports a quota (a `WindowQuota`, or a `rateLimit` middleware or hook) as policy `policy`. */
+  addQuota(policy: string, quota: WindowQuota | Talkers): this {
+    const q = quota instanceof WindowQuota ? quota : (quota as Partial<Talkers> | undefined)?.quota;
+    if (!(q instanceof WindowQuota)) {
+      throw invalidType('The "quota" argument', 'a WindowQuota or a rateLimit middleware', quota);
+    }
+    this.#add(policy, q);
+    this.#quotas.set(policy, q);
+    return this;
+  }
+
+  /** Exports an upstream limit as policy `policy`, with the in-flight count of each of `keys`. */
+  addUpstream(policy: string, limit: UpstreamLimit, keys: readonly string[] = []): this {
+    if (!(limit instanceof UpstreamLimit)) throw invalidType('The "limit" argument', 'an UpstreamLimit', limit);
+    if (!Array.isArray(keys) || !keys.every((k) => typeof k === 'string')) {
+      throw invalidType('The "keys" argument', 'an array of strings', keys);
+    }
+    this.#add(policy, limit);
+    this.#upstreams.set(policy, { limit, keys: [...keys] });
+    return this;
+  }
+
+  #add(policy: string, decider: Decider): void {
+    if (typeof policy !== 'string') throw invalidType('The "policy" argument', 'of type string', policy);
+    if (this.#deciders.has(policy)) throw outOfRange('The "policy" argument', 'a name not added yet', policy);
+    this.#deciders.set(policy, decider);
+    this.#seen.set(policy, { allowed: 0, refused: 0 });
+  }
+}
