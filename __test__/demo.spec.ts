@@ -66,5 +66,9 @@ test(
     t.true(flood['429']! > 0);
     for (const r of [polite, flood]) t.true(Number.isFinite(r['p50/ms']) && Number.isFinite(r['p99/ms']));
     t.regex(run.stdout, /in flight after the run: 0;/, 'no in-flight slot leaked');
+    // The flooder heads the top talkers, with more requests than the polite client sends at all.
+    const top = /top talkers[^\n]*\n\s+(\S+)\s+(\d+)/.exec(run.stdout);
+    t.is(top?.[1], 'flood', run.stdout);
+    t.true(Number(top?.[2]) > 40, `flood's lower bound ${top?.[2]}`);
   },
 );

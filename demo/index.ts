@@ -4,6 +4,7 @@
  */
 import autocannon from 'autocannon';
 import { backend } from '../lib/index.js';
+import type { RateLimitMiddleware } from '../lib/http/index.js';
 import { listen, protection, proxy, upstream, upstreamShape } from './servers.js';
 
 const short = process.argv.includes('--short');
@@ -73,6 +74,22 @@ function table(rows: Row[]): string {
   return [line(head), line(widths.map((w) => '-'.repeat(w))), ...body.map(line)].join('\n');
 }
 
+/**
+ * The rate limit's top talkers over its last two windows: every client that reached the
+ * heavy-hitter threshold is counted exactly from then on, so the bounds are at most threshold − 1
+ * apart.
+ */
+function talkers(limit: RateLimitMiddleware): string {
+  const lines = limit.topTalkers(3, 'both').map(({ key, lower, upper }) => {
+    const count = lower === upper ? `${lower}` : `${lower} to ${upper}`;
+    return `  ${String(key).padEnd(8)} ${count} requests`;
+  });
+  return [
+    `\ntop talkers of the last two ${protection.windowMs} ms windows (rate limit's exact table; counts exact to within the threshold):`,
+    ...(lines.length > 0 ? lines : ['  (none reached the threshold)']),
+  ].join('\n');
+}
+
 async function main(): Promise<void> {
   const started = performance.now();
   const elapsed = () => performance.now() - started;
@@ -99,6 +116,7 @@ async function main(): Promise<void> {
 
   const rows = await Promise.all(clients.map((c) => load(port, c)));
   console.log(table(rows));
+  console.log(talkers(front.limit));
   console.log(
     [
       '',

@@ -1,7 +1,14 @@
 /** The demo's two loopback servers: a sometimes-slow upstream and the protected proxy in front. */
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
-import { isDeadlineError, rateLimit, upstreamLimit, UpstreamLimit, withDeadline } from '../lib/http/index.js';
+import {
+  isDeadlineError,
+  rateLimit,
+  upstreamLimit,
+  UpstreamLimit,
+  withDeadline,
+  type RateLimitMiddleware,
+} from '../lib/http/index.js';
 
 /** How the demo protects the upstream; printed with the results. */
 export const protection = {
@@ -44,16 +51,14 @@ export function upstream(brownedOut: () => boolean): Server {
  * client shares 127.0.0.1; a real deployment keys by client IP (`trustProxy` set to its proxies),
  * since a header the client writes is a key the client chooses.
  */
-export function proxy(upstreamPort: number): { server: Server; inflight: UpstreamLimit } {
+export function proxy(upstreamPort: number): { server: Server; inflight: UpstreamLimit; limit: RateLimitMiddleware } {
   const inflight = new UpstreamLimit({ max: protection.maxInflight });
-  const chain = [
-    rateLimit({
-      limit: protection.limit,
-      windowMs: protection.windowMs,
-      key: (req) => String(req.headers['x-client'] ?? 'anonymous'),
-    }),
-    upstreamLimit({ limit: inflight, upstream: () => 'origin' }),
-  ];
+  const limit = rateLimit({
+    limit: protection.limit,
+    windowMs: protection.windowMs,
+    key: (req) => String(req.headers['x-client'] ?? 'anonymous'),
+  });
+  const chain = [limit, upstreamLimit({ limit: inflight, upstream: () => 'origin' })];
   const forward = async (req: IncomingMessage, res: ServerResponse): Promise<void> => {
     // The client going away aborts the upstream call too.
     const gone = new AbortController();
@@ -82,5 +87,5 @@ export function proxy(upstreamPort: number): { server: Server; inflight: Upstrea
     };
     run(0);
   });
-  return { server, inflight };
+  return { server, inflight, limit };
 }
