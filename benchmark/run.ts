@@ -203,6 +203,25 @@ for (const b of node.backends) {
   });
 }
 
+const heavySuite = suite('heavy-ipv4-zipf');
+for (const b of node.backends) {
+  const incr = ns(heavySuite, `keepcount HeavyHitters.incr (${b})`)!;
+  const plain = ns(heavySuite, `keepcount Estimator.incr, same shape (${b})`)!;
+  const topk = ns(heavySuite, 'bloom-filters TopK.add')!;
+  targets.push({
+    what: `HeavyHitters.incr (${b}) vs Estimator.incr of the same shape, Zipf(1.1) IPv4`,
+    goal: '≤ 1.5× the cost',
+    measured: `${incr.toFixed(1)} vs ${plain.toFixed(1)} ns: ${(incr / plain).toFixed(2)}×`,
+    met: incr <= 1.5 * plain,
+  });
+  targets.push({
+    what: `HeavyHitters.incr (${b}) vs bloom-filters TopK.add, Zipf(1.1) IPv4`,
+    goal: '≥ 5× faster',
+    measured: `${incr.toFixed(1)} vs ${topk.toFixed(1)} ns: ${(topk / incr).toFixed(1)}×`,
+    met: topk / incr >= 5,
+  });
+}
+
 const relative = (setup: string): number => http.cases.find((c) => c.setup === setup)!.rps / baselineRps(http, setup);
 for (const framework of ['node', 'express']) {
   for (const limiter of ['rateLimit', 'tokenBucket', 'upstreamLimit']) {

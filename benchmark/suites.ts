@@ -6,7 +6,7 @@
  * A case runs `batch` operations per call, each on the next key of its stream, so the harness's
  * own per-call cost is amortised; async contenders `await` every operation, as their users do.
  */
-import { CountMinSketch } from 'bloom-filters';
+import { CountMinSketch, TopK } from 'bloom-filters';
 import { MemoryStore } from 'express-rate-limit';
 import { TokenBucket } from 'limiter';
 import pTimeout from 'p-timeout';
@@ -403,6 +403,67 @@ function callCost(backends: LoadedBackend[]): Suite {
   };
 }
 
+/**
+ * Heavy hitters (issue 17): `HeavyHitters.incr` against a plain `Estimator.incr` of the same shape
+ * (the cost of the exact table), an exact `Map` counter, and bloom-filters' `TopK`; the check
+ * measures each one's precision and recall of the top 100 against the exact counts.
+ */
+function heavy(backends: LoadedBackend[], v: Variant): Suite {
+  const s = stream(v.keys, v.draws);
+  const shape = { hashes: 4, slots: 4096, seed: SEED };
+  const options = { ...shape, intervalMs: 2 ** 52, threshold: 128, capacity: 1024 };
+  const heavies = backends.map((b) => new b.api.HeavyHitters(options));
+  const plain = backends.map((b) => new b.api.Estimator(shape));
+  const map = new Map<string | number, number>();
+  const topk = new TopK(100, 0.001, 0.99);
+  const cases: Case[] = [];
+  backends.forEach((b, i) =>
+    cases.push(syncCase(`keepcount HeavyHitters.incr ${label(b)}`, s, (k) => heavies[i]!.incr(k))),
+  );
+  backends.forEach((b, i) =>
+    cases.push(syncCase(`keepcount Estimator.incr, same shape ${label(b)}`, s, (k) => plain[i]!.incr(k))),
+  );
+  cases.push(syncCase('Map<key, number> counter', s, (k) => map.set(k, (map.get(k) ?? 0) + 1)));
+  cases.push(syncCase('bloom-filters TopK.add', s, (k) => topk.add(String(k)), 64));
+  return {
+    id: `heavy-${v.id}`,
+    title: `Heavy hitters, ${v.title}`,
+    reference: ref(backends, 'HeavyHitters.incr'),
+    cases,
+    check() {
+      // The whole stream, not `checkDraws`: the top 100 of a few thousand draws are mostly ties.
+      const draws = s.length;
+      const h = backends.map((b) => new b.api.HeavyHitters(options));
+      const t = new TopK(100, 0.001, 0.99);
+      const exact = new Map<string | number, number>();
+      for (let i = 0; i < draws; i++) {
+        const k = s[i]!;
+        const counts = h.map((x) => x.incr(k));
+        assert(
+          counts.every((c) => c === counts[0]),
+          `backends disagree on ${k}`,
+        );
+        t.add(String(k));
+        exact.set(k, (exact.get(k) ?? 0) + 1);
+      }
+      const hundredth = [...exact.values()].sort((a, b) => b - a)[99] ?? 0;
+      const score = (keys: (string | number)[]): string => {
+        const hits = keys.filter((k) => (exact.get(k) ?? exact.get(Number(k)) ?? 0) >= hundredth).length;
+        return `precision ${(hits / Math.max(1, keys.length)).toFixed(3)}, recall ${(hits / 100).toFixed(3)}`;
+      };
+      const ours = h[0]!.top(100).map((row) => row.key as string | number);
+      const theirs = t
+        .values()
+        .slice(0, 100)
+        .map((row) => row.value as string);
+      return (
+        `${draws} draws, top 100 against exact counts: keepcount ${score(ours)} ` +
+        `(${h[0]!.stats().overflowEvents} overflow events); bloom-filters TopK ${score(theirs)}`
+      );
+    },
+  };
+}
+
 /** Every suite's id, in report order; `makeSuite` builds one. */
 export const SUITE_IDS = [
   'counting-ipv4-uniform',
@@ -410,6 +471,7 @@ export const SUITE_IDS = [
   'counting-int-uniform',
   'rate-ipv4-uniform',
   'rate-ipv4-zipf',
+  'heavy-ipv4-zipf',
   'inflight-ipv4-uniform',
   'token-ipv4-uniform',
   'timeout',
@@ -435,6 +497,8 @@ export function makeSuite(id: SuiteId, backends: LoadedBackend[], keys: Keys, ch
       return rate(backends, ipU, checkDraws);
     case 'rate-ipv4-zipf':
       return rate(backends, ipZ, checkDraws);
+    case 'heavy-ipv4-zipf':
+      return heavy(backends, ipZ);
     case 'inflight-ipv4-uniform':
       return inflight(backends, ipU, checkDraws);
     case 'token-ipv4-uniform':

@@ -9,6 +9,7 @@
  * `number`s (safe integers, as `lib/` validated them) and are converted once per quota.
  */
 import type { Key, LimiterCore, LimitSpec, QuotaSpec } from '../lib/core.js';
+import { canonical } from './canonical.js';
 
 const U64_MAX = 2n ** 64n - 1n;
 /** 2^64 as a double: `as u64` in Rust saturates every double at or above it. */
@@ -143,24 +144,6 @@ function setQuota(bucket: Bucket, quota: Governing, now: bigint): void {
     state.tokens[i as 0 | 1] = t;
   }
   bucket.quota = quota;
-}
-
-/** The canonical form of a key: keys that are the same key to the native backend map to one string. */
-function canonical(key: Key): string {
-  switch (typeof key) {
-    case 'string':
-      // Native reads strings as UTF-8 with lone surrogates replaced by U+FFFD.
-      return `s${(key as string & { toWellFormed(): string }).toWellFormed()}`;
-    case 'number':
-    case 'bigint':
-      // 1 and 1n are the same key (i64).
-      return `i${key}`;
-    default: {
-      let s = 'b';
-      for (let i = 0; i < key.length; i++) s += String.fromCharCode(key[i]!);
-      return s;
-    }
-  }
 }
 
 /** The fallback {@link LimiterCore}. Arguments arrive validated by `lib/`; time starts at 0. */

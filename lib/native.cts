@@ -64,6 +64,7 @@ const { estimatorIncrStr, estimatorIncrNum, estimatorIncrKey, estimatorGetStr, e
   fast;
 const { rateObserveStr, rateObserveNum, rateObserveKey } = fast;
 const { limiterCheckStr, limiterCheckNum, limiterCheckKey } = binding.limiterFastPaths();
+const { heavyIncrStr, heavyIncrNum, heavyIncrKey } = binding.heavyFastPaths();
 
 /**
  * The native {@link EstimatorCore}: `incr` and `get` call the binding's fast paths (raw N-API
@@ -200,18 +201,23 @@ class NativeLimiter implements LimiterCore {
 
 /** One armed deadline: fires once, keeps the process alive while ref'd and not yet fired. */
 /**
- * The native {@link HeavyCore}: the napi-rs class as it is (its objects already have the core's
- * shape); `absorb` narrows the binding's `string | null` to the reasons it returns.
+ * The native {@link HeavyCore}: `incr`, on every request of `rateLimit`, calls the binding's fast
+ * paths as {@link NativeEstimator} does; the rest goes to the napi-rs class, whose objects already
+ * have the core's shape (`absorb` narrows its `string | null` to the reasons it returns).
  */
 class NativeHeavy implements HeavyCore {
   private readonly native: Binding.HeavyHitters;
+  private readonly handle: number;
 
   constructor(intervalMs: number, hashes: number, slots: number, seed: bigint, threshold: number, capacity: number) {
     this.native = new binding.HeavyHitters(intervalMs, hashes, slots, seed, threshold, capacity);
+    this.handle = this.native.handle;
   }
 
   incr(key: Key, value: number, nowMs: number): number {
-    return this.native.incr(key, value, nowMs);
+    if (typeof key === 'string') return heavyIncrStr(this.handle, key, value, nowMs);
+    if (typeof key === 'number') return heavyIncrNum(this.handle, key, value, nowMs);
+    return heavyIncrKey(this.handle, key, value, nowMs);
   }
 
   decr(key: Key, value: number, nowMs: number): void {

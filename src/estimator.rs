@@ -218,7 +218,7 @@ pub(crate) const FAST_PATHS: [(&CStr, Callback); 6] = [
 ];
 
 /// Defines the raw callback `$name(handle, key, value)` (incr) or `$name(handle, key)` (get)
-/// hashing its key with `$hash` (one of the `keys::hash_*`).
+/// hashing its key with `$hash` (`keys::with_str_key`, `with_number_key` or `hash_key`).
 macro_rules! fast_path {
     ($name:ident, incr, $hash:path) => {
         unsafe extern "C" fn $name(
@@ -255,9 +255,9 @@ macro_rules! fast_path {
     };
 }
 
-fast_path!(incr_str, incr, keys::hash_str);
-fast_path!(incr_num, incr, keys::hash_number);
+fast_path!(incr_str, incr, keys::with_str_key);
+fast_path!(incr_num, incr, keys::with_number_key);
 fast_path!(incr_key, incr, keys::hash_key);
-fast_path!(get_str, get, keys::hash_str);
-fast_path!(get_num, get, keys::hash_number);
+fast_path!(get_str, get, keys::with_str_key);
+fast_path!(get_num, get, keys::with_number_key);
 fast_path!(get_key, get, keys::hash_key);

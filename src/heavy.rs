@@ -1,26 +1,34 @@
 //! `HeavyHitters`: the windowed heavy-hitter summaries of `keepcount-limits`, for
 //! `lib/native.cts`, on a time base JavaScript supplies ([`CallerClock`]).
 //!
-//! Keys are kept in their stored form (docs/format.md §6.1, [`Key::encode`]): a tag byte and the
-//! payload, hashed as a Rust `&[u8]`. The summaries are therefore `Summary<Vec<u8>>`, whose
+//! Keys are kept in their stored form (docs/format.md §6.1, [`Key::with_stored`]): a tag byte and
+//! the payload, hashed as a Rust `&[u8]`. The summaries are therefore `Summary<Vec<u8>>`, whose
 //! serialization the crate already defines, and `top` can give every key back with its type.
-//! Each call encodes its key into one per-thread buffer, so counting allocates nothing.
+//! The stored form is built on the stack, so counting a short key allocates nothing.
+//!
+//! `incr` is also [`FAST_PATHS`]: raw N-API functions taking the object's
+//! [`HeavyHitters::handle`], one per key type, which `lib/native.cts` calls instead of the method
+//! (see [`crate::raw`]): the request path of `rateLimit` goes through it.
 
 use crate::args;
 use crate::caller_clock::CallerClock;
 use crate::error::{Failure, Result as Outcome, map_error};
 use crate::keys::{self, Key, Stored};
 use crate::memory::External;
+use crate::raw::{self, Callback, Slab, Slot};
 use keepcount_limits::Shape;
+use keepcount_limits::hash::KeyHash;
 use keepcount_limits::heavy::codec::DecodeError;
 use keepcount_limits::heavy::{
     ConfigError, Count, HeavyHitters as Windows, MAX_CAPACITY, Settings, Standing, Stats, Summary,
     Window,
 };
-use napi::bindgen_prelude::{BigInt, Either, Either3, ObjectFinalize, Uint8Array, Unknown};
-use napi::{Env, JsValue, Result};
+use napi::bindgen_prelude::{BigInt, Either, Either3, Object, ObjectFinalize, Uint8Array, Unknown};
+use napi::{Env, JsValue, Result, sys};
 use napi_derive::napi;
 use std::cell::RefCell;
+use std::ffi::CStr;
+use std::rc::Rc;
 use std::time::Duration;
 
 /// Longest interval `lib/heavy.ts` accepts: 2^52 ms, as for `Rate`.
@@ -34,8 +42,14 @@ const MAX_SAFE_COUNT: u64 = (1 << 53) - 1;
 const ENTRY_BYTES: usize = 64;
 
 thread_local! {
-    /// The stored form of the key of the current call.
-    static KEY: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
+    /// This thread's heavy hitters, by handle, for the fast paths.
+    static HEAVIES: RefCell<Slab<Inner>> = const { RefCell::new(Slab::new(3)) };
+}
+
+/// The summaries and the clock they read.
+struct Inner {
+    windows: Windows<Vec<u8>, CallerClock>,
+    now: CallerClock,
 }
 
 /// Heavy hitters per interval of `intervalMs` ms: two summaries of a `hashes × slots` sketch keyed
@@ -44,8 +58,9 @@ thread_local! {
 #[napi(custom_finalize)]
 pub struct HeavyHitters {
     /// `None` once closed.
-    windows: Option<Windows<Vec<u8>, CallerClock>>,
-    now: CallerClock,
+    inner: Option<Rc<Inner>>,
+    /// The object's entry in [`HEAVIES`], emptied when this object is collected or closed.
+    slot: Slot<Inner>,
     /// The sketches and the table at capacity, reported to V8 (see [`crate::memory`]).
     memory: External,
 }
@@ -128,9 +143,11 @@ impl HeavyHitters {
                     .map_err(config_failure)?;
             let sketches = 2 * shape.hashes() * shape.slots() * size_of::<i64>();
             let memory = External::report(env, sketches + 2 * capacity * ENTRY_BYTES);
+            let inner = Rc::new(Inner { windows, now });
+            let slot = Slot::new(&HEAVIES, Rc::clone(&inner))?;
             Ok(Self {
-                windows: Some(windows),
-                now,
+                inner: Some(inner),
+                slot,
                 memory,
             })
         })()
@@ -140,8 +157,16 @@ impl HeavyHitters {
     /// Frees both summaries now (`lib/` refuses every later call). Idempotent.
     #[napi(catch_unwind)]
     pub fn close(&mut self, env: &Env) {
-        self.windows = None;
+        // The slab held the only other reference: dropping ours frees the summaries.
+        self.slot.vacate();
+        self.inner = None;
         self.memory.release(env);
+    }
+
+    /// This object's handle for the fast paths ([`FAST_PATHS`]), valid while it lives.
+    #[napi(getter)]
+    pub fn handle(&self) -> f64 {
+        self.slot.handle()
     }
 
     /// Counts `value` for `key`: its exact count if it is tracked after this, else `−1 − estimate`.
@@ -153,14 +178,7 @@ impl HeavyHitters {
         value: f64,
         now_ms: f64,
     ) -> Result<f64> {
-        self.with_key(env, key, value, now_ms, |windows, hash, key, value| {
-            let count = windows.incr_hash(hash, key, value);
-            if count.standing == Standing::Tracked {
-                count.lower as f64
-            } else {
-                -1.0 - count.upper as f64
-            }
-        })
+        self.with_key(env, key, value, now_ms, incr_result)
     }
 
     /// Takes back `value` counted for `key` in the current interval (`Summary::decr`).
@@ -196,9 +214,10 @@ impl HeavyHitters {
     pub fn top(&self, env: &Env, n: f64, window: u32, now_ms: f64) -> Result<Vec<HeavyTalker>> {
         (|| -> Outcome<Vec<HeavyTalker>> {
             let n = args::integer("The \"n\" argument", n, 0, MAX_CAPACITY as u64)? as usize;
-            let windows = self.windows()?;
-            self.now.set(now_ms)?;
-            windows
+            let inner = self.inner()?;
+            inner.now.set(now_ms)?;
+            inner
+                .windows
                 .top(n, window_of(window))
                 .into_iter()
                 .map(|talker| {
@@ -279,9 +298,9 @@ impl HeavyHitters {
 }
 
 impl HeavyHitters {
-    fn windows(&self) -> Outcome<&Windows<Vec<u8>, CallerClock>> {
-        self.windows
-            .as_ref()
+    fn inner(&self) -> Outcome<&Inner> {
+        self.inner
+            .as_deref()
             .ok_or_else(|| Failure::internal("heavy hitters used after close()"))
     }
 
@@ -293,20 +312,25 @@ impl HeavyHitters {
         key: Unknown,
         value: f64,
         now_ms: f64,
-        f: impl FnOnce(&Windows<Vec<u8>, CallerClock>, keepcount_limits::hash::KeyHash, &[u8], u32) -> R,
+        f: impl FnOnce(&Windows<Vec<u8>, CallerClock>, KeyHash, &[u8], u32) -> R,
     ) -> Result<R> {
         (|| -> Outcome<R> {
-            let value = args::integer("The \"value\" argument", value, 1, u64::from(u32::MAX))?;
-            // At most u32::MAX.
-            let value = value as u32;
-            let windows = self.windows()?;
-            self.now.set(now_ms)?;
-            KEY.with_borrow_mut(|stored| {
-                // SAFETY: live handles of this call.
-                unsafe { keys::with_key(env.raw(), key.raw(), |k: Key<'_>| k.encode(stored)) }?;
-                let hash = windows.hash_key(&stored[..]);
-                Ok(f(windows, hash, stored, value))
-            })
+            let value = value_argument(value)?;
+            let inner = self.inner()?;
+            inner.now.set(now_ms)?;
+            // SAFETY: live handles of this call; the closure runs no JavaScript.
+            unsafe {
+                keys::with_key(env.raw(), key.raw(), |k: Key<'_>| {
+                    k.with_stored(|stored| {
+                        f(
+                            &inner.windows,
+                            inner.windows.hash_key(stored),
+                            stored,
+                            value,
+                        )
+                    })
+                })
+            }
         })()
         .map_err(|failure| map_error(env, failure))
     }
@@ -320,16 +344,38 @@ impl HeavyHitters {
         f: impl FnOnce(&Summary<Vec<u8>>) -> Outcome<R>,
     ) -> Result<R> {
         (|| -> Outcome<R> {
-            let windows = self.windows()?;
-            self.now.set(now_ms)?;
+            let inner = self.inner()?;
+            inner.now.set(now_ms)?;
             f(if window == 0 {
-                windows.current()
+                inner.windows.current()
             } else {
-                windows.previous()
+                inner.windows.previous()
             })
         })()
         .map_err(|failure| map_error(env, failure))
     }
+}
+
+/// `incr` as the core returns it: the exact count of a tracked key, else `−1 − estimate`.
+fn incr_result(
+    windows: &Windows<Vec<u8>, CallerClock>,
+    hash: KeyHash,
+    stored: &[u8],
+    value: u32,
+) -> f64 {
+    let count = windows.incr_hash(hash, stored, value);
+    if count.standing == Standing::Tracked {
+        count.lower as f64
+    } else {
+        -1.0 - count.upper as f64
+    }
+}
+
+/// An increment: an integer in [1, 2^32 − 1] (the crate counts `u32` values).
+fn value_argument(value: f64) -> Outcome<u32> {
+    let value = args::integer("The \"value\" argument", value, 1, u64::from(u32::MAX))?;
+    // At most u32::MAX.
+    Ok(value as u32)
 }
 
 fn window_of(window: u32) -> Window {
@@ -407,3 +453,57 @@ fn corrupt_reason(err: DecodeError) -> &'static str {
         _ => "sketch",
     }
 }
+
+/// The fast paths of this module ([`FAST_PATHS`]) on one object; `lib/native.cts` takes one set
+/// per environment.
+#[napi(
+    catch_unwind,
+    ts_return_type = "{ heavyIncrStr(handle: number, key: string, value: number, nowMs: number): number; heavyIncrNum(handle: number, key: number, value: number, nowMs: number): number; heavyIncrKey(handle: number, key: string | number | bigint | Uint8Array, value: number, nowMs: number): number }"
+)]
+pub fn heavy_fast_paths(env: &Env) -> Result<Object<'_>> {
+    // SAFETY: this call's env.
+    let object = unsafe { raw::functions(env.raw(), &FAST_PATHS) }
+        .map_err(|failure| map_error(env, failure))?;
+    Ok(Object::from_raw(env.raw(), object))
+}
+
+/// `incr` as raw functions taking the object's handle first, then the method's arguments
+/// `(key, value, nowMs)`, returning and throwing what the method does (and a `TypeError` for a
+/// handle that names no live object): per key type (`Str`, `Num`) or for any key (`Key`).
+pub(crate) const FAST_PATHS: [(&CStr, Callback); 3] = [
+    (c"heavyIncrStr", incr_str),
+    (c"heavyIncrNum", incr_num),
+    (c"heavyIncrKey", incr_key),
+];
+
+/// Defines the raw callback `$name(handle, key, value, nowMs)` reading its key with `$read`
+/// (`keys::with_str_key`, `with_number_key` or `with_key`); checks its arguments in `incr`'s order.
+macro_rules! fast_incr {
+    ($name:ident, $read:path) => {
+        unsafe extern "C" fn $name(
+            env: sys::napi_env,
+            info: sys::napi_callback_info,
+        ) -> sys::napi_value {
+            // SAFETY: this callback's handles.
+            unsafe {
+                raw::call(env, info, |&[handle, key, value, now_ms]| {
+                    let inner = raw::resolve(env, handle, &HEAVIES)?;
+                    let value = raw::number(env, value, "The \"value\" argument")?;
+                    let value = value_argument(value)?;
+                    let now_ms = raw::number(env, now_ms, "The \"nowMs\" argument")?;
+                    inner.now.set(now_ms)?;
+                    $read(env, key, |k| {
+                        k.with_stored(|stored| {
+                            let hash = inner.windows.hash_key(stored);
+                            incr_result(&inner.windows, hash, stored, value)
+                        })
+                    })
+                })
+            }
+        }
+    };
+}
+
+fast_incr!(incr_str, keys::with_str_key);
+fast_incr!(incr_num, keys::with_number_key);
+fast_incr!(incr_key, keys::with_key);

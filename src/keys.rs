@@ -36,35 +36,47 @@ pub(crate) enum Key<'a> {
     Int(i64),
 }
 
-/// Tag bytes of [`Key::encode`] (docs/format.md §6.1).
+/// Tag bytes of the stored form ([`Key::with_stored`], docs/format.md §6.1).
 const TAG_STR: u8 = 0;
 const TAG_BYTES: u8 = 1;
 const TAG_INT: u8 = 2;
 
+/// Keys whose stored form is at most this many bytes are built on the stack ([`Key::with_stored`]).
+const STACK_KEY_BYTES: usize = 128;
+
 impl Key<'_> {
-    /// Writes the key's stored form (docs/format.md §6.1) into `out`, replacing its content: a tag
-    /// byte (0 string, 1 bytes, 2 integer) then the UTF-8 bytes, the bytes, or the i64 little
-    /// endian. Heavy-hitter tables keep keys in this form, so they can give them back typed.
-    pub(crate) fn encode(&self, out: &mut Vec<u8>) {
-        out.clear();
-        match self {
-            Self::Str(s) => {
-                out.push(TAG_STR);
-                out.extend_from_slice(s.as_bytes());
-            }
-            Self::Bytes(b) => {
-                out.push(TAG_BYTES);
-                out.extend_from_slice(b);
-            }
+    /// Calls `f` with the key's stored form (docs/format.md §6.1): a tag byte (0 string, 1 bytes,
+    /// 2 integer) then the UTF-8 bytes, the bytes, or the i64 little endian; on the stack when it
+    /// is short. `Limiter` tables and heavy-hitter tables keep keys in this form, so keys that are
+    /// one key to JavaScript (`1` and `1n`) are one entry, and tables can give keys back typed.
+    pub(crate) fn with_stored<R>(&self, f: impl FnOnce(&[u8]) -> R) -> R {
+        let int;
+        let (tag, body): (u8, &[u8]) = match self {
+            Self::Str(s) => (TAG_STR, s.as_bytes()),
+            Self::Bytes(b) => (TAG_BYTES, b),
             Self::Int(i) => {
-                out.push(TAG_INT);
-                out.extend_from_slice(&i.to_le_bytes());
+                int = i.to_le_bytes();
+                (TAG_INT, &int)
+            }
+        };
+        let mut stack = [0u8; STACK_KEY_BYTES];
+        match stack.get_mut(..=body.len()) {
+            Some(buf) => {
+                buf[0] = tag;
+                buf[1..].copy_from_slice(body);
+                f(buf)
+            }
+            None => {
+                let mut heap = Vec::with_capacity(body.len() + 1);
+                heap.push(tag);
+                heap.extend_from_slice(body);
+                f(&heap)
             }
         }
     }
 }
 
-/// A key decoded from its stored form ([`Key::encode`]).
+/// A key decoded from its stored form ([`Key::with_stored`]).
 pub(crate) enum Stored<'a> {
     Str(&'a str),
     Bytes(&'a [u8]),
@@ -72,7 +84,7 @@ pub(crate) enum Stored<'a> {
 }
 
 impl<'a> Stored<'a> {
-    /// Decodes `bytes`; `None` for bytes no [`Key::encode`] writes (a corrupt or foreign summary).
+    /// Decodes `bytes`; `None` for bytes that are no stored form (a corrupt or foreign summary).
     pub(crate) fn decode(bytes: &'a [u8]) -> Option<Self> {
         let (&tag, payload) = bytes.split_first()?;
         match tag {
@@ -155,38 +167,38 @@ pub(crate) unsafe fn with_key<R>(
     }
 }
 
-/// [`hash_key`] for a key the caller knows is a string: one napi call fewer (no `napi_typeof`).
+/// [`with_key`] for a key the caller knows is a string: one napi call fewer (no `napi_typeof`).
 /// Anything else is the same `TypeError`.
 ///
 /// # Safety
 /// `env` and `value` must be the live handles of the current napi call.
 #[inline(always)]
-pub(crate) unsafe fn hash_str(
+pub(crate) unsafe fn with_str_key<R>(
     env: sys::napi_env,
     value: sys::napi_value,
-    hash: impl FnOnce(Key<'_>) -> KeyHash,
-) -> Result<KeyHash> {
+    f: impl FnOnce(Key<'_>) -> R,
+) -> Result<R> {
     // SAFETY: live handles (caller contract); a non-string fails `napi_get_value_string_utf8`.
-    unsafe { with_str(env, value, |s| hash(Key::Str(s))) }
+    unsafe { with_str(env, value, |s| f(Key::Str(s))) }
 }
 
-/// [`hash_key`] for a key the caller knows is a number: a safe integer, hashed as i64.
+/// [`with_key`] for a key the caller knows is a number: a safe integer, hashed as i64.
 /// A non-number is the same `TypeError`, a number that is no safe integer the same `RangeError`.
 ///
 /// # Safety
 /// `env` and `value` must be the live handles of the current napi call.
 #[inline(always)]
-pub(crate) unsafe fn hash_number(
+pub(crate) unsafe fn with_number_key<R>(
     env: sys::napi_env,
     value: sys::napi_value,
-    hash: impl FnOnce(Key<'_>) -> KeyHash,
-) -> Result<KeyHash> {
+    f: impl FnOnce(Key<'_>) -> R,
+) -> Result<R> {
     let mut number = 0.0;
     // SAFETY: live handles (caller contract); a non-number returns `napi_number_expected`.
     if unsafe { sys::napi_get_value_double(env, value, &mut number) } != sys::Status::napi_ok {
         return Err(Failure::invalid_key_type());
     }
-    Ok(hash(Key::Int(safe_integer(number)?)))
+    Ok(f(Key::Int(safe_integer(number)?)))
 }
 
 /// The bytes of a `Uint8Array` (Buffer included), or `None` for any other value.

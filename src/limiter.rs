@@ -4,21 +4,19 @@
 //! The clock lives in JavaScript (`lib/limiter.ts` reads the user's `Clock`): every call passes
 //! `nowMs`, milliseconds (fractions allowed) since the limiter was created, and the crate's `_at`
 //! methods take it as `(nowMs × 1e6) as u64` nanoseconds, the conversion `fallback/limiter.ts`
-//! reproduces. Keys are stored as a tag byte and their bytes (UTF-8 for strings, the bytes of a
-//! `Uint8Array`, the little-endian i64 of a number or bigint), so `1` and `1n` are one key and a
-//! string never equals a `Uint8Array`, as in docs/format.md §1.
+//! reproduces. Keys are kept in their stored form (docs/format.md §6.1, [`Key::with_stored`]),
+//! so `1` and `1n` are one key and a string never equals a `Uint8Array`, as in docs/format.md §1.
 //!
 //! `check` is also [`FAST_PATHS`]: raw N-API functions taking the limiter's [`Limiter::handle`],
 //! one per key type, which `lib/native.cts` calls instead of the method (see [`crate::raw`]). The
-//! crate's `check_at` borrows the key as `&[u8]`, so neither path allocates for keys up to
-//! `STACK_KEY_BYTES - 1` bytes: the stored form is built on the stack ([`canonical`]).
+//! crate's `check_at` borrows the key as `&[u8]`, so neither path allocates for short keys: the
+//! stored form is built on the stack.
 
 use crate::args;
 use crate::error::{Failure, Result as Outcome, map_error};
-use crate::keys::{self, Key};
+use crate::keys;
 use crate::raw::{self, Callback, Slab, Slot};
 use keepcount_limits::clock::ManualClock;
-use keepcount_limits::hash::KeyHash;
 use keepcount_limits::limiter::{Decision, Limit, Limiter as Core, LimiterError, Quota};
 use napi::bindgen_prelude::Object;
 use napi::bindgen_prelude::Unknown;
@@ -39,8 +37,6 @@ thread_local! {
 
 /// The largest safe integer: amounts, bursts, periods and costs are at most this.
 const MAX_SAFE: u64 = (1 << 53) - 1;
-/// Keys up to this many bytes (with the tag) are built on the stack for a lookup.
-const STACK_KEY_BYTES: usize = 128;
 
 /// One dimension of a quota: `amount` tokens every `periodNs` nanoseconds, at most `burst` held.
 /// All safe integers; `periodNs` at least 1.
@@ -239,8 +235,8 @@ pub(crate) const FAST_PATHS: [(&CStr, Callback); 3] = [
     (c"limiterCheckKey", check_key),
 ];
 
-/// Defines the raw callback `$name(handle, key, cost, nowMs)` reading its key with `$read` (one
-/// of the `keys::hash_*`, whose hash is unused: the limiter hashes the stored form itself).
+/// Defines the raw callback `$name(handle, key, cost, nowMs)` reading its key with `$read`
+/// (`keys::with_str_key`, `with_number_key` or `with_key`).
 macro_rules! fast_check {
     ($name:ident, $read:path) => {
         unsafe extern "C" fn $name(
@@ -254,21 +250,18 @@ macro_rules! fast_check {
                     let cost = raw::number(env, cost, "The \"cost\" argument")?;
                     let cost = args::integer("The \"cost\" argument", cost, 0, MAX_SAFE)?;
                     let now = nanos(raw::number(env, now_ms, "The \"nowMs\" argument")?);
-                    let mut out = 0.0;
                     $read(env, key, |key| {
-                        out = canonical(key, |key| wait_ms(&core, key, cost, now));
-                        KeyHash::from_u64(0)
-                    })?;
-                    Ok(out)
+                        key.with_stored(|key| wait_ms(&core, key, cost, now))
+                    })
                 })
             }
         }
     };
 }
 
-fast_check!(check_str, keys::hash_str);
-fast_check!(check_num, keys::hash_number);
-fast_check!(check_key, keys::hash_key);
+fast_check!(check_str, keys::with_str_key);
+fast_check!(check_num, keys::with_number_key);
+fast_check!(check_key, keys::with_key);
 
 /// Nanoseconds of `now_ms`: `as` truncates toward zero and saturates (NaN and negatives to 0),
 /// which `nanosFromMs` in `fallback/limiter.ts` mirrors.
@@ -278,43 +271,8 @@ fn nanos(now_ms: f64) -> u64 {
 
 /// Converts the JavaScript key and calls `f` with its stored form: a tag byte, then the bytes.
 fn with_key<R>(env: &Env, key: Unknown, f: impl FnOnce(&[u8]) -> R) -> Outcome<R> {
-    let mut out = None;
     // SAFETY: live handles of this call; the closure does not run JavaScript.
-    unsafe {
-        keys::hash_key(env.raw(), key.raw(), |key| {
-            out = Some(canonical(key, f));
-            // The hash is not used: the limiter hashes the stored form itself.
-            KeyHash::from_u64(0)
-        })
-    }?;
-    out.ok_or_else(Failure::invalid_key_type)
-}
-
-/// Calls `f` with `key`'s stored form, built on the stack when it is short.
-fn canonical<R>(key: Key<'_>, f: impl FnOnce(&[u8]) -> R) -> R {
-    let int;
-    let (tag, body): (u8, &[u8]) = match key {
-        Key::Str(s) => (0, s.as_bytes()),
-        Key::Bytes(b) => (1, b),
-        Key::Int(i) => {
-            int = i.to_le_bytes();
-            (2, &int)
-        }
-    };
-    let mut stack = [0u8; STACK_KEY_BYTES];
-    match stack.get_mut(..=body.len()) {
-        Some(buf) => {
-            buf[0] = tag;
-            buf[1..].copy_from_slice(body);
-            f(buf)
-        }
-        None => {
-            let mut heap = Vec::with_capacity(body.len() + 1);
-            heap.push(tag);
-            heap.extend_from_slice(body);
-            f(&heap)
-        }
-    }
+    unsafe { keys::with_key(env.raw(), key.raw(), |key| key.with_stored(f)) }
 }
 
 /// A validated quota.

@@ -211,7 +211,7 @@ pub(crate) const FAST_PATHS: [(&CStr, Callback); 3] = [
 ];
 
 /// Defines the raw callback `$name(handle, key, events, nowMs)` hashing its key with `$hash` (one
-/// of the `keys::hash_*`); checks its arguments in `Rate.observe`'s order.
+/// of `keys::with_str_key`, `with_number_key` or `hash_key`); checks its arguments in `Rate.observe`'s order.
 macro_rules! fast_observe {
     ($name:ident, $hash:path) => {
         unsafe extern "C" fn $name(
@@ -234,6 +234,6 @@ macro_rules! fast_observe {
     };
 }
 
-fast_observe!(observe_str, keys::hash_str);
-fast_observe!(observe_num, keys::hash_number);
+fast_observe!(observe_str, keys::with_str_key);
+fast_observe!(observe_num, keys::with_number_key);
 fast_observe!(observe_key, keys::hash_key);

@@ -85,7 +85,8 @@ struct Entry<T> {
 }
 
 impl<T> Slab<T> {
-    /// An empty slab whose handles carry `tag` (in [0, 4): 0 sketches, 1 rates, 2 limiters).
+    /// An empty slab whose handles carry `tag` (in [0, 4): 0 sketches, 1 rates, 2 limiters, 3 heavy
+    /// hitters).
     pub(crate) const fn new(tag: u32) -> Self {
         Self {
             tag: tag % TAGS,

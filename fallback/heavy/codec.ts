@@ -7,7 +7,7 @@ import type { HeavyCorruptReason } from '../../lib/core.js';
 import { crc32 } from '../crc32.js';
 import { FallbackEstimator } from '../estimator.js';
 import { decode as decodeSketch, encode as encodeSketch } from '../wire.js';
-import { decodeStored, idOf } from './keys.js';
+import { decodeStored } from './keys.js';
 import { Summary, asCount } from './summary.js';
 import { U64_MAX, type Entry } from './table.js';
 
@@ -114,7 +114,7 @@ export function decodeSummary(bytes: Uint8Array): Summary | HeavyCorruptReason {
   if (entries.some((e) => decodeStored(e.key) === undefined)) return 'key';
   const overflow = [32, 40, 48].map((offset) => view.getBigUint64(offset, true));
   if (!exactCounts(entries, overflow)) return 'counts';
-  summary.table.replace(entries, idOf);
+  summary.table.replace(entries);
   summary.table.overflow = {
     events: Number(overflow[0]),
     weight: Number(overflow[1]),

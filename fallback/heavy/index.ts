@@ -12,6 +12,7 @@ import type {
   HeavyWindow,
   Key,
 } from '../../lib/core.js';
+import { canonical } from '../canonical.js';
 import { FallbackEstimator } from '../estimator.js';
 import { decodeSummary, encodeSummary } from './codec.js';
 import { decodeStored, encodeKey, hashStored } from './keys.js';
@@ -39,21 +40,22 @@ export class FallbackHeavy implements HeavyCore {
   incr(key: Key, value: number, nowMs: number): number {
     this.maybeReset(nowMs);
     const h = this.hash(key);
-    return this.current.incr(h.h1, h.h2, value);
+    return this.current.incr(key, h.h1, h.h2, value);
   }
 
   decr(key: Key, value: number, nowMs: number): void {
     this.maybeReset(nowMs);
     const h = this.hash(key);
-    this.current.decr(h.h1, h.h2, value);
+    this.current.decr(key, h.h1, h.h2, value);
   }
 
   count(key: Key, window: HeavyWindow, nowMs: number): HeavyCount {
     this.maybeReset(nowMs);
     const { h1, h2 } = this.hash(key);
-    if (window === 0) return this.current.count(h1, h2);
-    if (window === 1) return this.previous.count(h1, h2);
-    return plus(this.previous.count(h1, h2), this.current.count(h1, h2));
+    const id = canonical(key);
+    if (window === 0) return this.current.count(id, h1, h2);
+    if (window === 1) return this.previous.count(id, h1, h2);
+    return plus(this.previous.count(id, h1, h2), this.current.count(id, h1, h2));
   }
 
   top(n: number, window: HeavyWindow, nowMs: number): HeavyTalker[] {
@@ -107,7 +109,7 @@ export class FallbackHeavy implements HeavyCore {
     }
     const entries: Entry[] = [];
     for (const [id, e] of keys) {
-      const c = plus(this.previous.countEntry(id, e.h1, e.h2), this.current.countEntry(id, e.h1, e.h2));
+      const c = plus(this.previous.count(id, e.h1, e.h2), this.current.count(id, e.h1, e.h2));
       entries.push({ h1: e.h1, h2: e.h2, key: e.key, exact: c.lower, slack: Math.max(0, c.upper - c.lower) });
     }
     return entries.sort(rank);

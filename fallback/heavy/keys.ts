@@ -18,15 +18,22 @@ const decoder = new TextDecoder('utf-8', { fatal: true });
 
 /** The stored form of the key of the current call: `scratch[0, length)`. Grows as needed. */
 let scratch = new Uint8Array(256);
+/** `scratch` past its tag byte, where a string's UTF-8 goes: kept, not made per call. */
+let payload = scratch.subarray(1);
 let length = 0;
+
+function grow(bytes: number): void {
+  scratch = new Uint8Array(bytes);
+  payload = scratch.subarray(1);
+}
 
 /** Writes `key`'s stored form into the scratch buffer; valid until the next call. */
 export function encodeKey(key: Key): void {
   if (typeof key === 'string') {
     // UTF-8 takes at most 3 bytes per UTF-16 unit; lone surrogates become U+FFFD, as in Rust.
-    if (scratch.length < 1 + key.length * 3) scratch = new Uint8Array(1 + key.length * 3);
+    if (scratch.length < 1 + key.length * 3) grow(1 + key.length * 3);
     scratch[0] = TAG_STR;
-    length = 1 + encoder.encodeInto(key, scratch.subarray(1)).written;
+    length = 1 + encoder.encodeInto(key, payload).written;
   } else if (typeof key === 'number' || typeof key === 'bigint') {
     scratch[0] = TAG_INT;
     let lo: number;
@@ -46,7 +53,7 @@ export function encodeKey(key: Key): void {
     }
     length = 9;
   } else {
-    if (scratch.length < 1 + key.length) scratch = new Uint8Array(1 + key.length);
+    if (scratch.length < 1 + key.length) grow(1 + key.length);
     scratch[0] = TAG_BYTES;
     scratch.set(key, 1);
     length = 1 + key.length;
@@ -56,24 +63,6 @@ export function encodeKey(key: Key): void {
 /** The stored form {@link encodeKey} wrote, as a fresh copy to keep. */
 export function storedCopy(): Uint8Array {
   return scratch.slice(0, length);
-}
-
-/**
- * The stored form {@link encodeKey} wrote, as a string that is equal for equal stored forms (each
- * byte one char code): the exact table's map key.
- */
-export function storedId(): string {
-  return idOf(scratch.subarray(0, length));
-}
-
-/** The id of stored bytes, as {@link storedId} gives it. */
-export function idOf(stored: Uint8Array): string {
-  let id = '';
-  // In chunks: `apply` passes every element as an argument, and engines cap their number.
-  for (let i = 0; i < stored.length; i += 4096) {
-    id += String.fromCharCode.apply(null, stored.subarray(i, i + 4096) as unknown as number[]);
-  }
-  return id;
 }
 
 /**

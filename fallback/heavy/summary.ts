@@ -5,7 +5,9 @@
  */
 import type { HeavyCount, HeavyStats } from '../../lib/core.js';
 import { FallbackEstimator } from '../estimator.js';
-import { hashBytes, idOf, storedCopy, storedId } from './keys.js';
+import type { Key } from '../../lib/core.js';
+import { canonical } from '../canonical.js';
+import { hashBytes, storedCopy } from './keys.js';
 import { addSat, rank, Table, U64_MAX, upperOf, type Entry } from './table.js';
 
 /** `as_count`: a sketch estimate as a bound; a negative one (only merged or decoded counters) is unbounded. */
@@ -30,35 +32,27 @@ export class Summary {
   }
 
   /**
-   * `incr_hash` for the stored key in the scratch buffer, hashed as `h1`/`h2`: returns its exact
-   * count if it is tracked after this increment, else `−1 − estimate`.
+   * `incr_hash` for `key`, whose stored form `keys.ts` `encodeKey` just wrote and which hashed as
+   * `h1`/`h2`: returns its exact count if it is tracked after this increment, else
+   * `−1 − estimate`.
    */
-  incr(h1: number, h2: number, value: number): number {
+  incr(key: Key, h1: number, h2: number, value: number): number {
     const estimate = asCount(this.sketch.incrHashed(h1, h2, value));
     if (estimate < this.threshold) return -1 - estimate;
     const slackCap = this.merged ? U64_MAX : this.threshold - 1;
-    const lower = this.table.add(storedId(), h1, h2, storedCopy, value, estimate, slackCap);
+    const lower = this.table.add(canonical(key), h1, h2, storedCopy, value, estimate, slackCap);
     return lower >= 0 ? lower : -1 - estimate;
   }
 
   /** `decr_hash`: a tracked key's exact count drops by `value`, never below 0; the sketch never drops. */
-  decr(h1: number, h2: number, value: number): void {
+  decr(key: Key, h1: number, h2: number, value: number): void {
     if (asCount(this.sketch.getHashed(h1, h2)) < this.threshold) return;
-    const entry = this.table.entries.get(storedId());
+    const entry = this.table.entries.get(canonical(key));
     if (entry !== undefined) entry.exact = Math.max(0, entry.exact - value);
   }
 
-  /** `count_hash` for the stored key in the scratch buffer. */
-  count(h1: number, h2: number): HeavyCount {
-    const estimate = asCount(this.sketch.getHashed(h1, h2));
-    if (estimate < this.threshold) return { lower: 0, upper: estimate, standing: 1 };
-    const entry = this.table.entries.get(storedId());
-    if (entry === undefined) return { lower: 0, upper: estimate, standing: 2 };
-    return { lower: entry.exact, upper: upperOf(entry), standing: 0 };
-  }
-
-  /** `count_hash` for a tracked entry's key (its id and hash known). */
-  countEntry(id: string, h1: number, h2: number): HeavyCount {
+  /** `count_hash` for a key of canonical form `id` hashed as `h1`/`h2`. */
+  count(id: string, h1: number, h2: number): HeavyCount {
     const estimate = asCount(this.sketch.getHashed(h1, h2));
     if (estimate < this.threshold) return { lower: 0, upper: estimate, standing: 1 };
     const entry = this.table.entries.get(id);
@@ -92,7 +86,7 @@ export class Summary {
       merged.push({ ...their, slack: addSat(their.slack, asCount(this.sketch.getHashed(their.h1, their.h2))) });
     }
     const overflow = { ...this.table.overflow };
-    this.table.replace(merged, idOf);
+    this.table.replace(merged);
     this.sketch.merge(other.sketch);
     this.merged = true;
     const o = other.table.overflow;

@@ -4,6 +4,9 @@
  * Counts are numbers, exact up to 2^53; bounds saturate at 2^64 (`u64::MAX` as a number).
  */
 
+import { canonical } from '../canonical.js';
+import { decodeStored } from './keys.js';
+
 /** `u64::MAX` as a number (2^64 after rounding), where bounds saturate. */
 export const U64_MAX = 2 ** 64;
 
@@ -42,7 +45,7 @@ export interface Overflow {
 
 /** The exact table: at most `capacity` keys, none evicted until {@link clear}. */
 export class Table {
-  /** Entries by the stored key's id (`keys.ts` `storedId`). */
+  /** Entries by their key's canonical form (`fallback/canonical.ts`). */
   readonly entries = new Map<string, Entry>();
   overflow: Overflow = { events: 0, weight: 0, mergeDropped: 0 };
 
@@ -74,7 +77,7 @@ export class Table {
   }
 
   /** Replaces the content with `entries`, keeping the `capacity` that rank first (`keep_largest`). */
-  replace(entries: Entry[], idOf: (key: Uint8Array) => string): void {
+  replace(entries: Entry[]): void {
     if (entries.length > this.capacity) {
       entries.sort(rank);
       this.overflow.mergeDropped = addSat(this.overflow.mergeDropped, entries.length - this.capacity);
@@ -88,4 +91,10 @@ export class Table {
     this.entries.clear();
     this.overflow = { events: 0, weight: 0, mergeDropped: 0 };
   }
+}
+
+/** The map key of a stored form: the canonical form of the key it stores (never called on bytes
+ * that are no stored form: the decoder refuses them first). */
+export function idOf(stored: Uint8Array): string {
+  return canonical(decodeStored(stored)!);
 }
