@@ -1,6 +1,6 @@
 import test from 'ava';
 import Fastify from 'fastify';
-import { Limiter, ManualClock } from '../lib/index.js';
+import { HeavyHitters, Limiter, ManualClock } from '../lib/index.js';
 import { rateLimitHook, tokenBucketHook, upstreamLimitHook, keepcountFastify } from '../lib/http/fastify.js';
 import { UpstreamLimit } from '../lib/http/index.js';
 import { title } from './helpers.js';
@@ -196,4 +196,36 @@ test(title('fastify plugin: a token-bucket Limiter refuses past the burst with R
   t.is((await get(port, '/')).headers['retry-after'], '1');
   clock.advance(500);
   t.is((await get(port, '/')).status, 200);
+});
+
+test(title('fastify hooks list their top talkers'), async (t) => {
+  const limiter = new Limiter({ bestEffort: { requests: { perSecond: 1000, burst: 1000 } } });
+  const limit = rateLimitHook({
+    limit: 100,
+    windowMs: 60_000,
+    heavyHitters: { threshold: 1 },
+    key: (request) => String(request.headers['x-client']),
+  });
+  const bucket = tokenBucketHook({
+    limiter,
+    talkers: new HeavyHitters({ intervalMs: 60_000, threshold: 1 }),
+    key: (request) => String(request.headers['x-client']),
+  });
+  const inflight = upstreamLimitHook({
+    max: 10,
+    talkers: new HeavyHitters({ intervalMs: 60_000, threshold: 1 }),
+    upstream: () => 'search',
+  });
+  const app = Fastify();
+  app.get('/', { onRequest: [limit, bucket, inflight] }, async () => 'ok');
+  const port = await start(app);
+  t.teardown(() => app.close());
+  for (let i = 0; i < 3; i++) t.is((await get(port, '/', { 'x-client': 'heavy' })).status, 200);
+  await get(port, '/', { 'x-client': 'light' });
+  t.deepEqual(limit.topTalkers(1), [{ key: 'heavy', lower: 3, upper: 3 }]);
+  t.deepEqual(bucket.topTalkers(2), [
+    { key: 'heavy', lower: 3, upper: 3 },
+    { key: 'light', lower: 1, upper: 1 },
+  ]);
+  t.deepEqual(inflight.topTalkers(5), [{ key: 'search', lower: 4, upper: 4 }]);
 });

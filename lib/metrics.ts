@@ -22,7 +22,7 @@
  */
 import { Counter, Gauge, register as defaultRegistry, type Registry } from 'prom-client';
 import { invalidType, outOfRange } from './errors.js';
-import type { Talkers } from './http/talkers.js';
+import type { QuotaTalkers } from './http/talkers.js';
 import { UpstreamLimit } from './http/upstream.js';
 import { WindowQuota } from './http/window-quota.js';
 import { integerOption, optionsObject } from './options.js';
@@ -140,8 +140,8 @@ export class KeepcountMetrics {
   }
 
   /** Exports a quota (a `WindowQuota`, or a `rateLimit` middleware or hook) as policy `policy`. */
-  addQuota(policy: string, quota: WindowQuota | Talkers): this {
-    const q = quota instanceof WindowQuota ? quota : (quota as Partial<Talkers> | undefined)?.quota;
+  addQuota(policy: string, quota: WindowQuota | QuotaTalkers): this {
+    const q = quota instanceof WindowQuota ? quota : (quota as Partial<QuotaTalkers> | undefined)?.quota;
     if (!(q instanceof WindowQuota)) {
       throw invalidType('The "quota" argument', 'a WindowQuota or a rateLimit middleware', quota);
     }

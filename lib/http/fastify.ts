@@ -11,7 +11,8 @@ import { rateLimitHeaders, retryAfter, type RateLimitDecision, type TokenBucketR
 import type { Limiter } from '../limiter.js';
 import { onExchangeEnd } from './exchange.js';
 import { rateLimitConfig, tokenBucketConfig, upstreamLimitConfig } from './options.js';
-import { withTalkers, type Talkers } from './talkers.js';
+import { withQuota, withTalkers, type QuotaTalkers, type Talkers } from './talkers.js';
+import type { HeavyHitters } from '../heavy.js';
 import type { WindowQuota, WindowQuotaOptions } from './window-quota.js';
 import type { UpstreamLimit, UpstreamLimitOptions, UpstreamSlot } from './upstream.js';
 
@@ -53,7 +54,7 @@ export interface RateLimitHookOptions extends Partial<WindowQuotaOptions> {
  * app.get('/search', { onRequest: rateLimitHook({ limit: 10, windowMs: 1000 }) }, handler);
  * ```
  */
-export function rateLimitHook(options: RateLimitHookOptions): OnRequestHook & Talkers {
+export function rateLimitHook(options: RateLimitHookOptions): OnRequestHook & QuotaTalkers {
   const { quota, key, skip, onLimit } = rateLimitConfig(options, raw);
   const hook: OnRequestHook = async (request, reply) => {
     if (skip?.(request) === true) return;
@@ -63,7 +64,7 @@ export function rateLimitHook(options: RateLimitHookOptions): OnRequestHook & Ta
     if (onLimit !== undefined) await onLimit(request, reply, decision);
     else await reply.code(429).type('text/plain; charset=utf-8').send('Too Many Requests\n');
   };
-  return withTalkers(hook, quota);
+  return withQuota(hook, quota);
 }
 
 /** Options of {@link tokenBucketHook}: as the node `tokenBucket` middleware's, with Fastify's types. */
@@ -87,6 +88,8 @@ export interface TokenBucketHookOptions {
   skip?: (request: FastifyRequest) => boolean;
   /** Answers a refused request (`Retry-After` already set when waiting helps). Defaults to 429. */
   onLimit?: (request: FastifyRequest, reply: FastifyReply, refusal: TokenBucketRefusal) => unknown;
+  /** Counts every request per key for the hook's `topTalkers(n)`; see the node `tokenBucket`. Defaults to none. */
+  talkers?: HeavyHitters;
 }
 
 /**
@@ -99,11 +102,12 @@ export interface TokenBucketHookOptions {
  * app.get('/upload', { onRequest: tokenBucketHook({ limiter }) }, handler);
  * ```
  */
-export function tokenBucketHook(options: TokenBucketHookOptions): OnRequestHook {
-  const { limiter, key, cost, skip, onLimit } = tokenBucketConfig(options, raw);
-  return async (request, reply) => {
+export function tokenBucketHook(options: TokenBucketHookOptions): OnRequestHook & Talkers {
+  const { limiter, key, cost, skip, onLimit, talkers } = tokenBucketConfig(options, raw);
+  const hook: OnRequestHook = async (request, reply) => {
     if (skip?.(request) === true) return;
     const k = key(request);
+    talkers?.incr(k);
     const decision = limiter.check(k, cost(request));
     if (decision.allowed) return;
     const after = retryAfter(decision.retryAfterMs);
@@ -111,6 +115,7 @@ export function tokenBucketHook(options: TokenBucketHookOptions): OnRequestHook 
     if (onLimit !== undefined) await onLimit(request, reply, { key: k, retryAfterMs: decision.retryAfterMs });
     else await reply.code(429).type('text/plain; charset=utf-8').send('Too Many Requests\n');
   };
+  return withTalkers(hook, talkers);
 }
 
 /** Options of {@link upstreamLimitHook}. */
@@ -121,6 +126,8 @@ export interface UpstreamLimitHookOptions extends Partial<UpstreamLimitOptions> 
   upstream?: (request: FastifyRequest) => string;
   /** Answers a refused request. Defaults to 503 with `Retry-After: 1`. */
   onLimit?: (request: FastifyRequest, reply: FastifyReply, slot: UpstreamSlot) => unknown;
+  /** Counts every request per upstream for the hook's `topTalkers(n)`; see the node `upstreamLimit`. Defaults to none. */
+  talkers?: HeavyHitters;
 }
 
 /**
@@ -133,10 +140,12 @@ export interface UpstreamLimitHookOptions extends Partial<UpstreamLimitOptions> 
  * app.get('/proxy', { onRequest: upstreamLimitHook({ max: 20 }) }, proxyHandler);
  * ```
  */
-export function upstreamLimitHook(options: UpstreamLimitHookOptions): OnRequestHook {
-  const { limit, upstream, onLimit } = upstreamLimitConfig(options);
-  return async (request, reply) => {
-    const slot = limit.acquire(upstream(request));
+export function upstreamLimitHook(options: UpstreamLimitHookOptions): OnRequestHook & Talkers {
+  const { limit, upstream, onLimit, talkers } = upstreamLimitConfig(options);
+  const hook: OnRequestHook = async (request, reply) => {
+    const u = upstream(request);
+    talkers?.incr(u);
+    const slot = limit.acquire(u);
     if (!slot.allowed) {
       if (onLimit !== undefined) await onLimit(request, reply, slot);
       else
@@ -149,6 +158,7 @@ export function upstreamLimitHook(options: UpstreamLimitHookOptions): OnRequestH
     }
     onExchangeEnd(request.raw, reply.raw, slot.release);
   };
+  return withTalkers(hook, talkers);
 }
 
 /** Options of {@link keepcountFastify}: which hooks to install. */

@@ -29,7 +29,7 @@ export {
   type TokenBucketOptions,
   type UpstreamLimitMiddlewareOptions,
 } from './node.js';
-export { type Talkers } from './talkers.js';
+export { type QuotaTalkers, type Talkers, type TalkersWindow } from './talkers.js';
 export { WindowQuota, type HeavyHitterSettings, type WindowQuotaOptions } from './window-quota.js';
 export { KeepcountStore, type ClientRateLimitInfo, type KeepcountStoreOptions } from './stores/express-rate-limit.js';
 export {

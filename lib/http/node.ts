@@ -10,7 +10,8 @@ import type { Ipv6Subnet, TrustProxy } from './client-ip.js';
 import { rateLimitHeaders, retryAfter, type RateLimitDecision, type TokenBucketRefusal } from './headers.js';
 import { onExchangeEnd } from './exchange.js';
 import { rateLimitConfig, tokenBucketConfig, upstreamLimitConfig } from './options.js';
-import { withTalkers, type Talkers } from './talkers.js';
+import { withQuota, withTalkers, type QuotaTalkers, type Talkers } from './talkers.js';
+import type { HeavyHitters } from '../heavy.js';
 import type { WindowQuota, WindowQuotaOptions } from './window-quota.js';
 import type { UpstreamLimit, UpstreamLimitOptions, UpstreamSlot } from './upstream.js';
 
@@ -51,7 +52,7 @@ export type Middleware<Req extends IncomingMessage = IncomingMessage, Res extend
 export type RateLimitMiddleware<
   Req extends IncomingMessage = IncomingMessage,
   Res extends ServerResponse = ServerResponse,
-> = Middleware<Req, Res> & Talkers;
+> = Middleware<Req, Res> & QuotaTalkers;
 
 /** Options of {@link rateLimit}: a {@link WindowQuotaOptions} quota (or a ready `WindowQuota`) and the rules. */
 export interface RateLimitOptions<
@@ -116,7 +117,7 @@ export function rateLimit<Req extends IncomingMessage = IncomingMessage, Res ext
     if (decision === undefined || decision.allowed) return next();
     onLimit(req, res, decision);
   };
-  return withTalkers(middleware, quota);
+  return withQuota(middleware, quota);
 }
 
 /** Options of {@link tokenBucket}. */
@@ -143,6 +144,12 @@ export interface TokenBucketOptions<
   skip?: (req: Req) => boolean;
   /** Answers a refused request (`Retry-After` already set when waiting helps). Defaults to 429. */
   onLimit?: (req: Req, res: Res, refusal: TokenBucketRefusal) => void;
+  /**
+   * Counts every request here too, per key, so that the middleware's `topTalkers(n)` can list who
+   * sends the most (a {@link Limiter} keeps no counts to list). One more count per request;
+   * without it `topTalkers` lists nobody. Defaults to none.
+   */
+  talkers?: HeavyHitters;
 }
 
 /**
@@ -163,13 +170,14 @@ export interface TokenBucketOptions<
  */
 export function tokenBucket<Req extends IncomingMessage = IncomingMessage, Res extends ServerResponse = ServerResponse>(
   options: TokenBucketOptions<Req, Res>,
-): Middleware<Req, Res> {
-  const { limiter, key, cost, skip, onLimit = tooMany } = tokenBucketConfig(options, (req: Req) => req);
-  return (req, res, next) => {
+): Middleware<Req, Res> & Talkers {
+  const { limiter, key, cost, skip, onLimit = tooMany, talkers } = tokenBucketConfig(options, (req: Req) => req);
+  const middleware: Middleware<Req, Res> = (req, res, next) => {
     let refusal: TokenBucketRefusal | undefined;
     try {
       if (skip?.(req) !== true) {
         const k = key(req);
+        talkers?.incr(k);
         const decision = limiter.check(k, cost(req));
         if (!decision.allowed) {
           refusal = { key: k, retryAfterMs: decision.retryAfterMs };
@@ -183,6 +191,7 @@ export function tokenBucket<Req extends IncomingMessage = IncomingMessage, Res e
     if (refusal === undefined) return next();
     onLimit(req, res, refusal);
   };
+  return withTalkers(middleware, talkers);
 }
 
 /** Options of {@link upstreamLimit}. */
@@ -196,6 +205,11 @@ export interface UpstreamLimitMiddlewareOptions<
   upstream?: (req: Req) => string;
   /** Answers a refused request. Defaults to `503 Service Unavailable` with `Retry-After: 1`. */
   onLimit?: (req: Req, res: Res, slot: UpstreamSlot) => void;
+  /**
+   * Counts every request here too, per upstream, so that the middleware's `topTalkers(n)` can list
+   * the busiest upstreams. Defaults to none (`topTalkers` lists nobody).
+   */
+  talkers?: HeavyHitters;
 }
 
 const unavailable = (_req: IncomingMessage, res: ServerResponse): void => {
@@ -219,12 +233,14 @@ const unavailable = (_req: IncomingMessage, res: ServerResponse): void => {
 export function upstreamLimit<
   Req extends IncomingMessage = IncomingMessage,
   Res extends ServerResponse = ServerResponse,
->(options: UpstreamLimitMiddlewareOptions<Req, Res>): Middleware<Req, Res> {
-  const { limit, upstream, onLimit = unavailable } = upstreamLimitConfig(options);
-  return (req, res, next) => {
+>(options: UpstreamLimitMiddlewareOptions<Req, Res>): Middleware<Req, Res> & Talkers {
+  const { limit, upstream, onLimit = unavailable, talkers } = upstreamLimitConfig(options);
+  const middleware: Middleware<Req, Res> = (req, res, next) => {
     let slot: UpstreamSlot;
     try {
-      slot = limit.acquire(upstream(req));
+      const u = upstream(req);
+      talkers?.incr(u);
+      slot = limit.acquire(u);
     } catch (error) {
       return fail(res, next, error);
     }
@@ -232,4 +248,5 @@ export function upstreamLimit<
     onExchangeEnd(req, res, slot.release);
     next();
   };
+  return withTalkers(middleware, talkers);
 }

@@ -21,6 +21,8 @@ import {
 } from './client-ip.js';
 import { UpstreamLimit, type UpstreamLimitOptions } from './upstream.js';
 import { WindowQuota, type WindowQuotaOptions } from './window-quota.js';
+import type { HeavyHitters } from '../heavy.js';
+import { talkersOption } from './talkers.js';
 
 /** Where an adapter's request object keeps Node's request (Fastify: `request.raw`). */
 export type RawRequest<R> = (request: R) => IncomingMessage;
@@ -55,6 +57,7 @@ export interface TokenBucketInput<R, H extends AnyFunction> {
   cost?: (request: R) => number;
   skip?: (request: R) => boolean;
   onLimit?: H;
+  talkers?: HeavyHitters;
 }
 
 /** A parsed {@link TokenBucketInput}. */
@@ -64,6 +67,7 @@ export interface TokenBucketConfig<R, H> {
   cost: (request: R) => number;
   skip: ((request: R) => boolean) | undefined;
   onLimit: H | undefined;
+  talkers: HeavyHitters | undefined;
 }
 
 /** The options `upstreamLimit` and `upstreamLimitHook` share. */
@@ -71,6 +75,7 @@ export interface UpstreamLimitInput<R, H extends AnyFunction> extends Partial<Up
   limit?: UpstreamLimit;
   upstream?: (request: R) => string;
   onLimit?: H;
+  talkers?: HeavyHitters;
 }
 
 /** A parsed {@link UpstreamLimitInput}. */
@@ -78,6 +83,7 @@ export interface UpstreamLimitConfig<R, H> {
   limit: UpstreamLimit;
   upstream: (request: R) => string;
   onLimit: H | undefined;
+  talkers: HeavyHitters | undefined;
 }
 
 /** An optional function option, checked. */
@@ -151,6 +157,7 @@ export function tokenBucketConfig<R, H extends AnyFunction>(
     cost: functionOption('cost', o.cost) ?? (() => 1),
     skip: functionOption('skip', o.skip),
     onLimit: functionOption('onLimit', o.onLimit),
+    talkers: talkersOption(o.talkers),
   };
 }
 
@@ -163,6 +170,7 @@ export function upstreamLimitConfig<R, H extends AnyFunction>(
     limit: upstreamLimit(o),
     upstream: functionOption('upstream', o.upstream) ?? (() => 'default'),
     onLimit: functionOption('onLimit', o.onLimit),
+    talkers: talkersOption(o.talkers),
   };
 }
 

@@ -1,23 +1,51 @@
-/** What the rate-limit middleware and hooks expose besides handling requests: who is sending the most. */
+/** What the HTTP limiters expose besides handling requests: who is sending the most. */
 import type { HeavyTalker } from '../core.js';
+import { invalidType } from '../errors.js';
+import { HeavyHitters } from '../heavy.js';
 import type { WindowQuota } from './window-quota.js';
 
-/** The quota a limiter counts in, and its top talkers. */
+/** Which interval a top-talkers query reads. */
+export type TalkersWindow = 'current' | 'previous' | 'both';
+
+/** The top talkers of a limiter. */
 export interface Talkers {
-  /** The quota the limiter counts in (shared with every limiter given the same one). */
-  readonly quota: WindowQuota;
   /**
-   * The `n` clients with the most requests in the current window (`'previous'`: the last complete
-   * one; `'both'`: the two added), most first, with bounds on their counts; see
-   * {@link WindowQuota.topTalkers}.
+   * The `n` keys with the most requests in the current interval (`'previous'`: the last complete
+   * one; `'both'`: the two added), most first, with bounds on their counts, exact to within the
+   * heavy-hitter threshold.
    */
-  topTalkers(n: number, window?: 'current' | 'previous' | 'both'): HeavyTalker[];
+  topTalkers(n: number, window?: TalkersWindow): HeavyTalker[];
 }
 
-/** `handler` with {@link Talkers} of `quota` attached. */
-export function withTalkers<F extends object>(handler: F, quota: WindowQuota): F & Talkers {
+/** A rate-limit middleware's extras: the quota it counts in and its top talkers. */
+export interface QuotaTalkers extends Talkers {
+  /** The quota the limiter counts in (shared with every limiter given the same one). */
+  readonly quota: WindowQuota;
+}
+
+/** `handler` with the {@link QuotaTalkers} of `quota` attached. */
+export function withQuota<F extends object>(handler: F, quota: WindowQuota): F & QuotaTalkers {
   return Object.assign(handler, {
     quota,
-    topTalkers: (n: number, window?: 'current' | 'previous' | 'both') => quota.topTalkers(n, window),
+    topTalkers: (n: number, window?: TalkersWindow) => quota.topTalkers(n, window),
   });
+}
+
+/**
+ * `handler` with the top talkers of `talkers` attached: `tokenBucket` and `upstreamLimit` count
+ * there only when given one (a token bucket keeps no counts to list); without, `topTalkers` lists
+ * nobody.
+ */
+export function withTalkers<F extends object>(handler: F, talkers: HeavyHitters | undefined): F & Talkers {
+  return Object.assign(handler, {
+    topTalkers: (n: number, window?: TalkersWindow) => talkers?.top(n, window) ?? [],
+  });
+}
+
+/** The `talkers` option: a `HeavyHitters` or `undefined`. */
+export function talkersOption(value: unknown): HeavyHitters | undefined {
+  if (value !== undefined && !(value instanceof HeavyHitters)) {
+    throw invalidType('The "talkers" option', 'a HeavyHitters', value);
+  }
+  return value;
 }
