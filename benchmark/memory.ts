@@ -5,7 +5,7 @@
  * collections) before construction, after construction and a warm-up on 2,000 other keys, and
  * after one operation on every one of the distinct keys.
  */
-import { CountMinSketch } from 'bloom-filters';
+import { CountMinSketch, TopK } from 'bloom-filters';
 import { MemoryStore } from 'express-rate-limit';
 import { TokenBucket } from 'limiter';
 import { RateLimiterMemory } from 'rate-limiter-flexible';
@@ -14,6 +14,11 @@ import { makeKeys } from './data.js';
 import { keepcountLimiter } from './suites.js';
 
 type Feed = (key: string) => unknown;
+
+function heavyFeed(b: LoadedBackend): Feed {
+  const h = new b.api.HeavyHitters({ intervalMs: 60_000, threshold: 128, capacity: 1024, hashes: 4, slots: 4096 });
+  return (k) => h.incr(k);
+}
 /** Builds a structure; returns what one operation on a key does. */
 type Structure = (backends: LoadedBackend[], keys: string[]) => Feed | undefined;
 
@@ -74,6 +79,13 @@ export const STRUCTURES: Record<string, Structure> = {
       }
       return t.tryRemoveTokens(1);
     };
+  },
+  // The heavy-hitter suite's configuration (benchmark/suites.ts): 1,024 exact entries at most.
+  'keepcount HeavyHitters (native)': forBackend('native', heavyFeed),
+  'keepcount HeavyHitters (fallback)': forBackend('fallback', heavyFeed),
+  'bloom-filters TopK (100)': () => {
+    const t = new TopK(100, 0.001, 0.99);
+    return (k) => t.add(k);
   },
   'keepcount Limiter (native)': forBackend('native', limiterFeed),
   'keepcount Limiter (fallback)': forBackend('fallback', limiterFeed),
