@@ -124,9 +124,7 @@ export class WindowQuota {
 
   /** Counts one request (or `cost`) for `key` and decides on it. */
   consume(key: string, cost = 1): RateLimitDecision {
-    const count = this.#rate.observe(key, cost);
-    // After observe() rolled the window over, this reads the same window.
-    const { resetMs } = this.current(key);
+    const { count, resetMs } = this.#rate.observeWindow(key, cost);
     return {
       allowed: count <= this.limit,
       policy: this.policy,
@@ -148,8 +146,9 @@ export class WindowQuota {
   current(key: string): { count: number; resetMs: number } {
     return this.#rate.rateWith(key, (c) => ({
       count: c.currSamples,
-      // A window that has ended is replaced on the next request: a full window from now.
-      resetMs: Math.max(1, Math.ceil((1 - c.currentIntervalFraction) * c.intervalMs)),
+      // A window that has ended is replaced on the next request: a full window from now. Whole
+      // milliseconds elapsed, so the exact answer is an integer: rounding drops the float error.
+      resetMs: Math.max(1, Math.round((1 - c.currentIntervalFraction) * c.intervalMs)),
     }));
   }
 }
