@@ -50,7 +50,12 @@ test(title('a closed Rate refuses every call'), (t) => {
   r.close();
   r.close();
   t.is(r.intervalMs, 1000);
-  for (const call of [() => r.observe('a'), () => r.rate('a'), () => r.rateWith('a', (c) => c.currSamples)]) {
+  for (const call of [
+    () => r.observe('a'),
+    () => r.observeWindow('a'),
+    () => r.rate('a'),
+    () => r.rateWith('a', (c) => c.currSamples),
+  ]) {
     throwsShape(t, call, closed('Rate'));
   }
 });

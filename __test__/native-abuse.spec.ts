@@ -74,6 +74,9 @@ test(title('bad keys, counts, shapes and merges throw the classes and codes of l
   expect('fast rateObserveStr now -1', 'RangeError', 'ERR_OUT_OF_RANGE');
   expect('fast rateObserveNum now bigint', 'TypeError', 'ERR_INVALID_ARG_TYPE');
   expect('fast rateObserveKey no arguments', 'TypeError', 'ERR_INVALID_ARG_TYPE');
+  expect('fast rateObserveInWindowStr now -1', 'RangeError', 'ERR_OUT_OF_RANGE');
+  expect('fast rateObserveInWindowNum window Float32Array', 'TypeError', 'ERR_INVALID_ARG_TYPE');
+  expect('fast rateObserveInWindowKey window empty Float64Array', 'TypeError', 'ERR_INVALID_ARG_TYPE');
   expect('fast estimatorGetKey handle another generation', 'TypeError', 'ERR_INVALID_ARG_TYPE');
   expect('fast rateObserveStr handle of class estimator', 'TypeError', 'ERR_INVALID_ARG_TYPE');
   expect('fast estimatorIncrStr handle of class limiter', 'TypeError', 'ERR_INVALID_ARG_TYPE');

@@ -180,3 +180,29 @@ test(title('a custom clock past 2^53 ms saturates there on both backends'), (t) 
   // Time stopped at 2^53 − 1 ms: still the same interval.
   t.is(rate.observe('k'), 2);
 });
+
+test(title('observeWindow counts as observe does and tells the milliseconds left in the interval'), (t) => {
+  const { clock, rate } = setup();
+  clock.advance(250);
+  t.deepEqual(rate.observeWindow('k', 3), { count: 3, resetMs: 750 });
+  t.is(rate.observe('k'), 4);
+  clock.advance(749);
+  t.deepEqual(rate.observeWindow('k'), { count: 5, resetMs: 1 });
+  // 1,250 ms after the interval began at 0: this call ends it and starts the next one now.
+  clock.advance(251);
+  t.deepEqual(rate.observeWindow('k'), { count: 1, resetMs: 1000 });
+  t.is(rate.rate('k'), 5);
+  clock.advance(2500);
+  t.deepEqual(rate.observeWindow(7n, 2), { count: 2, resetMs: 1000 });
+  t.is(rate.rate('k'), 0);
+  throwsShape(t, () => rate.observeWindow('k', 1.5), {
+    instanceOf: RangeError,
+    code: 'ERR_OUT_OF_RANGE',
+    message: 'The "events" argument must be a safe integer. Received 1.5',
+  });
+  throwsShape(t, () => rate.observeWindow(null as never), {
+    instanceOf: TypeError,
+    code: 'ERR_INVALID_ARG_TYPE',
+    message: 'The "key" argument must be of type string, number, bigint or Uint8Array. Received null',
+  });
+});

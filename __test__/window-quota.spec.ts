@@ -113,3 +113,22 @@ test(title('heavyHitters: false keeps the plain sketch, which lists no talkers')
     message: /The "threshold" option must be an integer in \[1, 4\]/,
   });
 });
+
+test(title('consume and current report the same exact milliseconds until the window ends'), (t) => {
+  // (1 − 0.7) × 10 is 3.0000000000000004 in doubles: current() once rounded that up to 4. Both
+  // ways of counting: heavy hitters at threshold 1 (exact), and the sketch alone.
+  for (const heavyHitters of [{ threshold: 1 }, false]) {
+    const clock = new ManualClock();
+    const quota = new WindowQuota({ limit: 5, windowMs: 10, clock, heavyHitters });
+    clock.advance(7);
+    t.like(quota.consume('a'), { count: 1, remaining: 4, resetMs: 3, allowed: true });
+    t.deepEqual(quota.current('a'), { count: 1, resetMs: 3 });
+    clock.advance(2);
+    t.like(quota.consume('a', 5), { count: 6, remaining: 0, resetMs: 1, allowed: false });
+    t.deepEqual(quota.current('a'), { count: 6, resetMs: 1 });
+    // The next request ends the window and opens a full one.
+    clock.advance(1);
+    t.like(quota.consume('a'), { count: 1, resetMs: 10, allowed: true });
+    t.deepEqual(quota.current('a'), { count: 1, resetMs: 10 });
+  }
+});

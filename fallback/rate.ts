@@ -34,6 +34,13 @@ export class FallbackRate implements RateCore {
     return this.current.incr(key, events);
   }
 
+  observeInWindow(key: Key, events: number, nowMs: number, window: Float64Array): number {
+    const past = this.maybeReset(nowMs);
+    // A call that ended the interval started the next one.
+    window[0] = past < this.intervalMs ? past : 0;
+    return this.current.incr(key, events);
+  }
+
   previousCount(key: Key, nowMs: number): number {
     if (this.maybeReset(nowMs) >= this.intervalMs * 2) return 0;
     return this.previous.get(key);

@@ -45,7 +45,13 @@ export function closedRate(): RateCore {
   const fail = (): never => {
     throw closedError('Rate');
   };
-  const standIn: RateCore = { observe: fail, previousCount: fail, sample: fail, close: () => {} };
+  const standIn: RateCore = {
+    observe: fail,
+    observeInWindow: fail,
+    previousCount: fail,
+    sample: fail,
+    close: () => {},
+  };
   standIns.add(standIn);
   return standIn;
 }

@@ -73,6 +73,12 @@ export interface RateSample {
 export interface RateCore {
   /** Adds `events` to `key` in the current interval; returns its count there. */
   observe(key: Key, events: number, nowMs: number): number;
+  /**
+   * {@link observe}, also writing to `window[0]` the ms `nowMs` is into the current interval
+   * after any roll-over (so in [0, intervalMs)): a fixed-window quota gets its count and the time
+   * to the window's end from one call.
+   */
+  observeInWindow(key: Key, events: number, nowMs: number, window: Float64Array): number;
   /** `key`'s count in the previous interval, 0 if two or more intervals passed without a reset. */
   previousCount(key: Key, nowMs: number): number;
   /** pingora's `rate_with` components for `key`. */

@@ -73,6 +73,8 @@ export class Rate {
   readonly intervalMs: number;
   #core: RateCore;
   readonly #stopwatch: Stopwatch;
+  /** Where the core writes the elapsed part of the interval for {@link observeWindow}. */
+  readonly #window = new Float64Array(1);
 
   constructor(options: RateOptions) {
     const o = optionsObject(options);
@@ -86,6 +88,22 @@ export class Rate {
   /** Records `events` (a safe integer; defaults to 1) for `key`; returns its count in the current interval. */
   observe(key: Key, events = 1): number {
     return this.#core.observe(validateKey(key), countArgument('events', events), this.#elapsed());
+  }
+
+  /**
+   * {@link observe}, also telling how long the current interval still runs: the key's `count` in
+   * it and `resetMs`, the milliseconds until it ends, in [1, intervalMs] (an interval ends on the
+   * first call at least `intervalMs` after it started, so a quiet one can overrun). What a
+   * fixed-window quota reports, from one core call instead of `observe` and then `rateWith`.
+   */
+  observeWindow(key: Key, events = 1): { count: number; resetMs: number } {
+    const count = this.#core.observeInWindow(
+      validateKey(key),
+      countArgument('events', events),
+      this.#elapsed(),
+      this.#window,
+    );
+    return { count, resetMs: this.intervalMs - this.#window[0]! };
   }
 
   /** `key`'s events per second in the last completed interval (0 if none completed recently). */

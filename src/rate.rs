@@ -203,11 +203,17 @@ impl Inner {
 
 /// `observe` as raw functions taking the rate's handle first, then the method's arguments,
 /// throwing the method's errors (and a `TypeError` for a handle that names no live rate): per key
-/// type (`Str`, `Num`) or for any key (`Key`). Exported by `fastPaths()`.
-pub(crate) const FAST_PATHS: [(&CStr, Callback); 3] = [
+/// type (`Str`, `Num`) or for any key (`Key`). Then `observeInWindow` the same way: `observe` with
+/// a fifth argument, a `Float64Array` that receives the milliseconds elapsed in the current
+/// interval (the crate's `observe_hash_in_interval`), so `WindowQuota` needs one call per request.
+/// Exported by `fastPaths()`.
+pub(crate) const FAST_PATHS: [(&CStr, Callback); 6] = [
     (c"rateObserveStr", observe_str),
     (c"rateObserveNum", observe_num),
     (c"rateObserveKey", observe_key),
+    (c"rateObserveInWindowStr", observe_in_window_str),
+    (c"rateObserveInWindowNum", observe_in_window_num),
+    (c"rateObserveInWindowKey", observe_in_window_key),
 ];
 
 /// Defines the raw callback `$name(handle, key, events, nowMs)` hashing its key with `$hash` (one
@@ -237,3 +243,36 @@ macro_rules! fast_observe {
 fast_observe!(observe_str, keys::with_str_key);
 fast_observe!(observe_num, keys::with_number_key);
 fast_observe!(observe_key, keys::hash_key);
+
+/// Defines the raw callback `$name(handle, key, events, nowMs, window)`: `observe` that writes the
+/// milliseconds elapsed in the current interval to `window[0]`; checks its arguments in order.
+macro_rules! fast_observe_in_window {
+    ($name:ident, $hash:path) => {
+        unsafe extern "C" fn $name(
+            env: sys::napi_env,
+            info: sys::napi_callback_info,
+        ) -> sys::napi_value {
+            // SAFETY: this callback's handles.
+            unsafe {
+                raw::call(env, info, |&[handle, key, events, now_ms, window]| {
+                    let inner = raw::resolve(env, handle, &RATES)?;
+                    let events = raw::number(env, events, "The \"events\" argument")?;
+                    let events = args::count("The \"events\" argument", events)?;
+                    let key = $hash(env, key, |k| inner.sketches.hash_key(k))?;
+                    let now_ms = raw::number(env, now_ms, "The \"nowMs\" argument")?;
+                    let window = raw::first_f64(env, window, "The \"window\" argument")?;
+                    inner.set_now(now_ms)?;
+                    let (count, elapsed) = inner.sketches.observe_hash_in_interval(key, events);
+                    // SAFETY: checked by first_f64, and still within this call. Milliseconds
+                    // below the 2^52 ms interval: exact in a double.
+                    window.write(elapsed as f64);
+                    Ok(count as f64)
+                })
+            }
+        }
+    };
+}
+
+fast_observe_in_window!(observe_in_window_str, keys::with_str_key);
+fast_observe_in_window!(observe_in_window_num, keys::with_number_key);
+fast_observe_in_window!(observe_in_window_key, keys::hash_key);

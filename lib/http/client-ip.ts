@@ -107,7 +107,8 @@ export function ipKey(ip: string, ipv6Subnet: Ipv6Subnet = DEFAULT_IPV6_SUBNET):
 
 /** {@link ipKey} with a validated `subnet`. @internal */
 export function prefixKey(ip: string, subnet: Ipv6Subnet): string {
-  if (isIP(ip) !== 6) return ip;
+  // Every IPv6 address has a colon: IPv4 keys skip isIP's regular expressions.
+  if (!ip.includes(':') || isIP(ip) !== 6) return ip;
   const address = ip.replace(/%.*$/, '');
   const g = groups(address);
   const zeros = (n: number): boolean => g.slice(0, n).every((x) => x === 0);
@@ -127,15 +128,10 @@ function normalize(ip: string): string {
   return ip.startsWith('::ffff:') && isIP(ip.slice(7)) === 4 ? ip.slice(7) : ip;
 }
 
-/** The hops to walk back through: the TCP peer, then `X-Forwarded-For` right to left. */
-function forwardedFor(req: IncomingMessage): string[] {
+/** `X-Forwarded-For` as one list (Node joins repeated lines into an array), or `undefined`. */
+function forwardedFor(req: IncomingMessage): string | undefined {
   const header = req.headers['x-forwarded-for'];
-  if (header === undefined) return [];
-  // Node joins repeated X-Forwarded-For lines with ", ".
-  return (Array.isArray(header) ? header.join(',') : header)
-    .split(',')
-    .map((s) => s.trim())
-    .reverse();
+  return Array.isArray(header) ? header.join(',') : header;
 }
 
 /**
@@ -152,13 +148,18 @@ export function clientIp(req: IncomingMessage, trustProxy: TrustProxy = false): 
   const peer = req.socket?.remoteAddress;
   let ip = peer === undefined ? 'unknown' : normalize(peer);
   if (trustProxy === false || trustProxy === 0 || peer === undefined) return ip;
-  const hops = forwardedFor(req);
-  for (let hop = 0; hop < hops.length; hop++) {
+  const list = forwardedFor(req);
+  if (list === undefined) return ip;
+  // The entries right to left, each the text between two commas, read in place: no array of
+  // them per request. `end` is where the next entry ends; -1 once every entry was read.
+  for (let hop = 0, end = list.length; end >= 0; hop++) {
     const trusted = typeof trustProxy === 'number' ? hop < trustProxy : trustProxy(ip, hop);
     if (!trusted) break;
-    const next = hops[hop]!;
+    const start = end === 0 ? -1 : list.lastIndexOf(',', end - 1);
+    const next = list.slice(start + 1, end).trim();
     if (isIP(next) === 0) break;
     ip = normalize(next);
+    end = start;
   }
   return ip;
 }

@@ -58,6 +58,36 @@ const sfString = (value: string): string => `"${value.replace(/[\\"]/g, (c) => `
 const seconds = (ms: number): number => Math.ceil(ms / 1000);
 
 /**
+ * The last `RateLimit-Policy` value made, and what it was made from: a quota's policy, limit and
+ * window never change, so on the request path this is one comparison instead of an escape and a
+ * string concatenation per request.
+ */
+let policyMemo = { policy: '', limit: -1, windowMs: -1, name: '""', value: '' };
+
+/** The `RateLimit-Policy` field value for `decision`. @internal */
+export function policyField(decision: RateLimitDecision): string {
+  const memo = policyMemo;
+  if (decision.policy === memo.policy && decision.limit === memo.limit && decision.windowMs === memo.windowMs) {
+    return memo.value;
+  }
+  const { policy, limit, windowMs } = decision;
+  const name = sfString(policy);
+  policyMemo = { policy, limit, windowMs, name, value: `${name};q=${limit};w=${seconds(windowMs)}` };
+  return policyMemo.value;
+}
+
+/** The `RateLimit` field value for `decision` (after {@link policyField}, whose name it reuses). @internal */
+export function rateLimitField(decision: RateLimitDecision): string {
+  const name = decision.policy === policyMemo.policy ? policyMemo.name : sfString(decision.policy);
+  return `${name};r=${decision.remaining};t=${seconds(decision.resetMs)}`;
+}
+
+/** The `Retry-After` field value for a refused `decision`. @internal */
+export function retryAfterField(decision: RateLimitDecision): string {
+  return String(Math.max(1, seconds(decision.resetMs)));
+}
+
+/**
  * The header fields for `decision`: `RateLimit-Policy` and `RateLimit` always, `Retry-After` when
  * it refuses.
  *
@@ -67,12 +97,11 @@ const seconds = (ms: number): number => Math.ceil(ms / 1000);
  * ```
  */
 export function rateLimitHeaders(decision: RateLimitDecision): Record<string, string> {
-  const name = sfString(decision.policy);
   const headers: Record<string, string> = {
-    'RateLimit-Policy': `${name};q=${decision.limit};w=${seconds(decision.windowMs)}`,
-    RateLimit: `${name};r=${decision.remaining};t=${seconds(decision.resetMs)}`,
+    'RateLimit-Policy': policyField(decision),
+    RateLimit: rateLimitField(decision),
   };
-  if (!decision.allowed) headers['Retry-After'] = String(Math.max(1, seconds(decision.resetMs)));
+  if (!decision.allowed) headers['Retry-After'] = retryAfterField(decision);
   return headers;
 }
 

@@ -7,7 +7,14 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Limiter } from '../limiter.js';
 import type { Ipv6Subnet, TrustProxy } from './client-ip.js';
-import { rateLimitHeaders, retryAfter, type RateLimitDecision, type TokenBucketRefusal } from './headers.js';
+import {
+  policyField,
+  rateLimitField,
+  retryAfter,
+  retryAfterField,
+  type RateLimitDecision,
+  type TokenBucketRefusal,
+} from './headers.js';
 import { onExchangeEnd } from './exchange.js';
 import { rateLimitConfig, tokenBucketConfig, upstreamLimitConfig } from './options.js';
 import { withQuota, withTalkers, type QuotaTalkers, type Talkers } from './talkers.js';
@@ -109,7 +116,10 @@ export function rateLimit<Req extends IncomingMessage = IncomingMessage, Res ext
     try {
       if (skip?.(req) !== true) {
         decision = quota.consume(key(req));
-        for (const [name, value] of Object.entries(rateLimitHeaders(decision))) res.setHeader(name, value);
+        // The fields of rateLimitHeaders(), without its object and entries array per request.
+        res.setHeader('RateLimit-Policy', policyField(decision));
+        res.setHeader('RateLimit', rateLimitField(decision));
+        if (!decision.allowed) res.setHeader('Retry-After', retryAfterField(decision));
       }
     } catch (error) {
       return fail(res, next, error);

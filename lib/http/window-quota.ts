@@ -203,9 +203,7 @@ export class WindowQuota {
       count = cost > 0 ? counts.incr(key, cost) : this.#heavyCount(counts, key);
       resetMs = counts.intervalRemainingMs();
     } else {
-      count = counts.observe(key, cost);
-      // After observe() rolled the window over, this reads the same window.
-      resetMs = this.current(key).resetMs;
+      ({ count, resetMs } = counts.observeWindow(key, cost));
     }
     const allowed = count <= this.limit;
     if (allowed) this.#allowed++;
@@ -241,8 +239,9 @@ export class WindowQuota {
     }
     return counts.rateWith(key, (c) => ({
       count: c.currSamples,
-      // A window that has ended is replaced on the next request: a full window from now.
-      resetMs: Math.max(1, Math.ceil((1 - c.currentIntervalFraction) * c.intervalMs)),
+      // A window that has ended is replaced on the next request: a full window from now. Whole
+      // milliseconds elapsed, so the exact answer is an integer: rounding drops the float error.
+      resetMs: Math.max(1, Math.round((1 - c.currentIntervalFraction) * c.intervalMs)),
     }));
   }
 

@@ -288,6 +288,38 @@ impl<C: Clock> Rate<C> {
         self.current(self.red_or_blue()).incr_hash(key, events)
     }
 
+    /// [`observe_hash`](Self::observe_hash) that also returns how far into the current interval
+    /// the call was, in the clock's nanoseconds (after any reset it made, so in
+    /// `[0, interval)`): a fixed-window quota reports the count and the time until the window
+    /// ends from one call instead of a second lookup. A call that lost the reset race to another
+    /// thread reports 0, the start of the interval that thread began.
+    ///
+    /// ```
+    /// use keepcount_limits::clock::ManualClock;
+    /// use keepcount_limits::rate::Rate;
+    /// use std::time::Duration;
+    ///
+    /// let clock = ManualClock::new();
+    /// let rate = Rate::with_clock(Duration::from_nanos(100), 4, 1024, 7, &clock).unwrap();
+    /// let key = rate.hash_key("k");
+    /// clock.advance(Duration::from_nanos(30));
+    /// assert_eq!(rate.observe_hash_in_interval(key, 2), (2, 30));
+    /// clock.advance(Duration::from_nanos(100)); // ends the interval: a new one starts now
+    /// assert_eq!(rate.observe_hash_in_interval(key, 1), (1, 0));
+    /// ```
+    pub fn observe_hash_in_interval(&self, key: KeyHash, events: isize) -> (isize, u64) {
+        let past = self.maybe_reset();
+        let count = self.current(self.red_or_blue()).incr_hash(key, events);
+        (
+            count,
+            if past < self.rotation.interval_nanos() {
+                past
+            } else {
+                0
+            },
+        )
+    }
+
     /// [`rate`](Self::rate) for a key hashed with [`hash_key`](Self::hash_key).
     ///
     /// ```
