@@ -12,7 +12,7 @@
 //! - **No panics** from any public API: invalid sizes are clamped (pingora-compatible
 //!   constructors) or refused (`try_new`, `with_seed`, `with_clock`); sub-millisecond and zero
 //!   `Rate` intervals work; counters wrap instead of overflowing.
-//! - **One stable, keyed hash, and independent rows** ([`hash`], [`rows`]): SipHash-1-3 with a
+//! - **One stable, keyed hash, and independent rows** ([`hash`], [`Rows`]): SipHash-1-3 with a
 //!   seed you may set, computed once per key; each row then takes its own column (the hash's halves
 //!   for rows 0 and 1, a strongly universal function drawn from the seed for the others), so the
 //!   count-min error bound holds. Sketches with the same seed can be
