@@ -1,21 +1,36 @@
 /**
- * Keys as Map keys: one string per key as the native backend tells keys apart (docs/format.md §1),
+ * Keys as Map keys: one value per key as the native backend tells keys apart (docs/format.md §1),
  * for the fallback's exact tables (`Limiter` buckets, heavy-hitter entries).
  */
 import type { Key } from '../lib/core.js';
 
-/** The canonical form of a key: keys that are the same key to the native backend map to one string. */
-export function canonical(key: Key): string {
+/** A key's canonical form: equal (SameValueZero) exactly when the native backend sees one key. */
+export type CanonicalKey = string | number | bigint;
+
+const MAX_SAFE = BigInt(Number.MAX_SAFE_INTEGER);
+/**
+ * Prefix of a byte key's form: a lone surrogate, which no well-formed string holds, so a byte key
+ * never meets a string key.
+ */
+const BYTES = '\ud800';
+
+/**
+ * The canonical form of a key. A string is itself, well-formed (native reads strings as UTF-8,
+ * lone surrogates as U+FFFD); `toWellFormed` returns a well-formed string unchanged, so its cached
+ * hash serves the Map lookup, where a concatenated form would be hashed afresh on every call (ten
+ * times the cost). An integer is a number when safe, else a bigint (`1` and `1n` are one key); a
+ * `Uint8Array` its bytes as char codes behind {@link BYTES}.
+ */
+export function canonical(key: Key): CanonicalKey {
   switch (typeof key) {
     case 'string':
-      // Native reads strings as UTF-8 with lone surrogates replaced by U+FFFD.
-      return `s${(key as string & { toWellFormed(): string }).toWellFormed()}`;
+      return (key as string & { toWellFormed(): string }).toWellFormed();
     case 'number':
+      return key;
     case 'bigint':
-      // 1 and 1n are the same key (i64).
-      return `i${key}`;
+      return key >= -MAX_SAFE && key <= MAX_SAFE ? Number(key) : key;
     default: {
-      let s = 'b';
+      let s = BYTES;
       for (let i = 0; i < key.length; i++) s += String.fromCharCode(key[i]!);
       return s;
     }

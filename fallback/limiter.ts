@@ -9,7 +9,7 @@
  * `number`s (safe integers, as `lib/` validated them) and are converted once per quota.
  */
 import type { Key, LimiterCore, LimitSpec, QuotaSpec } from '../lib/core.js';
-import { canonical } from './canonical.js';
+import { canonical, type CanonicalKey } from './canonical.js';
 
 const U64_MAX = 2n ** 64n - 1n;
 /** 2^64 as a double: `as u64` in Rust saturates every double at or above it. */
@@ -148,7 +148,7 @@ function setQuota(bucket: Bucket, quota: Governing, now: bigint): void {
 
 /** The fallback {@link LimiterCore}. Arguments arrive validated by `lib/`; time starts at 0. */
 export class FallbackLimiter implements LimiterCore {
-  private keys = new Map<string, Bucket>();
+  private keys = new Map<CanonicalKey, Bucket>();
   private readonly bestEffort: Bucket;
   private readonly overall: Bucket;
   private overallLimited = false;
@@ -184,7 +184,7 @@ export class FallbackLimiter implements LimiterCore {
 
   replaceKeys(keys: Key[], quotas: QuotaSpec[], nowMs: number): boolean {
     const now = nanosFromMs(nowMs);
-    const next = new Map<string, Bucket>();
+    const next = new Map<CanonicalKey, Bucket>();
     const kept: [Bucket, Governing][] = [];
     for (let i = 0; i < keys.length; i++) {
       const k = canonical(keys[i]!);

@@ -12,7 +12,7 @@ import type {
   HeavyWindow,
   Key,
 } from '../../lib/core.js';
-import { canonical } from '../canonical.js';
+import { canonical, type CanonicalKey } from '../canonical.js';
 import { FallbackEstimator } from '../estimator.js';
 import { decodeSummary, encodeSummary } from './codec.js';
 import { decodeStored, encodeKey, hashStored } from './keys.js';
@@ -103,7 +103,7 @@ export class FallbackHeavy implements HeavyCore {
 
   /** `top_of_both`: every key tracked in either interval, with the sum of its bounds in both. */
   private rankedBoth(): Entry[] {
-    const keys = new Map<string, Entry>();
+    const keys = new Map<CanonicalKey, Entry>();
     for (const summary of [this.previous, this.current]) {
       for (const [id, e] of summary.table.entries) if (!keys.has(id)) keys.set(id, e);
     }

@@ -3,10 +3,9 @@
  * in front of a bounded exact table. Keys arrive as their stored form, written by `keys.ts`
  * `encodeKey` into its scratch buffer just before each call.
  */
-import type { HeavyCount, HeavyStats } from '../../lib/core.js';
+import type { HeavyCount, HeavyStats, Key } from '../../lib/core.js';
+import { canonical, type CanonicalKey } from '../canonical.js';
 import { FallbackEstimator } from '../estimator.js';
-import type { Key } from '../../lib/core.js';
-import { canonical } from '../canonical.js';
 import { hashBytes, storedCopy } from './keys.js';
 import { addSat, rank, Table, U64_MAX, upperOf, type Entry } from './table.js';
 
@@ -52,7 +51,7 @@ export class Summary {
   }
 
   /** `count_hash` for a key of canonical form `id` hashed as `h1`/`h2`. */
-  count(id: string, h1: number, h2: number): HeavyCount {
+  count(id: CanonicalKey, h1: number, h2: number): HeavyCount {
     const estimate = asCount(this.sketch.getHashed(h1, h2));
     if (estimate < this.threshold) return { lower: 0, upper: estimate, standing: 1 };
     const entry = this.table.entries.get(id);
@@ -67,7 +66,7 @@ export class Summary {
 
   /** `Summary::merge`; the caller checked shape, seed and threshold. */
   merge(other: Summary): void {
-    const theirs = new Map<string, Entry>(other.table.entries);
+    const theirs = new Map<CanonicalKey, Entry>(other.table.entries);
     const merged: Entry[] = [];
     for (const [id, ours] of this.table.entries) {
       const their = theirs.get(id);

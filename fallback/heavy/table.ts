@@ -4,7 +4,7 @@
  * Counts are numbers, exact up to 2^53; bounds saturate at 2^64 (`u64::MAX` as a number).
  */
 
-import { canonical } from '../canonical.js';
+import { canonical, type CanonicalKey } from '../canonical.js';
 import { decodeStored } from './keys.js';
 
 /** `u64::MAX` as a number (2^64 after rounding), where bounds saturate. */
@@ -46,14 +46,14 @@ export interface Overflow {
 /** The exact table: at most `capacity` keys, none evicted until {@link clear}. */
 export class Table {
   /** Entries by their key's canonical form (`fallback/canonical.ts`). */
-  readonly entries = new Map<string, Entry>();
+  readonly entries = new Map<CanonicalKey, Entry>();
   overflow: Overflow = { events: 0, weight: 0, mergeDropped: 0 };
 
   constructor(readonly capacity: number) {}
 
   /** `table.add`: counts `value` for a key whose estimate (this increment included) is `estimate`; returns its lower bound, or −1 if it overflowed. */
   add(
-    id: string,
+    id: CanonicalKey,
     h1: number,
     h2: number,
     key: () => Uint8Array,
@@ -95,6 +95,6 @@ export class Table {
 
 /** The map key of a stored form: the canonical form of the key it stores (never called on bytes
  * that are no stored form: the decoder refuses them first). */
-export function idOf(stored: Uint8Array): string {
+export function idOf(stored: Uint8Array): CanonicalKey {
   return canonical(decodeStored(stored)!);
 }
