@@ -1,6 +1,6 @@
 import test from 'ava';
 import express from 'express';
-import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
+import { Agent, createServer, request, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import { HeavyHitters, Limiter, ManualClock, sleep } from '../lib/index.js';
 import {
   ipKey,
@@ -536,3 +536,46 @@ for (const [name, serve] of Object.entries(frameworks)) {
     });
   });
 }
+
+test(title('end to end: under a flood of 2,048 addresses no client within its limit gets a 429'), async (t) => {
+  t.timeout(60_000);
+  // Issue 17's attack through a real server: the flood fills the small 4 × 1024 sketch that once
+  // refused about half of the fresh clients on their first request. Each client is an address in
+  // X-Forwarded-For behind one trusted proxy hop. Deterministic: no false-failure probability.
+  const limit = rateLimit({ limit: 5, windowMs: 600_000, hashes: 4, slots: 1024, trustProxy: 1 });
+  const server = createServer((req, res) => limit(req, res, () => res.end('ok')));
+  const port = await listen(server);
+  t.teardown(() => close(server));
+  const agent = new Agent({ keepAlive: true, maxSockets: 8 });
+  t.teardown(() => agent.destroy());
+  const send = (ip: string): Promise<number> =>
+    new Promise((resolve, reject) => {
+      const req = request({ host: '127.0.0.1', port, agent, headers: { 'x-forwarded-for': ip } }, (res) =>
+        res.resume().on('end', () => resolve(res.statusCode ?? 0)),
+      );
+      req.on('error', reject);
+      req.end();
+    });
+  const flood = Array.from({ length: 2048 }, (_, i) => `198.18.${i >> 8}.${i & 255}`);
+  let floodRefused = 0;
+  for (let round = 0; round < 6; round++) {
+    const statuses = await Promise.all(flood.map(send));
+    if (round < 5)
+      t.true(
+        statuses.every((s) => s === 200),
+        `round ${round + 1}: a flooder within its limit got 429`,
+      );
+    else floodRefused = statuses.filter((s) => s === 429).length;
+  }
+  const fresh = Array.from({ length: 256 }, (_, i) => `203.0.113.${i}`);
+  const first = await Promise.all(fresh.map(send));
+  t.is(first.filter((s) => s === 429).length, 0, 'fresh clients refused on their first request');
+  // The threshold is ceil(5 / 4) = 2: a flooder entered the table by its second request at the
+  // latest, so its sixth is refused unless it entered on its second (then five counted exactly).
+  t.log(`flooders refused on their 6th request: ${floodRefused} of 2048`);
+  const seventh = await Promise.all(flood.slice(0, 256).map(send));
+  t.true(
+    seventh.every((s) => s === 429),
+    'every flooder is refused by its 7th request',
+  );
+});
