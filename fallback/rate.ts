@@ -7,13 +7,12 @@
 import type { Key, RateCore, RateSample } from '../lib/core.js';
 import { FallbackEstimator } from './estimator.js';
 import { hashKey } from './hasher.js';
+import { Rotation } from './rotation.js';
 
 /** The fallback {@link RateCore}. Arguments arrive validated by `lib/`. */
 export class FallbackRate implements RateCore {
-  private current: FallbackEstimator;
-  private previous: FallbackEstimator;
-  /** Elapsed ms (the caller's time base) of the last reset. */
-  private lastReset = 0;
+  /** The current and previous interval's slots. */
+  private readonly intervals: Rotation<FallbackEstimator>;
   private readonly k0: number;
   private readonly k1: number;
 
@@ -23,57 +22,46 @@ export class FallbackRate implements RateCore {
     slots: number,
     seed: bigint,
   ) {
-    this.current = new FallbackEstimator(hashes, slots, seed);
-    this.previous = new FallbackEstimator(hashes, slots, seed);
+    this.intervals = new Rotation(
+      intervalMs,
+      new FallbackEstimator(hashes, slots, seed),
+      new FallbackEstimator(hashes, slots, seed),
+    );
     this.k0 = Number(BigInt.asUintN(32, seed));
     this.k1 = Number(BigInt.asUintN(32, seed >> 32n));
   }
 
   observe(key: Key, events: number, nowMs: number): number {
-    this.maybeReset(nowMs);
-    return this.current.incr(key, events);
+    this.intervals.maybeReset(nowMs);
+    return this.intervals.current.incr(key, events);
   }
 
   observeInWindow(key: Key, events: number, nowMs: number, window: Float64Array): number {
-    const past = this.maybeReset(nowMs);
+    const past = this.intervals.maybeReset(nowMs);
     // A call that ended the interval started the next one.
     window[0] = past < this.intervalMs ? past : 0;
-    return this.current.incr(key, events);
+    return this.intervals.current.incr(key, events);
   }
 
   previousCount(key: Key, nowMs: number): number {
-    if (this.maybeReset(nowMs) >= this.intervalMs * 2) return 0;
-    return this.previous.get(key);
+    if (this.intervals.maybeReset(nowMs) >= this.intervalMs * 2) return 0;
+    return this.intervals.previous.get(key);
   }
 
   /** Nothing to do: the sketches' `Float64Array`s go with this core, which `lib/` drops on close. */
   close(): void {}
 
   sample(key: Key, nowMs: number): RateSample {
-    const past = this.maybeReset(nowMs);
+    const past = this.intervals.maybeReset(nowMs);
     const interval = this.intervalMs;
     let prevSamples = 0;
     let currSamples = 0;
     if (past < interval * 2) {
       // Both sketches share the seed, so one hash serves both lookups.
       const h = hashKey(key, this.k0, this.k1);
-      prevSamples = this.previous.getHashed(h.h1, h.h2);
-      if (past < interval) currSamples = this.current.getHashed(h.h1, h.h2);
+      prevSamples = this.intervals.previous.getHashed(h.h1, h.h2);
+      if (past < interval) currSamples = this.intervals.current.getHashed(h.h1, h.h2);
     }
     return { prevSamples, currSamples, currentIntervalFraction: (past % interval) / interval };
-  }
-
-  /** Rolls the sketches over if an interval has passed; returns ms since the last reset before it. */
-  private maybeReset(nowMs: number): number {
-    const past = Math.max(0, nowMs - this.lastReset);
-    if (past < this.intervalMs) return past;
-    const stale = this.previous;
-    stale.reset();
-    this.previous = this.current;
-    this.current = stale;
-    // Two intervals or more: what was current is stale too.
-    if (past >= this.intervalMs * 2) this.previous.reset();
-    this.lastReset = nowMs;
-    return past;
   }
 }

@@ -65,7 +65,7 @@ const { estimatorIncrStr, estimatorIncrNum, estimatorIncrKey, estimatorGetStr, e
 const { rateObserveStr, rateObserveNum, rateObserveKey } = fast;
 const { rateObserveInWindowStr, rateObserveInWindowNum, rateObserveInWindowKey } = fast;
 const { limiterCheckStr, limiterCheckNum, limiterCheckKey } = binding.limiterFastPaths();
-const { heavyIncrStr, heavyIncrNum, heavyIncrKey } = binding.heavyFastPaths();
+const { heavyIncrStr, heavyIncrNum, heavyIncrKey } = fast;
 
 /**
  * The native {@link EstimatorCore}: `incr` and `get` call the binding's fast paths (raw N-API

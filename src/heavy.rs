@@ -23,7 +23,7 @@ use keepcount_limits::heavy::{
     ConfigError, Count, HeavyHitters as Windows, MAX_CAPACITY, Settings, Standing, Stats, Summary,
     Window,
 };
-use napi::bindgen_prelude::{BigInt, Either, Either3, Object, ObjectFinalize, Uint8Array, Unknown};
+use napi::bindgen_prelude::{BigInt, Either, Either3, ObjectFinalize, Uint8Array, Unknown};
 use napi::{Env, JsValue, Result, sys};
 use napi_derive::napi;
 use std::cell::RefCell;
@@ -452,19 +452,6 @@ fn corrupt_reason(err: DecodeError) -> &'static str {
         // A check added to the crate after this binding: the nearest general reason.
         _ => "sketch",
     }
-}
-
-/// The fast paths of this module ([`FAST_PATHS`]) on one object; `lib/native.cts` takes one set
-/// per environment.
-#[napi(
-    catch_unwind,
-    ts_return_type = "{ heavyIncrStr(handle: number, key: string, value: number, nowMs: number): number; heavyIncrNum(handle: number, key: number, value: number, nowMs: number): number; heavyIncrKey(handle: number, key: string | number | bigint | Uint8Array, value: number, nowMs: number): number }"
-)]
-pub fn heavy_fast_paths(env: &Env) -> Result<Object<'_>> {
-    // SAFETY: this call's env.
-    let object = unsafe { raw::functions(env.raw(), &FAST_PATHS) }
-        .map_err(|failure| map_error(env, failure))?;
-    Ok(Object::from_raw(env.raw(), object))
 }
 
 /// `incr` as raw functions taking the object's handle first, then the method's arguments

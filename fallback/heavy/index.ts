@@ -17,50 +17,53 @@ import { FallbackEstimator } from '../estimator.js';
 import { decodeSummary, encodeSummary } from './codec.js';
 import { decodeStored, encodeKey, hashStored } from './keys.js';
 import { Summary } from './summary.js';
+import { Rotation } from '../rotation.js';
 import { addSat, rank, type Entry } from './table.js';
 
 export class FallbackHeavy implements HeavyCore {
-  private current: Summary;
-  private previous: Summary;
-  /** Elapsed ms (the caller's time base) of the last reset. */
-  private lastReset = 0;
+  /** The current and previous interval's slots. */
+  private readonly intervals: Rotation<Summary>;
 
   constructor(
-    private readonly intervalMs: number,
+    intervalMs: number,
     hashes: number,
     slots: number,
     seed: bigint,
     threshold: number,
     capacity: number,
   ) {
-    this.current = new Summary(new FallbackEstimator(hashes, slots, seed), threshold, capacity);
-    this.previous = new Summary(new FallbackEstimator(hashes, slots, seed), threshold, capacity);
+    this.intervals = new Rotation(
+      intervalMs,
+      new Summary(new FallbackEstimator(hashes, slots, seed), threshold, capacity),
+      new Summary(new FallbackEstimator(hashes, slots, seed), threshold, capacity),
+    );
   }
 
   incr(key: Key, value: number, nowMs: number): number {
-    this.maybeReset(nowMs);
+    this.intervals.maybeReset(nowMs);
     const h = this.hash(key);
-    return this.current.incr(key, h.h1, h.h2, value);
+    return this.intervals.current.incr(key, h.h1, h.h2, value);
   }
 
   decr(key: Key, value: number, nowMs: number): void {
-    this.maybeReset(nowMs);
+    this.intervals.maybeReset(nowMs);
     const h = this.hash(key);
-    this.current.decr(key, h.h1, h.h2, value);
+    this.intervals.current.decr(key, h.h1, h.h2, value);
   }
 
   count(key: Key, window: HeavyWindow, nowMs: number): HeavyCount {
-    this.maybeReset(nowMs);
+    this.intervals.maybeReset(nowMs);
     const { h1, h2 } = this.hash(key);
     const id = canonical(key);
-    if (window === 0) return this.current.count(id, h1, h2);
-    if (window === 1) return this.previous.count(id, h1, h2);
-    return plus(this.previous.count(id, h1, h2), this.current.count(id, h1, h2));
+    if (window === 0) return this.intervals.current.count(id, h1, h2);
+    if (window === 1) return this.intervals.previous.count(id, h1, h2);
+    return plus(this.intervals.previous.count(id, h1, h2), this.intervals.current.count(id, h1, h2));
   }
 
   top(n: number, window: HeavyWindow, nowMs: number): HeavyTalker[] {
-    this.maybeReset(nowMs);
-    const ranked = window === 2 ? this.rankedBoth() : (window === 0 ? this.current : this.previous).ranked();
+    this.intervals.maybeReset(nowMs);
+    const ranked =
+      window === 2 ? this.rankedBoth() : (window === 0 ? this.intervals.current : this.intervals.previous).ranked();
     return ranked.slice(0, n).map((e) => ({
       key: decodeStored(e.key)!,
       lower: e.exact,
@@ -69,20 +72,20 @@ export class FallbackHeavy implements HeavyCore {
   }
 
   stats(window: 0 | 1, nowMs: number): HeavyStats {
-    this.maybeReset(nowMs);
-    return (window === 0 ? this.current : this.previous).stats();
+    this.intervals.maybeReset(nowMs);
+    return (window === 0 ? this.intervals.current : this.intervals.previous).stats();
   }
 
   serialize(window: 0 | 1, nowMs: number): Uint8Array {
-    this.maybeReset(nowMs);
-    return encodeSummary(window === 0 ? this.current : this.previous);
+    this.intervals.maybeReset(nowMs);
+    return encodeSummary(window === 0 ? this.intervals.current : this.intervals.previous);
   }
 
   absorb(bytes: Uint8Array, window: 0 | 1, nowMs: number): HeavyCorruptReason | 'mismatch' | null {
-    this.maybeReset(nowMs);
+    this.intervals.maybeReset(nowMs);
     const other = decodeSummary(bytes);
     if (typeof other === 'string') return other;
-    const ours = window === 0 ? this.current : this.previous;
+    const ours = window === 0 ? this.intervals.current : this.intervals.previous;
     const a = ours.sketch;
     const b = other.sketch;
     if (a.hashes !== b.hashes || a.slots !== b.slots || a.seed !== b.seed || ours.threshold !== other.threshold) {
@@ -98,34 +101,21 @@ export class FallbackHeavy implements HeavyCore {
   /** Encodes `key` into the scratch buffer and hashes it (both summaries share the seed). */
   private hash(key: Key): { h1: number; h2: number } {
     encodeKey(key);
-    return hashStored(this.current.k0, this.current.k1);
+    return hashStored(this.intervals.current.k0, this.intervals.current.k1);
   }
 
   /** `top_of_both`: every key tracked in either interval, with the sum of its bounds in both. */
   private rankedBoth(): Entry[] {
     const keys = new Map<CanonicalKey, Entry>();
-    for (const summary of [this.previous, this.current]) {
+    for (const summary of [this.intervals.previous, this.intervals.current]) {
       for (const [id, e] of summary.table.entries) if (!keys.has(id)) keys.set(id, e);
     }
     const entries: Entry[] = [];
     for (const [id, e] of keys) {
-      const c = plus(this.previous.count(id, e.h1, e.h2), this.current.count(id, e.h1, e.h2));
+      const c = plus(this.intervals.previous.count(id, e.h1, e.h2), this.intervals.current.count(id, e.h1, e.h2));
       entries.push({ h1: e.h1, h2: e.h2, key: e.key, exact: c.lower, slack: Math.max(0, c.upper - c.lower) });
     }
     return entries.sort(rank);
-  }
-
-  /** Rolls the summaries over if an interval has passed (`Rotation::maybe_reset`). */
-  private maybeReset(nowMs: number): void {
-    const past = Math.max(0, nowMs - this.lastReset);
-    if (past < this.intervalMs) return;
-    const stale = this.previous;
-    stale.reset();
-    this.previous = this.current;
-    this.current = stale;
-    // Two intervals or more: what was current is stale too.
-    if (past >= this.intervalMs * 2) this.previous.reset();
-    this.lastReset = nowMs;
   }
 }
 

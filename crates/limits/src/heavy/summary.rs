@@ -190,21 +190,7 @@ impl<K: Hash + Eq + Clone> Summary<K> {
         K: Borrow<Q>,
         Q: Eq + ?Sized,
     {
-        let estimate = as_count(self.sketch.get_hash(hash));
-        if estimate < self.settings.threshold() {
-            return Count {
-                lower: 0,
-                upper: estimate,
-                standing: Standing::BelowThreshold,
-            };
-        }
-        self.table
-            .refund(hash, key, u64::from(value))
-            .unwrap_or(Count {
-                lower: 0,
-                upper: estimate,
-                standing: Standing::Overflow,
-            })
+        self.lookup(hash, |table| table.refund(hash, key, u64::from(value)))
     }
 
     /// The bounds of `key`'s count, without counting anything.
@@ -223,6 +209,12 @@ impl<K: Hash + Eq + Clone> Summary<K> {
         K: Borrow<Q>,
         Q: Eq + ?Sized,
     {
+        self.lookup(hash, |table| table.get(hash, key))
+    }
+
+    /// A key's bounds from its sketch estimate, consulting the table through `tracked` only when
+    /// the estimate reached the threshold (below it the key cannot be in the table).
+    fn lookup(&self, hash: KeyHash, tracked: impl FnOnce(&Table<K>) -> Option<Count>) -> Count {
         let estimate = as_count(self.sketch.get_hash(hash));
         if estimate < self.settings.threshold() {
             return Count {
@@ -231,7 +223,7 @@ impl<K: Hash + Eq + Clone> Summary<K> {
                 standing: Standing::BelowThreshold,
             };
         }
-        self.table.get(hash, key).unwrap_or(Count {
+        tracked(&self.table).unwrap_or(Count {
             lower: 0,
             upper: estimate,
             standing: Standing::Overflow,
