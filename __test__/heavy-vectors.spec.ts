@@ -8,7 +8,8 @@ import { join } from 'node:path';
 import { active } from '../lib/backend.js';
 import type { HeavyCore, HeavyCorruptReason, HeavyTalker, HeavyWindow, Key } from '../lib/core.js';
 import { HeavyHitters } from '../lib/index.js';
-import { throwsShape, title } from './helpers.js';
+import { encodeKey, storedCopy } from '../fallback/heavy/keys.js';
+import { prng, throwsShape, title } from './helpers.js';
 
 type KeyType = 'string' | 'bytes' | 'i64';
 interface Config {
@@ -27,7 +28,7 @@ type Op =
   | ['stats', number, 0 | 1, number, number, number, number, number, number, number]
   | ['serialize', number, 0 | 1, number, string]
   | ['checksum', number, 0 | 1, number, number, number]
-  | ['absorb', number, number, 0 | 1, 0 | 1, number, string | null];
+  | ['absorb', number, number, 0 | 1, 0 | 1, number, HeavyCorruptReason | 'mismatch' | null];
 interface Vectors {
   runs: { name: string; cores: Config[]; ops: Op[] }[];
   corrupt: Config & { cases: { name: string; bytes: string; result: HeavyCorruptReason | 'mismatch' | null }[] };
@@ -234,4 +235,23 @@ test(title('keys are one key exactly when their stored forms are equal'), (t) =>
     long.every((key) => top.has(describe(key))),
     'every long key is listed whole',
   );
+});
+
+test('[fallback] a string key is stored as TextEncoder writes it, lone surrogates as U+FFFD', (t) => {
+  // The fallback encodes strings itself (TextEncoder.encodeInto would need a fresh subarray per
+  // call): every UTF-8 length boundary, pairs, and lone surrogates at each position.
+  const edges = ['', '\x7f', '\x80', '\u07ff', '\u0800', '\uffff', '\ud7ff', '\ue000', '\ud83d\udc22', '\udbff\udfff'];
+  const lone = ['\ud800', '\udc00', 'a\ud800', '\ud800a', '\udc00\ud800', '\ud800\ud800\udc00', 'x\udfff\ud83d'];
+  const random = prng(5);
+  const units = [0x41, 0x7f, 0x80, 0x7ff, 0x800, 0xd7ff, 0xd800, 0xdbff, 0xdc00, 0xdfff, 0xe000, 0xfffd, 0xffff];
+  const drawn = Array.from({ length: 2000 }, () =>
+    String.fromCharCode(
+      ...Array.from({ length: Math.floor(random() * 12) }, () => units[Math.floor(random() * units.length)]!),
+    ),
+  );
+  const encoder = new TextEncoder();
+  for (const key of [...edges, ...lone, ...drawn]) {
+    encodeKey(key);
+    t.deepEqual(storedCopy(), Uint8Array.from([0, ...encoder.encode(key)]), JSON.stringify(key));
+  }
 });

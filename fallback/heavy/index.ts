@@ -14,7 +14,7 @@ import type {
 } from '../../lib/core.js';
 import { FallbackEstimator } from '../estimator.js';
 import { decodeSummary, encodeSummary } from './codec.js';
-import { decodeStored, encodeKey, hashStored } from './keys.js';
+import { decodeStored, encodeKey, hashStored, type Id } from './keys.js';
 import { Summary } from './summary.js';
 import { addSat, rank, type Entry } from './table.js';
 
@@ -101,7 +101,7 @@ export class FallbackHeavy implements HeavyCore {
 
   /** `top_of_both`: every key tracked in either interval, with the sum of its bounds in both. */
   private rankedBoth(): Entry[] {
-    const keys = new Map<string, Entry>();
+    const keys = new Map<Id, Entry>();
     for (const summary of [this.previous, this.current]) {
       for (const [id, e] of summary.table.entries) if (!keys.has(id)) keys.set(id, e);
     }

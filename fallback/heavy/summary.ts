@@ -5,7 +5,7 @@
  */
 import type { HeavyCount, HeavyStats } from '../../lib/core.js';
 import { FallbackEstimator } from '../estimator.js';
-import { hashBytes, idOf, storedCopy, storedId } from './keys.js';
+import { hashBytes, idOf, storedCopy, storedId, type Id } from './keys.js';
 import { addSat, rank, Table, U64_MAX, upperOf, type Entry } from './table.js';
 
 /** `as_count`: a sketch estimate as a bound; a negative one (only merged or decoded counters) is unbounded. */
@@ -58,7 +58,7 @@ export class Summary {
   }
 
   /** `count_hash` for a tracked entry's key (its id and hash known). */
-  countEntry(id: string, h1: number, h2: number): HeavyCount {
+  countEntry(id: Id, h1: number, h2: number): HeavyCount {
     const estimate = asCount(this.sketch.getHashed(h1, h2));
     if (estimate < this.threshold) return { lower: 0, upper: estimate, standing: 1 };
     const entry = this.table.entries.get(id);
@@ -73,7 +73,7 @@ export class Summary {
 
   /** `Summary::merge`; the caller checked shape, seed and threshold. */
   merge(other: Summary): void {
-    const theirs = new Map<string, Entry>(other.table.entries);
+    const theirs = new Map<Id, Entry>(other.table.entries);
     const merged: Entry[] = [];
     for (const [id, ours] of this.table.entries) {
       const their = theirs.get(id);

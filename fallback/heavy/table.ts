@@ -3,6 +3,7 @@
  * the threshold, each with its exact count since entry and the slack that bounds what came before.
  * Counts are numbers, exact up to 2^53; bounds saturate at 2^64 (`u64::MAX` as a number).
  */
+import type { Id } from './keys.js';
 
 /** `u64::MAX` as a number (2^64 after rounding), where bounds saturate. */
 export const U64_MAX = 2 ** 64;
@@ -43,14 +44,14 @@ export interface Overflow {
 /** The exact table: at most `capacity` keys, none evicted until {@link clear}. */
 export class Table {
   /** Entries by the stored key's id (`keys.ts` `storedId`). */
-  readonly entries = new Map<string, Entry>();
+  readonly entries = new Map<Id, Entry>();
   overflow: Overflow = { events: 0, weight: 0, mergeDropped: 0 };
 
   constructor(readonly capacity: number) {}
 
   /** `table.add`: counts `value` for a key whose estimate (this increment included) is `estimate`; returns its lower bound, or −1 if it overflowed. */
   add(
-    id: string,
+    id: Id,
     h1: number,
     h2: number,
     key: () => Uint8Array,
@@ -74,7 +75,7 @@ export class Table {
   }
 
   /** Replaces the content with `entries`, keeping the `capacity` that rank first (`keep_largest`). */
-  replace(entries: Entry[], idOf: (key: Uint8Array) => string): void {
+  replace(entries: Entry[], idOf: (key: Uint8Array) => Id): void {
     if (entries.length > this.capacity) {
       entries.sort(rank);
       this.overflow.mergeDropped = addSat(this.overflow.mergeDropped, entries.length - this.capacity);
