@@ -14,7 +14,8 @@ const MAX_SAFE = BigInt(Number.MAX_SAFE_INTEGER);
 
 const sip = new SipHash(1, 3);
 const encoder = new TextEncoder();
-const decoder = new TextDecoder('utf-8', { fatal: true });
+// ignoreBOM: a string key may start with U+FEFF, which TextDecoder would otherwise strip.
+const decoder = new TextDecoder('utf-8', { fatal: true, ignoreBOM: true });
 
 /** The stored form of the key of the current call: `scratch[0, length)`. Grows as needed. */
 let scratch = new Uint8Array(256);
