@@ -24,14 +24,7 @@ export class FallbackHeavy implements HeavyCore {
   /** The current and previous interval's slots. */
   private readonly intervals: Rotation<Summary>;
 
-  constructor(
-    intervalMs: number,
-    hashes: number,
-    slots: number,
-    seed: bigint,
-    threshold: number,
-    capacity: number,
-  ) {
+  constructor(intervalMs: number, hashes: number, slots: number, seed: bigint, threshold: number, capacity: number) {
     this.intervals = new Rotation(
       intervalMs,
       new Summary(new FallbackEstimator(hashes, slots, seed), threshold, capacity),
