@@ -17,4 +17,5 @@ export const fallbackBackend: Backend = {
   Rate: FallbackRate,
   Limiter: FallbackLimiter,
   ticker: fallbackTicker,
+  shared: null,
 };

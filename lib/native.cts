@@ -32,6 +32,7 @@ import type {
   QuotaSpec,
   RateCore,
   RateSample,
+  SharedBackend,
   TickHandle,
   Ticker,
 } from './core.js';
@@ -57,7 +58,17 @@ const fast = binding.fastPaths();
 const { estimatorIncrStr, estimatorIncrNum, estimatorIncrKey, estimatorGetStr, estimatorGetNum, estimatorGetKey } =
   fast;
 const { rateObserveStr, rateObserveNum, rateObserveKey } = fast;
+const { sharedIncrStr, sharedIncrNum, sharedIncrKey, sharedGetStr, sharedGetNum, sharedGetKey } = fast;
 const { limiterCheckStr, limiterCheckNum, limiterCheckKey } = binding.limiterFastPaths();
+
+/**
+ * `core`'s counters as a heap sketch of the binding, for `merge`: the binding merges heap sketches
+ * into either kind, so a shared sketch given as the other one is copied first.
+ */
+function heapSketch(core: EstimatorCore): Binding.Estimator {
+  if (core instanceof NativeEstimator) return core.native;
+  return binding.Estimator.deserialize(core.serialize()) as Binding.Estimator;
+}
 
 /**
  * The native {@link EstimatorCore}: `incr` and `get` call the binding's fast paths (raw N-API
@@ -110,7 +121,7 @@ class NativeEstimator implements EstimatorCore {
   }
 
   merge(other: EstimatorCore): void {
-    this.native.merge((other as NativeEstimator).native);
+    this.native.merge(heapSketch(other));
   }
 
   serialize(): Uint8Array {
@@ -121,6 +132,96 @@ class NativeEstimator implements EstimatorCore {
     this.native.close();
   }
 }
+
+/**
+ * The native {@link EstimatorCore} over a shared segment (`src/shared.rs`): `incr` and `get` call
+ * its fast paths as {@link NativeEstimator} does.
+ */
+class NativeSharedEstimator implements EstimatorCore {
+  private readonly handle: number;
+
+  constructor(private readonly native: Binding.SharedEstimator) {
+    this.handle = native.handle;
+  }
+
+  get hashes(): number {
+    return this.native.hashes;
+  }
+
+  get slots(): number {
+    return this.native.slots;
+  }
+
+  get seed(): bigint {
+    return this.native.seed;
+  }
+
+  incr(key: Key, value: number): number {
+    if (typeof key === 'string') return sharedIncrStr(this.handle, key, value);
+    if (typeof key === 'number') return sharedIncrNum(this.handle, key, value);
+    return sharedIncrKey(this.handle, key, value);
+  }
+
+  get(key: Key): number {
+    if (typeof key === 'string') return sharedGetStr(this.handle, key);
+    if (typeof key === 'number') return sharedGetNum(this.handle, key);
+    return sharedGetKey(this.handle, key);
+  }
+
+  counterIndexes(key: Key): number[] {
+    return this.native.counterIndexes(key);
+  }
+
+  reset(): void {
+    this.native.reset();
+  }
+
+  merge(other: EstimatorCore): void {
+    this.native.merge(heapSketch(other));
+  }
+
+  serialize(): Uint8Array {
+    return this.native.serialize();
+  }
+
+  close(): void {
+    this.native.close();
+  }
+}
+
+/** The native {@link RateCore} over a shared segment: it reads the host's clock, so `nowMs` is unused. */
+class NativeSharedRate implements RateCore {
+  constructor(private readonly native: Binding.SharedRate) {}
+
+  observe(key: Key, events: number): number {
+    return this.native.observe(key, events);
+  }
+
+  previousCount(key: Key): number {
+    return this.native.previousCount(key);
+  }
+
+  sample(key: Key): RateSample {
+    return this.native.sample(key);
+  }
+
+  close(): void {
+    this.native.close();
+  }
+}
+
+/** The native {@link SharedBackend}. */
+const shared: SharedBackend = {
+  openEstimator(name, hashes, slots, seed, dir, mode) {
+    return new NativeSharedEstimator(binding.SharedEstimator.open(name, hashes, slots, seed, dir, mode));
+  },
+  openRate(name, intervalMs, hashes, slots, seed, dir, mode) {
+    return new NativeSharedRate(binding.SharedRate.open(name, intervalMs, hashes, slots, seed, dir, mode));
+  },
+  unlink(name, dir) {
+    binding.unlinkShared(name, dir);
+  },
+};
 
 /** The native {@link RateCore}: `observe` calls the binding's fast paths, as {@link NativeEstimator} does. */
 class NativeRate implements RateCore {
@@ -302,4 +403,5 @@ export const backend: Backend = {
   Rate: NativeRate,
   Limiter: NativeLimiter,
   ticker: new NativeTicker(),
+  shared,
 };
