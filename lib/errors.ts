@@ -15,6 +15,8 @@
  * - `ERR_KEEPCOUNT_IO` (`Error`): the system refused a shared segment's file or directory (missing
  *   directory, permissions, a symlink in its place); the message has the path and the system's
  *   reason.
+ * - `ERR_KEEPCOUNT_FULL` (`Error`): `Inflight.openShared` found every process slot of the segment
+ *   held by a live process (open it with a larger `processes`, after unlinking it).
  * - `ERR_KEEPCOUNT_RELEASED` (`Error`): `incr()` on an Inflight guard that was already released.
  * - `ERR_KEEPCOUNT_CLOSED` (`Error`): a method of an `Estimator` or `Rate` called after its `close()`.
  * - `ERR_KEEPCOUNT_BACKEND` (`Error`): `KEEPCOUNT_BACKEND` names an unknown backend, or forces
@@ -41,6 +43,7 @@ export type ErrorCode =
   | 'ERR_KEEPCOUNT_MISMATCH'
   | 'ERR_KEEPCOUNT_CORRUPT'
   | 'ERR_KEEPCOUNT_IO'
+  | 'ERR_KEEPCOUNT_FULL'
   | 'ERR_KEEPCOUNT_RELEASED'
   | 'ERR_KEEPCOUNT_CLOSED'
   | 'ERR_KEEPCOUNT_BACKEND'

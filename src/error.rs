@@ -3,7 +3,7 @@
 //! Every failure becomes the error class and `code` that `lib/errors.ts` documents for the same
 //! problem: `TypeError` `ERR_INVALID_ARG_TYPE`, `RangeError` `ERR_OUT_OF_RANGE`, `Error`
 //! `ERR_KEEPCOUNT_MISMATCH`, `Error` `ERR_KEEPCOUNT_CORRUPT`, and for shared segments `Error`
-//! `ERR_KEEPCOUNT_IO` and `ERR_KEEPCOUNT_UNSUPPORTED`. `lib/` validates arguments before
+//! `ERR_KEEPCOUNT_IO`, `ERR_KEEPCOUNT_FULL` and `ERR_KEEPCOUNT_UNSUPPORTED`. `lib/` validates arguments before
 //! they get here, so these are the errors of direct callers of the binding.
 
 use keepcount_limits::DecodeError;
@@ -110,6 +110,7 @@ impl From<SharedError> for Failure {
             SharedError::Corrupt { .. } => (Class::Error, "ERR_KEEPCOUNT_CORRUPT"),
             SharedError::Unsupported => (Class::Error, "ERR_KEEPCOUNT_UNSUPPORTED"),
             SharedError::Io { .. } => (Class::Error, "ERR_KEEPCOUNT_IO"),
+            SharedError::Full { .. } => (Class::Error, "ERR_KEEPCOUNT_FULL"),
             // Name, shape, interval and mode: `lib/` checks them first.
             _ => (Class::RangeError, "ERR_OUT_OF_RANGE"),
         };

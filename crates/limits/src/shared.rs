@@ -8,6 +8,7 @@
 //!
 //! - [`open_estimator`]: a count-min [`Estimator`] whose counters are in the segment.
 //! - [`SharedRate`]: pingora's `Rate` with one interval for the whole host.
+//! - [`SharedInflight`]: in-flight counts whose dead processes' shares are taken back.
 //! - [`unlink`] removes a segment; [`SharedOptions`] says where files live and their mode.
 //!
 //! # Opening
@@ -30,18 +31,21 @@
 //! 0..64    immutable header: magic "KCSHARED", format version, kind, hashes, slots, seed,
 //!          interval (ns), creation time (Unix ns), file length, CRC-32 of the above
 //! 64..128  mutable words: a rate's interval word
-//! 128..    i64 counters, row-major, one sketch (estimator) or two (rate)
+//! 128..    i64 counters, row-major, one sketch (estimator), two (rate), or 1 + process slots
+//!          (in-flight), then the in-flight slot table
 //! ```
 //!
 //! [`Estimator`]: crate::estimator::Estimator
 //! [`layout`]: self#layout
 
 mod error;
+mod inflight;
 mod layout;
 mod rate;
 mod segment;
 
 pub use error::{CorruptReason, SharedError};
+pub use inflight::{MAX_PROCESSES, RECLAIM_INTERVAL, SharedInflight};
 pub use rate::SharedRate;
 pub use segment::{Counters, DEFAULT_MODE, MAX_NAME_BYTES, SharedOptions, unlink};
 
@@ -83,6 +87,7 @@ pub fn open_estimator(
         shape,
         seed,
         interval_nanos: 0,
+        processes: 0,
     };
     let segment = Arc::new(Segment::open(name, layout, options, &|_| {})?);
     Ok(Estimator::with_store(

@@ -5,7 +5,7 @@
 use keepcount_limits::Shape;
 use keepcount_limits::clock::ManualClock;
 use keepcount_limits::shared::{
-    CorruptReason, SharedError, SharedOptions, SharedRate, open_estimator, unlink,
+    CorruptReason, SharedError, SharedInflight, SharedOptions, SharedRate, open_estimator, unlink,
 };
 use std::fs;
 use std::io::Write;
@@ -130,6 +130,24 @@ fn child() {
             // Killed by the parent.
             std::thread::sleep(Duration::from_secs(60));
         }
+        "inflight-hold" => {
+            let inflight = SharedInflight::open(&name, shape(), SEED, 4, &options).unwrap();
+            let key = inflight.hash_key("origin");
+            for _ in 0..3 {
+                inflight.incr_hash(key, 1);
+            }
+            say("holding".into());
+            std::thread::sleep(Duration::from_secs(60));
+        }
+        "inflight-churn" => {
+            let inflight = SharedInflight::open(&name, shape(), SEED, 4, &options).unwrap();
+            let key = inflight.hash_key("origin");
+            say("churning".into());
+            loop {
+                inflight.incr_hash(key, 1);
+                inflight.incr_hash(key, -1);
+            }
+        }
         other => panic!("unknown role {other}"),
     }
 }
@@ -173,6 +191,92 @@ fn eight_simultaneous_openers_share_one_segment() {
         .collect();
     names.sort();
     assert_eq!(names, ["go", "keepcount.race"]);
+}
+
+/// Waits for the child's `RESULT <line>`.
+fn wait_for_line(child: &mut Child, line: &str) {
+    let stdout = std::io::BufReader::new(child.stdout.take().unwrap());
+    let found = std::io::BufRead::lines(stdout).find(|read| {
+        read.as_ref()
+            .is_ok_and(|read| read.ends_with(&format!("RESULT {line}")))
+    });
+    assert!(found.is_some(), "child never said {line}");
+}
+
+#[test]
+fn a_process_killed_holding_in_flight_counts_gives_them_back() {
+    let dir = Dir::new("inflight-kill");
+    let options = dir.options();
+    let here = SharedInflight::open("inflight", shape(), SEED, 4, &options).unwrap();
+    let key = here.hash_key("origin");
+    here.incr_hash(key, 2);
+    let mut child = spawn("inflight-hold", &dir, "inflight");
+    wait_for_line(&mut child, "holding");
+    assert_eq!(here.get_hash(key), 5);
+    assert_eq!(here.reclaim(), 0, "a live process is left alone");
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let killed = Instant::now();
+    assert_eq!(here.reclaim(), 1);
+    println!("recovered in {:?}", killed.elapsed());
+    assert_eq!(here.get_hash(key), 2);
+    assert_eq!(here.reclaim(), 0, "swept once");
+    here.incr_hash(key, -2);
+    assert_eq!(here.get_hash(key), 0);
+}
+
+#[test]
+fn a_process_killed_mid_increment_leaves_the_estimate_exact() {
+    let dir = Dir::new("inflight-churn");
+    let options = dir.options();
+    let here = SharedInflight::open("inflight", shape(), SEED, 4, &options).unwrap();
+    let key = here.hash_key("origin");
+    here.incr_hash(key, 1);
+    for round in 0..5 {
+        let mut child = spawn("inflight-churn", &dir, "inflight");
+        wait_for_line(&mut child, "churning");
+        std::thread::sleep(Duration::from_millis(20 + 7 * round));
+        child.kill().unwrap();
+        child.wait().unwrap();
+        assert_eq!(here.reclaim(), 1);
+        // A kill between one counter's two adds leaves that row at most 1 over; the minimum over
+        // the 4 rows is exact.
+        assert_eq!(here.get_hash(key), 1, "round {round}");
+    }
+}
+
+#[test]
+fn in_flight_slots_are_bounded_and_given_back() {
+    let dir = Dir::new("inflight-full");
+    let options = dir.options();
+    let open = || SharedInflight::open("full", shape(), SEED, 2, &options);
+    let a = open().unwrap();
+    let b = open().unwrap();
+    let key = a.hash_key("k");
+    b.incr_hash(key, 3);
+    let err = open().unwrap_err();
+    assert!(matches!(err, SharedError::Full { processes: 2, .. }));
+    assert!(err.to_string().starts_with("all 2 process slots of "));
+    drop(b);
+    assert_eq!(
+        a.get_hash(key),
+        0,
+        "a dropped handle takes back what it held"
+    );
+    let c = open().unwrap();
+    assert_eq!(c.incr_hash(key, 1), 1);
+    let err = SharedInflight::open("full", shape(), SEED, 3, &options).unwrap_err();
+    assert!(matches!(
+        err,
+        SharedError::Mismatch {
+            field: "processes",
+            ..
+        }
+    ));
+    assert!(matches!(
+        SharedInflight::open("zero", shape(), SEED, 0, &options),
+        Err(SharedError::Processes(0))
+    ));
 }
 
 #[test]

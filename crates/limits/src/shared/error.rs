@@ -39,16 +39,25 @@ pub enum SharedError {
     Mismatch {
         /// The segment file.
         path: PathBuf,
-        /// The first field that differs: `"kind"`, `"hashes"`, `"slots"`, `"seed"` or
-        /// `"interval"`.
+        /// The first field that differs: `"kind"`, `"hashes"`, `"slots"`, `"seed"`,
+        /// `"interval"` or `"processes"`.
         field: &'static str,
         /// The field's value in the file.
         existing: String,
         /// The value asked for.
         requested: String,
     },
+    /// Every process slot of a shared in-flight segment is held by a live process.
+    Full {
+        /// The segment file.
+        path: PathBuf,
+        /// Its process slots.
+        processes: u32,
+    },
     /// The sketch shape is outside the limits.
     Shape(ShapeError),
+    /// A shared in-flight segment's process slots are not in `1..=MAX_PROCESSES`.
+    Processes(u32),
     /// A shared rate's interval is zero.
     ZeroInterval,
     /// The mode asks for bits beyond `0o777`.
@@ -127,7 +136,17 @@ impl fmt::Display for SharedError {
                 "{} was created with {field} {existing}, not {requested} as requested",
                 path.display()
             ),
+            Self::Full { path, processes } => write!(
+                f,
+                "all {processes} process slots of {} are held by live processes",
+                path.display()
+            ),
             Self::Shape(err) => write!(f, "bad shared sketch shape: {err}"),
+            Self::Processes(processes) => write!(
+                f,
+                "process slots must be between 1 and {}, got {processes}",
+                crate::shared::inflight::MAX_PROCESSES
+            ),
             Self::ZeroInterval => f.write_str("the rate interval must be longer than zero"),
             Self::Mode(mode) => write!(f, "the file mode must be within 0o777, got {mode:#o}"),
             Self::Unsupported => {

@@ -4,18 +4,21 @@
 //! offset  size  field
 //!      0     8  magic "KCSHARED"
 //!      8     4  format version (FORMAT_VERSION)
-//!     12     4  kind: 1 estimator, 2 rate
+//!     12     4  kind: 1 estimator, 2 rate, 3 in-flight
 //!     16     4  hashes
 //!     20     4  slots
 //!     24     8  seed
 //!     32     8  interval in nanoseconds (0 for an estimator)
 //!     40     8  creation time, nanoseconds since the Unix epoch (informational)
 //!     48     8  total file length in bytes
-//!     56     4  CRC-32 (IEEE) of bytes 0..56
-//!     60     4  zero
+//!     56     4  process slots (in-flight; 0 otherwise)
+//!     60     4  CRC-32 (IEEE) of bytes 0..60
 //!     64     8  a rate's interval word (crate::shared::rate), 0 otherwise
 //!     72    56  zero
-//!    128        counters: i64, row-major; a rate has two sketches, one after the other
+//!    128        counters: i64, row-major, one sketch after another: an estimator has one, a
+//!               rate two, an in-flight counter 1 + process slots (the total, then each
+//!               process's own contribution)
+//!      …        in-flight only: two u64 words per process slot (crate::shared::inflight)
 //! ```
 //!
 //! Numbers are little-endian in the checksummed part. The file never leaves its host, but a
@@ -36,7 +39,7 @@ pub(crate) const HEADER_BYTES: usize = 128;
 /// Bytes of the immutable, checksummed part of the header (including the checksum word).
 pub(crate) const FIXED_BYTES: usize = 64;
 /// Offset of the checksum: it covers every byte before it.
-const CHECKSUM_OFFSET: usize = 56;
+const CHECKSUM_OFFSET: usize = 60;
 /// Offset of a rate's interval word.
 pub(crate) const RATE_WORD_OFFSET: usize = 64;
 /// Bytes per counter.
@@ -49,6 +52,8 @@ pub(crate) enum Kind {
     Estimator,
     /// Two sketches and an interval word.
     Rate,
+    /// A total sketch, one contribution sketch per process slot, and the slot table.
+    Inflight,
 }
 
 impl Kind {
@@ -56,6 +61,7 @@ impl Kind {
         match self {
             Self::Estimator => 1,
             Self::Rate => 2,
+            Self::Inflight => 3,
         }
     }
 
@@ -63,15 +69,8 @@ impl Kind {
         match code {
             1 => Some(Self::Estimator),
             2 => Some(Self::Rate),
+            3 => Some(Self::Inflight),
             _ => None,
-        }
-    }
-
-    /// Sketches of the segment's shape it holds.
-    fn sketches(self) -> usize {
-        match self {
-            Self::Estimator => 1,
-            Self::Rate => 2,
         }
     }
 
@@ -79,6 +78,7 @@ impl Kind {
         match self {
             Self::Estimator => "estimator",
             Self::Rate => "rate",
+            Self::Inflight => "in-flight",
         }
     }
 }
@@ -89,22 +89,34 @@ pub(crate) struct Layout {
     pub(crate) kind: Kind,
     pub(crate) shape: Shape,
     pub(crate) seed: u64,
-    /// Nanoseconds; 0 for an estimator.
+    /// Nanoseconds; 0 unless a rate.
     pub(crate) interval_nanos: u64,
+    /// Process slots; 0 unless in-flight.
+    pub(crate) processes: u32,
 }
 
 /// The first field in which two layouts differ, as `(field, existing, requested)`.
 pub(crate) type Difference = (&'static str, String, String);
 
 impl Layout {
-    /// Counters in the segment.
-    pub(crate) fn counters(&self) -> usize {
-        self.kind.sketches() * self.shape.counters()
+    /// Sketches of the segment's shape it holds.
+    pub(crate) fn sketches(&self) -> usize {
+        match self.kind {
+            Kind::Estimator => 1,
+            Kind::Rate => 2,
+            Kind::Inflight => 1 + self.processes as usize,
+        }
     }
 
-    /// The file's length: at most 128 + 2 × 2^27 × 8 bytes (2 GiB), well within `u64`.
+    /// Byte offset of the in-flight slot table, just after the counters.
+    pub(crate) fn slots_offset(&self) -> usize {
+        HEADER_BYTES + self.sketches() * self.shape.counters() * COUNTER_BYTES
+    }
+
+    /// The file's length: sketches at most 2^27 × 8 bytes each, and at most 1 + 2^10 of them
+    /// (crate::shared::inflight's limit), so well within `u64` (and `usize` on 64-bit targets).
     pub(crate) fn total_bytes(&self) -> usize {
-        HEADER_BYTES + self.counters() * COUNTER_BYTES
+        self.slots_offset() + self.processes as usize * 2 * COUNTER_BYTES
     }
 
     /// The immutable header of a segment created at `created_unix_nanos`.
@@ -120,6 +132,7 @@ impl Layout {
         bytes[32..40].copy_from_slice(&self.interval_nanos.to_le_bytes());
         bytes[40..48].copy_from_slice(&created_unix_nanos.to_le_bytes());
         bytes[48..56].copy_from_slice(&(self.total_bytes() as u64).to_le_bytes());
+        bytes[56..60].copy_from_slice(&self.processes.to_le_bytes());
         let checksum = crc32fast::hash(&bytes[..CHECKSUM_OFFSET]);
         bytes[CHECKSUM_OFFSET..CHECKSUM_OFFSET + 4].copy_from_slice(&checksum.to_le_bytes());
         bytes
@@ -152,7 +165,11 @@ impl Layout {
         let shape = Shape::new(u32_at(16) as usize, u32_at(20) as usize)
             .map_err(|_| CorruptReason::Layout)?;
         let interval_nanos = u64_at(32);
-        if (kind == Kind::Rate) != (interval_nanos != 0) {
+        let processes = u32_at(56);
+        if (kind == Kind::Rate) != (interval_nanos != 0)
+            || (kind == Kind::Inflight) != (processes != 0)
+            || processes > crate::shared::inflight::MAX_PROCESSES
+        {
             return Err(CorruptReason::Layout);
         }
         let layout = Self {
@@ -160,6 +177,7 @@ impl Layout {
             shape,
             seed: u64_at(24),
             interval_nanos,
+            processes,
         };
         let total = layout.total_bytes() as u64;
         if u64_at(48) != total || file_bytes != total {
@@ -195,6 +213,13 @@ impl Layout {
             let ns = |n: u64| format!("{n} ns");
             return Some(("interval", ns(a.interval_nanos), ns(b.interval_nanos)));
         }
+        if a.processes != b.processes {
+            return Some((
+                "processes",
+                a.processes.to_string(),
+                b.processes.to_string(),
+            ));
+        }
         None
     }
 }
@@ -209,6 +234,7 @@ mod tests {
             shape: Shape::new(4, 1024).unwrap(),
             seed: 7,
             interval_nanos: 1_000_000_000,
+            processes: 0,
         }
     }
 

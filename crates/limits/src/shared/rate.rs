@@ -140,6 +140,7 @@ impl<C: Clock> SharedRate<C> {
             shape,
             seed,
             interval_nanos,
+            processes: 0,
         };
         // A new segment's interval starts now, counted in the first sketch. Relaxed: the segment
         // is not yet visible to any other process.

@@ -264,6 +264,10 @@ impl Segment {
         }
     }
 
+    pub(crate) fn layout(&self) -> &Layout {
+        &self.layout
+    }
+
     /// The segment file.
     pub(crate) fn path(&self) -> &Path {
         &self.path
@@ -274,8 +278,18 @@ impl Segment {
         &words(&self.map, offset, 1)[0]
     }
 
-    /// Sketch `index`'s counters (0 or 1), `shape.counters()` of them.
-    fn sketch(&self, index: usize) -> &[AtomicI64] {
+    /// In-flight slot `index`'s two words (owner, PID namespace), `index < processes`.
+    pub(crate) fn slot_words(&self, index: usize) -> &[AtomicU64] {
+        let start = self.layout.slots_offset() + index * 16;
+        debug_assert!(index < self.layout.processes as usize);
+        // SAFETY: the slot table is inside the file (total_bytes counts it) for index <
+        // processes, 8-byte aligned after the counters, and accessed only atomically.
+        unsafe { std::slice::from_raw_parts(self.map.as_ptr().add(start).cast::<AtomicU64>(), 2) }
+    }
+
+    /// Sketch `index`'s counters (`index` below the layout's sketch count), `shape.counters()`
+    /// of them.
+    pub(crate) fn sketch(&self, index: usize) -> &[AtomicI64] {
         let len = self.layout.shape.counters();
         let start = HEADER_BYTES + index * len * 8;
         debug_assert!(start + len * 8 <= self.map.len());
