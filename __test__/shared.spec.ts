@@ -6,7 +6,7 @@ import { mkdtempSync, rmSync, statSync, writeFileSync, existsSync } from 'node:f
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import test, { type ExecutionContext } from 'ava';
-import { backend, Estimator, Rate } from '../lib/index.js';
+import { backend, Estimator, Inflight, Rate } from '../lib/index.js';
 import { fixture, throwsShape, title } from './helpers.js';
 
 const SEED = 0x5eedn;
@@ -53,6 +53,13 @@ class Worker {
   async send(command: object): Promise<unknown> {
     this.child.send(command);
     return this.next();
+  }
+
+  /** Kills the worker with SIGKILL and waits until it is gone. */
+  async kill(): Promise<void> {
+    const exited = new Promise((resolve) => this.child.once('exit', resolve));
+    this.child.kill('SIGKILL');
+    await exited;
   }
 
   async exit(): Promise<void> {
@@ -266,4 +273,86 @@ test(title('a missing directory is ERR_KEEPCOUNT_IO with the path'), (t) => {
     code: 'ERR_KEEPCOUNT_IO',
   });
   t.true(error.message.startsWith(`Cannot open the shared segment: ${join(dir, '.keepcount.x.')}`), error.message);
+});
+
+/** Polls `read` until it returns `want`, for at most `ms`; resolves with the time it took. */
+async function until(read: () => number, want: number, ms: number): Promise<number> {
+  const start = performance.now();
+  while (read() !== want && performance.now() - start < ms) await sleep(5);
+  return performance.now() - start;
+}
+
+test(title('a worker killed holding in-flight guards gives its count back to the survivors'), async (t) => {
+  const dir = scratch(t);
+  if (backend === 'fallback') {
+    throwsShape(t, () => Inflight.openShared('up', { seed: SEED, dir }), unsupported('Inflight.openShared'));
+    return;
+  }
+  const here = Inflight.openShared('up', { seed: SEED, dir });
+  const mine = [here.incr('api')[0], here.incr('api')[0]];
+  const [worker] = await workers(1);
+  await worker!.send({ op: 'open-inflight', name: 'up', dir });
+  t.is(await worker!.send({ op: 'hold', key: 'api', times: 3 }), 5);
+  t.is(here.get('api'), 5);
+  await worker!.kill();
+  // Survivors check every 100 ms; 5 s leaves room for a loaded machine.
+  const tookMs = await until(() => here.get('api'), 2, 5000);
+  t.log(`count back to the survivors' ${here.get('api')} ${tookMs.toFixed(0)} ms after the SIGKILL`);
+  t.is(here.get('api'), 2);
+  for (const guard of mine) guard.release();
+  t.is(here.get('api'), 0);
+});
+
+test(title('a worker killed mid-increment never blocks the survivors and leaves their count exact'), async (t) => {
+  const dir = scratch(t);
+  if (backend === 'fallback') {
+    throwsShape(t, () => Inflight.openShared('churn', { seed: SEED, dir }), unsupported('Inflight.openShared'));
+    return;
+  }
+  const here = Inflight.openShared('churn', { seed: SEED, dir });
+  const [guard] = here.incr('api');
+  const all = await workers(2);
+  await Promise.all(all.map((w) => w.send({ op: 'open-inflight', name: 'churn', dir })));
+  await Promise.all(all.map((w) => w.send({ op: 'churn', key: 'api' })));
+  for (const worker of all) {
+    await sleep(50);
+    // The survivors keep counting while the others churn and die.
+    for (let i = 0; i < 1000; i++) here.incr('other')[0].release();
+    await worker.kill();
+  }
+  // Each kill may land between a row's two adds: that row is then 1 over, the minimum is not.
+  const tookMs = await until(() => here.get('api'), 1, 5000);
+  t.log(`count back to exact ${tookMs.toFixed(0)} ms after the last SIGKILL`);
+  t.is(here.get('api'), 1);
+  t.is(here.get('other'), 0);
+  guard.release();
+});
+
+test(title('a shared Inflight with every process slot held is ERR_KEEPCOUNT_FULL'), (t) => {
+  const dir = scratch(t);
+  if (backend === 'fallback') {
+    throwsShape(
+      t,
+      () => Inflight.openShared('one', { seed: SEED, dir, processes: 1 }),
+      unsupported('Inflight.openShared'),
+    );
+    return;
+  }
+  const first = Inflight.openShared('one', { seed: SEED, dir, processes: 1 });
+  first.incr('k');
+  throwsShape(t, () => Inflight.openShared('one', { seed: SEED, dir, processes: 1 }), {
+    instanceOf: Error,
+    code: 'ERR_KEEPCOUNT_FULL',
+    message: `Cannot open the shared segment: all 1 process slots of ${join(dir, 'keepcount.one')} are held by live processes`,
+  });
+  throwsShape(t, () => Inflight.openShared('one', { seed: SEED, dir, processes: 2 }), {
+    instanceOf: Error,
+    code: 'ERR_KEEPCOUNT_MISMATCH',
+    message: `Cannot open the shared segment: ${join(dir, 'keepcount.one')} was created with processes 1, not 2 as requested`,
+  });
+  throwsShape(t, () => Inflight.openShared('one', { seed: SEED, dir, processes: 0 }), {
+    instanceOf: RangeError,
+    code: 'ERR_OUT_OF_RANGE',
+    message: 'The "processes" option must be an integer in [1, 1024]. Received 0',
+  });
 });

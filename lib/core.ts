@@ -282,9 +282,26 @@ export interface SharedBackend {
     dir: string | undefined,
     mode: number,
   ): RateCore;
+  /**
+   * In-flight counts over segment `name` with `processes` slots (an integer in [1, 1024]); this
+   * process's contribution is taken back by the survivors if it dies (the native adapter checks
+   * every 100 ms, `crates/limits/src/shared/inflight.rs` `RECLAIM_INTERVAL`).
+   */
+  openInflight(
+    name: string,
+    hashes: number,
+    slots: number,
+    seed: bigint,
+    processes: number,
+    dir: string | undefined,
+    mode: number,
+  ): InflightCore;
   /** Removes segment `name`'s file; no error if there is none. */
   unlink(name: string, dir: string | undefined): void;
 }
+
+/** What `Inflight` needs of its counters: an {@link EstimatorCore}, or a shared in-flight core. */
+export type InflightCore = Pick<EstimatorCore, 'incr' | 'get'>;
 
 /** One implementation of keepcount. */
 export interface Backend {

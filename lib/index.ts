@@ -11,7 +11,7 @@ export type { BackendName, Key } from './core.js';
 export { ManualClock, type Clock } from './clock.js';
 export { TimeoutError, type ErrorCode, type KeepcountError } from './errors.js';
 export { Estimator, type ErrorBoundsOptions, type EstimatorOptions, type SharedEstimatorOptions } from './estimator.js';
-export { Inflight, type InflightGuard, type InflightOptions } from './inflight.js';
+export { Inflight, type InflightGuard, type InflightOptions, type SharedInflightOptions } from './inflight.js';
 export {
   Limiter,
   type LimitInfo,

@@ -27,6 +27,7 @@ import type {
   Backend,
   CorruptReason,
   EstimatorCore,
+  InflightCore,
   Key,
   LimiterCore,
   QuotaSpec,
@@ -210,6 +211,38 @@ class NativeSharedRate implements RateCore {
   }
 }
 
+/**
+ * How often every process holding a shared `Inflight` takes back the contributions of dead ones
+ * (`crates/limits/src/shared/inflight.rs` `RECLAIM_INTERVAL`).
+ */
+const SHARED_RECLAIM_INTERVAL_MS = 100;
+
+/**
+ * The native {@link InflightCore} over a shared segment. It also takes back dead processes'
+ * contributions every {@link SHARED_RECLAIM_INTERVAL_MS}: an unref'd timer holding the binding
+ * object weakly, so it neither keeps the process alive nor the object from being collected
+ * (collection gives back what this process still holds, and the timer then stops).
+ */
+class NativeSharedInflight implements InflightCore {
+  constructor(private readonly native: Binding.SharedInflight) {
+    const weak = new WeakRef(native);
+    const timer = setInterval(() => {
+      const live = weak.deref();
+      if (live === undefined) clearInterval(timer);
+      else live.reclaim();
+    }, SHARED_RECLAIM_INTERVAL_MS);
+    timer.unref();
+  }
+
+  incr(key: Key, value: number): number {
+    return this.native.incr(key, value);
+  }
+
+  get(key: Key): number {
+    return this.native.get(key);
+  }
+}
+
 /** The native {@link SharedBackend}. */
 const shared: SharedBackend = {
   openEstimator(name, hashes, slots, seed, dir, mode) {
@@ -217,6 +250,9 @@ const shared: SharedBackend = {
   },
   openRate(name, intervalMs, hashes, slots, seed, dir, mode) {
     return new NativeSharedRate(binding.SharedRate.open(name, intervalMs, hashes, slots, seed, dir, mode));
+  },
+  openInflight(name, hashes, slots, seed, processes, dir, mode) {
+    return new NativeSharedInflight(binding.SharedInflight.open(name, hashes, slots, seed, processes, dir, mode));
   },
   unlink(name, dir) {
     binding.unlinkShared(name, dir);

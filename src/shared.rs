@@ -15,7 +15,9 @@ use crate::rate::RateSample;
 use crate::raw::{Callback, Slab, Slot};
 use keepcount_limits::Shape;
 use keepcount_limits::estimator::Estimator as Sketch;
-use keepcount_limits::shared::{self, Counters, SharedOptions, SharedRate as Sketches};
+use keepcount_limits::shared::{
+    self, Counters, SharedInflight as Inflight, SharedOptions, SharedRate as Sketches,
+};
 use napi::bindgen_prelude::{BigInt, ObjectFinalize, Uint8Array, Unknown};
 use napi::{Env, JsValue, Result};
 use napi_derive::napi;
@@ -319,6 +321,116 @@ impl SharedRate {
 impl SharedRate {
     fn sketches(&self) -> Outcome<&Sketches> {
         self.sketches.as_ref().ok_or_else(closed)
+    }
+}
+
+/// In-flight counts over the shared segment `name`, with this process's contribution in a slot
+/// of its own that survivors take back if it dies (the crate's `shared::SharedInflight`). Use the
+/// package's `Inflight.openShared`; this class takes only validated input.
+#[napi(custom_finalize)]
+pub struct SharedInflight {
+    /// `None` once closed (dropping it gives back what this process still holds).
+    inflight: Option<Inflight>,
+    memory: External,
+}
+
+impl ObjectFinalize for SharedInflight {
+    fn finalize(mut self, env: Env) -> Result<()> {
+        self.memory.release(&env);
+        Ok(())
+    }
+}
+
+#[napi]
+impl SharedInflight {
+    /// Opens (creating if needed) segment `name` with `processes` slots (in [1, 1024]) and
+    /// sketches of `hashes × slots` keyed by `seed`; errors as `SharedEstimator.open`, and
+    /// `ERR_KEEPCOUNT_FULL` if every slot is held by a live process.
+    #[napi(factory, catch_unwind)]
+    #[allow(clippy::too_many_arguments)]
+    pub fn open(
+        env: &Env,
+        name: String,
+        hashes: f64,
+        slots: f64,
+        seed: BigInt,
+        processes: u32,
+        dir: Option<String>,
+        mode: u32,
+    ) -> Result<Self> {
+        (|| -> Outcome<Self> {
+            let shape = Shape::new(
+                args::dimension("The \"hashes\" argument", hashes)?,
+                args::dimension("The \"slots\" argument", slots)?,
+            )?;
+            let seed = args::seed(&seed)?;
+            let inflight = Inflight::open(&name, shape, seed, processes, &options(dir, mode))?;
+            // The total and this process's contribution are the sketches it touches.
+            let memory = External::report(env, 2 * shape.counters() * size_of::<i64>());
+            Ok(Self {
+                inflight: Some(inflight),
+                memory,
+            })
+        })()
+        .map_err(|failure| map_error(env, failure))
+    }
+
+    /// Adds `value` (a safe integer, negative to give back) to `key` for this process; returns
+    /// the host-wide estimate.
+    #[napi(catch_unwind)]
+    pub fn incr(
+        &self,
+        env: &Env,
+        #[napi(ts_arg_type = "string | number | bigint | Uint8Array")] key: Unknown,
+        value: f64,
+    ) -> Result<f64> {
+        (|| -> Outcome<f64> {
+            let value = args::count("The \"value\" argument", value)?;
+            let inflight = self.inflight()?;
+            // SAFETY: live handles of this call.
+            let key = unsafe { keys::hash_key(env.raw(), key.raw(), |k| inflight.hash_key(k)) }?;
+            Ok(inflight.incr_hash(key, value) as f64)
+        })()
+        .map_err(|failure| map_error(env, failure))
+    }
+
+    /// `key`'s host-wide estimate.
+    #[napi(catch_unwind)]
+    pub fn get(
+        &self,
+        env: &Env,
+        #[napi(ts_arg_type = "string | number | bigint | Uint8Array")] key: Unknown,
+    ) -> Result<f64> {
+        (|| -> Outcome<f64> {
+            let inflight = self.inflight()?;
+            // SAFETY: live handles of this call.
+            let key = unsafe { keys::hash_key(env.raw(), key.raw(), |k| inflight.hash_key(k)) }?;
+            Ok(inflight.get_hash(key) as f64)
+        })()
+        .map_err(|failure| map_error(env, failure))
+    }
+
+    /// Takes back the contributions of dead processes; returns how many slots it freed (0 once
+    /// closed).
+    #[napi(catch_unwind)]
+    pub fn reclaim(&self) -> u32 {
+        // At most 1024 slots.
+        self.inflight
+            .as_ref()
+            .map_or(0, |inflight| inflight.reclaim() as u32)
+    }
+
+    /// Gives back what this process still holds and frees its slot now. Idempotent.
+    #[napi(catch_unwind)]
+    pub fn close(&mut self, env: &Env) {
+        self.inflight = None;
+        self.memory.release(env);
+    }
+}
+
+impl SharedInflight {
+    fn inflight(&self) -> Outcome<&Inflight> {
+        self.inflight.as_ref().ok_or_else(closed)
     }
 }
 
