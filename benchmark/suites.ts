@@ -464,6 +464,62 @@ function heavy(backends: LoadedBackend[], v: Variant): Suite {
   };
 }
 
+/**
+ * Issue 14: the same calls on counters shared between processes (a segment in `/dev/shm`) and on
+ * process-local ones, native only (the fallback cannot share). The segments are unlinked as soon
+ * as they are open: the mappings stay valid and nothing is left behind.
+ */
+function shared(backends: LoadedBackend[], v: Variant, checkDraws: number): Suite {
+  const s = stream(v.keys, v.draws).map(String);
+  const native = backends.find((b) => b.name === 'native');
+  const cases: Case[] = [];
+  const name = (what: string): string => `bench-${what}-${process.pid}`;
+  const open = <T>(what: string, make: (name: string) => T, unlink: (name: string) => void): T => {
+    const opened = make(name(what));
+    unlink(name(what));
+    return opened;
+  };
+  if (native !== undefined) {
+    const { Estimator, Rate, Inflight } = native.api;
+    const local = new Estimator({ seed: SEED });
+    const sharedEst = open('est', (n) => Estimator.openShared(n, { seed: SEED }), Estimator.unlink);
+    const localRate = new Rate({ intervalMs: 1000, seed: SEED });
+    const sharedRate = open('rate', (n) => Rate.openShared(n, { intervalMs: 1000, seed: SEED }), Rate.unlink);
+    const localInflight = new Inflight({ seed: SEED });
+    const sharedInflight = open('inflight', (n) => Inflight.openShared(n, { seed: SEED }), Estimator.unlink);
+    cases.push(syncCase('keepcount Estimator.incr (native, local)', s, (k) => local.incr(k)));
+    cases.push(syncCase('keepcount Estimator.incr (native, shared)', s, (k) => sharedEst.incr(k)));
+    cases.push(syncCase('keepcount Estimator.get (native, local)', s, (k) => local.get(k)));
+    cases.push(syncCase('keepcount Estimator.get (native, shared)', s, (k) => sharedEst.get(k)));
+    cases.push(syncCase('keepcount Rate.observe (native, local)', s, (k) => localRate.observe(k)));
+    cases.push(syncCase('keepcount Rate.observe (native, shared)', s, (k) => sharedRate.observe(k)));
+    cases.push(
+      syncCase('keepcount Inflight.incr+release (native, local)', s, (k) => localInflight.incr(k)[0].release()),
+    );
+    cases.push(
+      syncCase('keepcount Inflight.incr+release (native, shared)', s, (k) => sharedInflight.incr(k)[0].release()),
+    );
+  }
+  return {
+    id: `shared-${v.id}`,
+    title: `Shared between processes vs process-local, ${v.title}`,
+    reference: 'keepcount Estimator.incr (native, local)',
+    cases,
+    check() {
+      if (native === undefined) return 'native backend unavailable: nothing to compare';
+      const { Estimator } = native.api;
+      const local = new Estimator({ seed: SEED });
+      const sharedEst = open('check', (n) => Estimator.openShared(n, { seed: SEED }), Estimator.unlink);
+      for (let i = 0; i < checkDraws; i++) {
+        const k = s[i]!;
+        assert(local.incr(k) === sharedEst.incr(k), `shared and local sketches disagree on ${k}`);
+      }
+      sharedEst.close();
+      return `${checkDraws} draws: the shared sketch gives the local one's estimates`;
+    },
+  };
+}
+
 /** Every suite's id, in report order; `makeSuite` builds one. */
 export const SUITE_IDS = [
   'counting-ipv4-uniform',
@@ -474,6 +530,7 @@ export const SUITE_IDS = [
   'heavy-ipv4-zipf',
   'inflight-ipv4-uniform',
   'token-ipv4-uniform',
+  'shared-ipv4-uniform',
   'timeout',
   'signal',
   'call',
@@ -503,6 +560,8 @@ export function makeSuite(id: SuiteId, backends: LoadedBackend[], keys: Keys, ch
       return inflight(backends, ipU, checkDraws);
     case 'token-ipv4-uniform':
       return tokenBuckets(backends, ipU, checkDraws);
+    case 'shared-ipv4-uniform':
+      return shared(backends, ipU, checkDraws);
     case 'timeout':
       return timeouts(backends);
     case 'signal':

@@ -19,4 +19,5 @@ export const fallbackBackend: Backend = {
   Limiter: FallbackLimiter,
   Heavy: FallbackHeavy,
   ticker: fallbackTicker,
+  shared: null,
 };

@@ -262,6 +262,54 @@ export type HeavyCoreConstructor = new (
   capacity: number,
 ) => HeavyCore;
 
+/**
+ * Segments shared by the processes of a host (`crates/limits/src/shared.rs`): only the native
+ * backend can map memory between processes, so the fallback's `shared` is `null`. Arguments are
+ * validated by `lib/shared.ts`; what only the file system can tell (a segment with another
+ * configuration, a damaged one, a refused file) the binding throws with its code
+ * (`ERR_KEEPCOUNT_MISMATCH`, `ERR_KEEPCOUNT_CORRUPT`, `ERR_KEEPCOUNT_IO`).
+ */
+export interface SharedBackend {
+  /** Opens or creates segment `name` in `dir` (`undefined`: the platform default) with file `mode`. */
+  openEstimator(
+    name: string,
+    hashes: number,
+    slots: number,
+    seed: bigint,
+    dir: string | undefined,
+    mode: number,
+  ): EstimatorCore;
+  /** As {@link openEstimator}, for a rate on the host's monotonic clock: its methods ignore `nowMs`. */
+  openRate(
+    name: string,
+    intervalMs: number,
+    hashes: number,
+    slots: number,
+    seed: bigint,
+    dir: string | undefined,
+    mode: number,
+  ): RateCore;
+  /**
+   * In-flight counts over segment `name` with `processes` slots (an integer in [1, 1024]); this
+   * process's contribution is taken back by the survivors if it dies (the native adapter checks
+   * every 100 ms, `crates/limits/src/shared/inflight.rs` `RECLAIM_INTERVAL`).
+   */
+  openInflight(
+    name: string,
+    hashes: number,
+    slots: number,
+    seed: bigint,
+    processes: number,
+    dir: string | undefined,
+    mode: number,
+  ): InflightCore;
+  /** Removes segment `name`'s file; no error if there is none. */
+  unlink(name: string, dir: string | undefined): void;
+}
+
+/** What `Inflight` needs of its counters: an {@link EstimatorCore}, or a shared in-flight core. */
+export type InflightCore = Pick<EstimatorCore, 'incr' | 'get'>;
+
 /** One implementation of keepcount. */
 export interface Backend {
   readonly name: BackendName;
@@ -272,4 +320,6 @@ export interface Backend {
   readonly Limiter: LimiterCoreConstructor;
   readonly Heavy: HeavyCoreConstructor;
   readonly ticker: Ticker;
+  /** Cross-process segments; `null` where the backend cannot share memory between processes. */
+  readonly shared: SharedBackend | null;
 }

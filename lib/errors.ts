@@ -6,9 +6,17 @@
  * - `ERR_OUT_OF_RANGE` (`RangeError`): a number is outside its documented range: a zero, negative,
  *   fractional or too large size, a non-finite or non-safe-integer count, a key number that is not
  *   a safe integer or a bigint outside i64.
- * - `ERR_KEEPCOUNT_MISMATCH` (`Error`): `merge` of sketches whose hashes, slots or seed differ.
+ * - `ERR_KEEPCOUNT_MISMATCH` (`Error`): `merge` of sketches whose hashes, slots or seed differ; or
+ *   `openShared` of a segment that exists with another kind, shape, seed or interval (the message
+ *   names the first field that differs).
  * - `ERR_KEEPCOUNT_CORRUPT` (`Error`): `Estimator.deserialize` input that is not a valid version-2
- *   sketch; the message says which check failed.
+ *   sketch, or an `openShared` segment file whose header is damaged or not keepcount's; the message
+ *   says which check failed.
+ * - `ERR_KEEPCOUNT_IO` (`Error`): the system refused a shared segment's file or directory (missing
+ *   directory, permissions, a symlink in its place); the message has the path and the system's
+ *   reason.
+ * - `ERR_KEEPCOUNT_FULL` (`Error`): `Inflight.openShared` found every process slot of the segment
+ *   held by a live process (open it with a larger `processes`, after unlinking it).
  * - `ERR_KEEPCOUNT_RELEASED` (`Error`): `incr()` on an Inflight guard that was already released.
  * - `ERR_KEEPCOUNT_CLOSED` (`Error`): a method of an `Estimator` or `Rate` called after its `close()`.
  * - `ERR_KEEPCOUNT_BACKEND` (`Error`): `KEEPCOUNT_BACKEND` names an unknown backend, or forces
@@ -18,7 +26,9 @@
  *   `1n` are one key); the limiter is unchanged.
  * - `ERR_KEEPCOUNT_UNKNOWN_KEY` (`Error`): `Limiter.setQuota` for a key not in the table.
  * - `ERR_KEEPCOUNT_UNSUPPORTED` (`Error`): an option keepcount cannot honour, e.g. @fastify/rate-limit's
- *   `continueExceeding` or `exponentialBackoff` with the keepcount store (its window is shared by all keys).
+ *   `continueExceeding` or `exponentialBackoff` with the keepcount store (its window is shared by all keys);
+ *   or `openShared`/`unlink` where counters cannot be shared between processes: on the TypeScript
+ *   fallback, or on a system other than Linux or macOS.
  * - `ERR_KEEPCOUNT_INTERNAL` (`Error`): a bug in keepcount, never bad input: an N-API call the native
  *   backend makes failed, or its Rust code panicked. The panic is caught and thrown as this error
  *   rather than aborting the process; please report it.
@@ -32,6 +42,8 @@ export type ErrorCode =
   | 'ERR_OUT_OF_RANGE'
   | 'ERR_KEEPCOUNT_MISMATCH'
   | 'ERR_KEEPCOUNT_CORRUPT'
+  | 'ERR_KEEPCOUNT_IO'
+  | 'ERR_KEEPCOUNT_FULL'
   | 'ERR_KEEPCOUNT_RELEASED'
   | 'ERR_KEEPCOUNT_CLOSED'
   | 'ERR_KEEPCOUNT_BACKEND'

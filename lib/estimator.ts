@@ -7,6 +7,15 @@ import { validateKey, isUint8Array } from './keys.js';
 import { MAX_COUNTERS, MAX_HASHES, serializedBytes } from './limits.js';
 import { countArgument, optionsObject, seedOption, shapeOptions } from './options.js';
 import { corruptError } from './corrupt.js';
+import {
+  sharedBackend,
+  sharedDir,
+  sharedMode,
+  sharedName,
+  sharedSeed,
+  type SharedCreation,
+  type SharedPlacement,
+} from './shared.js';
 
 /** Options of {@link Estimator}. */
 export interface EstimatorOptions {
@@ -37,6 +46,19 @@ export interface ErrorBoundsOptions {
   delta: number;
   /** As {@link EstimatorOptions.seed}. Defaults to a random seed. */
   seed?: bigint | number;
+}
+
+/** Options of {@link Estimator.openShared}. */
+export interface SharedEstimatorOptions extends SharedCreation {
+  /** As {@link EstimatorOptions.hashes}; every process must pass the same. Defaults to 4. */
+  hashes?: number;
+  /** As {@link EstimatorOptions.slots}; every process must pass the same. Defaults to 8192. */
+  slots?: number;
+  /**
+   * As {@link EstimatorOptions.seed}, but required: every process must pass the same seed (a
+   * random default would differ per process). Keep it secret as you would a key.
+   */
+  seed: bigint | number;
 }
 
 /** pingora-limits Inflight's shape: 4 hashes keep lookups cheap, 8192 slots keep collisions rare. */
@@ -116,6 +138,48 @@ export class Estimator {
     const core = active.deserializeEstimator(bytes);
     if (typeof core === 'string') throw corruptError(core, bytes);
     return new Estimator(new Adopted(core));
+  }
+
+  /**
+   * The sketch `name`, shared by every process of this host that opens it: their increments go to
+   * the same counters, so a limit holds for all of them together (`node:cluster`, PM2, containers
+   * sharing `/dev/shm`). The first process to open a name creates its segment file,
+   * `<dir>/keepcount.<name>`, with the given shape and seed; later ones must pass the same, or get
+   * `ERR_KEEPCOUNT_MISMATCH` naming what differs. A segment outlives the processes and is reused
+   * with its counts by the next run: {@link Estimator.unlink} it to start from zero. No locks:
+   * a process killed at any moment leaves the counters valid.
+   *
+   * Throws `ERR_KEEPCOUNT_UNSUPPORTED` on the TypeScript fallback (it cannot share memory between
+   * processes), `ERR_KEEPCOUNT_CORRUPT` for a damaged segment file, `ERR_KEEPCOUNT_IO` when the
+   * system refuses the file. `close()` unmaps it from this process; the file stays.
+   *
+   * @example
+   * ```ts
+   * // In every worker of a node:cluster:
+   * const hits = Estimator.openShared('hits', { seed: 0x5eed_cafe_f00dn });
+   * hits.incr(clientIp); // counts for the whole host
+   * ```
+   */
+  static openShared(name: string, options: SharedEstimatorOptions): Estimator {
+    const n = sharedName(name);
+    const o = optionsObject<SharedEstimatorOptions>(options);
+    const { hashes, slots } = shapeOptions(o.hashes, o.slots, DEFAULT_SHAPE);
+    const seed = sharedSeed(o.seed);
+    const dir = sharedDir(o);
+    const mode = sharedMode(o);
+    const shared = sharedBackend('Estimator.openShared');
+    return new Estimator(new Adopted(shared.openEstimator(n, hashes, slots, seed, dir, mode)));
+  }
+
+  /**
+   * Removes the shared segment `name` (of a sketch or a rate) from `dir`: processes that have it
+   * open keep counting in the old one until they close it; the next `openShared` starts afresh.
+   * No error if it does not exist. `ERR_KEEPCOUNT_UNSUPPORTED` on the TypeScript fallback.
+   */
+  static unlink(name: string, options?: SharedPlacement): void {
+    const n = sharedName(name);
+    const dir = sharedDir(optionsObject(options));
+    sharedBackend('Estimator.unlink').unlink(n, dir);
   }
 
   /** Rows of counters. */

@@ -10,7 +10,7 @@ import type { BackendName } from './core.js';
 export type { BackendName, Key } from './core.js';
 export { ManualClock, type Clock } from './clock.js';
 export { TimeoutError, type ErrorCode, type KeepcountError } from './errors.js';
-export { Estimator, type ErrorBoundsOptions, type EstimatorOptions } from './estimator.js';
+export { Estimator, type ErrorBoundsOptions, type EstimatorOptions, type SharedEstimatorOptions } from './estimator.js';
 export {
   HeavyHitters,
   type HeavyHittersOptions,
@@ -20,7 +20,7 @@ export {
   type KeyCount,
   type Standing,
 } from './heavy.js';
-export { Inflight, type InflightGuard, type InflightOptions } from './inflight.js';
+export { Inflight, type InflightGuard, type InflightOptions, type SharedInflightOptions } from './inflight.js';
 export {
   Limiter,
   type LimitInfo,
@@ -30,7 +30,8 @@ export {
   type QuotaInfo,
   type RateLimit,
 } from './limiter.js';
-export { proportionalRate, Rate, type RateComponents, type RateOptions } from './rate.js';
+export { proportionalRate, Rate, type RateComponents, type RateOptions, type SharedRateOptions } from './rate.js';
+export type { SharedCreation, SharedPlacement } from './shared.js';
 export { pauseForFork, sleep, timeout, timeoutSignal, unpause } from './timeout.js';
 
 /** Which implementation this process runs: the Rust core (`'native'`) or the TypeScript fallback. */

@@ -1,10 +1,11 @@
 /** Counts of things in progress per key, released by guards. */
 import { dispose } from './closed.js';
 import { active } from './backend.js';
-import type { EstimatorCore, Key } from './core.js';
+import type { InflightCore, Key } from './core.js';
 import { withCode } from './errors.js';
 import { ownKey, validateKey } from './keys.js';
-import { countArgument, optionsObject, seedOption, shapeOptions } from './options.js';
+import { countArgument, integerOption, optionsObject, seedOption, shapeOptions } from './options.js';
+import { sharedBackend, sharedDir, sharedMode, sharedName, sharedSeed, type SharedCreation } from './shared.js';
 
 /** Options of {@link Inflight}. */
 export interface InflightOptions {
@@ -22,7 +23,7 @@ export interface InflightOptions {
  * double stops counting exactly and a backend refuses it as a `value`) long before the count does.
  */
 interface Ticket {
-  readonly core: EstimatorCore;
+  readonly core: InflightCore;
   readonly key: Key;
   readonly value: number;
   times: number;
@@ -107,6 +108,32 @@ class Guard implements InflightGuard {
   }
 }
 
+/** Options of {@link Inflight.openShared}. */
+export interface SharedInflightOptions extends SharedCreation {
+  /** As {@link InflightOptions.hashes}; every process must pass the same. Defaults to 4. */
+  hashes?: number;
+  /** As {@link InflightOptions.slots}; every process must pass the same. Defaults to 8192. */
+  slots?: number;
+  /** As {@link InflightOptions.seed}, but required: every process must pass the same seed. */
+  seed: bigint | number;
+  /**
+   * How many processes can hold the segment at once, fixed when it is created: each has a slot
+   * with its own copy of the sketch (memory pages of `/dev/shm` are used only as they are
+   * touched). An integer in [1, 1024]. Defaults to 64.
+   */
+  processes?: number;
+}
+
+/** Default process slots of a shared in-flight segment. */
+const DEFAULT_PROCESSES = 64;
+/** Most process slots (`crates/limits/src/shared/inflight.rs` `MAX_PROCESSES`). */
+const MAX_PROCESSES = 1024;
+
+/** A shared core for the constructor to adopt; only {@link Inflight.openShared} makes one. */
+class Adopted {
+  constructor(readonly core: InflightCore) {}
+}
+
 /**
  * Estimates how many of something are in progress per key (pingora-limits' `Inflight`): `incr`
  * counts one in and returns a guard whose release counts it out.
@@ -124,9 +151,16 @@ class Guard implements InflightGuard {
  * ```
  */
 export class Inflight {
-  readonly #core: EstimatorCore;
+  readonly #core: InflightCore;
 
-  constructor(options?: InflightOptions) {
+  constructor(options?: InflightOptions);
+  /** @internal {@link Inflight.openShared}'s way in. */
+  constructor(adopted: Adopted);
+  constructor(options?: InflightOptions | Adopted) {
+    if (options instanceof Adopted) {
+      this.#core = options.core;
+      return;
+    }
     const o = optionsObject(options);
     const { hashes, slots } = shapeOptions(o.hashes, o.slots, { hashes: 4, slots: 8192 });
     this.#core = new active.Estimator(hashes, slots, seedOption(o.seed));
@@ -142,6 +176,34 @@ export class Inflight {
     const ticket: Ticket = { core: this.#core, key: ownKey(k), value: v, times: 1 };
     const count = this.#core.incr(ticket.key, v);
     return [new Guard(ticket, v), count];
+  }
+
+  /**
+   * In-flight counts `name`, shared by every process of this host that opens it, so a cap such as
+   * "20 calls to this upstream" holds for all of them together. Each process's increments are
+   * also kept in a slot of its own in the segment; when a process dies holding guards (even by
+   * `SIGKILL`), the others take its counts back within 100 ms (each checks on an unref'd timer).
+   * The segment, its errors and its lifetime are as for `Estimator.openShared`; it also throws
+   * `ERR_KEEPCOUNT_FULL` when all `processes` slots are held by live processes. This process's
+   * slot is given back when the object is garbage-collected or the process exits.
+   *
+   * @example
+   * ```ts
+   * const upstream = Inflight.openShared('upstream-calls', { seed: 0x5eedn });
+   * const [guard, count] = upstream.incr('payments-api');
+   * try { if (count <= 20) await callUpstream(); } finally { guard.release(); }
+   * ```
+   */
+  static openShared(name: string, options: SharedInflightOptions): Inflight {
+    const n = sharedName(name);
+    const o = optionsObject<SharedInflightOptions>(options);
+    const { hashes, slots } = shapeOptions(o.hashes, o.slots, { hashes: 4, slots: 8192 });
+    const seed = sharedSeed(o.seed);
+    const processes = integerOption('processes', o.processes, 1, MAX_PROCESSES, DEFAULT_PROCESSES);
+    const dir = sharedDir(o);
+    const mode = sharedMode(o);
+    const shared = sharedBackend('Inflight.openShared');
+    return new Inflight(new Adopted(shared.openInflight(n, hashes, slots, seed, processes, dir, mode)));
   }
 
   /** `key`'s current estimated count. */

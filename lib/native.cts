@@ -33,11 +33,13 @@ import type {
   HeavyStats,
   HeavyTalker,
   HeavyWindow,
+  InflightCore,
   Key,
   LimiterCore,
   QuotaSpec,
   RateCore,
   RateSample,
+  SharedBackend,
   TickHandle,
   Ticker,
 } from './core.js';
@@ -64,8 +66,18 @@ const { estimatorIncrStr, estimatorIncrNum, estimatorIncrKey, estimatorGetStr, e
   fast;
 const { rateObserveStr, rateObserveNum, rateObserveKey } = fast;
 const { rateObserveInWindowStr, rateObserveInWindowNum, rateObserveInWindowKey } = fast;
+const { sharedIncrStr, sharedIncrNum, sharedIncrKey, sharedGetStr, sharedGetNum, sharedGetKey } = fast;
 const { limiterCheckStr, limiterCheckNum, limiterCheckKey } = binding.limiterFastPaths();
 const { heavyIncrStr, heavyIncrNum, heavyIncrKey } = fast;
+
+/**
+ * `core`'s counters as a heap sketch of the binding, for `merge`: the binding merges heap sketches
+ * into either kind, so a shared sketch given as the other one is copied first.
+ */
+function heapSketch(core: EstimatorCore): Binding.Estimator {
+  if (core instanceof NativeEstimator) return core.native;
+  return binding.Estimator.deserialize(core.serialize()) as Binding.Estimator;
+}
 
 /**
  * The native {@link EstimatorCore}: `incr` and `get` call the binding's fast paths (raw N-API
@@ -118,7 +130,7 @@ class NativeEstimator implements EstimatorCore {
   }
 
   merge(other: EstimatorCore): void {
-    this.native.merge((other as NativeEstimator).native);
+    this.native.merge(heapSketch(other));
   }
 
   serialize(): Uint8Array {
@@ -129,6 +141,141 @@ class NativeEstimator implements EstimatorCore {
     this.native.close();
   }
 }
+
+/**
+ * The native {@link EstimatorCore} over a shared segment (`src/shared.rs`): `incr` and `get` call
+ * its fast paths as {@link NativeEstimator} does.
+ */
+class NativeSharedEstimator implements EstimatorCore {
+  private readonly handle: number;
+
+  constructor(private readonly native: Binding.SharedEstimator) {
+    this.handle = native.handle;
+  }
+
+  get hashes(): number {
+    return this.native.hashes;
+  }
+
+  get slots(): number {
+    return this.native.slots;
+  }
+
+  get seed(): bigint {
+    return this.native.seed;
+  }
+
+  incr(key: Key, value: number): number {
+    if (typeof key === 'string') return sharedIncrStr(this.handle, key, value);
+    if (typeof key === 'number') return sharedIncrNum(this.handle, key, value);
+    return sharedIncrKey(this.handle, key, value);
+  }
+
+  get(key: Key): number {
+    if (typeof key === 'string') return sharedGetStr(this.handle, key);
+    if (typeof key === 'number') return sharedGetNum(this.handle, key);
+    return sharedGetKey(this.handle, key);
+  }
+
+  counterIndexes(key: Key): number[] {
+    return this.native.counterIndexes(key);
+  }
+
+  reset(): void {
+    this.native.reset();
+  }
+
+  merge(other: EstimatorCore): void {
+    this.native.merge(heapSketch(other));
+  }
+
+  serialize(): Uint8Array {
+    return this.native.serialize();
+  }
+
+  close(): void {
+    this.native.close();
+  }
+}
+
+/** The native {@link RateCore} over a shared segment: it reads the host's clock, so `nowMs` is unused. */
+class NativeSharedRate implements RateCore {
+  constructor(
+    private readonly native: Binding.SharedRate,
+    private readonly intervalMs: number,
+  ) {}
+
+  observe(key: Key, events: number): number {
+    return this.native.observe(key, events);
+  }
+
+  /** Two calls (a count, then where the host's interval is): shared rates are not on a fast path. */
+  observeInWindow(key: Key, events: number, _nowMs: number, window: Float64Array): number {
+    const count = this.native.observe(key, events);
+    window[0] = Math.round(this.native.sample(key).currentIntervalFraction * this.intervalMs);
+    return count;
+  }
+
+  previousCount(key: Key): number {
+    return this.native.previousCount(key);
+  }
+
+  sample(key: Key): RateSample {
+    return this.native.sample(key);
+  }
+
+  close(): void {
+    this.native.close();
+  }
+}
+
+/**
+ * How often every process holding a shared `Inflight` takes back the contributions of dead ones
+ * (`crates/limits/src/shared/inflight.rs` `RECLAIM_INTERVAL`).
+ */
+const SHARED_RECLAIM_INTERVAL_MS = 100;
+
+/**
+ * The native {@link InflightCore} over a shared segment. It also takes back dead processes'
+ * contributions every {@link SHARED_RECLAIM_INTERVAL_MS}: an unref'd timer holding the binding
+ * object weakly, so it neither keeps the process alive nor the object from being collected
+ * (collection gives back what this process still holds, and the timer then stops).
+ */
+class NativeSharedInflight implements InflightCore {
+  constructor(private readonly native: Binding.SharedInflight) {
+    const weak = new WeakRef(native);
+    const timer = setInterval(() => {
+      const live = weak.deref();
+      if (live === undefined) clearInterval(timer);
+      else live.reclaim();
+    }, SHARED_RECLAIM_INTERVAL_MS);
+    timer.unref();
+  }
+
+  incr(key: Key, value: number): number {
+    return this.native.incr(key, value);
+  }
+
+  get(key: Key): number {
+    return this.native.get(key);
+  }
+}
+
+/** The native {@link SharedBackend}. */
+const shared: SharedBackend = {
+  openEstimator(name, hashes, slots, seed, dir, mode) {
+    return new NativeSharedEstimator(binding.SharedEstimator.open(name, hashes, slots, seed, dir, mode));
+  },
+  openRate(name, intervalMs, hashes, slots, seed, dir, mode) {
+    return new NativeSharedRate(binding.SharedRate.open(name, intervalMs, hashes, slots, seed, dir, mode), intervalMs);
+  },
+  openInflight(name, hashes, slots, seed, processes, dir, mode) {
+    return new NativeSharedInflight(binding.SharedInflight.open(name, hashes, slots, seed, processes, dir, mode));
+  },
+  unlink(name, dir) {
+    binding.unlinkShared(name, dir);
+  },
+};
 
 /** The native {@link RateCore}: `observe` calls the binding's fast paths, as {@link NativeEstimator} does. */
 class NativeRate implements RateCore {
@@ -366,4 +513,5 @@ export const backend: Backend = {
   Limiter: NativeLimiter,
   Heavy: NativeHeavy,
   ticker: new NativeTicker(),
+  shared,
 };

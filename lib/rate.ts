@@ -6,6 +6,15 @@ import { Stopwatch, type Clock } from './clock.js';
 import { invalidType } from './errors.js';
 import { validateKey } from './keys.js';
 import { countArgument, integerOption, optionsObject, seedOption, shapeOptions } from './options.js';
+import {
+  sharedBackend,
+  sharedDir,
+  sharedMode,
+  sharedName,
+  sharedSeed,
+  type SharedCreation,
+  type SharedPlacement,
+} from './shared.js';
 
 /** Longest interval: 2^52 ms, so twice it is still exact. */
 const MAX_INTERVAL_MS = 4503599627370496;
@@ -28,6 +37,32 @@ export interface RateOptions {
    * Defaults to `performance.now()`.
    */
   clock?: Clock;
+}
+
+/** Options of {@link Rate.openShared}. */
+export interface SharedRateOptions extends SharedCreation {
+  /** As {@link RateOptions.intervalMs}; every process must pass the same. Required. */
+  intervalMs: number;
+  /** As {@link RateOptions.hashes}. Defaults to 4. */
+  hashes?: number;
+  /** As {@link RateOptions.slots}. Defaults to 1024. */
+  slots?: number;
+  /** As {@link RateOptions.seed}, but required: every process must pass the same seed. */
+  seed: bigint | number;
+}
+
+/** Default shape of each of a rate's two sketches: pingora-limits' `Rate`. */
+const DEFAULT_SHAPE = { hashes: 4, slots: 1024 };
+
+/**
+ * A shared core for the constructor to adopt. Not exported, so only {@link Rate.openShared} can
+ * make one.
+ */
+class Adopted {
+  constructor(
+    readonly core: RateCore,
+    readonly intervalMs: number,
+  ) {}
 }
 
 /** What a {@link Rate.rateWith} function receives. */
@@ -76,13 +111,54 @@ export class Rate {
   /** Where the core writes the elapsed part of the interval for {@link observeWindow}. */
   readonly #window = new Float64Array(1);
 
-  constructor(options: RateOptions) {
+  constructor(options: RateOptions);
+  /** @internal {@link Rate.openShared}'s way in. */
+  constructor(adopted: Adopted);
+  constructor(options: RateOptions | Adopted) {
+    if (options instanceof Adopted) {
+      this.intervalMs = options.intervalMs;
+      this.#core = options.core;
+      this.#stopwatch = new Stopwatch(undefined);
+      return;
+    }
     const o = optionsObject(options);
     this.intervalMs = integerOption('intervalMs', o.intervalMs, 1, MAX_INTERVAL_MS);
-    const { hashes, slots } = shapeOptions(o.hashes, o.slots, { hashes: 4, slots: 1024 });
+    const { hashes, slots } = shapeOptions(o.hashes, o.slots, DEFAULT_SHAPE);
     const seed = seedOption(o.seed);
     this.#stopwatch = new Stopwatch(o.clock);
     this.#core = new active.Rate(this.intervalMs, hashes, slots, seed);
+  }
+
+  /**
+   * The rate `name`, shared by every process of this host that opens it: one pair of sketches and
+   * one interval for all of them, ended once for everyone by whichever process first sees it over
+   * (a compare-and-swap in the segment, on the host's monotonic clock, so no `clock` option). The
+   * segment, its errors and its lifetime are as for `Estimator.openShared`; `Rate.unlink` removes it.
+   *
+   * @example
+   * ```ts
+   * const perSecond = Rate.openShared('api-rate', { intervalMs: 1000, seed: 0x5eedn });
+   * perSecond.observe(clientIp);
+   * perSecond.rate(clientIp); // events per second over the whole host's last interval
+   * ```
+   */
+  static openShared(name: string, options: SharedRateOptions): Rate {
+    const n = sharedName(name);
+    const o = optionsObject<SharedRateOptions>(options);
+    const intervalMs = integerOption('intervalMs', o.intervalMs, 1, MAX_INTERVAL_MS);
+    const { hashes, slots } = shapeOptions(o.hashes, o.slots, DEFAULT_SHAPE);
+    const seed = sharedSeed(o.seed);
+    const dir = sharedDir(o);
+    const mode = sharedMode(o);
+    const core = sharedBackend('Rate.openShared').openRate(n, intervalMs, hashes, slots, seed, dir, mode);
+    return new Rate(new Adopted(core, intervalMs));
+  }
+
+  /** Removes the shared segment `name`; see `Estimator.unlink`. */
+  static unlink(name: string, options?: SharedPlacement): void {
+    const n = sharedName(name);
+    const dir = sharedDir(optionsObject(options));
+    sharedBackend('Rate.unlink').unlink(n, dir);
   }
 
   /** Records `events` (a safe integer; defaults to 1) for `key`; returns its count in the current interval. */

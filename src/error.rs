@@ -2,13 +2,15 @@
 //!
 //! Every failure becomes the error class and `code` that `lib/errors.ts` documents for the same
 //! problem: `TypeError` `ERR_INVALID_ARG_TYPE`, `RangeError` `ERR_OUT_OF_RANGE`, `Error`
-//! `ERR_KEEPCOUNT_MISMATCH`, `Error` `ERR_KEEPCOUNT_CORRUPT`. `lib/` validates arguments before
+//! `ERR_KEEPCOUNT_MISMATCH`, `Error` `ERR_KEEPCOUNT_CORRUPT`, and for shared segments `Error`
+//! `ERR_KEEPCOUNT_IO`, `ERR_KEEPCOUNT_FULL` and `ERR_KEEPCOUNT_UNSUPPORTED`. `lib/` validates arguments before
 //! they get here, so these are the errors of direct callers of the binding.
 
 use keepcount_limits::DecodeError;
 use keepcount_limits::ShapeError;
 use keepcount_limits::estimator::MergeError;
 use keepcount_limits::rate::RateError;
+use keepcount_limits::shared::SharedError;
 use napi::{Env, Status, sys};
 use std::ffi::CString;
 
@@ -97,6 +99,25 @@ impl From<MergeError> for Failure {
             class: Class::Error,
             code: "ERR_KEEPCOUNT_MISMATCH",
             message: format!("Cannot merge: {err}"),
+        }
+    }
+}
+
+impl From<SharedError> for Failure {
+    fn from(err: SharedError) -> Self {
+        let (class, code) = match &err {
+            SharedError::Mismatch { .. } => (Class::Error, "ERR_KEEPCOUNT_MISMATCH"),
+            SharedError::Corrupt { .. } => (Class::Error, "ERR_KEEPCOUNT_CORRUPT"),
+            SharedError::Unsupported => (Class::Error, "ERR_KEEPCOUNT_UNSUPPORTED"),
+            SharedError::Io { .. } => (Class::Error, "ERR_KEEPCOUNT_IO"),
+            SharedError::Full { .. } => (Class::Error, "ERR_KEEPCOUNT_FULL"),
+            // Name, shape, interval and mode: `lib/` checks them first.
+            _ => (Class::RangeError, "ERR_OUT_OF_RANGE"),
+        };
+        Self {
+            class,
+            code,
+            message: format!("Cannot open the shared segment: {err}"),
         }
     }
 }
@@ -195,5 +216,13 @@ mod tests {
         );
         let mismatch = Failure::from(MergeError::Seed { ours: 1, theirs: 2 });
         assert_eq!(mismatch.code, "ERR_KEEPCOUNT_MISMATCH");
+        assert_eq!(
+            Failure::from(SharedError::Unsupported).code,
+            "ERR_KEEPCOUNT_UNSUPPORTED"
+        );
+        assert_eq!(
+            Failure::from(SharedError::Mode(0o1000)).class,
+            Class::RangeError
+        );
     }
 }

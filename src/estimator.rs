@@ -8,10 +8,10 @@ use crate::args;
 use crate::error::{corrupt_reason, map_error};
 use crate::keys;
 use crate::memory::External;
-use crate::raw::{self, Callback, Slab, Slot};
+use crate::raw::{Callback, Slab, Slot};
 use keepcount_limits::estimator::Estimator as Sketch;
 use napi::bindgen_prelude::{BigInt, Either, ObjectFinalize, Uint8Array, Unknown};
-use napi::{Env, JsValue, Result, sys};
+use napi::{Env, JsValue, Result};
 use napi_derive::napi;
 use std::cell::RefCell;
 use std::ffi::CStr;
@@ -177,6 +177,14 @@ impl Estimator {
         self.memory.release(env);
     }
 
+    /// Adds this sketch's counters to `target`'s (a shared sketch's, in [`crate::shared`]).
+    pub(crate) fn merge_into<S: keepcount_limits::CounterStore>(
+        &self,
+        target: &Sketch<S>,
+    ) -> std::result::Result<(), keepcount_limits::estimator::MergeError> {
+        target.merge(&self.sketch)
+    }
+
     /// This sketch's handle for the fast paths ([`FAST_PATHS`]), valid while this object lives.
     #[napi(getter)]
     pub fn handle(&self) -> f64 {
@@ -218,19 +226,20 @@ pub(crate) const FAST_PATHS: [(&CStr, Callback); 6] = [
 ];
 
 /// Defines the raw callback `$name(handle, key, value)` (incr) or `$name(handle, key)` (get)
-/// hashing its key with `$hash` (`keys::with_str_key`, `with_number_key` or `hash_key`).
+/// on the sketches of `$slab`, hashing its key with `$hash` (`keys::with_str_key`,
+/// `with_number_key` or `hash_key`). Also used for the shared sketches of [`crate::shared`].
 macro_rules! fast_path {
-    ($name:ident, incr, $hash:path) => {
+    ($name:ident, $slab:ident, incr, $hash:path) => {
         unsafe extern "C" fn $name(
-            env: sys::napi_env,
-            info: sys::napi_callback_info,
-        ) -> sys::napi_value {
+            env: napi::sys::napi_env,
+            info: napi::sys::napi_callback_info,
+        ) -> napi::sys::napi_value {
             // SAFETY: this callback's handles.
             unsafe {
-                raw::call(env, info, |&[handle, key, value]| {
-                    let sketch = raw::resolve(env, handle, &SKETCHES)?;
-                    let value = raw::number(env, value, "The \"value\" argument")?;
-                    let value = args::count("The \"value\" argument", value)?;
+                crate::raw::call(env, info, |&[handle, key, value]| {
+                    let sketch = crate::raw::resolve(env, handle, &$slab)?;
+                    let value = crate::raw::number(env, value, "The \"value\" argument")?;
+                    let value = crate::args::count("The \"value\" argument", value)?;
                     let key = $hash(env, key, |k| sketch.hash_key(k))?;
                     // Exact for estimates within ±2^53, the documented range.
                     Ok(sketch.incr_hash(key, value) as f64)
@@ -238,15 +247,15 @@ macro_rules! fast_path {
             }
         }
     };
-    ($name:ident, get, $hash:path) => {
+    ($name:ident, $slab:ident, get, $hash:path) => {
         unsafe extern "C" fn $name(
-            env: sys::napi_env,
-            info: sys::napi_callback_info,
-        ) -> sys::napi_value {
+            env: napi::sys::napi_env,
+            info: napi::sys::napi_callback_info,
+        ) -> napi::sys::napi_value {
             // SAFETY: this callback's handles.
             unsafe {
-                raw::call(env, info, |&[handle, key]| {
-                    let sketch = raw::resolve(env, handle, &SKETCHES)?;
+                crate::raw::call(env, info, |&[handle, key]| {
+                    let sketch = crate::raw::resolve(env, handle, &$slab)?;
                     let key = $hash(env, key, |k| sketch.hash_key(k))?;
                     Ok(sketch.get_hash(key) as f64)
                 })
@@ -254,10 +263,11 @@ macro_rules! fast_path {
         }
     };
 }
+pub(crate) use fast_path;
 
-fast_path!(incr_str, incr, keys::with_str_key);
-fast_path!(incr_num, incr, keys::with_number_key);
-fast_path!(incr_key, incr, keys::hash_key);
-fast_path!(get_str, get, keys::with_str_key);
-fast_path!(get_num, get, keys::with_number_key);
-fast_path!(get_key, get, keys::hash_key);
+fast_path!(incr_str, SKETCHES, incr, keys::with_str_key);
+fast_path!(incr_num, SKETCHES, incr, keys::with_number_key);
+fast_path!(incr_key, SKETCHES, incr, keys::hash_key);
+fast_path!(get_str, SKETCHES, get, keys::with_str_key);
+fast_path!(get_num, SKETCHES, get, keys::with_number_key);
+fast_path!(get_key, SKETCHES, get, keys::hash_key);

@@ -26,6 +26,7 @@ pub mod limiter;
 mod memory;
 pub mod rate;
 mod raw;
+pub mod shared;
 pub mod ticker;
 
 use napi::bindgen_prelude::Object;
@@ -34,16 +35,19 @@ use napi_derive::napi;
 
 /// The hot methods as raw functions taking the object's `handle` first (see [`raw`]): for
 /// `Estimator.incr`/`get` ([`estimator::FAST_PATHS`]), `Rate.observe`/`observeInWindow`
-/// ([`rate::FAST_PATHS`]) and `HeavyHitters.incr` ([`heavy::FAST_PATHS`]). A fresh set per call; `lib/native.cts` takes one per environment.
+/// ([`rate::FAST_PATHS`]), `HeavyHitters.incr` ([`heavy::FAST_PATHS`]) and
+/// `SharedEstimator.incr`/`get` ([`shared::FAST_PATHS`]). A fresh set per call; `lib/native.cts`
+/// takes one per environment.
 #[napi(
     catch_unwind,
-    ts_return_type = "{ estimatorIncrStr(handle: number, key: string, value: number): number; estimatorIncrNum(handle: number, key: number, value: number): number; estimatorIncrKey(handle: number, key: string | number | bigint | Uint8Array, value: number): number; estimatorGetStr(handle: number, key: string): number; estimatorGetNum(handle: number, key: number): number; estimatorGetKey(handle: number, key: string | number | bigint | Uint8Array): number; rateObserveStr(handle: number, key: string, events: number, nowMs: number): number; rateObserveNum(handle: number, key: number, events: number, nowMs: number): number; rateObserveKey(handle: number, key: string | number | bigint | Uint8Array, events: number, nowMs: number): number; rateObserveInWindowStr(handle: number, key: string, events: number, nowMs: number, window: Float64Array): number; rateObserveInWindowNum(handle: number, key: number, events: number, nowMs: number, window: Float64Array): number; rateObserveInWindowKey(handle: number, key: string | number | bigint | Uint8Array, events: number, nowMs: number, window: Float64Array): number; heavyIncrStr(handle: number, key: string, value: number, nowMs: number): number; heavyIncrNum(handle: number, key: number, value: number, nowMs: number): number; heavyIncrKey(handle: number, key: string | number | bigint | Uint8Array, value: number, nowMs: number): number }"
+    ts_return_type = "{ estimatorIncrStr(handle: number, key: string, value: number): number; estimatorIncrNum(handle: number, key: number, value: number): number; estimatorIncrKey(handle: number, key: string | number | bigint | Uint8Array, value: number): number; estimatorGetStr(handle: number, key: string): number; estimatorGetNum(handle: number, key: number): number; estimatorGetKey(handle: number, key: string | number | bigint | Uint8Array): number; rateObserveStr(handle: number, key: string, events: number, nowMs: number): number; rateObserveNum(handle: number, key: number, events: number, nowMs: number): number; rateObserveKey(handle: number, key: string | number | bigint | Uint8Array, events: number, nowMs: number): number; rateObserveInWindowStr(handle: number, key: string, events: number, nowMs: number, window: Float64Array): number; rateObserveInWindowNum(handle: number, key: number, events: number, nowMs: number, window: Float64Array): number; rateObserveInWindowKey(handle: number, key: string | number | bigint | Uint8Array, events: number, nowMs: number, window: Float64Array): number; heavyIncrStr(handle: number, key: string, value: number, nowMs: number): number; heavyIncrNum(handle: number, key: number, value: number, nowMs: number): number; heavyIncrKey(handle: number, key: string | number | bigint | Uint8Array, value: number, nowMs: number): number; sharedIncrStr(handle: number, key: string, value: number): number; sharedIncrNum(handle: number, key: number, value: number): number; sharedIncrKey(handle: number, key: string | number | bigint | Uint8Array, value: number): number; sharedGetStr(handle: number, key: string): number; sharedGetNum(handle: number, key: number): number; sharedGetKey(handle: number, key: string | number | bigint | Uint8Array): number }"
 )]
 pub fn fast_paths(env: &Env) -> Result<Object<'_>> {
     let all: Vec<_> = estimator::FAST_PATHS
         .into_iter()
         .chain(rate::FAST_PATHS)
         .chain(heavy::FAST_PATHS)
+        .chain(shared::FAST_PATHS)
         .collect();
     // SAFETY: this call's env.
     let object = unsafe { raw::functions(env.raw(), &all) }

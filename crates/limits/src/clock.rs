@@ -27,7 +27,8 @@ pub trait Clock: Send + Sync {
 /// `clock_gettime`) took about 20 ns of a 47 ns hot-key check, and more on virtual machines whose
 /// clock source falls back to a system call; the counter takes a few. `quanta` calibrates the
 /// counter against the OS clock once per process, and falls back to the OS clock itself where the
-/// counter is not invariant across cores. Its readings are monotonic but local to the process.
+/// counter is not invariant across cores. Its readings are monotonic but local to the process
+/// (use [`HostClock`] where processes must agree).
 ///
 /// A `u64` of nanoseconds lasts 584 years from the origin, so the conversion cannot overflow in
 /// practice; it saturates rather than wrap if it ever did.
@@ -58,6 +59,48 @@ impl Clock for MonotonicClock {
     fn now_nanos(&self) -> u64 {
         let elapsed = self.clock.now().saturating_duration_since(self.origin);
         u64::try_from(elapsed.as_nanos()).unwrap_or(u64::MAX)
+    }
+}
+
+/// The host's monotonic clock: nanoseconds since boot (`CLOCK_MONOTONIC`), the same reading in
+/// every process of the host, which is what [`SharedRate`](crate::shared::SharedRate) needs.
+///
+/// [`MonotonicClock`] is cheaper (the time-stamp counter, calibrated per process), but its
+/// readings cannot leave their process; this clock's numbers can. It is per boot and does not
+/// count time suspended. Linux time namespaces (`unshare --time`) may offset it for the
+/// processes inside them: those must not share a rate with the others. On systems without
+/// `clock_gettime` (Windows) it counts from the first reading in the process instead, which is
+/// enough for in-process use and is why shared segments are Unix-only.
+///
+/// ```
+/// use keepcount_limits::clock::{Clock, HostClock};
+/// assert!(HostClock.now_nanos() <= HostClock.now_nanos());
+/// ```
+#[derive(Debug, Clone, Copy, Default)]
+pub struct HostClock;
+
+impl Clock for HostClock {
+    #[cfg(unix)]
+    #[inline]
+    fn now_nanos(&self) -> u64 {
+        let mut now = libc::timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
+        // SAFETY: a valid out-pointer; CLOCK_MONOTONIC exists on every Unix we build for, and
+        // cannot fail with it (were it to, `now` stays 0 and time stands still).
+        unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut now) };
+        // Both fields are non-negative for this clock.
+        (now.tv_sec as u64)
+            .saturating_mul(1_000_000_000)
+            .saturating_add(now.tv_nsec as u64)
+    }
+
+    #[cfg(not(unix))]
+    fn now_nanos(&self) -> u64 {
+        use std::time::Instant;
+        static ORIGIN: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
+        u64::try_from(ORIGIN.get_or_init(Instant::now).elapsed().as_nanos()).unwrap_or(u64::MAX)
     }
 }
 
@@ -139,6 +182,15 @@ mod tests {
             assert!(now >= last);
             last = now;
         }
+    }
+
+    #[test]
+    fn host_clock_moves_with_real_time() {
+        let clock = HostClock;
+        let before = clock.now_nanos();
+        std::thread::sleep(Duration::from_millis(5));
+        let elapsed = clock.now_nanos() - before;
+        assert!(elapsed >= 5_000_000, "{elapsed}");
     }
 
     #[test]

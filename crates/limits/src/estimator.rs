@@ -505,7 +505,7 @@ impl std::error::Error for MergeError {}
 /// subtraction restores the counter exactly, whatever other threads added meanwhile) and redone
 /// as a saturating compare-and-swap loop; other threads may read the wrapped value in between.
 #[inline(always)]
-fn add_saturating(counter: &AtomicI64, value: i64) -> i64 {
+pub(crate) fn add_saturating(counter: &AtomicI64, value: i64) -> i64 {
     // Relaxed: the add itself is atomic (no lost updates) and returns this counter's value;
     // nothing else is published through it.
     let old = counter.fetch_add(value, Ordering::Relaxed);

@@ -7,6 +7,7 @@
 //! - [`rate::Rate`]: events per second per key over a sliding pair of intervals.
 //! - [`inflight::Inflight`]: how many operations per key are in progress, released on drop.
 //! - [`heavy::HeavyHitters`]: which keys sent the most, counted exactly past a threshold.
+//! - [`shared`]: sketches and rates in memory every process of a host maps.
 //!
 //! # Why this crate rather than pingora-limits
 //! - **No panics** from any public API: invalid sizes are clamped (pingora-compatible
@@ -41,6 +42,8 @@
 //!   [`estimator`], [`rate`], [`inflight`].
 //! - [`limiter`]: the token-bucket [`Limiter`](limiter::Limiter) and its small value types
 //!   (`Quota`, `Limit`, `Decision`, `LimiterError`); its table, buckets and slot arena stay private.
+//! - [`shared`]: opening, creating and removing segments shared between processes, and their
+//!   errors; the mapping itself stays private.
 //! - [`clock`]: the time sources you pass to `Rate::with_clock` and `Limiter::with_clock`.
 //! - [`hash`]: the stable keyed key hash (`KeyHash`, `KeyHasher`), so a key hashed once can be
 //!   used with every `*_hash` method, as the Node binding does, and checked against the format spec.
@@ -63,6 +66,7 @@ pub mod heavy;
 pub mod inflight;
 pub mod limiter;
 pub mod rate;
+pub mod shared;
 
 mod codec;
 mod rotation;

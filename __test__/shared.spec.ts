@@ -1,0 +1,358 @@
+// Estimator.openShared and Rate.openShared: counters shared by real processes (child_process.fork
+// workers) through a segment file. On the fallback backend every entry point must refuse with
+// ERR_KEEPCOUNT_UNSUPPORTED rather than count per process; argument checks are the same on both.
+import { fork, type ChildProcess } from 'node:child_process';
+import { mkdtempSync, rmSync, statSync, writeFileSync, existsSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import test, { type ExecutionContext } from 'ava';
+import { backend, Estimator, Inflight, Rate } from '../lib/index.js';
+import { fixture, throwsShape, title } from './helpers.js';
+
+const SEED = 0x5eedn;
+
+/** A fresh directory for one test's segments, removed after it. */
+function scratch(t: ExecutionContext): string {
+  const dir = mkdtempSync(join(tmpdir(), 'keepcount-shared-'));
+  t.teardown(() => rmSync(dir, { recursive: true, force: true }));
+  return dir;
+}
+
+const unsupported = (what: string) => ({
+  instanceOf: Error,
+  code: 'ERR_KEEPCOUNT_UNSUPPORTED',
+  message: new RegExp(`^${what.replace('.', '\\.')} needs the native backend: .*SharedArrayBuffer`),
+});
+
+/** A forked worker running fixtures/shared-worker.ts, answering one message per command. */
+class Worker {
+  private readonly child: ChildProcess;
+  private readonly answers: { ok?: unknown; error?: string }[] = [];
+  private waiting: (() => void) | undefined;
+
+  constructor() {
+    this.child = fork(fixture('shared-worker.ts'), [], { execArgv: ['--import', 'tsx'], stdio: 'inherit' });
+    this.child.on('message', (answer: { ok?: unknown; error?: string }) => {
+      this.answers.push(answer);
+      this.waiting?.();
+    });
+  }
+
+  /** The next answer; rejects with the worker's error. */
+  private async next(): Promise<unknown> {
+    while (this.answers.length === 0) await new Promise<void>((resolve) => (this.waiting = resolve));
+    const answer = this.answers.shift()!;
+    if (answer.error !== undefined) throw new Error(answer.error);
+    return answer.ok;
+  }
+
+  async ready(): Promise<void> {
+    await this.next();
+  }
+
+  async send(command: object): Promise<unknown> {
+    this.child.send(command);
+    return this.next();
+  }
+
+  /** Kills the worker with SIGKILL and waits until it is gone. */
+  async kill(): Promise<void> {
+    const exited = new Promise((resolve) => this.child.once('exit', resolve));
+    this.child.kill('SIGKILL');
+    await exited;
+  }
+
+  async exit(): Promise<void> {
+    const exited = new Promise((resolve) => this.child.once('exit', resolve));
+    await this.send({ op: 'exit' });
+    await exited;
+  }
+}
+
+/** `count` workers, each ready. */
+async function workers(count: number): Promise<Worker[]> {
+  const all = Array.from({ length: count }, () => new Worker());
+  await Promise.all(all.map((w) => w.ready()));
+  return all;
+}
+
+const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
+
+test(title('four processes incrementing one key reach the exact total, and all read it'), async (t) => {
+  const dir = scratch(t);
+  if (backend === 'fallback') {
+    throwsShape(t, () => Estimator.openShared('hits', { seed: SEED, dir }), unsupported('Estimator.openShared'));
+    return;
+  }
+  const all = await workers(4);
+  await Promise.all(all.map((w) => w.send({ op: 'open-estimator', name: 'hits', dir })));
+  const perWorker = 20_000;
+  const seen = (await Promise.all(all.map((w) => w.send({ op: 'incr', key: 'hot', times: perWorker })))) as number[];
+  for (const count of seen) t.true(count >= perWorker && count <= 4 * perWorker);
+  const after = await Promise.all(all.map((w) => w.send({ op: 'get', key: 'hot' })));
+  t.deepEqual(after, [4 * perWorker, 4 * perWorker, 4 * perWorker, 4 * perWorker]);
+  const here = Estimator.openShared('hits', { seed: SEED, dir });
+  t.is(here.get('hot'), 4 * perWorker);
+  here.close();
+  await Promise.all(all.map((w) => w.exit()));
+});
+
+test(title('a shared Rate rotates once per interval, seen identically by every process'), async (t) => {
+  const dir = scratch(t);
+  if (backend === 'fallback') {
+    throwsShape(t, () => Rate.openShared('r', { intervalMs: 1000, seed: SEED, dir }), unsupported('Rate.openShared'));
+    return;
+  }
+  // Margins: each round's observations take a few ms right after an interval starts, and all
+  // reads come within a few ms of each other 1.5 intervals later. The test fails only if this
+  // machine stalls a process for most of a second (the interval).
+  const intervalMs = 1000;
+  const all = await workers(3);
+  await Promise.all(all.map((w) => w.send({ op: 'open-rate', name: 'r', dir, intervalMs })));
+  // Let the interval the creator started lapse, then start a fresh one with a read.
+  await sleep(2.5 * intervalMs);
+  t.deepEqual(await all[0]!.send({ op: 'sample', key: 'k' }), [0, 0]);
+  for (let round = 1; round <= 3; round++) {
+    await Promise.all(all.map((w) => w.send({ op: 'observe', key: 'k', times: 100 * round })));
+    await sleep(1.5 * intervalMs);
+    const samples = await Promise.all(all.map((w) => w.send({ op: 'sample', key: 'k' })));
+    // The first read ended the interval for everyone; nobody ended it again.
+    t.deepEqual(samples, [
+      [300 * round, 0],
+      [300 * round, 0],
+      [300 * round, 0],
+    ]);
+  }
+  await Promise.all(all.map((w) => w.exit()));
+});
+
+test(title('opening with another shape, seed or kind is ERR_KEEPCOUNT_MISMATCH naming the field'), (t) => {
+  const dir = scratch(t);
+  if (backend === 'fallback') {
+    throwsShape(t, () => Rate.unlink('m', { dir }), unsupported('Rate.unlink'));
+    return;
+  }
+  using e = Estimator.openShared('m', { hashes: 4, slots: 1024, seed: 1n, dir });
+  e.incr('a');
+  const mismatch = (field: string, existing: string, requested: string, name = 'm') => ({
+    instanceOf: Error,
+    code: 'ERR_KEEPCOUNT_MISMATCH',
+    message: `Cannot open the shared segment: ${join(dir, `keepcount.${name}`)} was created with ${field} ${existing}, not ${requested} as requested`,
+  });
+  throwsShape(
+    t,
+    () => Estimator.openShared('m', { hashes: 4, slots: 1024, seed: 2n, dir }),
+    mismatch('seed', '1', '2'),
+  );
+  throwsShape(
+    t,
+    () => Estimator.openShared('m', { hashes: 4, slots: 512, seed: 1n, dir }),
+    mismatch('slots', '1024', '512'),
+  );
+  throwsShape(
+    t,
+    () => Rate.openShared('m', { intervalMs: 1000, hashes: 4, slots: 1024, seed: 1n, dir }),
+    mismatch('kind', 'estimator', 'rate'),
+  );
+  using r = Rate.openShared('r', { intervalMs: 1000, seed: 1n, dir });
+  r.observe('a');
+  throwsShape(
+    t,
+    () => Rate.openShared('r', { intervalMs: 2000, seed: 1n, dir }),
+    mismatch('interval', '1000000000 ns', '2000000000 ns', 'r'),
+  );
+});
+
+test(title('segment files are created 0600 unless a mode is given'), (t) => {
+  const dir = scratch(t);
+  if (backend === 'fallback') {
+    throwsShape(
+      t,
+      () => Estimator.openShared('p', { seed: SEED, dir, mode: 0o640 }),
+      unsupported('Estimator.openShared'),
+    );
+    return;
+  }
+  Estimator.openShared('private', { seed: SEED, dir }).close();
+  t.is(statSync(join(dir, 'keepcount.private')).mode & 0o777, 0o600);
+  Estimator.openShared('group', { seed: SEED, dir, mode: 0o640 }).close();
+  t.is(statSync(join(dir, 'keepcount.group')).mode & 0o777, 0o640);
+});
+
+test(title('a damaged or foreign segment file is ERR_KEEPCOUNT_CORRUPT, and unlink clears it'), (t) => {
+  const dir = scratch(t);
+  if (backend === 'fallback') {
+    throwsShape(t, () => Estimator.unlink('bad', { dir }), unsupported('Estimator.unlink'));
+    return;
+  }
+  const path = join(dir, 'keepcount.bad');
+  writeFileSync(path, Buffer.alloc(4096, 7));
+  throwsShape(t, () => Estimator.openShared('bad', { seed: SEED, dir }), {
+    instanceOf: Error,
+    code: 'ERR_KEEPCOUNT_CORRUPT',
+    message: `Cannot open the shared segment: ${path} is not a valid keepcount segment (magic check failed); remove it to start afresh`,
+  });
+  Estimator.unlink('bad', { dir });
+  t.false(existsSync(path));
+  using e = Estimator.openShared('bad', { seed: SEED, dir });
+  t.is(e.incr('a'), 1);
+});
+
+test(title('a segment outlives close() and is reused until unlinked'), (t) => {
+  const dir = scratch(t);
+  if (backend === 'fallback') {
+    throwsShape(t, () => Estimator.openShared('keep', { seed: SEED, dir }), unsupported('Estimator.openShared'));
+    return;
+  }
+  const first = Estimator.openShared('keep', { seed: SEED, dir });
+  first.incr('a', 5);
+  first.close();
+  throwsShape(t, () => first.incr('a'), {
+    instanceOf: Error,
+    code: 'ERR_KEEPCOUNT_CLOSED',
+    message: 'This Estimator was closed; its counters are gone',
+  });
+  {
+    using again = Estimator.openShared('keep', { seed: SEED, dir });
+    t.is(again.get('a'), 5);
+    const local = new Estimator({ hashes: 4, slots: 8192, seed: SEED });
+    local.incr('a', 2);
+    again.merge(local);
+    t.is(again.get('a'), 7);
+    local.merge(again);
+    t.is(local.get('a'), 9);
+  }
+  Estimator.unlink('keep', { dir });
+  Estimator.unlink('keep', { dir });
+  using fresh = Estimator.openShared('keep', { seed: SEED, dir });
+  t.is(fresh.get('a'), 0);
+});
+
+test(title('names, seeds, modes and directories are checked before anything is opened'), (t) => {
+  const badName = (name: string) => ({
+    instanceOf: RangeError,
+    code: 'ERR_OUT_OF_RANGE',
+    message: `The "name" argument must be 1 to 200 ASCII letters, digits, ".", "_" or "-", not starting with "." nor containing "..". Received type string (${JSON.stringify(name)})`,
+  });
+  for (const name of ['../etc', 'a/b', '', '.hidden', 'x'.repeat(201)]) {
+    const shown = name.length > 28 ? `${name.slice(0, 25)}...` : name;
+    throwsShape(t, () => Estimator.openShared(name, { seed: SEED }), badName(shown));
+    throwsShape(t, () => Estimator.unlink(name), badName(shown));
+  }
+  throwsShape(t, () => Estimator.openShared(5 as unknown as string, { seed: SEED }), {
+    instanceOf: TypeError,
+    code: 'ERR_INVALID_ARG_TYPE',
+    message: 'The "name" argument must be of type string. Received 5',
+  });
+  throwsShape(t, () => Rate.openShared('r', { intervalMs: 1000 } as unknown as { intervalMs: number; seed: bigint }), {
+    instanceOf: TypeError,
+    code: 'ERR_INVALID_ARG_TYPE',
+    message:
+      'The "seed" option must be of type bigint or number (every process must pass the same one). Received undefined',
+  });
+  throwsShape(t, () => Estimator.openShared('m', { seed: SEED, mode: 0o1000 }), {
+    instanceOf: RangeError,
+    code: 'ERR_OUT_OF_RANGE',
+    message: 'The "mode" option must be an integer in [0, 511]. Received 512',
+  });
+  throwsShape(t, () => Estimator.openShared('m', { seed: SEED, dir: '' }), {
+    instanceOf: RangeError,
+    code: 'ERR_OUT_OF_RANGE',
+    message: 'The "dir" option must be a non-empty path. Received type string ("")',
+  });
+});
+
+test(title('a missing directory is ERR_KEEPCOUNT_IO with the path'), (t) => {
+  const dir = join(scratch(t), 'missing');
+  if (backend === 'fallback') {
+    throwsShape(t, () => Estimator.openShared('x', { seed: SEED, dir }), unsupported('Estimator.openShared'));
+    return;
+  }
+  const error = t.throws(() => Estimator.openShared('x', { seed: SEED, dir }), {
+    instanceOf: Error,
+    code: 'ERR_KEEPCOUNT_IO',
+  });
+  t.true(error.message.startsWith(`Cannot open the shared segment: ${join(dir, '.keepcount.x.')}`), error.message);
+});
+
+/** Polls `read` until it returns `want`, for at most `ms`; resolves with the time it took. */
+async function until(read: () => number, want: number, ms: number): Promise<number> {
+  const start = performance.now();
+  while (read() !== want && performance.now() - start < ms) await sleep(5);
+  return performance.now() - start;
+}
+
+test(title('a worker killed holding in-flight guards gives its count back to the survivors'), async (t) => {
+  const dir = scratch(t);
+  if (backend === 'fallback') {
+    throwsShape(t, () => Inflight.openShared('up', { seed: SEED, dir }), unsupported('Inflight.openShared'));
+    return;
+  }
+  const here = Inflight.openShared('up', { seed: SEED, dir });
+  const mine = [here.incr('api')[0], here.incr('api')[0]];
+  const [worker] = await workers(1);
+  await worker!.send({ op: 'open-inflight', name: 'up', dir });
+  t.is(await worker!.send({ op: 'hold', key: 'api', times: 3 }), 5);
+  t.is(here.get('api'), 5);
+  await worker!.kill();
+  // Survivors check every 100 ms; 5 s leaves room for a loaded machine.
+  const tookMs = await until(() => here.get('api'), 2, 5000);
+  t.log(`count back to the survivors' ${here.get('api')} ${tookMs.toFixed(0)} ms after the SIGKILL`);
+  t.is(here.get('api'), 2);
+  for (const guard of mine) guard.release();
+  t.is(here.get('api'), 0);
+});
+
+test(title('a worker killed mid-increment never blocks the survivors and leaves their count exact'), async (t) => {
+  const dir = scratch(t);
+  if (backend === 'fallback') {
+    throwsShape(t, () => Inflight.openShared('churn', { seed: SEED, dir }), unsupported('Inflight.openShared'));
+    return;
+  }
+  const here = Inflight.openShared('churn', { seed: SEED, dir });
+  const [guard] = here.incr('api');
+  const all = await workers(2);
+  await Promise.all(all.map((w) => w.send({ op: 'open-inflight', name: 'churn', dir })));
+  await Promise.all(all.map((w) => w.send({ op: 'churn', key: 'api' })));
+  for (const worker of all) {
+    await sleep(50);
+    // The survivors keep counting while the others churn and die.
+    for (let i = 0; i < 1000; i++) here.incr('other')[0].release();
+    await worker.kill();
+  }
+  // Each kill may land between a row's two adds: that row is then 1 over, the minimum is not.
+  const tookMs = await until(() => here.get('api'), 1, 5000);
+  t.log(`count back to exact ${tookMs.toFixed(0)} ms after the last SIGKILL`);
+  t.is(here.get('api'), 1);
+  t.is(here.get('other'), 0);
+  guard.release();
+});
+
+test(title('a shared Inflight with every process slot held is ERR_KEEPCOUNT_FULL'), (t) => {
+  const dir = scratch(t);
+  if (backend === 'fallback') {
+    throwsShape(
+      t,
+      () => Inflight.openShared('one', { seed: SEED, dir, processes: 1 }),
+      unsupported('Inflight.openShared'),
+    );
+    return;
+  }
+  const first = Inflight.openShared('one', { seed: SEED, dir, processes: 1 });
+  first.incr('k');
+  throwsShape(t, () => Inflight.openShared('one', { seed: SEED, dir, processes: 1 }), {
+    instanceOf: Error,
+    code: 'ERR_KEEPCOUNT_FULL',
+    message: `Cannot open the shared segment: all 1 process slots of ${join(dir, 'keepcount.one')} are held by live processes`,
+  });
+  throwsShape(t, () => Inflight.openShared('one', { seed: SEED, dir, processes: 2 }), {
+    instanceOf: Error,
+    code: 'ERR_KEEPCOUNT_MISMATCH',
+    message: `Cannot open the shared segment: ${join(dir, 'keepcount.one')} was created with processes 1, not 2 as requested`,
+  });
+  throwsShape(t, () => Inflight.openShared('one', { seed: SEED, dir, processes: 0 }), {
+    instanceOf: RangeError,
+    code: 'ERR_OUT_OF_RANGE',
+    message: 'The "processes" option must be an integer in [1, 1024]. Received 0',
+  });
+});

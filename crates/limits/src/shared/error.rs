@@ -1,0 +1,174 @@
+//! [`SharedError`]: why a shared segment could not be opened or removed.
+
+use crate::shape::ShapeError;
+use std::fmt;
+use std::io;
+use std::path::PathBuf;
+
+/// Why a shared segment could not be opened, created or removed.
+///
+/// ```
+/// use keepcount_limits::shared::{SharedError, unlink, SharedOptions};
+/// let err = unlink("../etc", &SharedOptions::new()).unwrap_err();
+/// assert!(matches!(err, SharedError::Name { .. }));
+/// assert_eq!(
+///     err.to_string(),
+///     "invalid shared segment name \"../etc\": only ASCII letters, digits, '.', '_' and '-' are allowed"
+/// );
+/// ```
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum SharedError {
+    /// The name could reach outside the directory or is not a plain file name (see
+    /// [`SharedOptions`](crate::shared::SharedOptions) for the rules).
+    Name {
+        /// The name as given.
+        name: String,
+        /// Which rule it breaks.
+        reason: &'static str,
+    },
+    /// The file exists but is not a keepcount segment, or its header is damaged: it is never
+    /// reinterpreted. Remove it with [`unlink`](crate::shared::unlink) and open again.
+    Corrupt {
+        /// The segment file.
+        path: PathBuf,
+        /// The first check it failed.
+        reason: CorruptReason,
+    },
+    /// The segment exists with a different configuration from the one asked for.
+    Mismatch {
+        /// The segment file.
+        path: PathBuf,
+        /// The first field that differs: `"kind"`, `"hashes"`, `"slots"`, `"seed"`,
+        /// `"interval"` or `"processes"`.
+        field: &'static str,
+        /// The field's value in the file.
+        existing: String,
+        /// The value asked for.
+        requested: String,
+    },
+    /// Every process slot of a shared in-flight segment is held by a live process.
+    Full {
+        /// The segment file.
+        path: PathBuf,
+        /// Its process slots.
+        processes: u32,
+    },
+    /// The sketch shape is outside the limits.
+    Shape(ShapeError),
+    /// A shared in-flight segment's process slots are not in `1..=MAX_PROCESSES`.
+    Processes(u32),
+    /// A shared rate's interval is zero.
+    ZeroInterval,
+    /// The mode asks for bits beyond `0o777`.
+    Mode(u32),
+    /// This platform has no shared segments (only Unix-like systems do).
+    Unsupported,
+    /// The operating system refused an operation on the file.
+    Io {
+        /// The file or directory.
+        path: PathBuf,
+        /// What the system said.
+        source: io::Error,
+    },
+}
+
+/// The header check a segment file failed, in the order they are made.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum CorruptReason {
+    /// Shorter than the header.
+    Short,
+    /// Does not start with the segment magic: not a keepcount segment.
+    Magic,
+    /// A format version this build does not know.
+    Version,
+    /// The header checksum does not match its contents.
+    Checksum,
+    /// The header names an unknown kind or an invalid shape.
+    Layout,
+    /// The file's length is not what its header says.
+    Length,
+}
+
+impl CorruptReason {
+    /// A short name for the check, as the Node binding reports it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Short => "short",
+            Self::Magic => "magic",
+            Self::Version => "version",
+            Self::Checksum => "checksum",
+            Self::Layout => "layout",
+            Self::Length => "length",
+        }
+    }
+}
+
+impl SharedError {
+    pub(crate) fn io(path: impl Into<PathBuf>, source: io::Error) -> Self {
+        Self::Io {
+            path: path.into(),
+            source,
+        }
+    }
+}
+
+impl fmt::Display for SharedError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Name { name, reason } => {
+                write!(f, "invalid shared segment name {name:?}: {reason}")
+            }
+            Self::Corrupt { path, reason } => write!(
+                f,
+                "{} is not a valid keepcount segment ({} check failed); remove it to start afresh",
+                path.display(),
+                reason.as_str()
+            ),
+            Self::Mismatch {
+                path,
+                field,
+                existing,
+                requested,
+            } => write!(
+                f,
+                "{} was created with {field} {existing}, not {requested} as requested",
+                path.display()
+            ),
+            Self::Full { path, processes } => write!(
+                f,
+                "all {processes} process slots of {} are held by live processes",
+                path.display()
+            ),
+            Self::Shape(err) => write!(f, "bad shared sketch shape: {err}"),
+            Self::Processes(processes) => write!(
+                f,
+                "process slots must be between 1 and {}, got {processes}",
+                crate::shared::inflight::MAX_PROCESSES
+            ),
+            Self::ZeroInterval => f.write_str("the rate interval must be longer than zero"),
+            Self::Mode(mode) => write!(f, "the file mode must be within 0o777, got {mode:#o}"),
+            Self::Unsupported => {
+                f.write_str("shared segments need a Unix-like system (Linux, macOS)")
+            }
+            Self::Io { path, source } => write!(f, "{}: {source}", path.display()),
+        }
+    }
+}
+
+impl std::error::Error for SharedError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            Self::Io { source, .. } => Some(source),
+            Self::Shape(err) => Some(err),
+            _ => None,
+        }
+    }
+}
+
+impl From<ShapeError> for SharedError {
+    fn from(err: ShapeError) -> Self {
+        Self::Shape(err)
+    }
+}

@@ -1,0 +1,379 @@
+//! [`SharedRate`]: pingora-limits' `Rate` with its sketches and its interval in a shared segment.
+//!
+//! # The interval word
+//! Which sketch counts the current interval, and when that interval started, live in one 64-bit
+//! header word, so every process sees both change together:
+//!
+//! ```text
+//! bits 63..3  the current interval's start, host monotonic nanoseconds (multiple of 8)
+//! bit  2      STALE: the interval that ended last holds data older than one interval: read 0
+//! bit  1      ROTATING: a process is clearing the sketch that becomes current
+//! bit  0      FLAG: 0 the first sketch counts the current interval, 1 the second
+//! ```
+//!
+//! A process that finds the interval over **claims** the rotation with one compare-and-swap from
+//! the word it read to `(now, FLAG, ROTATING)`: of all processes that read the same word exactly
+//! one succeeds, and a lagging process, whose word is out of date, fails, so an interval ends
+//! once. The winner clears the previous sketch and **finishes** with a second compare-and-swap to
+//! `(now, !FLAG)`. While ROTATING is set nothing waits: readers report the interval that just
+//! ended as previous and 0 as current (never a half-cleared sketch), and writers keep counting
+//! into the sketch they were using, which becomes the previous one. If the claimant dies or
+//! stalls for a whole interval mid-rotation, the next process takes the rotation over with a
+//! compare-and-swap from the stalled word; clearing is idempotent and only the owner of the word
+//! can finish. No process ever waits for another.
+//!
+//! After two or more idle intervals the sketch that ended is stale too; rather than clearing a
+//! sketch others may be counting into, the finish sets STALE and readers take the previous count
+//! as 0 until the next rotation clears that sketch.
+//!
+//! # What it does not promise
+//! As in pingora's `Rate`, an event racing with a rotation may be counted in either interval. A
+//! process descheduled for longer than an interval in the middle of an update may add to a sketch
+//! that was cleared meanwhile, or (as a stalled claimant) clear counts others made after the
+//! takeover: bounded by what arrives during that stall.
+//!
+//! # Time
+//! Every process reads [`HostClock`] (`CLOCK_MONOTONIC`): on Linux and macOS one clock per boot
+//! for the whole host, so intervals agree across processes. Processes in different Linux time
+//! namespaces see different monotonic clocks and must not share a rate. A segment left from
+//! another boot (in a directory that survives reboots) has an interval start in the future of the
+//! new clock: it is treated as stale and rotated at once.
+
+use crate::clock::{Clock, HostClock};
+use crate::estimator::Estimator;
+use crate::hash::KeyHash;
+use crate::rate::RateComponents;
+use crate::shape::Shape;
+use crate::shared::error::SharedError;
+use crate::shared::layout::{Kind, Layout, RATE_WORD_OFFSET};
+use crate::shared::segment::{Counters, Segment, SharedOptions};
+use std::fmt;
+use std::hash::Hash;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+/// Bit 0 of the interval word: which sketch counts the current interval.
+const FLAG: u64 = 1;
+/// Bit 1: a rotation is under way.
+const ROTATING: u64 = 2;
+/// Bit 2: the previous interval's counts are stale.
+const STALE: u64 = 4;
+/// The bits that are not the start time.
+const LOW_BITS: u64 = 7;
+/// Nanoseconds per second, to report rates per second.
+const NANOS_PER_SEC: f64 = 1e9;
+
+/// Per-key event rate over fixed intervals, shared by every process that opens the same name.
+///
+/// The same answers as [`Rate`](crate::rate::Rate) (pingora's semantics), except that an interval
+/// is one for the whole host (see the [module documentation](self) for how it rotates).
+///
+/// ```
+/// use keepcount_limits::shared::{SharedOptions, SharedRate, unlink};
+/// use keepcount_limits::Shape;
+/// use std::time::Duration;
+///
+/// let options = SharedOptions::new().dir(std::env::temp_dir());
+/// # unlink("doc-rate", &options).unwrap();
+/// let shape = Shape::new(4, 1024).unwrap();
+/// let a = SharedRate::open("doc-rate", Duration::from_secs(60), shape, 42, &options).unwrap();
+/// let b = SharedRate::open("doc-rate", Duration::from_secs(60), shape, 42, &options).unwrap();
+/// a.observe(&"k", 2);
+/// assert_eq!(b.observe(&"k", 1), 3);
+/// unlink("doc-rate", &options).unwrap();
+/// ```
+///
+/// # Thread safety
+/// `Send + Sync`; lock-free across threads and processes.
+pub struct SharedRate<C: Clock = HostClock> {
+    sketches: [Estimator<Counters>; 2],
+    segment: Arc<Segment>,
+    interval_nanos: u64,
+    clock: C,
+}
+
+/// The interval word as one call saw it.
+#[derive(Debug, Clone, Copy)]
+struct View {
+    /// The current sketch's index.
+    current: usize,
+    rotating: bool,
+    stale: bool,
+    /// Nanoseconds since the current interval started.
+    past: u64,
+}
+
+impl SharedRate {
+    /// Opens (or creates) the shared rate `name`: two sketches of `shape` keyed by `seed`, over
+    /// intervals of `interval`, reading the host's monotonic clock. Fails if the segment exists
+    /// with another kind, shape, seed or interval ([`SharedError::Mismatch`]).
+    pub fn open(
+        name: &str,
+        interval: Duration,
+        shape: Shape,
+        seed: u64,
+        options: &SharedOptions,
+    ) -> Result<Self, SharedError> {
+        Self::with_clock(name, interval, shape, seed, options, HostClock)
+    }
+}
+
+impl<C: Clock> SharedRate<C> {
+    /// [`open`](SharedRate::open) reading time from `clock`, which must count from the same origin
+    /// in every process that opens `name` (tests share one [`ManualClock`](crate::clock::ManualClock)
+    /// between several opens in one process).
+    pub fn with_clock(
+        name: &str,
+        interval: Duration,
+        shape: Shape,
+        seed: u64,
+        options: &SharedOptions,
+        clock: C,
+    ) -> Result<Self, SharedError> {
+        let interval_nanos = u64::try_from(interval.as_nanos()).unwrap_or(u64::MAX);
+        if interval_nanos == 0 {
+            return Err(SharedError::ZeroInterval);
+        }
+        let layout = Layout {
+            kind: Kind::Rate,
+            shape,
+            seed,
+            interval_nanos,
+            processes: 0,
+        };
+        // A new segment's interval starts now, counted in the first sketch. Relaxed: the segment
+        // is not yet visible to any other process.
+        let initialise = |segment: &Segment| {
+            let start = clock.now_nanos() & !LOW_BITS;
+            segment
+                .word(RATE_WORD_OFFSET)
+                .store(start, Ordering::Relaxed);
+        };
+        let segment = Arc::new(Segment::open(name, layout, options, &initialise)?);
+        let sketch =
+            |index| Estimator::with_store(Counters::new(Arc::clone(&segment), index), shape, seed);
+        Ok(Self {
+            sketches: [sketch(0)?, sketch(1)?],
+            segment,
+            interval_nanos,
+            clock,
+        })
+    }
+
+    /// The interval.
+    pub fn interval(&self) -> Duration {
+        Duration::from_nanos(self.interval_nanos)
+    }
+
+    /// Hashes `key` once for the `*_hash` methods.
+    #[inline]
+    pub fn hash_key<T: Hash>(&self, key: T) -> KeyHash {
+        self.sketches[0].hash_key(key)
+    }
+
+    /// Counts `events` for `key` in the current interval; returns its count there.
+    pub fn observe<T: Hash>(&self, key: &T, events: isize) -> isize {
+        self.observe_hash(self.hash_key(key), events)
+    }
+
+    /// The completed interval's count of `key`, per second.
+    pub fn rate<T: Hash>(&self, key: &T) -> f64 {
+        self.rate_hash(self.hash_key(key))
+    }
+
+    /// `rate_calc_fn` applied to `key`'s counts, as [`Rate::rate_with`](crate::rate::Rate::rate_with).
+    pub fn rate_with<F, T, K>(&self, key: &K, rate_calc_fn: F) -> T
+    where
+        F: FnMut(RateComponents) -> T,
+        K: Hash,
+    {
+        self.rate_with_hash(self.hash_key(key), rate_calc_fn)
+    }
+
+    /// [`observe`](Self::observe) for a key hashed with [`hash_key`](Self::hash_key).
+    pub fn observe_hash(&self, key: KeyHash, events: isize) -> isize {
+        let view = self.view();
+        self.sketches[view.current].incr_hash(key, events)
+    }
+
+    /// [`rate`](Self::rate) for a key hashed with [`hash_key`](Self::hash_key).
+    pub fn rate_hash(&self, key: KeyHash) -> f64 {
+        let (previous, _) = self.counts(key, self.view());
+        previous as f64 * NANOS_PER_SEC / self.interval_nanos as f64
+    }
+
+    /// [`rate_with`](Self::rate_with) for a key hashed with [`hash_key`](Self::hash_key).
+    pub fn rate_with_hash<F, T>(&self, key: KeyHash, mut rate_calc_fn: F) -> T
+    where
+        F: FnMut(RateComponents) -> T,
+    {
+        let view = self.view();
+        let (prev_samples, curr_samples) = self.counts(key, view);
+        rate_calc_fn(RateComponents {
+            prev_samples,
+            curr_samples,
+            interval: self.interval(),
+            // interval_nanos >= 1: no division or remainder by zero.
+            current_interval_fraction: (view.past % self.interval_nanos) as f64
+                / self.interval_nanos as f64,
+        })
+    }
+
+    /// The segment file.
+    pub fn path(&self) -> &std::path::Path {
+        self.segment.path()
+    }
+
+    /// `key`'s (previous, current) counts in `view`.
+    fn counts(&self, key: KeyHash, view: View) -> (isize, isize) {
+        if view.rotating {
+            // The interval that just ended is still in the sketch `current` names; the new one
+            // has seen nothing yet.
+            let ended = if view.stale {
+                0
+            } else {
+                self.sketches[view.current].get_hash(key)
+            };
+            return (ended, 0);
+        }
+        let previous = if view.stale {
+            0
+        } else {
+            self.sketches[1 - view.current].get_hash(key)
+        };
+        (previous, self.sketches[view.current].get_hash(key))
+    }
+
+    fn word(&self) -> &AtomicU64 {
+        self.segment.word(RATE_WORD_OFFSET)
+    }
+
+    /// The interval word after ending the current interval if it is over (and taking over a
+    /// rotation stalled for an interval); never waits for another process.
+    fn view(&self) -> View {
+        let word = self.word();
+        loop {
+            // Acquire: pairs with the Release of the finishing CAS, so a process that sees the
+            // new word also sees the cleared sketch. Loaded before the clock is read, so `now`
+            // is not older than the start it is compared with (within one boot).
+            let seen = word.load(Ordering::Acquire);
+            let now = self.clock.now_nanos();
+            let start = seen & !LOW_BITS;
+            let view = View {
+                current: (seen & FLAG) as usize,
+                rotating: seen & ROTATING != 0,
+                stale: seen & STALE != 0,
+                // None: a start in the future, from another boot's clock.
+                past: now.checked_sub(start).unwrap_or(u64::MAX),
+            };
+            if view.past < self.interval_nanos {
+                return view;
+            }
+            let claimed = if view.rotating {
+                // Stalled for a whole interval: take the rotation over, same sketches, same staleness.
+                (now & !LOW_BITS) | (seen & LOW_BITS)
+            } else {
+                let stale = if view.past >= self.interval_nanos.saturating_mul(2) {
+                    STALE
+                } else {
+                    0
+                };
+                (now & !LOW_BITS) | (seen & FLAG) | ROTATING | stale
+            };
+            // AcqRel on success: Acquire so that the clearing below is ordered after what the
+            // previous finisher published; Release is not needed by anyone but keeps the single
+            // total order simple. Acquire on failure: we loop and read the winner's word.
+            if word
+                .compare_exchange(seen, claimed, Ordering::AcqRel, Ordering::Acquire)
+                .is_ok()
+            {
+                self.rotate(claimed);
+            }
+        }
+    }
+
+    /// Clears the sketch that becomes current and publishes the new interval, as the owner of
+    /// the `claimed` word.
+    fn rotate(&self, claimed: u64) {
+        let current = (claimed & FLAG) as usize;
+        self.sketches[1 - current].reset();
+        // Same start and staleness, no longer rotating, the other sketch current.
+        let finished = (claimed & !(ROTATING | FLAG)) | ((claimed & FLAG) ^ FLAG);
+        // Release: publishes the cleared sketch with the new word. A failure means another
+        // process took the rotation over (we stalled): it finishes instead.
+        let _ =
+            self.word()
+                .compare_exchange(claimed, finished, Ordering::Release, Ordering::Relaxed);
+    }
+}
+
+impl<C: Clock> fmt::Debug for SharedRate<C> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SharedRate")
+            .field("path", &self.path())
+            .field("interval", &self.interval())
+            .finish_non_exhaustive()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::clock::ManualClock;
+
+    const SECOND: Duration = Duration::from_secs(1);
+
+    fn open<'c>(dir: &std::path::Path, clock: &'c ManualClock) -> SharedRate<&'c ManualClock> {
+        let options = SharedOptions::new().dir(dir);
+        let shape = Shape::new(2, 64).unwrap();
+        SharedRate::with_clock("rate", SECOND, shape, 1, &options, clock).unwrap()
+    }
+
+    fn scratch(test: &str) -> std::path::PathBuf {
+        let dir =
+            std::env::temp_dir().join(format!("keepcount-rate-{}-{test}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        dir
+    }
+
+    #[test]
+    fn readers_during_a_rotation_see_the_ended_interval_whole() {
+        let dir = scratch("rotating");
+        let clock = ManualClock::new();
+        clock.advance(SECOND * 10);
+        let rate = open(&dir, &clock);
+        rate.observe(&"k", 3);
+        // A claimant that has not finished: rotating, first sketch still the one counted into.
+        let start = clock.now_nanos() & !LOW_BITS;
+        rate.word().store(start | ROTATING, Ordering::SeqCst);
+        assert_eq!(
+            rate.rate_with(&"k", |p| (p.prev_samples, p.curr_samples)),
+            (3, 0)
+        );
+        // Writers keep counting into the ended interval rather than waiting.
+        assert_eq!(rate.observe(&"k", 1), 4);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn a_rotation_stalled_for_an_interval_is_taken_over() {
+        let dir = scratch("stalled");
+        let clock = ManualClock::new();
+        clock.advance(SECOND * 10);
+        let rate = open(&dir, &clock);
+        rate.observe(&"k", 3);
+        let start = clock.now_nanos() & !LOW_BITS;
+        rate.word().store(start | ROTATING, Ordering::SeqCst);
+        clock.advance(SECOND);
+        // The claimant died: this call takes over, clears and finishes.
+        assert_eq!(rate.rate(&"k"), 3.0);
+        let word = rate.word().load(Ordering::SeqCst);
+        assert_eq!(word & (ROTATING | FLAG), FLAG);
+        // The claimant's late finish cannot undo the takeover.
+        rate.rotate(start | ROTATING);
+        assert_eq!(rate.word().load(Ordering::SeqCst), word);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}

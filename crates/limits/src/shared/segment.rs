@@ -1,0 +1,448 @@
+//! The segment file: its name and place, race-free create-or-open, the mapping, and the
+//! [`Counters`] it lends to sketches.
+
+use crate::shared::error::{CorruptReason, SharedError};
+use crate::shared::layout::{FIXED_BYTES, HEADER_BYTES, Layout};
+use memmap2::MmapRaw;
+use std::fs::{self, File, OpenOptions};
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+/// Longest segment name: the file name adds `keepcount.` and a creator's temporary name
+/// `.keepcount.<name>.<pid>.<n>.tmp` adds at most 45 bytes, within the usual 255-byte limit.
+pub const MAX_NAME_BYTES: usize = 200;
+/// Default permissions of a new segment file: its owner reads and writes, nobody else.
+pub const DEFAULT_MODE: u32 = 0o600;
+/// Every segment file is named this prefix followed by the segment name.
+const FILE_PREFIX: &str = "keepcount.";
+
+/// Where segment files live and how they are created.
+///
+/// - **Directory**: `/dev/shm` on Linux (memory-backed, cleared at reboot), the system's
+///   temporary directory elsewhere; or the one you choose with [`dir`](Self::dir). Processes share
+///   a segment when they open the same name in the same directory: containers need the directory
+///   shared between them (`--ipc=host`, or a volume mounted in each).
+/// - **File**: `<dir>/keepcount.<name>`.
+/// - **Mode**: [`DEFAULT_MODE`] (0600) unless [`mode`](Self::mode) says otherwise; applied
+///   exactly, whatever the process umask.
+///
+/// A name is 1 to [`MAX_NAME_BYTES`] ASCII letters, digits, `.`, `_` and `-`, not starting with
+/// `.` and not containing `..`: it can name no other file or directory.
+///
+/// ```
+/// use keepcount_limits::shared::SharedOptions;
+/// let options = SharedOptions::new().dir("/tmp").mode(0o660);
+/// assert_eq!(options.path("hits").unwrap(), std::path::Path::new("/tmp/keepcount.hits"));
+/// ```
+#[derive(Debug, Clone)]
+pub struct SharedOptions {
+    dir: Option<PathBuf>,
+    mode: u32,
+}
+
+impl Default for SharedOptions {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl SharedOptions {
+    /// The default directory and mode.
+    pub fn new() -> Self {
+        Self {
+            dir: None,
+            mode: DEFAULT_MODE,
+        }
+    }
+
+    /// Keep segment files in `dir` instead of the default.
+    pub fn dir(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.dir = Some(dir.into());
+        self
+    }
+
+    /// Create segment files with permissions `mode` (at most `0o777`; checked when a segment is
+    /// opened).
+    pub fn mode(mut self, mode: u32) -> Self {
+        self.mode = mode;
+        self
+    }
+
+    /// The file of segment `name`, or why the name is refused.
+    pub fn path(&self, name: &str) -> Result<PathBuf, SharedError> {
+        check_name(name)?;
+        Ok(self.directory().join(format!("{FILE_PREFIX}{name}")))
+    }
+
+    fn directory(&self) -> PathBuf {
+        match &self.dir {
+            Some(dir) => dir.clone(),
+            None if cfg!(target_os = "linux") => PathBuf::from("/dev/shm"),
+            None => std::env::temp_dir(),
+        }
+    }
+}
+
+/// Refuses names that could leave the directory or clash with a creator's temporary file.
+fn check_name(name: &str) -> Result<(), SharedError> {
+    let refuse = |reason| {
+        Err(SharedError::Name {
+            name: name.into(),
+            reason,
+        })
+    };
+    if name.is_empty() || name.len() > MAX_NAME_BYTES {
+        return refuse("it must be 1 to 200 bytes long");
+    }
+    if !name
+        .bytes()
+        .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
+    {
+        return refuse("only ASCII letters, digits, '.', '_' and '-' are allowed");
+    }
+    if name.starts_with('.') || name.contains("..") {
+        return refuse("it must not start with '.' or contain '..'");
+    }
+    Ok(())
+}
+
+/// Removes segment `name`'s file. Processes that have it open keep their mapping (and counts)
+/// until they close it; the next open creates a fresh segment. Removing a segment that does not
+/// exist is not an error.
+///
+/// ```
+/// use keepcount_limits::shared::{unlink, SharedOptions};
+/// unlink("never-created", &SharedOptions::new().dir(std::env::temp_dir())).unwrap();
+/// ```
+pub fn unlink(name: &str, options: &SharedOptions) -> Result<(), SharedError> {
+    let path = options.path(name)?;
+    match fs::remove_file(&path) {
+        Err(err) if err.kind() != io::ErrorKind::NotFound => Err(SharedError::io(path, err)),
+        _ => Ok(()),
+    }
+}
+
+/// One process's mapping of a segment file.
+///
+/// # Safety of the mapping
+/// The mapping is shared with other processes, so Rust reaches it only through atomics
+/// (`AtomicI64`, `AtomicU64`), never through plain references to its bytes. A process that
+/// truncates the file while others map it makes their next access fault (`SIGBUS`): keepcount
+/// never does, and the file's mode keeps other users out.
+pub(crate) struct Segment {
+    map: MmapRaw,
+    layout: Layout,
+    path: PathBuf,
+}
+
+impl Segment {
+    /// Opens segment `name` with `layout`, creating it if it does not exist; a creator calls
+    /// `initialise` to set the mutable header words before the segment gets its name.
+    ///
+    /// Race-free: a creator builds the whole file under a temporary name and then gives it its
+    /// name with `link(2)`, which fails if the name exists; so no opener ever sees a partly
+    /// written file, and of many simultaneous creators exactly one wins while the others open
+    /// the winner's file. An existing file is validated (magic, version, header checksum, length)
+    /// and compared with `layout`.
+    pub(crate) fn open(
+        name: &str,
+        layout: Layout,
+        options: &SharedOptions,
+        initialise: &dyn Fn(&Segment),
+    ) -> Result<Self, SharedError> {
+        if cfg!(not(unix)) {
+            return Err(SharedError::Unsupported);
+        }
+        if options.mode > 0o777 {
+            return Err(SharedError::Mode(options.mode));
+        }
+        let path = options.path(name)?;
+        // Two rounds: a file unlinked between our failed link and our open is created again.
+        for _ in 0..2 {
+            match Self::open_existing(&path) {
+                Ok(segment) => return segment.check(layout),
+                Err(SharedError::Io { source, .. }) if source.kind() == io::ErrorKind::NotFound => {
+                }
+                Err(err) => return Err(err),
+            }
+            if let Some(segment) = Self::create(name, &path, layout, options, initialise)? {
+                return Ok(segment);
+            }
+        }
+        Self::open_existing(&path)?.check(layout)
+    }
+
+    /// Maps the file at `path` and validates its header.
+    fn open_existing(path: &Path) -> Result<Self, SharedError> {
+        let file = open_options()
+            .read(true)
+            .write(true)
+            .open(path)
+            .map_err(|err| SharedError::io(path, err))?;
+        let len = file
+            .metadata()
+            .map_err(|err| SharedError::io(path, err))?
+            .len();
+        let corrupt = |reason| SharedError::Corrupt {
+            path: path.into(),
+            reason,
+        };
+        if len < HEADER_BYTES as u64 {
+            return Err(corrupt(CorruptReason::Short));
+        }
+        let map = map(&file, path)?;
+        let mut header = [0u8; FIXED_BYTES];
+        for (chunk, word) in header
+            .chunks_exact_mut(8)
+            .zip(words(&map, 0, FIXED_BYTES / 8))
+        {
+            // Acquire: pairs with nothing a live process writes (the header is immutable once
+            // named); a plain atomic read keeps a damaged file from being a data race.
+            chunk.copy_from_slice(&word.load(Ordering::Acquire).to_ne_bytes());
+        }
+        let (layout, _created) = Layout::decode(&header, len).map_err(corrupt)?;
+        Ok(Self {
+            map,
+            layout,
+            path: path.into(),
+        })
+    }
+
+    /// Builds the file under a temporary name and links it into place; `None` if another process
+    /// linked first.
+    fn create(
+        name: &str,
+        path: &Path,
+        layout: Layout,
+        options: &SharedOptions,
+        initialise: &dyn Fn(&Segment),
+    ) -> Result<Option<Self>, SharedError> {
+        let temporary = Temporary::create(name, options)?;
+        let file = &temporary.file;
+        let io = |err| SharedError::io(&temporary.path, err);
+        set_mode(file, options.mode).map_err(io)?;
+        // set_len zero-fills: every counter starts at 0.
+        file.set_len(layout.total_bytes() as u64).map_err(io)?;
+        let map = map(file, &temporary.path)?;
+        let created = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX));
+        let header = layout.encode(created);
+        for (chunk, word) in header.chunks_exact(8).zip(words(&map, 0, FIXED_BYTES / 8)) {
+            let mut bytes = [0u8; 8];
+            bytes.copy_from_slice(chunk);
+            // Release: the link below publishes the file; openers map it afresh and read the
+            // words from the page cache, so any ordering would do.
+            word.store(u64::from_ne_bytes(bytes), Ordering::Release);
+        }
+        let segment = Self {
+            map,
+            layout,
+            path: path.into(),
+        };
+        initialise(&segment);
+        match fs::hard_link(&temporary.path, path) {
+            Ok(()) => Ok(Some(segment)),
+            Err(err) if err.kind() == io::ErrorKind::AlreadyExists => Ok(None),
+            Err(err) => Err(SharedError::io(path, err)),
+        }
+    }
+
+    /// This segment, or a mismatch error if its layout is not `requested`.
+    fn check(self, requested: Layout) -> Result<Self, SharedError> {
+        match self.layout.difference(&requested) {
+            None => Ok(self),
+            Some((field, existing, requested)) => Err(SharedError::Mismatch {
+                path: self.path,
+                field,
+                existing,
+                requested,
+            }),
+        }
+    }
+
+    pub(crate) fn layout(&self) -> &Layout {
+        &self.layout
+    }
+
+    /// The segment file.
+    pub(crate) fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The header word at `offset` (a multiple of 8 below [`HEADER_BYTES`]).
+    pub(crate) fn word(&self, offset: usize) -> &AtomicU64 {
+        &words(&self.map, offset, 1)[0]
+    }
+
+    /// In-flight slot `index`'s two words (owner, PID namespace), `index < processes`.
+    pub(crate) fn slot_words(&self, index: usize) -> &[AtomicU64] {
+        let start = self.layout.slots_offset() + index * 16;
+        debug_assert!(index < self.layout.processes as usize);
+        // SAFETY: the slot table is inside the file (total_bytes counts it) for index <
+        // processes, 8-byte aligned after the counters, and accessed only atomically.
+        unsafe { std::slice::from_raw_parts(self.map.as_ptr().add(start).cast::<AtomicU64>(), 2) }
+    }
+
+    /// Sketch `index`'s counters (`index` below the layout's sketch count), `shape.counters()`
+    /// of them.
+    pub(crate) fn sketch(&self, index: usize) -> &[AtomicI64] {
+        let len = self.layout.shape.counters();
+        let start = HEADER_BYTES + index * len * 8;
+        debug_assert!(start + len * 8 <= self.map.len());
+        // SAFETY: the file is `total_bytes` long (checked when opened, set when created), and
+        // `index` is below the layout's sketch count, so the range is inside the mapping; the
+        // mapping is page-aligned so `start` (a multiple of 8) is aligned for AtomicI64, and the
+        // mapping lives as long as `self`. Every access through the slice is atomic.
+        unsafe { std::slice::from_raw_parts(self.map.as_ptr().add(start).cast::<AtomicI64>(), len) }
+    }
+}
+
+/// `count` 8-byte words of `map` from byte `offset`, as atomics.
+fn words(map: &MmapRaw, offset: usize, count: usize) -> &[AtomicU64] {
+    assert!(offset.is_multiple_of(8) && offset + count * 8 <= HEADER_BYTES.min(map.len()));
+    // SAFETY: in bounds (asserted: callers pass constants within the header, and every mapping is
+    // at least a header long), aligned (page-aligned mapping, offset a multiple of 8), alive while
+    // `map` is borrowed; accessed only atomically.
+    unsafe { std::slice::from_raw_parts(map.as_ptr().add(offset).cast::<AtomicU64>(), count) }
+}
+
+/// Sketch counters inside a shared segment: the [`CounterStore`](crate::CounterStore) of
+/// [`open_estimator`](crate::shared::open_estimator)'s sketches and of
+/// [`SharedRate`](crate::shared::SharedRate).
+///
+/// Keeps its segment mapped: the mapping is unmapped when the last sketch over it is dropped.
+pub struct Counters {
+    segment: Arc<Segment>,
+    index: usize,
+}
+
+impl Counters {
+    pub(crate) fn new(segment: Arc<Segment>, index: usize) -> Self {
+        Self { segment, index }
+    }
+
+    /// The segment file these counters live in.
+    pub fn path(&self) -> &Path {
+        &self.segment.path
+    }
+}
+
+impl crate::CounterStore for Counters {
+    #[inline]
+    fn counters(&self) -> &[AtomicI64] {
+        self.segment.sketch(self.index)
+    }
+}
+
+impl std::fmt::Debug for Counters {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Counters")
+            .field("path", &self.segment.path)
+            .field("index", &self.index)
+            .finish()
+    }
+}
+
+/// A creator's file under its temporary name, removed when dropped (after the link, or on error).
+struct Temporary {
+    file: File,
+    path: PathBuf,
+}
+
+impl Temporary {
+    fn create(name: &str, options: &SharedOptions) -> Result<Self, SharedError> {
+        static SEQUENCE: AtomicU64 = AtomicU64::new(0);
+        // Relaxed: only uniqueness within the process matters.
+        let n = SEQUENCE.fetch_add(1, Ordering::Relaxed);
+        let path = options.directory().join(format!(
+            ".{FILE_PREFIX}{name}.{}.{n}.tmp",
+            std::process::id()
+        ));
+        let file = open_options()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .open(&path)
+            .map_err(|err| SharedError::io(&path, err))?;
+        Ok(Self { file, path })
+    }
+}
+
+impl Drop for Temporary {
+    fn drop(&mut self) {
+        // Best effort: a leftover temporary file is garbage, never mistaken for a segment.
+        let _ = fs::remove_file(&self.path);
+    }
+}
+
+#[cfg(unix)]
+fn open_options() -> OpenOptions {
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut options = OpenOptions::new();
+    // Owner-only while it is being built; O_NOFOLLOW: a symlink planted under a segment's name
+    // in a shared directory is refused, not followed.
+    options.mode(DEFAULT_MODE).custom_flags(libc::O_NOFOLLOW);
+    options
+}
+
+#[cfg(not(unix))]
+fn open_options() -> OpenOptions {
+    OpenOptions::new()
+}
+
+#[cfg(unix)]
+fn set_mode(file: &File, mode: u32) -> io::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    // Exactly `mode`: creation masks it with the umask.
+    file.set_permissions(fs::Permissions::from_mode(mode))
+}
+
+#[cfg(not(unix))]
+fn set_mode(_file: &File, _mode: u32) -> io::Result<()> {
+    Err(io::Error::from(io::ErrorKind::Unsupported))
+}
+
+fn map(file: &File, path: &Path) -> Result<MmapRaw, SharedError> {
+    MmapRaw::map_raw(file).map_err(|err| SharedError::io(path, err))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_cannot_leave_the_directory() {
+        for bad in [
+            "",
+            "a/b",
+            "..",
+            "../x",
+            "a..b",
+            ".hidden",
+            "a\0b",
+            "é",
+            &"x".repeat(201),
+        ] {
+            assert!(
+                matches!(check_name(bad), Err(SharedError::Name { .. })),
+                "{bad:?}"
+            );
+        }
+        for good in ["a", "hits", "api.rate-limit_2", &"x".repeat(200)] {
+            assert!(check_name(good).is_ok(), "{good:?}");
+        }
+    }
+
+    #[test]
+    fn files_are_prefixed_in_the_chosen_directory() {
+        let options = SharedOptions::new().dir("/somewhere");
+        assert_eq!(
+            options.path("x").unwrap(),
+            PathBuf::from("/somewhere/keepcount.x")
+        );
+    }
+}

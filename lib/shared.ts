@@ -1,0 +1,93 @@
+/**
+ * What `Estimator.openShared` and `Rate.openShared` have in common: the segment name and where it
+ * lives, validated once, and the backend that can share it.
+ *
+ * A segment is a file, `<dir>/keepcount.<name>`, that every process of the host maps: `dir` is
+ * `/dev/shm` on Linux (memory, cleared at reboot) and the system's temporary directory on macOS,
+ * unless the `dir` option says otherwise. Processes share counts when they open the same name in
+ * the same directory with the same configuration.
+ *
+ * @module
+ */
+import { active } from './backend.js';
+import type { SharedBackend } from './core.js';
+import { invalidType, outOfRange, withCode, type KeepcountError } from './errors.js';
+import { integerOption, seedOption } from './options.js';
+
+/** Longest segment name, in bytes (`crates/limits/src/shared/segment.rs` `MAX_NAME_BYTES`). */
+const MAX_NAME_BYTES = 200;
+/** Letters, digits, `.`, `_` and `-`, not starting with `.` and without `..`: it names one file in `dir`. */
+const NAME = /^(?!\.)(?!.*\.\.)[A-Za-z0-9._-]+$/;
+/** Default file mode: the owner reads and writes, nobody else. */
+const DEFAULT_MODE = 0o600;
+
+/** Where a shared segment lives: options of `Estimator.openShared`, `Rate.openShared` and `unlink`. */
+export interface SharedPlacement {
+  /**
+   * The directory of the segment file. Every process that shares the segment must name the same
+   * one; containers need it shared between them (`--ipc=host` for `/dev/shm`, or a mounted volume).
+   * Defaults to `/dev/shm` on Linux, the system's temporary directory elsewhere.
+   */
+  dir?: string;
+}
+
+/** How a shared segment is created, beside where. */
+export interface SharedCreation extends SharedPlacement {
+  /**
+   * Permissions of the file when this call creates it, applied exactly whatever the umask: an
+   * integer in [0, 0o777]. Defaults to `0o600` (only the owner's processes can open it).
+   */
+  mode?: number;
+}
+
+/** A validated segment name. */
+export function sharedName(name: unknown): string {
+  if (typeof name !== 'string') throw invalidType('The "name" argument', 'of type string', name);
+  if (name.length > MAX_NAME_BYTES || !NAME.test(name)) {
+    throw outOfRange(
+      'The "name" argument',
+      `1 to ${MAX_NAME_BYTES} ASCII letters, digits, ".", "_" or "-", not starting with "." nor containing ".."`,
+      name,
+    );
+  }
+  return name;
+}
+
+/** `dir` from validated options (`undefined`: the default). */
+export function sharedDir(options: SharedPlacement): string | undefined {
+  const { dir } = options;
+  if (dir === undefined) return undefined;
+  if (typeof dir !== 'string') throw invalidType('The "dir" option', 'of type string', dir);
+  if (dir === '') throw outOfRange('The "dir" option', 'a non-empty path', dir);
+  return dir;
+}
+
+/** `mode` from validated options. */
+export function sharedMode(options: SharedCreation): number {
+  return integerOption('mode', options.mode, 0, 0o777, DEFAULT_MODE);
+}
+
+/** The seed every process must agree on: required, since a random default would differ per process. */
+export function sharedSeed(seed: unknown): bigint {
+  if (seed === undefined) {
+    throw invalidType('The "seed" option', 'of type bigint or number (every process must pass the same one)', seed);
+  }
+  return seedOption(seed);
+}
+
+/** The active backend's shared segments, or `ERR_KEEPCOUNT_UNSUPPORTED` naming what to use instead. */
+export function sharedBackend(what: string): SharedBackend {
+  if (active.shared !== null) return active.shared;
+  throw unsupported(what);
+}
+
+function unsupported(what: string): KeepcountError {
+  return withCode(
+    new Error(
+      `${what} needs the native backend: the TypeScript fallback cannot map memory shared between processes, ` +
+        'and a per-process count would silently admit more than the limit. Within one process, worker ' +
+        'threads can share memory through a SharedArrayBuffer instead.',
+    ),
+    'ERR_KEEPCOUNT_UNSUPPORTED',
+  );
+}

@@ -1,0 +1,461 @@
+//! `SharedEstimator` and `SharedRate`: the sketches of `keepcount-limits`' `shared` module, whose
+//! counters live in a segment file every process of the host maps, for `lib/native.cts`.
+//!
+//! They answer as `Estimator` and `Rate` do; what differs is where the counters live and, for the
+//! rate, the clock: a shared rate reads the host's monotonic clock itself (every process must
+//! agree on the interval), so its methods take no `nowMs`. `incr` and `get` of the shared sketch
+//! are [`FAST_PATHS`] like the heap sketch's.
+
+use crate::args;
+use crate::error::{Failure, Result as Outcome, map_error};
+use crate::estimator::{Estimator, fast_path};
+use crate::keys;
+use crate::memory::External;
+use crate::rate::RateSample;
+use crate::raw::{Callback, Slab, Slot};
+use keepcount_limits::Shape;
+use keepcount_limits::estimator::Estimator as Sketch;
+use keepcount_limits::shared::{
+    self, Counters, SharedInflight as Inflight, SharedOptions, SharedRate as Sketches,
+};
+use napi::bindgen_prelude::{BigInt, ObjectFinalize, Uint8Array, Unknown};
+use napi::{Env, JsValue, Result};
+use napi_derive::napi;
+use std::cell::RefCell;
+use std::ffi::CStr;
+use std::rc::Rc;
+use std::time::Duration;
+
+/// A sketch over a shared segment's counters.
+type SharedSketch = Sketch<Counters>;
+
+thread_local! {
+    /// This thread's shared sketches, by handle, for the fast paths.
+    static SHARED_SKETCHES: RefCell<Slab<SharedSketch>> = const { RefCell::new(Slab::new(3)) };
+}
+
+/// Longest interval `lib/rate.ts` accepts: 2^52 ms.
+const MAX_INTERVAL_MS: u64 = 1 << 52;
+
+/// Where segments live and with which mode: `dir` `None` for the platform default.
+fn options(dir: Option<String>, mode: u32) -> SharedOptions {
+    let options = SharedOptions::new().mode(mode);
+    match dir {
+        Some(dir) => options.dir(dir),
+        None => options,
+    }
+}
+
+/// The failure of calling a method after `close()` (`lib/` never does).
+fn closed() -> Failure {
+    Failure::internal("the shared segment was closed")
+}
+
+/// A count-min sketch whose counters live in the shared segment `name` (docs: the crate's
+/// `shared` module). Use the package's `Estimator.openShared`; this class takes only validated
+/// input.
+#[napi(custom_finalize)]
+pub struct SharedEstimator {
+    /// `None` once closed.
+    sketch: Option<Rc<SharedSketch>>,
+    slot: Slot<SharedSketch>,
+    /// The mapping, reported to V8 (see [`crate::memory`]) so dropped objects are collected.
+    memory: External,
+    hashes: u32,
+    slots: u32,
+    seed: u64,
+}
+
+impl ObjectFinalize for SharedEstimator {
+    fn finalize(mut self, env: Env) -> Result<()> {
+        self.memory.release(&env);
+        Ok(())
+    }
+}
+
+#[napi]
+impl SharedEstimator {
+    /// Opens (creating if needed) segment `name` in `dir` (default: `/dev/shm` on Linux) with
+    /// file mode `mode`: `hashes × slots` counters keyed by `seed`. Throws `ERR_KEEPCOUNT_MISMATCH`
+    /// if it exists with another shape, seed or kind, `ERR_KEEPCOUNT_CORRUPT` if its header is
+    /// damaged, `ERR_KEEPCOUNT_IO` if the system refuses the file.
+    #[napi(factory, catch_unwind)]
+    pub fn open(
+        env: &Env,
+        name: String,
+        hashes: f64,
+        slots: f64,
+        seed: BigInt,
+        dir: Option<String>,
+        mode: u32,
+    ) -> Result<Self> {
+        (|| -> Outcome<Self> {
+            let shape = Shape::new(
+                args::dimension("The \"hashes\" argument", hashes)?,
+                args::dimension("The \"slots\" argument", slots)?,
+            )?;
+            let seed = args::seed(&seed)?;
+            let sketch = shared::open_estimator(&name, shape, seed, &options(dir, mode))?;
+            let memory = External::report(env, sketch.memory_bytes());
+            let sketch = Rc::new(sketch);
+            let slot = Slot::new(&SHARED_SKETCHES, Rc::clone(&sketch))?;
+            // Shapes are within 2^27: both fit in u32.
+            Ok(Self {
+                sketch: Some(sketch),
+                slot,
+                memory,
+                hashes: shape.hashes() as u32,
+                slots: shape.slots() as u32,
+                seed,
+            })
+        })()
+        .map_err(|failure| map_error(env, failure))
+    }
+
+    /// Rows of counters.
+    #[napi(getter)]
+    pub fn hashes(&self) -> u32 {
+        self.hashes
+    }
+
+    /// Counters per row.
+    #[napi(getter)]
+    pub fn slots(&self) -> u32 {
+        self.slots
+    }
+
+    /// The hash seed, in [0, 2^64).
+    #[napi(getter)]
+    pub fn seed(&self) -> BigInt {
+        BigInt::from(self.seed)
+    }
+
+    /// This sketch's handle for the fast paths ([`FAST_PATHS`]), valid while this object lives.
+    #[napi(getter)]
+    pub fn handle(&self) -> f64 {
+        self.slot.handle()
+    }
+
+    /// The row-major positions of `key`'s counters, one per row (docs/format.md §3).
+    #[napi(catch_unwind)]
+    pub fn counter_indexes(
+        &self,
+        env: &Env,
+        #[napi(ts_arg_type = "string | number | bigint | Uint8Array")] key: Unknown,
+    ) -> Result<Vec<u32>> {
+        (|| -> Outcome<Vec<u32>> {
+            let sketch = self.sketch()?;
+            // SAFETY: live handles of this call.
+            let key = unsafe { keys::hash_key(env.raw(), key.raw(), |k| sketch.hash_key(k)) }?;
+            let mut indexes = Vec::with_capacity(sketch.hashes());
+            // Indexes are below 2^27 (docs/format.md §4): they fit in u32.
+            sketch
+                .rows()
+                .for_each_index(key, |index| indexes.push(index as u32));
+            Ok(indexes)
+        })()
+        .map_err(|failure| map_error(env, failure))
+    }
+
+    /// Zeroes every counter, for every process.
+    #[napi(catch_unwind)]
+    pub fn reset(&self, env: &Env) -> Result<()> {
+        self.sketch()
+            .map(|sketch| sketch.reset())
+            .map_err(|failure| map_error(env, failure))
+    }
+
+    /// Adds `other`'s counters to the shared ones; `ERR_KEEPCOUNT_MISMATCH` unless both have the
+    /// same hashes, slots and seed.
+    #[napi(catch_unwind)]
+    pub fn merge(&self, env: &Env, other: &Estimator) -> Result<()> {
+        (|| -> Outcome<()> {
+            other.merge_into(self.sketch()?)?;
+            Ok(())
+        })()
+        .map_err(|failure| map_error(env, failure))
+    }
+
+    /// The version-2 serialized form (docs/format.md §5) of the counters as they are now.
+    #[napi(catch_unwind)]
+    pub fn serialize(&self, env: &Env) -> Result<Uint8Array> {
+        self.sketch()
+            .map(|sketch| Uint8Array::new(sketch.to_bytes()))
+            .map_err(|failure| map_error(env, failure))
+    }
+
+    /// Unmaps the segment from this process now (the file and the other processes' counts stay).
+    /// Idempotent.
+    #[napi(catch_unwind)]
+    pub fn close(&mut self, env: &Env) {
+        self.slot.vacate();
+        // The slab held the only other reference: dropping ours unmaps the segment.
+        self.sketch = None;
+        self.memory.release(env);
+    }
+}
+
+impl SharedEstimator {
+    fn sketch(&self) -> Outcome<&SharedSketch> {
+        self.sketch.as_deref().ok_or_else(closed)
+    }
+}
+
+/// pingora-limits' `Rate` over the shared segment `name`, on the host's monotonic clock. Use the
+/// package's `Rate.openShared`; this class takes only validated input.
+#[napi(custom_finalize)]
+pub struct SharedRate {
+    /// `None` once closed.
+    sketches: Option<Sketches>,
+    memory: External,
+}
+
+impl ObjectFinalize for SharedRate {
+    fn finalize(mut self, env: Env) -> Result<()> {
+        self.memory.release(&env);
+        Ok(())
+    }
+}
+
+#[napi]
+impl SharedRate {
+    /// Opens (creating if needed) the shared rate `name` over intervals of `intervalMs` (an
+    /// integer in [1, 2^52]) with two sketches of `hashes × slots` keyed by `seed`; errors as
+    /// `SharedEstimator.open`.
+    #[napi(factory, catch_unwind)]
+    #[allow(clippy::too_many_arguments)]
+    pub fn open(
+        env: &Env,
+        name: String,
+        interval_ms: f64,
+        hashes: f64,
+        slots: f64,
+        seed: BigInt,
+        dir: Option<String>,
+        mode: u32,
+    ) -> Result<Self> {
+        (|| -> Outcome<Self> {
+            let interval_ms = args::integer(
+                "The \"intervalMs\" argument",
+                interval_ms,
+                1,
+                MAX_INTERVAL_MS,
+            )?;
+            let shape = Shape::new(
+                args::dimension("The \"hashes\" argument", hashes)?,
+                args::dimension("The \"slots\" argument", slots)?,
+            )?;
+            let sketches = Sketches::open(
+                &name,
+                Duration::from_millis(interval_ms),
+                shape,
+                args::seed(&seed)?,
+                &options(dir, mode),
+            )?;
+            let memory = External::report(env, 2 * shape.counters() * size_of::<i64>());
+            Ok(Self {
+                sketches: Some(sketches),
+                memory,
+            })
+        })()
+        .map_err(|failure| map_error(env, failure))
+    }
+
+    /// Adds `events` (a safe integer) to `key` in the host's current interval; returns the
+    /// key's count there.
+    #[napi(catch_unwind)]
+    pub fn observe(
+        &self,
+        env: &Env,
+        #[napi(ts_arg_type = "string | number | bigint | Uint8Array")] key: Unknown,
+        events: f64,
+    ) -> Result<f64> {
+        (|| -> Outcome<f64> {
+            let events = args::count("The \"events\" argument", events)?;
+            let sketches = self.sketches()?;
+            // SAFETY: live handles of this call.
+            let key = unsafe { keys::hash_key(env.raw(), key.raw(), |k| sketches.hash_key(k)) }?;
+            Ok(sketches.observe_hash(key, events) as f64)
+        })()
+        .map_err(|failure| map_error(env, failure))
+    }
+
+    /// `key`'s count in the previous interval; 0 if two or more intervals passed.
+    #[napi(catch_unwind)]
+    pub fn previous_count(
+        &self,
+        env: &Env,
+        #[napi(ts_arg_type = "string | number | bigint | Uint8Array")] key: Unknown,
+    ) -> Result<f64> {
+        self.sample(env, key).map(|sample| sample.prev_samples)
+    }
+
+    /// pingora's `rate_with` components for `key`, now.
+    #[napi(catch_unwind)]
+    pub fn sample(
+        &self,
+        env: &Env,
+        #[napi(ts_arg_type = "string | number | bigint | Uint8Array")] key: Unknown,
+    ) -> Result<RateSample> {
+        (|| -> Outcome<RateSample> {
+            let sketches = self.sketches()?;
+            // SAFETY: live handles of this call.
+            let key = unsafe { keys::hash_key(env.raw(), key.raw(), |k| sketches.hash_key(k)) }?;
+            Ok(sketches.rate_with_hash(key, |parts| RateSample {
+                prev_samples: parts.prev_samples as f64,
+                curr_samples: parts.curr_samples as f64,
+                current_interval_fraction: parts.current_interval_fraction,
+            }))
+        })()
+        .map_err(|failure| map_error(env, failure))
+    }
+
+    /// Unmaps the segment from this process now. Idempotent.
+    #[napi(catch_unwind)]
+    pub fn close(&mut self, env: &Env) {
+        self.sketches = None;
+        self.memory.release(env);
+    }
+}
+
+impl SharedRate {
+    fn sketches(&self) -> Outcome<&Sketches> {
+        self.sketches.as_ref().ok_or_else(closed)
+    }
+}
+
+/// In-flight counts over the shared segment `name`, with this process's contribution in a slot
+/// of its own that survivors take back if it dies (the crate's `shared::SharedInflight`). Use the
+/// package's `Inflight.openShared`; this class takes only validated input.
+#[napi(custom_finalize)]
+pub struct SharedInflight {
+    /// `None` once closed (dropping it gives back what this process still holds).
+    inflight: Option<Inflight>,
+    memory: External,
+}
+
+impl ObjectFinalize for SharedInflight {
+    fn finalize(mut self, env: Env) -> Result<()> {
+        self.memory.release(&env);
+        Ok(())
+    }
+}
+
+#[napi]
+impl SharedInflight {
+    /// Opens (creating if needed) segment `name` with `processes` slots (in [1, 1024]) and
+    /// sketches of `hashes × slots` keyed by `seed`; errors as `SharedEstimator.open`, and
+    /// `ERR_KEEPCOUNT_FULL` if every slot is held by a live process.
+    #[napi(factory, catch_unwind)]
+    #[allow(clippy::too_many_arguments)]
+    pub fn open(
+        env: &Env,
+        name: String,
+        hashes: f64,
+        slots: f64,
+        seed: BigInt,
+        processes: u32,
+        dir: Option<String>,
+        mode: u32,
+    ) -> Result<Self> {
+        (|| -> Outcome<Self> {
+            let shape = Shape::new(
+                args::dimension("The \"hashes\" argument", hashes)?,
+                args::dimension("The \"slots\" argument", slots)?,
+            )?;
+            let seed = args::seed(&seed)?;
+            let inflight = Inflight::open(&name, shape, seed, processes, &options(dir, mode))?;
+            // The total and this process's contribution are the sketches it touches.
+            let memory = External::report(env, 2 * shape.counters() * size_of::<i64>());
+            Ok(Self {
+                inflight: Some(inflight),
+                memory,
+            })
+        })()
+        .map_err(|failure| map_error(env, failure))
+    }
+
+    /// Adds `value` (a safe integer, negative to give back) to `key` for this process; returns
+    /// the host-wide estimate.
+    #[napi(catch_unwind)]
+    pub fn incr(
+        &self,
+        env: &Env,
+        #[napi(ts_arg_type = "string | number | bigint | Uint8Array")] key: Unknown,
+        value: f64,
+    ) -> Result<f64> {
+        (|| -> Outcome<f64> {
+            let value = args::count("The \"value\" argument", value)?;
+            let inflight = self.inflight()?;
+            // SAFETY: live handles of this call.
+            let key = unsafe { keys::hash_key(env.raw(), key.raw(), |k| inflight.hash_key(k)) }?;
+            Ok(inflight.incr_hash(key, value) as f64)
+        })()
+        .map_err(|failure| map_error(env, failure))
+    }
+
+    /// `key`'s host-wide estimate.
+    #[napi(catch_unwind)]
+    pub fn get(
+        &self,
+        env: &Env,
+        #[napi(ts_arg_type = "string | number | bigint | Uint8Array")] key: Unknown,
+    ) -> Result<f64> {
+        (|| -> Outcome<f64> {
+            let inflight = self.inflight()?;
+            // SAFETY: live handles of this call.
+            let key = unsafe { keys::hash_key(env.raw(), key.raw(), |k| inflight.hash_key(k)) }?;
+            Ok(inflight.get_hash(key) as f64)
+        })()
+        .map_err(|failure| map_error(env, failure))
+    }
+
+    /// Takes back the contributions of dead processes; returns how many slots it freed (0 once
+    /// closed).
+    #[napi(catch_unwind)]
+    pub fn reclaim(&self) -> u32 {
+        // At most 1024 slots.
+        self.inflight
+            .as_ref()
+            .map_or(0, |inflight| inflight.reclaim() as u32)
+    }
+
+    /// Gives back what this process still holds and frees its slot now. Idempotent.
+    #[napi(catch_unwind)]
+    pub fn close(&mut self, env: &Env) {
+        self.inflight = None;
+        self.memory.release(env);
+    }
+}
+
+impl SharedInflight {
+    fn inflight(&self) -> Outcome<&Inflight> {
+        self.inflight.as_ref().ok_or_else(closed)
+    }
+}
+
+/// Removes segment `name`'s file from `dir` (default: `/dev/shm` on Linux). Processes that have
+/// it open keep their counts; the next open starts afresh. No error if it does not exist.
+#[napi(catch_unwind)]
+pub fn unlink_shared(env: &Env, name: String, dir: Option<String>) -> Result<()> {
+    shared::unlink(&name, &options(dir, shared::DEFAULT_MODE))
+        .map_err(|err| map_error(env, err.into()))
+}
+
+/// `SharedEstimator.incr` and `get` as raw functions taking the sketch's handle first, as the
+/// heap sketch's (`crate::estimator::FAST_PATHS`). Exported by `fastPaths()`.
+pub(crate) const FAST_PATHS: [(&CStr, Callback); 6] = [
+    (c"sharedIncrStr", incr_str),
+    (c"sharedIncrNum", incr_num),
+    (c"sharedIncrKey", incr_key),
+    (c"sharedGetStr", get_str),
+    (c"sharedGetNum", get_num),
+    (c"sharedGetKey", get_key),
+];
+
+fast_path!(incr_str, SHARED_SKETCHES, incr, keys::with_str_key);
+fast_path!(incr_num, SHARED_SKETCHES, incr, keys::with_number_key);
+fast_path!(incr_key, SHARED_SKETCHES, incr, keys::hash_key);
+fast_path!(get_str, SHARED_SKETCHES, get, keys::with_str_key);
+fast_path!(get_num, SHARED_SKETCHES, get, keys::with_number_key);
+fast_path!(get_key, SHARED_SKETCHES, get, keys::hash_key);
