@@ -37,7 +37,8 @@ function zipf(s: number, keys: number, events: number, seed: number): number[] {
   return out;
 }
 
-const small = (clock?: ManualClock) =>
+// A clock that moves only when told: a loaded machine must not end an interval mid-test.
+const small = (clock = new ManualClock()) =>
   new HeavyHitters({ intervalMs: 1000, threshold: 20, capacity: 256, hashes: 3, slots: 64, seed: 17, clock });
 
 test(title('every key’s bounds contain its true count, and tracked keys are exact within the threshold'), (t) => {
@@ -58,7 +59,7 @@ test(title('every key’s bounds contain its true count, and tracked keys are ex
 });
 
 test(title('top lists the heaviest keys first with exact counts, in the key types they came in'), (t) => {
-  const heavy = new HeavyHitters({ intervalMs: 1000, threshold: 5, capacity: 8, seed: 3 });
+  const heavy = new HeavyHitters({ intervalMs: 1000, threshold: 5, capacity: 8, seed: 3, clock: new ManualClock() });
   for (let i = 0; i < 100; i++) heavy.incr('10.0.0.1');
   heavy.incr(42, 30);
   heavy.incr(2n ** 60n, 9);
@@ -96,7 +97,7 @@ test(title('the previous interval is one call, and two idle intervals empty both
 });
 
 test(title('a full table refuses entry, and the overflow is visible in stats'), (t) => {
-  const heavy = new HeavyHitters({ intervalMs: 1000, threshold: 2, capacity: 3, seed: 1 });
+  const heavy = new HeavyHitters({ intervalMs: 1000, threshold: 2, capacity: 3, seed: 1, clock: new ManualClock() });
   for (let k = 0; k < 10; k++) for (let i = 0; i < 5; i++) heavy.incr(k);
   const stats = heavy.stats();
   t.is(stats.tracked, 3);
@@ -110,7 +111,7 @@ test(title('a full table refuses entry, and the overflow is visible in stats'), 
 });
 
 test(title('refunds lower a tracked key’s exact count, never below zero'), (t) => {
-  const heavy = new HeavyHitters({ intervalMs: 1000, threshold: 1, capacity: 8, seed: 1 });
+  const heavy = new HeavyHitters({ intervalMs: 1000, threshold: 1, capacity: 8, seed: 1, clock: new ManualClock() });
   heavy.incr('k', 5);
   heavy.decr('k', 2);
   t.deepEqual(heavy.count('k'), { lower: 3, upper: 3, standing: 'tracked' });
@@ -122,7 +123,15 @@ test(title('refunds lower a tracked key’s exact count, never below zero'), (t)
 });
 
 test(title('summaries serialize canonically and merge across nodes with bounds that hold'), (t) => {
-  const options = { intervalMs: 1000, threshold: 10, capacity: 64, hashes: 4, slots: 256, seed: 9 };
+  const options = {
+    intervalMs: 1000,
+    threshold: 10,
+    capacity: 64,
+    hashes: 4,
+    slots: 256,
+    seed: 9,
+    clock: new ManualClock(),
+  };
   const a = new HeavyHitters(options);
   const b = new HeavyHitters(options);
   const truth = new Map<number, number>();
@@ -183,7 +192,15 @@ test(title('bad arguments and corrupt summaries are coded errors'), (t) => {
     code: 'ERR_KEEPCOUNT_CORRUPT',
     message: 'Serialized heavy-hitter summary is shorter than the 64 bytes of header and checksum',
   });
-  const other = new HeavyHitters({ intervalMs: 1000, threshold: 21, capacity: 256, hashes: 3, slots: 64, seed: 17 });
+  const other = new HeavyHitters({
+    intervalMs: 1000,
+    threshold: 21,
+    capacity: 256,
+    hashes: 3,
+    slots: 64,
+    seed: 17,
+    clock: new ManualClock(),
+  });
   throwsShape(t, () => heavy.merge(other), {
     instanceOf: Error,
     code: 'ERR_KEEPCOUNT_MISMATCH',
