@@ -18,7 +18,6 @@ use crate::memory::External;
 use crate::raw::{self, Callback, Slab, Slot};
 use keepcount_limits::Shape;
 use keepcount_limits::hash::KeyHash;
-use keepcount_limits::heavy::codec::DecodeError;
 use keepcount_limits::heavy::{
     ConfigError, Count, HeavyHitters as Windows, MAX_CAPACITY, Settings, Standing, Stats, Summary,
     Window,
@@ -259,7 +258,7 @@ impl HeavyHitters {
         self.with_summary(env, window, now_ms, |summary| {
             let other = match Summary::<Vec<u8>>::from_bytes(&bytes) {
                 Ok(other) => other,
-                Err(err) => return Ok(Some(corrupt_reason(err))),
+                Err(err) => return Ok(Some(err.check())),
             };
             let talkers = other.top(usize::MAX);
             if talkers
@@ -430,28 +429,6 @@ fn js_key(stored: &[u8]) -> Outcome<Either3<String, Uint8Array, Either<f64, BigI
 
 fn config_failure(err: ConfigError) -> Failure {
     Failure::out_of_range("The heavy-hitter configuration", &format!("valid: {err}"))
-}
-
-/// The `HeavyCorruptReason` (`lib/core.ts`) of the first check of docs/format.md §6 that failed.
-fn corrupt_reason(err: DecodeError) -> &'static str {
-    match err {
-        DecodeError::Truncated { .. } => "short",
-        DecodeError::BadMagic(_) => "magic",
-        DecodeError::UnsupportedVersion(_) => "version",
-        DecodeError::ReservedFlags(_) => "flags",
-        DecodeError::Length { .. } => "length",
-        DecodeError::Checksum { .. } => "checksum",
-        DecodeError::SketchLength { .. } => "sketch-length",
-        DecodeError::Sketch(_) => "sketch",
-        DecodeError::Config(_) => "config",
-        DecodeError::TooManyEntries { .. } => "entries",
-        DecodeError::EntryTruncated { .. } => "entry",
-        DecodeError::TrailingBytes { .. } => "trailing",
-        DecodeError::Unordered { .. } => "order",
-        DecodeError::BelowThreshold { .. } => "below-threshold",
-        // A check added to the crate after this binding: the nearest general reason.
-        _ => "sketch",
-    }
 }
 
 /// `incr` as raw functions taking the object's handle first, then the method's arguments

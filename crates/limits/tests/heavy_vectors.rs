@@ -12,7 +12,6 @@
 
 use keepcount_limits::Shape;
 use keepcount_limits::clock::ManualClock;
-use keepcount_limits::heavy::codec::DecodeError;
 use keepcount_limits::heavy::{Count, HeavyHitters, Settings, Standing, Summary, Window};
 use std::fmt::Write as _;
 use std::sync::Arc;
@@ -376,7 +375,7 @@ impl Recorder {
 fn absorb(into: &Summary<Vec<u8>>, bytes: &[u8]) -> Option<&'static str> {
     let other = match Summary::<Vec<u8>>::from_bytes(bytes) {
         Ok(other) => other,
-        Err(err) => return Some(reason(err)),
+        Err(err) => return Some(err.check()),
     };
     let talkers = other.top(usize::MAX);
     if !talkers.iter().all(|t| is_stored_form(&t.key)) {
@@ -404,27 +403,6 @@ fn is_stored_form(bytes: &[u8]) -> bool {
         Some((&TAG_BYTES, _)) => true,
         Some((&TAG_INT, payload)) => payload.len() == 8,
         _ => false,
-    }
-}
-
-/// The Node name of the first §6 check `err` reports (`HeavyCorruptReason` in lib/core.ts).
-fn reason(err: DecodeError) -> &'static str {
-    match err {
-        DecodeError::Truncated { .. } => "short",
-        DecodeError::BadMagic(_) => "magic",
-        DecodeError::UnsupportedVersion(_) => "version",
-        DecodeError::ReservedFlags(_) => "flags",
-        DecodeError::Length { .. } => "length",
-        DecodeError::Checksum { .. } => "checksum",
-        DecodeError::SketchLength { .. } => "sketch-length",
-        DecodeError::Sketch(_) => "sketch",
-        DecodeError::Config(_) => "config",
-        DecodeError::TooManyEntries { .. } => "entries",
-        DecodeError::EntryTruncated { .. } => "entry",
-        DecodeError::TrailingBytes { .. } => "trailing",
-        DecodeError::Unordered { .. } => "order",
-        DecodeError::BelowThreshold { .. } => "below-threshold",
-        other => panic!("a decode error the vectors do not name yet: {other:?}"),
     }
 }
 

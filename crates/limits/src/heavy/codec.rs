@@ -327,6 +327,37 @@ pub enum DecodeError {
     },
 }
 
+impl DecodeError {
+    /// The name of the check of docs/format.md §6 that failed, in the words bindings report it
+    /// with (the Node API's `HeavyCorruptReason`): `short`, `magic`, `version`, `flags`,
+    /// `length`, `checksum`, `sketch-length`, `sketch`, `config`, `entries`, `entry`,
+    /// `trailing`, `order`, `below-threshold`.
+    ///
+    /// ```
+    /// use keepcount_limits::heavy::{Summary, codec::DecodeError};
+    /// let err = Summary::from_bytes(b"KCHH").unwrap_err();
+    /// assert_eq!(err.check(), "short");
+    /// ```
+    pub fn check(&self) -> &'static str {
+        match self {
+            Self::Truncated { .. } => "short",
+            Self::BadMagic(_) => "magic",
+            Self::UnsupportedVersion(_) => "version",
+            Self::ReservedFlags(_) => "flags",
+            Self::Length { .. } => "length",
+            Self::Checksum { .. } => "checksum",
+            Self::SketchLength { .. } => "sketch-length",
+            Self::Sketch(_) => "sketch",
+            Self::Config(_) => "config",
+            Self::TooManyEntries { .. } => "entries",
+            Self::EntryTruncated { .. } => "entry",
+            Self::TrailingBytes { .. } => "trailing",
+            Self::Unordered { .. } => "order",
+            Self::BelowThreshold { .. } => "below-threshold",
+        }
+    }
+}
+
 impl fmt::Display for DecodeError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
