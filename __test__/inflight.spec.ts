@@ -130,3 +130,46 @@ test(title('a key on a detached buffer is the empty key, for Inflight as for eve
   const limiter = new Limiter({ bestEffort: { requests: { amount: 1, periodMs: 60_000, burst: 1 } } });
   t.true(limiter.check(detached).allowed);
 });
+
+test(title('enter and leave count in and out without a guard, alongside guards on the same keys'), (t) => {
+  const inflight = new Inflight({ seed: 3n });
+  t.is(inflight.enter('a'), 1);
+  t.is(inflight.enter('a', 2), 3);
+  const [guard, count] = inflight.incr('a');
+  t.is(count, 4);
+  inflight.leave('a', 2);
+  t.is(inflight.get('a'), 2);
+  guard.release();
+  inflight.leave('a');
+  t.is(inflight.get('a'), 0);
+  t.is(inflight.enter(new Uint8Array([1, 2])), 1);
+  inflight.leave(Buffer.from([1, 2]));
+  t.is(inflight.get(new Uint8Array([1, 2])), 0);
+  t.is(inflight.enter(9n, 0), 0);
+  inflight.leave(9, 0);
+  t.is(inflight.get(9), 0);
+});
+
+test(title('enter and leave refuse bad keys and values before counting anything'), (t) => {
+  const inflight = new Inflight();
+  for (const call of [() => inflight.enter(null as never), () => inflight.leave(null as never)]) {
+    throwsShape(t, call, {
+      instanceOf: TypeError,
+      code: 'ERR_INVALID_ARG_TYPE',
+      message: 'The "key" argument must be of type string, number, bigint or Uint8Array. Received null',
+    });
+  }
+  for (const call of [() => inflight.enter('k', 1.5), () => inflight.leave('k', 1.5)]) {
+    throwsShape(t, call, {
+      instanceOf: RangeError,
+      code: 'ERR_OUT_OF_RANGE',
+      message: 'The "value" argument must be a safe integer. Received 1.5',
+    });
+  }
+  throwsShape(t, () => inflight.leave('k', '1' as never), {
+    instanceOf: TypeError,
+    code: 'ERR_INVALID_ARG_TYPE',
+    message: 'The "value" argument must be of type number. Received type string ("1")',
+  });
+  t.is(inflight.get('k'), 0);
+});

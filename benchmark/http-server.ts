@@ -81,6 +81,8 @@ export const SETUPS: Record<string, Setup> = {
   'node-tokenBucket': nodeServer([tokenBucket({ limiter: openLimiter(), trustProxy: 1 })]),
   'node-upstreamLimit': nodeServer([upstreamLimit({ max: LIMIT, upstream: () => 'origin' })]),
   'express-none': expressServer([]),
+  // Express's own cost of one more middleware layer: the floor under every Express limiter.
+  'express-noop': expressServer([(_req, _res, next) => next()]),
   'express-rateLimit': expressServer([
     rateLimit({ limit: LIMIT, windowMs: WINDOW_MS, trustProxy: 1 }) as express.RequestHandler,
   ]),

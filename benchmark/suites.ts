@@ -189,6 +189,14 @@ function inflight(backends: LoadedBackend[], v: Variant, checkDraws: number): Su
       }),
     ),
   );
+  backends.forEach((b, i) =>
+    cases.push(
+      syncCase(`keepcount Inflight.enter + leave ${label(b)}`, s, (k) => {
+        infl[i]!.enter(k);
+        infl[i]!.leave(k);
+      }),
+    ),
+  );
   cases.push(
     syncCase('Map<key, number> incr + release', s, (k) => {
       mapIncr(k);

@@ -206,6 +206,27 @@ export class Inflight {
     return new Inflight(new Adopted(shared.openInflight(n, hashes, slots, seed, processes, dir, mode)));
   }
 
+  /**
+   * Adds `value` (a safe integer; defaults to 1) to `key` without a guard and returns the key's new
+   * estimated count: the fast path for callers that always pair it with {@link leave}, e.g. in a
+   * `finally`. No object is allocated and no safety net is registered, so an `enter` never left
+   * holds its count forever, and a `leave` without its `enter` counts the key low.
+   *
+   * @example
+   * ```ts
+   * if (inflight.enter(upstream) > max) { inflight.leave(upstream); return refuse(); }
+   * try { await call(upstream); } finally { inflight.leave(upstream); }
+   * ```
+   */
+  enter(key: Key, value = 1): number {
+    return this.#core.incr(validateKey(key), countArgument('value', value));
+  }
+
+  /** Takes back what {@link enter} added: `value` (a safe integer; defaults to 1) from `key`. */
+  leave(key: Key, value = 1): void {
+    this.#core.incr(validateKey(key), -countArgument('value', value));
+  }
+
   /** `key`'s current estimated count. */
   get(key: Key): number {
     return this.#core.get(validateKey(key));
