@@ -27,6 +27,7 @@ export {
   type TokenBucketOptions,
   type UpstreamLimitMiddlewareOptions,
 } from './node.js';
+export type { RequestQuota } from './quota.js';
 export { WindowQuota, type WindowQuotaOptions } from './window-quota.js';
 export { KeepcountStore, type ClientRateLimitInfo, type KeepcountStoreOptions } from './stores/express-rate-limit.js';
 export {
