@@ -166,6 +166,35 @@ test.serial(title('a restart that loses the data is rebuilt from the nodes’ ow
   }
 });
 
+test.serial(title('more cells than one sync carries arrive over the next syncs, none lost'), async (t) => {
+  const server = await startRedis();
+  const connection = await connectClient('ioredis', server.port);
+  try {
+    const writerSync = new RedisSync({ sendCommand: connection.send, syncMs: 3_600_000 });
+    const readerSync = new RedisSync({ sendCommand: connection.send, syncMs: 3_600_000 });
+    const writer = new SyncedEstimator({ sync: writerSync, name: 'wide', seed: 7 });
+    const reader = new SyncedEstimator({ sync: readerSync, name: 'wide', seed: 7 });
+    // 5,000 keys touch about 15,000 of the 32,768 counters (8,192 × (1 − e^(−5000/8192)) per row):
+    // eight pushes of 2,048, four pulls of 4,096.
+    const keys = Array.from({ length: 5000 }, (_, i) => `key-${i}`);
+    keys.forEach((key, i) => writer.incr(key, 1 + (i % 7)));
+    t.true(await readerSync.flush());
+    t.false(
+      keys.every((key) => reader.get(key) === writer.get(key)),
+      'one sync is not enough',
+    );
+    for (let i = 0; i < 10; i++) t.true(await writerSync.flush());
+    for (let i = 0; i < 6; i++) t.true(await readerSync.flush());
+    t.true(keys.every((key) => reader.get(key) === writer.get(key)));
+    t.true(writerSync.stats.cellsPushed > 7 * 2048);
+    await writerSync.close();
+    await readerSync.close();
+  } finally {
+    await connection.close();
+    await server.stop();
+  }
+});
+
 test.serial(title('windows roll over together on every node, by the wall clock'), async (t) => {
   const server = await startRedis();
   const a = await connectClient('ioredis', server.port);

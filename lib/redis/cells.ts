@@ -75,10 +75,13 @@ export class SyncedCells {
     return estimate;
   }
 
-  /** The cells to push now, unmarked; {@link restore} marks them again if the push fails. */
-  take(): Push {
-    const cells = this.#dirty;
-    this.#dirty = [];
+  /**
+   * Up to `max` cells to push now, unmarked (the rest wait for the next sync); {@link restore}
+   * marks them again if the push fails.
+   */
+  take(max: number): Push {
+    const cells = this.#dirty.length <= max ? this.#dirty : this.#dirty.splice(0, max);
+    if (cells === this.#dirty) this.#dirty = [];
     const values = cells.map((i) => {
       this.#marked[i] = 0;
       return String(this.mine[i]);

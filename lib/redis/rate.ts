@@ -105,14 +105,20 @@ export class SyncedRate {
   rateWith<T>(key: Key, fn: (components: RateComponents) => T): T {
     const indexes = this.#hasher.counterIndexes(key);
     if (typeof fn !== 'function') throw invalidType('The "fn" argument', 'of type function', fn);
-    const now = this.#now();
-    this.#roll(now);
+    const currentIntervalFraction = this.elapsedFraction();
     return fn({
       prevSamples: this.#previous.cells.estimate(indexes),
       currSamples: this.#current.cells.estimate(indexes),
       intervalMs: this.intervalMs,
-      currentIntervalFraction: Math.min(1, Math.max(0, now / this.intervalMs - this.#current.index)),
+      currentIntervalFraction,
     });
+  }
+
+  /** How much of the current window has elapsed, in [0, 1]: the same for every key. */
+  elapsedFraction(): number {
+    const now = this.#now();
+    this.#roll(now);
+    return Math.min(1, Math.max(0, now / this.intervalMs - this.#current.index));
   }
 
   /** `key`'s count in the current window from this node's events alone. */

@@ -17,8 +17,13 @@
  * A second key per entry, the structure's node registry, is a sorted set node → last sync time:
  * the live node count for the "each node enforces its share" fail policy.
  *
- * KEYS: per entry, its base and its registry. ARGV: node id, registry lifetime (ms), then per
- * entry: sequence number, version last seen, lifetime in ms (0: none), cell count n, n pairs of
+ * A pull returns at most `pull` cells per entry, in version order, and only whole versions: when
+ * more are waiting it stops before the first version it cannot finish and reports the version
+ * before it, so the next pull resumes there. One version is one node's push, at most MAX_PUSH
+ * cells, below `pull`, so every cut pull still advances.
+ *
+ * KEYS: per entry, its base and its registry. ARGV: node id, registry lifetime (ms), pull limit,
+ * then per entry: sequence number, version last seen, lifetime in ms (0: none), cell count n, n pairs of
  * cell index and cumulative value. Reply, per entry: applied (0/1), version, incarnation, live
  * nodes, m, then m pairs of cell index and the others' count (global minus this node's).
  */
@@ -26,10 +31,10 @@ import { createHash } from 'node:crypto';
 import type { SendCommand } from './send.js';
 
 export const SYNC_SCRIPT = `
-local node, live = ARGV[1], tonumber(ARGV[2])
+local node, live, pull = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local a, out = 3, {}
+local a, out = 4, {}
 for k = 1, #KEYS, 2 do
   local base, registry = KEYS[k], KEYS[k + 1]
   local seq, since, ttl, n = ARGV[a], tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3])
@@ -60,13 +65,22 @@ for k = 1, #KEYS, 2 do
   redis.call('ZADD', registry, now, node)
   redis.call('ZREMRANGEBYSCORE', registry, '-inf', now - live)
   redis.call('PEXPIRE', registry, live)
-  local changed = redis.call('ZRANGEBYSCORE', versions, '(' .. since, '+inf')
+  local changed = redis.call('ZRANGEBYSCORE', versions, '(' .. since, '+inf', 'WITHSCORES', 'LIMIT', 0, pull + 1)
+  local version = tonumber(redis.call('HGET', meta, 'v') or '0')
+  local last = #changed
+  if last > 2 * pull then
+    local cut = changed[last]
+    version = tonumber(cut) - 1
+    last = 2 * pull
+    while last > 0 and changed[last] == cut do last = last - 2 end
+  end
   out[#out + 1] = applied
-  out[#out + 1] = tonumber(redis.call('HGET', meta, 'v') or '0')
+  out[#out + 1] = version
   out[#out + 1] = redis.call('HGET', meta, 'i')
   out[#out + 1] = redis.call('ZCARD', registry)
-  out[#out + 1] = #changed
-  for _, cell in ipairs(changed) do
+  out[#out + 1] = last / 2
+  for j = 1, last, 2 do
+    local cell = changed[j]
     out[#out + 1] = tonumber(cell)
     out[#out + 1] = tonumber(redis.call('HGET', counts, cell) or '0') - tonumber(redis.call('HGET', mine, cell) or '0')
   end

@@ -60,6 +60,15 @@ export interface SyncStats {
 
 const MAX_MS = 3_600_000;
 
+/**
+ * Most cells one entry pushes in one sync, and most it pulls (twice that, so that a pull cut short
+ * still holds one whole push: see script.ts). The script does about six Redis operations per cell,
+ * so this keeps one sync to a few milliseconds of the server's time; a node that changes more cells
+ * per sync period pushes them over the next syncs (its staleness grows, nothing is lost).
+ */
+const MAX_PUSH = 2048;
+const MAX_PULL = 2 * MAX_PUSH;
+
 /** The registry keeps a node this many sync periods after its last sync. */
 const LIVE_PERIODS = 10;
 
@@ -169,9 +178,9 @@ export class RedisSync extends EventEmitter {
         this.#lastSuccess = performance.now();
         return true;
       }
-      pushes = entries.map((entry) => entry.take());
+      pushes = entries.map((entry) => entry.take(MAX_PUSH));
       const keys: string[] = [];
-      const args = [this.nodeId, String(this.syncMs * LIVE_PERIODS)];
+      const args = [this.nodeId, String(this.syncMs * LIVE_PERIODS), String(MAX_PULL)];
       const seq = String(++this.#seq);
       entries.forEach((entry, k) => {
         const push = pushes[k] as Push;

@@ -113,7 +113,7 @@ export class SyncedWindowQuota implements RequestQuota {
       if (this.failPolicy === 'closed') allowed = false;
       else if (this.failPolicy === 'local') allowed = this.#rate.local(key) <= this.share();
     }
-    const { resetMs } = this.current(key);
+    const resetMs = this.#resetMs();
     return {
       allowed,
       policy: this.policy,
@@ -138,10 +138,12 @@ export class SyncedWindowQuota implements RequestQuota {
 
   /** `key`'s fleet-wide count in the current window and the milliseconds until the window ends. */
   current(key: string): { count: number; resetMs: number } {
-    return this.#rate.rateWith(key, (c) => ({
-      count: c.currSamples,
-      resetMs: Math.max(1, Math.ceil((1 - c.currentIntervalFraction) * c.intervalMs)),
-    }));
+    return { count: this.#rate.rateWith(key, (c) => c.currSamples), resetMs: this.#resetMs() };
+  }
+
+  /** Milliseconds until the current window ends, at least 1. */
+  #resetMs(): number {
+    return Math.max(1, Math.ceil((1 - this.#rate.elapsedFraction()) * this.windowMs));
   }
 
   /** Stops syncing the quota. */
