@@ -2,9 +2,13 @@
  * keepcount/redis against real redis-server processes (started here, on loopback) and real node
  * processes, with both client libraries.
  */
+import express from 'express';
+import { createServer } from 'node:http';
 import test from 'ava';
+import { rateLimit } from '../lib/http/index.js';
 import { RedisSync, SyncedEstimator, SyncedRate, SyncedWindowQuota, type SendCommand } from '../lib/redis/index.js';
 import { runFixture, throwsShape, title } from './helpers.js';
+import { close, get, listen } from './http-client.js';
 import { clientNames, connectClient, type ClientName } from './redis-clients.js';
 import { startRedis, type RedisServer } from './redis-server.js';
 
@@ -294,7 +298,7 @@ test.serial(
       t.true(sync.stale);
       t.true(sync.staleness >= 400);
       t.true(errors.length > 0);
-      t.is(errors[0]?.message, 'Redis sync timed out after 300 ms');
+      t.like(errors[0], { code: 'ERR_KEEPCOUNT_SYNC', message: 'Redis sync timed out after 300 ms' });
       t.false(closed.consume('k').allowed, "'closed' refuses while stale");
       t.true(open.consume('k').allowed, "'open' decides on the last known count");
       // One node known: its share is the whole limit.
@@ -361,6 +365,72 @@ test.serial(title('3 node processes overshoot a shared limit by no more than the
   } finally {
     await server.stop();
   }
+});
+
+test.serial(title('two Express servers with rateLimit on one SyncedWindowQuota share the limit'), async (t) => {
+  const server = await startRedis();
+  const connections = await Promise.all(clientNames.map((name) => connectClient(name, server.port)));
+  // The README's example, once per "machine": each with its own client, sync and quota.
+  const machines = connections.map((connection) => {
+    const sync = new RedisSync({ sendCommand: connection.send, syncMs: 20 });
+    const quota = new SyncedWindowQuota({ sync, name: 'api', seed: 7, limit: 10, windowMs: 3_600_000 });
+    const app = express();
+    app.use(rateLimit({ quota, key: () => 'client' }));
+    app.get('/', (_req, res) => void res.send('ok'));
+    return { sync, http: createServer(app) };
+  });
+  try {
+    const ports = await Promise.all(machines.map((m) => listen(m.http)));
+    const statuses: number[] = [];
+    for (let i = 0; i < 20; i++) {
+      statuses.push((await get(ports[i % 2] as number)).status);
+      // Slower than the sync period, so each machine sees the other's requests: no overshoot.
+      await sleep(60);
+    }
+    t.deepEqual(statuses, [...Array(10).fill(200), ...Array(10).fill(429)]);
+    const last = await get(ports[0] as number);
+    t.is(last.status, 429);
+    t.regex(String(last.headers.ratelimit), /^"default";r=0;t=\d+$/);
+  } finally {
+    for (const m of machines) {
+      await close(m.http);
+      await m.sync.close();
+    }
+    for (const connection of connections) await connection.close();
+    await server.stop();
+  }
+});
+
+test(
+  title('a reply that is not the script’s fails the sync with ERR_KEEPCOUNT_SYNC and changes nothing'),
+  async (t) => {
+    for (const reply of [[], 'OK', [1, 2, 'i', 1, 1, 5], [1, 2, 'i', 1, 0, 'extra']]) {
+      const sync = new RedisSync({ sendCommand: async () => reply, syncMs: 3_600_000 });
+      const errors: Error[] = [];
+      sync.on('error', (error: Error) => errors.push(error));
+      const sketch = new SyncedEstimator({ sync, name: 'bad', seed: 7 });
+      sketch.incr('k', 2);
+      t.false(await sync.flush());
+      t.is(sketch.get('k'), 2);
+      t.is(sync.nodes, 1);
+      t.like(errors[0], { code: 'ERR_KEEPCOUNT_SYNC', message: 'Unexpected reply from the keepcount sync script' });
+      await sync.close();
+    }
+  },
+);
+
+test(title('a sender that throws synchronously fails the sync, never the caller'), async (t) => {
+  const sync = new RedisSync({
+    sendCommand: () => {
+      throw new Error('no connection');
+    },
+    syncMs: 3_600_000,
+  });
+  const sketch = new SyncedEstimator({ sync, name: 'throws', seed: 7 });
+  t.is(sketch.incr('k'), 1);
+  t.false(await sync.flush());
+  t.is(sync.stats.failures, 1);
+  await sync.close();
 });
 
 test(title('bad options are refused with keepcount error codes'), (t) => {

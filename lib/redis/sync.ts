@@ -6,7 +6,7 @@
  */
 import { EventEmitter } from 'node:events';
 import { randomUUID } from 'node:crypto';
-import { invalidType, outOfRange } from '../errors.js';
+import { invalidType, outOfRange, withCode } from '../errors.js';
 import { integerOption, optionsObject } from '../options.js';
 import type { Pull, Push, SyncedCells } from './cells.js';
 import { runSyncScript } from './script.js';
@@ -234,7 +234,7 @@ export class RedisSync extends EventEmitter {
 }
 
 function timeoutError(ms: number): Error {
-  return new Error(`Redis sync timed out after ${ms} ms`);
+  return withCode(new Error(`Redis sync timed out after ${ms} ms`), 'ERR_KEEPCOUNT_SYNC');
 }
 
 /** A key component: a non-empty string without `{` or `}`, which would move the hash tag. */
@@ -246,25 +246,33 @@ export function nameOption(name: string, value: unknown): string {
   return value;
 }
 
-/** Splits the script's flat reply into one {@link Pull} per entry. */
+/** Splits the script's flat reply into one {@link Pull} per entry; anything else is a failed sync. */
 function parseReply(reply: unknown, entries: number): Pull[] {
-  if (!Array.isArray(reply)) throw new Error('Unexpected reply from the keepcount sync script');
+  const unexpected = (): Error =>
+    withCode(new Error('Unexpected reply from the keepcount sync script'), 'ERR_KEEPCOUNT_SYNC');
+  if (!Array.isArray(reply)) throw unexpected();
+  const number = (index: number): number => {
+    const value = Number(reply[index]);
+    if (index >= reply.length || !Number.isFinite(value)) throw unexpected();
+    return value;
+  };
   const pulls: Pull[] = [];
   let a = 0;
   for (let k = 0; k < entries; k++) {
-    const applied = Number(reply[a]) === 1;
-    const version = Number(reply[a + 1]);
+    const applied = number(a) === 1;
+    const version = number(a + 1);
     const incarnation = String(reply[a + 2]);
-    const nodes = Number(reply[a + 3]);
-    const m = Number(reply[a + 4]);
+    const nodes = number(a + 3);
+    const m = number(a + 4);
     a += 5;
     const cells: number[] = [];
     const others: number[] = [];
     for (let j = 0; j < m; j++, a += 2) {
-      cells.push(Number(reply[a]));
-      others.push(Number(reply[a + 1]));
+      cells.push(number(a));
+      others.push(number(a + 1));
     }
     pulls.push({ applied, version, incarnation, nodes, cells, others });
   }
+  if (a !== reply.length) throw unexpected();
   return pulls;
 }
