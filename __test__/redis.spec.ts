@@ -317,6 +317,46 @@ test.serial(
   },
 );
 
+test.serial(
+  title("'local' fail policy: each stale node admits its share of the limit, by the last node count"),
+  async (t) => {
+    const server = await startRedis();
+    const connection = await connectClient('ioredis', server.port);
+    try {
+      const nodes = Array.from({ length: 3 }, () => {
+        const sync = new RedisSync({
+          sendCommand: connection.send,
+          syncMs: 3_600_000,
+          timeoutMs: 100,
+          staleAfterMs: 150,
+        });
+        const quota = new SyncedWindowQuota({ sync, name: 'share', seed: 7, limit: 10, windowMs: 3_600_000 });
+        return { sync, quota };
+      });
+      for (const { sync } of nodes) t.true(await sync.flush());
+      for (const { sync } of nodes) t.true(await sync.flush());
+      t.deepEqual(
+        nodes.map(({ sync }) => sync.nodes),
+        [3, 3, 3],
+      );
+      server.pause();
+      for (const { sync } of nodes) t.false(await sync.flush());
+      await sleep(200);
+      t.true(nodes.every(({ sync }) => sync.stale));
+      // floor(10 / 3) = 3 each: 9 admitted fleet-wide, within the limit, with no sync at all.
+      const admitted = nodes.map(
+        ({ quota }) => Array.from({ length: 5 }, () => quota.consume('k').allowed).filter(Boolean).length,
+      );
+      t.deepEqual(admitted, [3, 3, 3]);
+      server.resume();
+      for (const { sync } of nodes) await sync.close();
+    } finally {
+      await connection.close();
+      await server.stop();
+    }
+  },
+);
+
 test.serial(title('3 node processes overshoot a shared limit by no more than the stated bound'), async (t) => {
   const server = await startRedis();
   try {

@@ -32,7 +32,9 @@ export interface RedisSyncOptions {
   prefix?: string;
   /**
    * This node's id in Redis: unique per process, since the server keeps each node's contribution
-   * and last sequence number under it. Defaults to a random UUID.
+   * (its cumulative counts) and last sequence number under it. Never reuse one after a restart:
+   * the new process would overwrite the old one's counts with its own and its sequence numbers
+   * would be refused as stale. Defaults to a random UUID.
    */
   nodeId?: string;
 }
