@@ -60,21 +60,6 @@ async function readTotals(server: RedisServer, client: ClientName, name: string)
 }
 
 for (const client of clientNames) {
-  test.serial(title(`${client}: 3 node processes × 3,000 increments give the exact global total`), async (t) => {
-    const server = await startRedis();
-    try {
-      const results = await countNodes(server, client, 'exact', 3, 3000, 500);
-      t.deepEqual(
-        results.map((r) => r.thrown),
-        [0, 0, 0],
-      );
-      // 10 keys in a 4 × 8192 sketch with a fixed seed: no key shares all 4 counters with another.
-      t.deepEqual(await readTotals(server, client, 'exact'), Array(10).fill(900));
-    } finally {
-      await server.stop();
-    }
-  });
-
   test.serial(title(`${client}: a flush sent twice, and every flush replayed later, counts once`), async (t) => {
     const server = await startRedis();
     const connection = await connectClient(client, server.port);
@@ -102,31 +87,6 @@ for (const client of clientNames) {
     }
   });
 
-  test.serial(
-    title(`${client}: Redis killed and restarted mid-run (append-only) loses and doubles nothing`),
-    async (t) => {
-      const server = await startRedis({ appendonly: true });
-      try {
-        const running = countNodes(server, client, 'restart', 3, 3000, 2000);
-        await waitForNodes(server, 'restart', 3);
-        await sleep(500);
-        await server.restart();
-        const results = await running;
-        t.deepEqual(
-          results.map((r) => [r.thrown, r.synced]),
-          [
-            [0, true],
-            [0, true],
-            [0, true],
-          ],
-        );
-        t.deepEqual(await readTotals(server, client, 'restart'), Array(10).fill(900));
-      } finally {
-        await server.stop();
-      }
-    },
-  );
-
   test.serial(title(`${client}: Redis stopped (SIGSTOP) mid-run: no throw, exact totals after SIGCONT`), async (t) => {
     const server = await startRedis();
     try {
@@ -152,10 +112,47 @@ for (const client of clientNames) {
   });
 }
 
-test.serial(title('a restart that loses the data is rebuilt from the nodes’ own counts'), async (t) => {
+test.serial(title('ioredis: 3 node processes × 3,000 increments give the exact global total'), async (t) => {
   const server = await startRedis();
   try {
-    const running = countNodes(server, 'redis', 'rebuild', 3, 3000, 2000);
+    const results = await countNodes(server, 'ioredis', 'exact', 3, 3000, 500);
+    t.deepEqual(
+      results.map((r) => r.thrown),
+      [0, 0, 0],
+    );
+    // 10 keys in a 4 × 8192 sketch with a fixed seed: no key shares all 4 counters with another.
+    t.deepEqual(await readTotals(server, 'ioredis', 'exact'), Array(10).fill(900));
+  } finally {
+    await server.stop();
+  }
+});
+
+test.serial(title('redis: Redis killed and restarted mid-run (append-only) loses and doubles nothing'), async (t) => {
+  const server = await startRedis({ appendonly: true });
+  try {
+    const running = countNodes(server, 'redis', 'restart', 3, 3000, 2000);
+    await waitForNodes(server, 'restart', 3);
+    await sleep(500);
+    await server.restart();
+    const results = await running;
+    t.deepEqual(
+      results.map((r) => [r.thrown, r.synced]),
+      [
+        [0, true],
+        [0, true],
+        [0, true],
+      ],
+    );
+    t.deepEqual(await readTotals(server, 'redis', 'restart'), Array(10).fill(900));
+  } finally {
+    await server.stop();
+  }
+});
+
+test.serial(title('ioredis: a restart that loses the data is rebuilt from the nodes’ own counts'), async (t) => {
+  const server = await startRedis();
+  try {
+    const running = countNodes(server, 'ioredis', 'rebuild', 3, 3000, 2000);
     await waitForNodes(server, 'rebuild', 3);
     await sleep(500);
     await server.restart();
@@ -164,7 +161,7 @@ test.serial(title('a restart that loses the data is rebuilt from the nodes’ ow
       results.map((r) => r.thrown),
       [0, 0, 0],
     );
-    t.deepEqual(await readTotals(server, 'redis', 'rebuild'), Array(10).fill(900));
+    t.deepEqual(await readTotals(server, 'ioredis', 'rebuild'), Array(10).fill(900));
   } finally {
     await server.stop();
   }
