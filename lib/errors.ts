@@ -29,6 +29,9 @@
  *   `continueExceeding` or `exponentialBackoff` with the keepcount store (its window is shared by all keys);
  *   or `openShared`/`unlink` where counters cannot be shared between processes: on the TypeScript
  *   fallback, or on a system other than Linux or macOS.
+ * - `ERR_KEEPCOUNT_SYNC` (`Error`): emitted, never thrown, by keepcount/redis' `RedisSync` on its
+ *   `'error'` event when a sync timed out or Redis answered something other than the script's reply.
+ *   (Errors of the Redis client itself are emitted as the client made them.)
  * - `ERR_KEEPCOUNT_INTERNAL` (`Error`): a bug in keepcount, never bad input: an N-API call the native
  *   backend makes failed, or its Rust code panicked. The panic is caught and thrown as this error
  *   rather than aborting the process; please report it.
@@ -51,6 +54,7 @@ export type ErrorCode =
   | 'ERR_KEEPCOUNT_DUPLICATE_KEY'
   | 'ERR_KEEPCOUNT_UNKNOWN_KEY'
   | 'ERR_KEEPCOUNT_UNSUPPORTED'
+  | 'ERR_KEEPCOUNT_SYNC'
   | 'ERR_KEEPCOUNT_INTERNAL';
 
 /** An error with a keepcount {@link ErrorCode}. */

@@ -13,7 +13,8 @@ import { onExchangeEnd } from './exchange.js';
 import { rateLimitConfig, tokenBucketConfig, upstreamLimitConfig } from './options.js';
 import { withQuota, withTalkers, type QuotaTalkers, type Talkers } from './talkers.js';
 import type { HeavyHitters } from '../heavy.js';
-import type { WindowQuota, WindowQuotaOptions } from './window-quota.js';
+import type { RequestQuota } from './quota.js';
+import type { WindowQuotaOptions } from './window-quota.js';
 import type { UpstreamLimit, UpstreamLimitOptions, UpstreamSlot } from './upstream.js';
 
 /** Where Node's request is in Fastify's. */
@@ -25,7 +26,7 @@ export type OnRequestHook = (request: FastifyRequest, reply: FastifyReply) => Pr
 /** Options of {@link rateLimitHook}: as the node middleware's, with Fastify's request and reply. */
 export interface RateLimitHookOptions extends Partial<WindowQuotaOptions> {
   /** A ready quota to count in; replaces `limit`/`windowMs`/... */
-  quota?: WindowQuota;
+  quota?: RequestQuota;
   /** Which proxies to believe for the default key; see {@link TrustProxy}. Defaults to `false`. */
   trustProxy?: TrustProxy;
   /**

@@ -19,7 +19,8 @@ import { onExchangeEnd } from './exchange.js';
 import { rateLimitConfig, tokenBucketConfig, upstreamLimitConfig } from './options.js';
 import { withQuota, withTalkers, type QuotaTalkers, type Talkers } from './talkers.js';
 import type { HeavyHitters } from '../heavy.js';
-import type { WindowQuota, WindowQuotaOptions } from './window-quota.js';
+import type { RequestQuota } from './quota.js';
+import type { WindowQuotaOptions } from './window-quota.js';
 import type { UpstreamLimit, UpstreamLimitOptions, UpstreamSlot } from './upstream.js';
 
 /**
@@ -61,13 +62,16 @@ export type RateLimitMiddleware<
   Res extends ServerResponse = ServerResponse,
 > = Middleware<Req, Res> & QuotaTalkers;
 
-/** Options of {@link rateLimit}: a {@link WindowQuotaOptions} quota (or a ready `WindowQuota`) and the rules. */
+/**
+ * Options of {@link rateLimit}: a {@link WindowQuotaOptions} quota (or a ready `WindowQuota`, or
+ * keepcount/redis' `SyncedWindowQuota` for a limit across machines) and the rules.
+ */
 export interface RateLimitOptions<
   Req extends IncomingMessage = IncomingMessage,
   Res extends ServerResponse = ServerResponse,
 > extends Partial<WindowQuotaOptions> {
   /** A ready quota to count in (e.g. shared by several routes); replaces `limit`/`windowMs`/... */
-  quota?: WindowQuota;
+  quota?: RequestQuota;
   /** Which proxies to believe for the default key; see {@link TrustProxy}. Defaults to `false`. */
   trustProxy?: TrustProxy;
   /**

@@ -20,6 +20,7 @@ import {
   type TrustProxy,
 } from './client-ip.js';
 import { UpstreamLimit, type UpstreamLimitOptions } from './upstream.js';
+import type { RequestQuota } from './quota.js';
 import { WindowQuota, type WindowQuotaOptions } from './window-quota.js';
 import type { HeavyHitters } from '../heavy.js';
 import { talkersOption } from './talkers.js';
@@ -32,7 +33,7 @@ type AnyFunction = (...args: never[]) => unknown;
 
 /** The options `rateLimit` and `rateLimitHook` share, over their request type and refusal handler. */
 export interface RateLimitInput<R, H extends AnyFunction> extends Partial<WindowQuotaOptions> {
-  quota?: WindowQuota;
+  quota?: RequestQuota;
   trustProxy?: TrustProxy;
   ipv6Subnet?: Ipv6Subnet;
   key?: (request: R) => string;
@@ -42,7 +43,7 @@ export interface RateLimitInput<R, H extends AnyFunction> extends Partial<Window
 
 /** A parsed {@link RateLimitInput}: the adapter supplies only the default `onLimit`. */
 export interface RateLimitConfig<R, H> {
-  quota: WindowQuota;
+  quota: RequestQuota;
   key: (request: R) => string;
   skip: ((request: R) => boolean) | undefined;
   onLimit: H | undefined;
@@ -125,10 +126,12 @@ export function rateLimitConfig<R, H extends AnyFunction>(
 }
 
 /** The quota `options` name, or a new one from their `limit`/`windowMs`/... */
-function windowQuota(options: Partial<RateLimitInput<never, AnyFunction>>): WindowQuota {
+function windowQuota(options: Partial<RateLimitInput<never, AnyFunction>>): RequestQuota {
   const { quota, limit, windowMs, policy, clients, hashes, slots, seed, clock, heavyHitters } = options;
   if (quota !== undefined) {
-    if (!(quota instanceof WindowQuota)) throw invalidType('The "quota" option', 'a WindowQuota', quota);
+    if (typeof quota !== 'object' || quota === null || typeof quota.consume !== 'function') {
+      throw invalidType('The "quota" option', 'a WindowQuota or an object with a consume() method', quota);
+    }
     return quota;
   }
   return new WindowQuota({

@@ -2,7 +2,7 @@
 import type { HeavyTalker } from '../core.js';
 import { invalidType } from '../errors.js';
 import { HeavyHitters } from '../heavy.js';
-import type { WindowQuota } from './window-quota.js';
+import type { RequestQuota } from './quota.js';
 
 /** Which interval a top-talkers query reads. */
 export type TalkersWindow = 'current' | 'previous' | 'both';
@@ -20,14 +20,14 @@ export interface Talkers {
 /** A rate-limit middleware's extras: the quota it counts in and its top talkers. */
 export interface QuotaTalkers extends Talkers {
   /** The quota the limiter counts in (shared with every limiter given the same one). */
-  readonly quota: WindowQuota;
+  readonly quota: RequestQuota;
 }
 
-/** `handler` with the {@link QuotaTalkers} of `quota` attached. */
-export function withQuota<F extends object>(handler: F, quota: WindowQuota): F & QuotaTalkers {
+/** `handler` with the {@link QuotaTalkers} of `quota` attached (nobody listed if it keeps no talkers). */
+export function withQuota<F extends object>(handler: F, quota: RequestQuota): F & QuotaTalkers {
   return Object.assign(handler, {
     quota,
-    topTalkers: (n: number, window?: TalkersWindow) => quota.topTalkers(n, window),
+    topTalkers: (n: number, window?: TalkersWindow) => quota.topTalkers?.(n, window) ?? [],
   });
 }
 

@@ -53,6 +53,14 @@ module.exports = async function exercise(k, http, flavor) {
   assert.equal(quota.consume('192.0.2.1').allowed, false);
   assert.equal(typeof http.rateLimit, 'function');
   assert.equal(typeof require('keepcount/fastify').keepcountFastify, 'function');
+  // keepcount/redis loads without ioredis or redis installed (both are optional peers).
+  const redis = require('keepcount/redis');
+  const sync = new redis.RedisSync({ sendCommand: async () => [] });
+  assert.equal(
+    new redis.SyncedWindowQuota({ sync, name: 'q', seed: 1, limit: 1, windowMs: 1000 }).consume('k').allowed,
+    true,
+  );
+  await sync.close();
 
   return createHash('sha256').update(bytes).digest('hex').slice(0, 16);
 };

@@ -1,0 +1,120 @@
+/**
+ * One synced sketch's local state: this node's own counts and everyone else's as last pulled.
+ *
+ * A key's estimate is, per row, the others' count plus this node's, and the minimum over rows, as
+ * in any count-min sketch: a sketch that is the element-wise sum of every node's sketch (the
+ * sketches are linear). This node's counts are exact and immediate; the others' are as of the last
+ * sync. The two arrays are the sketch's shape, so memory is fixed whatever the traffic and however
+ * long Redis is away: what a failed sync could not push stays in `mine` and is marked to push.
+ */
+
+/** What one entry sends in a sync: the cells changed since the last acknowledged push, with their cumulative values. */
+export interface Push {
+  cells: number[];
+  values: string[];
+}
+
+/** One entry's part of the script's reply. */
+export interface Pull {
+  applied: boolean;
+  version: number;
+  incarnation: string;
+  nodes: number;
+  cells: number[];
+  others: number[];
+}
+
+export class SyncedCells {
+  /** This node's cumulative count per counter. */
+  readonly mine: Float64Array;
+  /** Every other node's count per counter, as of the last pull. */
+  readonly others: Float64Array;
+  /** The Redis key base (see script.ts) and the structure's node registry key. */
+  readonly base: string;
+  readonly registry: string;
+  /** Milliseconds the entry's keys live after this sync (0: for ever). */
+  readonly ttlMs: () => number;
+  /** Version of the last pull: the next pull asks only for cells changed after it. */
+  since = 0;
+  #incarnation: string | undefined;
+  readonly #marked: Uint8Array;
+  #dirty: number[] = [];
+
+  constructor(counters: number, base: string, registry: string, ttlMs: () => number = () => 0) {
+    this.mine = new Float64Array(counters);
+    this.others = new Float64Array(counters);
+    this.#marked = new Uint8Array(counters);
+    this.base = base;
+    this.registry = registry;
+    this.ttlMs = ttlMs;
+  }
+
+  /** Adds `value` to this node's counters `indexes` (one per row); returns the new estimate. */
+  add(indexes: number[], value: number): number {
+    let estimate = Infinity;
+    for (const i of indexes) {
+      const v = (this.mine[i] as number) + value;
+      this.mine[i] = v;
+      this.#mark(i);
+      estimate = Math.min(estimate, v + (this.others[i] as number));
+    }
+    return estimate;
+  }
+
+  /** The fleet-wide estimate at counters `indexes`. */
+  estimate(indexes: number[]): number {
+    let estimate = Infinity;
+    for (const i of indexes) estimate = Math.min(estimate, (this.mine[i] as number) + (this.others[i] as number));
+    return estimate;
+  }
+
+  /** This node's own estimate at counters `indexes`. */
+  local(indexes: number[]): number {
+    let estimate = Infinity;
+    for (const i of indexes) estimate = Math.min(estimate, this.mine[i] as number);
+    return estimate;
+  }
+
+  /**
+   * Up to `max` cells to push now, unmarked (the rest wait for the next sync); {@link restore}
+   * marks them again if the push fails.
+   */
+  take(max: number): Push {
+    const cells = this.#dirty.length <= max ? this.#dirty : this.#dirty.splice(0, max);
+    if (cells === this.#dirty) this.#dirty = [];
+    const values = cells.map((i) => {
+      this.#marked[i] = 0;
+      return String(this.mine[i]);
+    });
+    return { cells, values };
+  }
+
+  /** Marks the cells of a push that failed, to go (with their values by then) in the next one. */
+  restore(push: Push): void {
+    for (const i of push.cells) this.#mark(i);
+  }
+
+  /**
+   * Takes in a pull. A new incarnation (Redis restarted without the data, or the keys were
+   * deleted) drops what the others had and marks all of this node's counts to push again, so the
+   * fleet rebuilds the global sketch from the nodes' own.
+   */
+  apply(pull: Pull): void {
+    if (this.#incarnation !== undefined && this.#incarnation !== pull.incarnation) {
+      this.others.fill(0);
+      this.since = 0;
+      for (let i = 0; i < this.mine.length; i++) if (this.mine[i] !== 0) this.#mark(i);
+    } else {
+      this.since = pull.version;
+    }
+    this.#incarnation = pull.incarnation;
+    for (let j = 0; j < pull.cells.length; j++) this.others[pull.cells[j] as number] = pull.others[j] as number;
+  }
+
+  #mark(i: number): void {
+    if (this.#marked[i] === 0) {
+      this.#marked[i] = 1;
+      this.#dirty.push(i);
+    }
+  }
+}

@@ -1,0 +1,91 @@
+/** A count-min sketch whose counts are the sum over every node syncing it through Redis. */
+import { Estimator } from '../estimator.js';
+import type { Key } from '../core.js';
+import { invalidType } from '../errors.js';
+import { countArgument, optionsObject, shapeOptions } from '../options.js';
+import { SyncedCells } from './cells.js';
+import { nameOption, RedisSync } from './sync.js';
+
+/** Options of {@link SyncedEstimator}. */
+export interface SyncedEstimatorOptions {
+  /** The {@link RedisSync} that carries it. Required. */
+  sync: RedisSync;
+  /** The structure's name: nodes that give the same name share the counts. Required; no `{` or `}`. */
+  name: string;
+  /**
+   * The SipHash seed, the same on every node (a shared secret: whoever knows it can craft
+   * colliding keys). A bigint in [0, 2^64) or a safe integer >= 0. Required.
+   */
+  seed: bigint | number;
+  /** Rows; see `EstimatorOptions.hashes`. Defaults to 4. */
+  hashes?: number;
+  /** Counters per row; see `EstimatorOptions.slots`. Defaults to 8192. */
+  slots?: number;
+}
+
+/**
+ * An `Estimator` shared by every node that syncs it: `incr` and `get` are local (a hash and
+ * `hashes` array touches), and every `syncMs` the node pushes the counters it changed and pulls
+ * those the others changed. An estimate counts this node's increments at once and the other
+ * nodes' as of the last sync: it lags the fleet by at most two sync periods plus a round trip
+ * (one for the other node to push, one for this one to pull), and is exact again once every
+ * node has synced.
+ *
+ * The sketch lives in Redis under `<prefix>:{<name>}:e:*` (one hash tag: one cluster slot), with
+ * one hash per node holding its contribution, kept for ever: delete the keys to start over.
+ */
+export class SyncedEstimator {
+  readonly #hasher: Estimator;
+  readonly #cells: SyncedCells;
+  readonly #sync: RedisSync;
+
+  constructor(options: SyncedEstimatorOptions) {
+    const o = optionsObject(options);
+    this.#sync = syncOption(o.sync);
+    const name = nameOption('name', o.name);
+    if (o.seed === undefined) throw invalidType('The "seed" option', 'a bigint or a number', o.seed);
+    const { hashes, slots } = shapeOptions(o.hashes, o.slots, { hashes: 4, slots: 8192 });
+    // Hashes keys the way every node does; its own counters stay unused (the arrays below count).
+    this.#hasher = new Estimator({ hashes, slots, seed: o.seed });
+    const base = `${this.#sync.prefix}:{${name}}`;
+    this.#cells = new SyncedCells(hashes * slots, `${base}:e`, `${base}:nodes`);
+    this.#sync.add(this);
+  }
+
+  /** Adds `value` (a safe integer, may be negative; defaults to 1) to `key`; returns its new fleet-wide estimate. */
+  incr(key: Key, value = 1): number {
+    return this.#cells.add(this.#hasher.counterIndexes(key), countArgument('value', value));
+  }
+
+  /** Subtracts `value` from `key`; returns its new estimate. */
+  decr(key: Key, value = 1): number {
+    return this.#cells.add(this.#hasher.counterIndexes(key), -countArgument('value', value));
+  }
+
+  /** `key`'s fleet-wide estimate: this node's counts now, the others' as of the last sync. */
+  get(key: Key): number {
+    return this.#cells.estimate(this.#hasher.counterIndexes(key));
+  }
+
+  /** `key`'s estimate from this node's increments alone. */
+  local(key: Key): number {
+    return this.#cells.local(this.#hasher.counterIndexes(key));
+  }
+
+  /** @internal What the sync pushes and pulls. */
+  entries(): SyncedCells[] {
+    return [this.#cells];
+  }
+
+  /** Stops syncing this sketch (push what is pending first with `sync.flush()`). */
+  close(): void {
+    this.#sync.remove(this);
+    this.#hasher.close();
+  }
+}
+
+/** The `sync` option, checked. */
+export function syncOption(value: unknown): RedisSync {
+  if (!(value instanceof RedisSync)) throw invalidType('The "sync" option', 'an instance of RedisSync', value);
+  return value;
+}

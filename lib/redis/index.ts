@@ -1,0 +1,21 @@
+/**
+ * keepcount/redis: keepcount's counters shared by many machines through Redis ≥ 7 (or Valkey).
+ *
+ * Each node answers from its own sketch plus the others' counts as of its last sync; a
+ * {@link RedisSync} pushes the cells it changed and pulls those the others changed every `syncMs`
+ * in one script call, so a check never waits on the network and Redis sees about `1000 / syncMs`
+ * commands per node per second whatever the request rate. Syncs are idempotent (nodes push
+ * cumulative counts with sequence numbers the script checks), survive failures (what a failed
+ * sync could not push goes with the next) and rebuild the global state from the nodes' own
+ * counts after Redis loses it.
+ *
+ * Talks to Redis through a `sendCommand` function ({@link ioredisSender}, {@link nodeRedisSender}
+ * or your own); ioredis and redis are optional peer dependencies, never loaded here.
+ *
+ * @module
+ */
+export { RedisSync, type RedisSyncOptions, type SyncStats } from './sync.js';
+export { SyncedEstimator, type SyncedEstimatorOptions } from './estimator.js';
+export { SyncedRate, type SyncedRateOptions } from './rate.js';
+export { SyncedWindowQuota, type FailPolicy, type SyncedWindowQuotaOptions } from './window-quota.js';
+export { ioredisSender, nodeRedisSender, type IoredisLike, type NodeRedisLike, type SendCommand } from './send.js';

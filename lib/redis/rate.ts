@@ -1,0 +1,173 @@
+/** Event counts per key in fixed wall-clock windows, summed over every node syncing them through Redis. */
+import { validateClock, type Clock } from '../clock.js';
+import type { Key } from '../core.js';
+import { Estimator } from '../estimator.js';
+import { invalidType, outOfRange } from '../errors.js';
+import type { RateComponents } from '../rate.js';
+import { countArgument, integerOption, optionsObject, shapeOptions } from '../options.js';
+import { SyncedCells } from './cells.js';
+import { syncOption } from './estimator.js';
+import { nameOption, type RedisSync } from './sync.js';
+
+/** Longest interval: a day. Windows are Redis keys that live two intervals. */
+const MAX_INTERVAL_MS = 86_400_000;
+
+/**
+ * How long a window's keys outlive the end of the interval after it, the last one that reads it:
+ * room for nodes whose clocks run up to this much behind.
+ */
+const SKEW_MARGIN_MS = 10_000;
+
+/** `Date.now()`: windows are wall-clock epochs, the one time base nodes share. */
+const wallClock: Clock = { now: () => Date.now() };
+
+/** Options of {@link SyncedRate}. */
+export interface SyncedRateOptions {
+  /** The {@link RedisSync} that carries it. Required. */
+  sync: RedisSync;
+  /** The structure's name: nodes that give the same name share the counts. Required; no `{` or `}`. */
+  name: string;
+  /** The SipHash seed, the same on every node; see `SyncedEstimatorOptions.seed`. Required. */
+  seed: bigint | number;
+  /** Length of one window in milliseconds: an integer in [1, 86,400,000]. Required. */
+  intervalMs: number;
+  /** Rows of each window's sketch. Defaults to 4. */
+  hashes?: number;
+  /** Counters per row of each window's sketch. Defaults to 1024, as `Rate`. */
+  slots?: number;
+  /**
+   * Wall-clock milliseconds since the Unix epoch: window `w` is `[w × intervalMs, (w + 1) ×
+   * intervalMs)` on this clock. Defaults to `Date.now()`.
+   */
+  clock?: Clock;
+}
+
+/** A window's number and its cells. */
+interface Window {
+  index: number;
+  cells: SyncedCells;
+}
+
+/**
+ * A `Rate` shared by every node that syncs it. Unlike `Rate`, whose intervals start at its first
+ * call, windows are fixed on the wall clock (window `w` starts at `w × intervalMs` ms since the
+ * epoch) so that every node counts into the same one; each window is its own set of Redis keys,
+ * expiring once no node reads it.
+ *
+ * Clock skew: a node whose clock runs `d` ms ahead moves to the next window `d` ms early; what it
+ * counts in those `d` ms goes to the next window (and what the others count then, it no longer
+ * sees), so around each boundary the fleet can admit up to that node's admissions in `d` ms more
+ * than the limit in one window, and as many fewer in the next. Keep clocks in sync (NTP keeps
+ * them within milliseconds); keys outlive their last reader by 10 s for slower clocks.
+ */
+export class SyncedRate {
+  /** The window length in milliseconds. */
+  readonly intervalMs: number;
+  readonly #sync: RedisSync;
+  readonly #hasher: Estimator;
+  readonly #clock: Clock;
+  readonly #base: string;
+  readonly #counters: number;
+  #current: Window;
+  #previous: Window;
+
+  constructor(options: SyncedRateOptions) {
+    const o = optionsObject(options);
+    this.#sync = syncOption(o.sync);
+    const name = nameOption('name', o.name);
+    if (o.seed === undefined) throw invalidType('The "seed" option', 'a bigint or a number', o.seed);
+    this.intervalMs = integerOption('intervalMs', o.intervalMs, 1, MAX_INTERVAL_MS);
+    const { hashes, slots } = shapeOptions(o.hashes, o.slots, { hashes: 4, slots: 1024 });
+    this.#hasher = new Estimator({ hashes, slots, seed: o.seed });
+    this.#clock = o.clock === undefined ? wallClock : validateClock(o.clock);
+    this.#base = `${this.#sync.prefix}:{${name}}`;
+    this.#counters = hashes * slots;
+    const now = this.#index(this.#now());
+    this.#previous = this.#window(now - 1);
+    this.#current = this.#window(now);
+    this.#sync.add(this);
+  }
+
+  /** Records `events` (a safe integer; defaults to 1) for `key`; returns its fleet-wide count in the current window. */
+  observe(key: Key, events = 1): number {
+    const indexes = this.#hasher.counterIndexes(key);
+    const value = countArgument('events', events);
+    this.#roll(this.#now());
+    return this.#current.cells.add(indexes, value);
+  }
+
+  /** `key`'s fleet-wide events per second in the last completed window. */
+  rate(key: Key): number {
+    return this.rateWith(key, (c) => (c.prevSamples * 1000) / c.intervalMs);
+  }
+
+  /** `fn` applied to `key`'s fleet-wide {@link RateComponents}, e.g. `proportionalRate`. */
+  rateWith<T>(key: Key, fn: (components: RateComponents) => T): T {
+    const indexes = this.#hasher.counterIndexes(key);
+    if (typeof fn !== 'function') throw invalidType('The "fn" argument', 'of type function', fn);
+    const currentIntervalFraction = this.elapsedFraction();
+    return fn({
+      prevSamples: this.#previous.cells.estimate(indexes),
+      currSamples: this.#current.cells.estimate(indexes),
+      intervalMs: this.intervalMs,
+      currentIntervalFraction,
+    });
+  }
+
+  /** How much of the current window has elapsed, in [0, 1]: the same for every key. */
+  elapsedFraction(): number {
+    const now = this.#now();
+    this.#roll(now);
+    return Math.min(1, Math.max(0, now / this.intervalMs - this.#current.index));
+  }
+
+  /** `key`'s count in the current window from this node's events alone. */
+  local(key: Key): number {
+    const indexes = this.#hasher.counterIndexes(key);
+    this.#roll(this.#now());
+    return this.#current.cells.local(indexes);
+  }
+
+  /** @internal What the sync pushes and pulls: the current window and the previous one. */
+  entries(): SyncedCells[] {
+    this.#roll(this.#now());
+    return [this.#previous.cells, this.#current.cells];
+  }
+
+  /** Stops syncing (push what is pending first with `sync.flush()`). */
+  close(): void {
+    this.#sync.remove(this);
+    this.#hasher.close();
+  }
+
+  #now(): number {
+    const now = this.#clock.now();
+    if (typeof now !== 'number' || !Number.isFinite(now)) {
+      throw outOfRange("The clock's now()", 'a finite number of milliseconds', now);
+    }
+    return now;
+  }
+
+  #index(now: number): number {
+    return Math.floor(now / this.intervalMs);
+  }
+
+  /**
+   * Moves to the window `now` is in. A clock that went back stays in the later window (no time
+   * passing, as `Rate`). Windows older than the previous one are dropped, with anything not yet
+   * pushed: no decision reads them any more.
+   */
+  #roll(now: number): void {
+    const index = this.#index(now);
+    if (index <= this.#current.index) return;
+    this.#previous = index === this.#current.index + 1 ? this.#current : this.#window(index - 1);
+    this.#current = this.#window(index);
+  }
+
+  #window(index: number): Window {
+    const base = `${this.#base}:w${index}`;
+    // Read until the end of window index + 1, on clocks up to the skew margin behind.
+    const ttlMs = (): number => Math.max(1, Math.ceil((index + 2) * this.intervalMs - this.#now()) + SKEW_MARGIN_MS);
+    return { index, cells: new SyncedCells(this.#counters, base, `${this.#base}:nodes`, ttlMs) };
+  }
+}

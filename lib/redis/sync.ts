@@ -1,0 +1,280 @@
+/**
+ * The node's link to Redis: a timer that, every `syncMs`, pushes every registered structure's
+ * changed cells and pulls what the other nodes changed, in one script call (one round trip).
+ * Nothing here runs on a request's path: structures answer from their local arrays, and this
+ * only refreshes them.
+ */
+import { EventEmitter } from 'node:events';
+import { randomUUID } from 'node:crypto';
+import { invalidType, outOfRange, withCode } from '../errors.js';
+import { integerOption, optionsObject } from '../options.js';
+import type { Pull, Push, SyncedCells } from './cells.js';
+import { runSyncScript } from './script.js';
+import type { SendCommand } from './send.js';
+
+/** Options of {@link RedisSync}. */
+export interface RedisSyncOptions {
+  /** Sends a command to Redis, e.g. `ioredisSender(client)` or `nodeRedisSender(client)`. Required. */
+  sendCommand: SendCommand;
+  /** Milliseconds between syncs: an integer in [1, 3,600,000]. Defaults to 100. */
+  syncMs?: number;
+  /**
+   * How long one sync may take before it counts as failed and its cells are marked to push again
+   * (a server stopped with SIGSTOP never answers): an integer in [1, 3,600,000]. Defaults to 1,000.
+   */
+  timeoutMs?: number;
+  /**
+   * How old the last successful sync may be before structures apply their fail policy: an integer
+   * in [1, 3,600,000]. Defaults to `timeoutMs + syncMs`.
+   */
+  staleAfterMs?: number;
+  /** Prefix of every key. Defaults to `'keepcount'`. */
+  prefix?: string;
+  /**
+   * This node's id in Redis: unique per process, since the server keeps each node's contribution
+   * (its cumulative counts) and last sequence number under it. Never reuse one after a restart:
+   * the new process would overwrite the old one's counts with its own and its sequence numbers
+   * would be refused as stale. Defaults to a random UUID.
+   */
+  nodeId?: string;
+}
+
+/** What a structure gives the sync: its entries to push and pull now. */
+export interface SyncSource {
+  entries(): SyncedCells[];
+}
+
+/** Counts of what this node has sent, for metrics. */
+export interface SyncStats {
+  /** Successful syncs. */
+  syncs: number;
+  /** Failed or timed-out syncs. */
+  failures: number;
+  /** Redis commands sent (a NOSCRIPT retry counts twice). */
+  commands: number;
+  /** Cells pushed, over all syncs. */
+  cellsPushed: number;
+  /** Cells pulled, over all syncs. */
+  cellsPulled: number;
+  /** Duration of the last successful sync (the round trip and the script), in ms. */
+  lastRoundTripMs: number;
+}
+
+const MAX_MS = 3_600_000;
+
+/**
+ * Most cells one entry pushes in one sync, and most it pulls (twice that, so that a pull cut short
+ * still holds one whole push: see script.ts). The script does about six Redis operations per cell,
+ * so this keeps one sync to a few milliseconds of the server's time; a node that changes more cells
+ * per sync period pushes them over the next syncs (its staleness grows, nothing is lost).
+ */
+const MAX_PUSH = 2048;
+const MAX_PULL = 2 * MAX_PUSH;
+
+/** The registry keeps a node this many sync periods after its last sync. */
+const LIVE_PERIODS = 10;
+
+/**
+ * Syncs keepcount structures through Redis ≥ 7 (or Valkey). Emits `'sync'` after each successful
+ * sync and `'error'` (only when someone listens: an unheard `'error'` would throw from a timer)
+ * with the cause of each failed one. Its timer is unref'd: it never keeps the process alive.
+ */
+export class RedisSync extends EventEmitter {
+  /** Milliseconds between syncs. */
+  readonly syncMs: number;
+  /** Milliseconds a sync may take. */
+  readonly timeoutMs: number;
+  /** Milliseconds of staleness after which the fail policies apply. */
+  readonly staleAfterMs: number;
+  /** This node's id. */
+  readonly nodeId: string;
+  /** Prefix of every key. */
+  readonly prefix: string;
+  readonly #send: SendCommand;
+  readonly #sources = new Set<SyncSource>();
+  readonly #timer: NodeJS.Timeout;
+  #seq = 0;
+  #lastSuccess = performance.now();
+  #running: Promise<boolean> | undefined;
+  #nodes = 1;
+  #closed = false;
+  readonly #stats: SyncStats = {
+    syncs: 0,
+    failures: 0,
+    commands: 0,
+    cellsPushed: 0,
+    cellsPulled: 0,
+    lastRoundTripMs: 0,
+  };
+
+  constructor(options: RedisSyncOptions) {
+    super();
+    const o = optionsObject(options);
+    if (typeof o.sendCommand !== 'function') {
+      throw invalidType('The "sendCommand" option', 'of type function', o.sendCommand);
+    }
+    this.#send = o.sendCommand;
+    this.syncMs = integerOption('syncMs', o.syncMs, 1, MAX_MS, 100);
+    this.timeoutMs = integerOption('timeoutMs', o.timeoutMs, 1, MAX_MS, 1000);
+    this.staleAfterMs = integerOption('staleAfterMs', o.staleAfterMs, 1, MAX_MS, this.timeoutMs + this.syncMs);
+    this.prefix = nameOption('prefix', o.prefix ?? 'keepcount');
+    this.nodeId = nameOption('nodeId', o.nodeId ?? randomUUID());
+    this.#timer = setInterval(() => void this.flush(), this.syncMs).unref();
+  }
+
+  /** Milliseconds since the last successful sync (or since construction, before the first). */
+  get staleness(): number {
+    return performance.now() - this.#lastSuccess;
+  }
+
+  /** Whether {@link staleness} is over `staleAfterMs`. */
+  get stale(): boolean {
+    return this.staleness > this.staleAfterMs;
+  }
+
+  /** Live nodes syncing the same structures, as of the last successful sync (at least 1). */
+  get nodes(): number {
+    return this.#nodes;
+  }
+
+  /** A copy of the counters. */
+  get stats(): SyncStats {
+    return { ...this.#stats };
+  }
+
+  /** @internal Structures register here; they are synced until {@link remove}d. */
+  add(source: SyncSource): void {
+    this.#sources.add(source);
+  }
+
+  /** @internal */
+  remove(source: SyncSource): void {
+    this.#sources.delete(source);
+  }
+
+  /**
+   * Syncs now (or waits for the sync under way): resolves with whether it succeeded. Never
+   * rejects; the timer calls this every `syncMs`.
+   */
+  flush(): Promise<boolean> {
+    this.#running ??= this.#sync().finally(() => (this.#running = undefined));
+    return this.#running;
+  }
+
+  /** Stops the timer after one last sync; structures keep answering from their local state. */
+  async close(): Promise<boolean> {
+    if (this.#closed) return true;
+    this.#closed = true;
+    clearInterval(this.#timer);
+    await this.#running;
+    return this.flush();
+  }
+
+  async #sync(): Promise<boolean> {
+    let entries: SyncedCells[] = [];
+    let pushes: Push[] = [];
+    let timer: NodeJS.Timeout | undefined;
+    try {
+      entries = [...this.#sources].flatMap((source) => source.entries());
+      if (entries.length === 0) {
+        this.#lastSuccess = performance.now();
+        return true;
+      }
+      pushes = entries.map((entry) => entry.take(MAX_PUSH));
+      const keys: string[] = [];
+      const args = [this.nodeId, String(this.syncMs * LIVE_PERIODS), String(MAX_PULL)];
+      const seq = String(++this.#seq);
+      entries.forEach((entry, k) => {
+        const push = pushes[k] as Push;
+        keys.push(entry.base, entry.registry);
+        args.push(seq, String(entry.since), String(entry.ttlMs()), String(push.cells.length));
+        push.cells.forEach((cell, j) => args.push(String(cell), push.values[j] as string));
+      });
+      const started = performance.now();
+      const reply = await Promise.race([
+        runSyncScript(this.#count, keys, args),
+        new Promise<never>((_, reject) => {
+          timer = setTimeout(() => reject(timeoutError(this.timeoutMs)), this.timeoutMs).unref();
+        }),
+      ]);
+      const pulls = parseReply(reply, entries.length);
+      let nodes = 1;
+      pulls.forEach((pull, k) => {
+        (entries[k] as SyncedCells).apply(pull);
+        nodes = Math.max(nodes, pull.nodes);
+        this.#stats.cellsPulled += pull.cells.length;
+      });
+      for (const push of pushes) this.#stats.cellsPushed += push.cells.length;
+      this.#nodes = nodes;
+      this.#lastSuccess = performance.now();
+      this.#stats.syncs++;
+      this.#stats.lastRoundTripMs = this.#lastSuccess - started;
+      this.emit('sync');
+      return true;
+    } catch (error) {
+      pushes.forEach((push, k) => (entries[k] as SyncedCells).restore(push));
+      this.#stats.failures++;
+      if (this.listenerCount('error') > 0) this.emit('error', error);
+      return false;
+    } finally {
+      clearTimeout(timer);
+    }
+  }
+
+  /** The sender, counting commands; a sender that throws instead of rejecting is caught too. */
+  readonly #count: SendCommand = (command) => {
+    this.#stats.commands++;
+    try {
+      // A reply that comes after the timeout gave up on it must not be an unhandled rejection.
+      const reply = Promise.resolve(this.#send(command));
+      reply.catch(() => undefined);
+      return reply;
+    } catch (error) {
+      return Promise.reject(error);
+    }
+  };
+}
+
+function timeoutError(ms: number): Error {
+  return withCode(new Error(`Redis sync timed out after ${ms} ms`), 'ERR_KEEPCOUNT_SYNC');
+}
+
+/** A key component: a non-empty string without `{` or `}`, which would move the hash tag. */
+export function nameOption(name: string, value: unknown): string {
+  if (typeof value !== 'string') throw invalidType(`The "${name}" option`, 'of type string', value);
+  if (value.length === 0 || /[{}]/.test(value)) {
+    throw outOfRange(`The "${name}" option`, 'a non-empty string without { or }', value);
+  }
+  return value;
+}
+
+/** Splits the script's flat reply into one {@link Pull} per entry; anything else is a failed sync. */
+function parseReply(reply: unknown, entries: number): Pull[] {
+  const unexpected = (): Error =>
+    withCode(new Error('Unexpected reply from the keepcount sync script'), 'ERR_KEEPCOUNT_SYNC');
+  if (!Array.isArray(reply)) throw unexpected();
+  const number = (index: number): number => {
+    const value = Number(reply[index]);
+    if (index >= reply.length || !Number.isFinite(value)) throw unexpected();
+    return value;
+  };
+  const pulls: Pull[] = [];
+  let a = 0;
+  for (let k = 0; k < entries; k++) {
+    const applied = number(a) === 1;
+    const version = number(a + 1);
+    const incarnation = String(reply[a + 2]);
+    const nodes = number(a + 3);
+    const m = number(a + 4);
+    a += 5;
+    const cells: number[] = [];
+    const others: number[] = [];
+    for (let j = 0; j < m; j++, a += 2) {
+      cells.push(number(a));
+      others.push(number(a + 1));
+    }
+    pulls.push({ applied, version, incarnation, nodes, cells, others });
+  }
+  if (a !== reply.length) throw unexpected();
+  return pulls;
+}

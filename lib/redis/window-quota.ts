@@ -1,0 +1,153 @@
+/** A request quota per key per window that holds across every node syncing it through Redis. */
+import type { Clock } from '../clock.js';
+import { invalidType } from '../errors.js';
+import type { RateLimitDecision } from '../http/headers.js';
+import { policyName } from '../http/headers.js';
+import type { RequestQuota } from '../http/quota.js';
+import { slotsFor } from '../http/window-quota.js';
+import { MAX_HASHES } from '../limits.js';
+import { integerOption, optionsObject } from '../options.js';
+import { SyncedRate } from './rate.js';
+import type { RedisSync } from './sync.js';
+
+/**
+ * What a node does while its view is stale (no successful sync for `staleAfterMs`: Redis down,
+ * stopped or slow):
+ * - `'local'`: each node admits at most its share, `limit / nodes` (rounded down, at least 1 while
+ *   `limit` >= 1), of its own requests per window, with the node count last seen in Redis, and
+ *   still refuses what the last known global count refuses. The fleet stays within about
+ *   `limit` plus what was admitted before the view went stale.
+ * - `'open'`: decides on the last known global count plus this node's own: the fleet can admit up
+ *   to `nodes × limit` in a window.
+ * - `'closed'`: refuses every request until a sync succeeds.
+ */
+export type FailPolicy = 'local' | 'open' | 'closed';
+
+/** Options of {@link SyncedWindowQuota}. */
+export interface SyncedWindowQuotaOptions {
+  /** The {@link RedisSync} that carries it. Required. */
+  sync: RedisSync;
+  /** The quota's name: nodes that give the same name share it. Required; no `{` or `}`. */
+  name: string;
+  /** The SipHash seed, the same on every node (a shared secret). Required. */
+  seed: bigint | number;
+  /** Requests allowed per key per window, fleet-wide: an integer >= 0. Required. */
+  limit: number;
+  /** The window in milliseconds: an integer in [1, 86,400,000]. Required. */
+  windowMs: number;
+  /** The policy name in the RateLimit headers. Defaults to `'default'`. */
+  policy?: string;
+  /** What to do while Redis is unreachable; see {@link FailPolicy}. Defaults to `'local'`. */
+  failPolicy?: FailPolicy;
+  /** Distinct keys expected per window, fleet-wide; sizes the sketch as `WindowQuota`'s. Defaults to 10,000. */
+  clients?: number;
+  /** Rows of the sketch. Defaults to 4. */
+  hashes?: number;
+  /** Counters per row. Defaults to what `clients` needs. */
+  slots?: number;
+  /** Wall-clock milliseconds since the epoch; see `SyncedRateOptions.clock`. Defaults to `Date.now()`. */
+  clock?: Clock;
+}
+
+const FAIL_POLICIES: readonly FailPolicy[] = ['local', 'open', 'closed'];
+
+/**
+ * `WindowQuota` for a fleet: the same decisions (`count <= limit`, refused requests counted too),
+ * on a {@link SyncedRate} whose windows are fixed on the wall clock. Pass it to `rateLimit` (or
+ * the Fastify hook) as `quota`.
+ *
+ * # The bound
+ * A check reads this node's own count now and the others' as of this node's last sync. A request
+ * admitted on node A reaches Redis by the end of A's next sync and node B by the end of B's next
+ * one: it is invisible to B for at most `D = 2 × (syncMs + RTT)` (a sync every `syncMs`, each
+ * taking a round trip `RTT`; event-loop delays add to both). So if each node admits at most `r`
+ * requests per ms, a key gets at most
+ *
+ *     limit + (nodes − 1) × r × 2 × (syncMs + RTT)
+ *
+ * admissions per window: the last node to admit saw every admission but the others' last `D` ms.
+ * Count-min collisions only ever refuse more. Staleness (`sync.staleness`) is the age of the
+ * others' counts; past `staleAfterMs` the {@link FailPolicy} applies.
+ */
+export class SyncedWindowQuota implements RequestQuota {
+  /** Requests allowed per key per window. */
+  readonly limit: number;
+  /** The window in milliseconds. */
+  readonly windowMs: number;
+  /** The policy name in the headers. */
+  readonly policy: string;
+  /** What a stale node does. */
+  readonly failPolicy: FailPolicy;
+  readonly #rate: SyncedRate;
+  readonly #sync: RedisSync;
+
+  constructor(options: SyncedWindowQuotaOptions) {
+    const o = optionsObject(options);
+    this.limit = integerOption('limit', o.limit, 0, Number.MAX_SAFE_INTEGER);
+    this.windowMs = integerOption('windowMs', o.windowMs, 1, 86_400_000);
+    this.policy = policyName(o.policy ?? 'default');
+    const failPolicy = o.failPolicy ?? 'local';
+    if (!FAIL_POLICIES.includes(failPolicy)) {
+      throw invalidType('The "failPolicy" option', "one of 'local', 'open', 'closed'", failPolicy);
+    }
+    this.failPolicy = failPolicy;
+    const hashes = integerOption('hashes', o.hashes, 1, MAX_HASHES, 4);
+    const clients = integerOption('clients', o.clients, 1, 1_000_000, 10_000);
+    this.#rate = new SyncedRate({
+      sync: o.sync as RedisSync,
+      name: o.name as string,
+      seed: o.seed as bigint | number,
+      intervalMs: this.windowMs,
+      hashes,
+      slots: o.slots ?? slotsFor(clients, hashes),
+      clock: o.clock,
+    });
+    this.#sync = o.sync as RedisSync;
+  }
+
+  /** Counts one request (or `cost`) for `key` and decides on it, without waiting on Redis. */
+  consume(key: string, cost = 1): RateLimitDecision {
+    const count = this.#rate.observe(key, cost);
+    let allowed = count <= this.limit;
+    if (allowed && this.#sync.stale) {
+      if (this.failPolicy === 'closed') allowed = false;
+      else if (this.failPolicy === 'local') allowed = this.#rate.local(key) <= this.share();
+    }
+    const resetMs = this.#resetMs();
+    return {
+      allowed,
+      policy: this.policy,
+      limit: this.limit,
+      count,
+      remaining: Math.max(0, this.limit - count),
+      resetMs,
+      windowMs: this.windowMs,
+      key,
+    };
+  }
+
+  /** This node's share of the limit under the `'local'` policy: `limit / nodes`, at least 1 if `limit` is. */
+  share(): number {
+    return Math.max(Math.min(1, this.limit), Math.floor(this.limit / this.#sync.nodes));
+  }
+
+  /** Adds `delta` (possibly negative) to `key`'s count in the current window. */
+  adjust(key: string, delta: number): void {
+    this.#rate.observe(key, delta);
+  }
+
+  /** `key`'s fleet-wide count in the current window and the milliseconds until the window ends. */
+  current(key: string): { count: number; resetMs: number } {
+    return { count: this.#rate.rateWith(key, (c) => c.currSamples), resetMs: this.#resetMs() };
+  }
+
+  /** Milliseconds until the current window ends, at least 1. */
+  #resetMs(): number {
+    return Math.max(1, Math.ceil((1 - this.#rate.elapsedFraction()) * this.windowMs));
+  }
+
+  /** Stops syncing the quota. */
+  close(): void {
+    this.#rate.close();
+  }
+}
