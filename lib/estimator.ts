@@ -172,7 +172,7 @@ export class Estimator {
   }
 
   /**
-   * Removes the shared segment `name` (of a sketch or a rate) from `dir`: processes that have it
+   * Removes the shared segment `name` (of a sketch, a rate or in-flight counts) from `dir`: processes that have it
    * open keep counting in the old one until they close it; the next `openShared` starts afresh.
    * No error if it does not exist. `ERR_KEEPCOUNT_UNSUPPORTED` on the TypeScript fallback.
    */
