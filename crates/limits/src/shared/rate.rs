@@ -67,7 +67,7 @@ const NANOS_PER_SEC: f64 = 1e9;
 /// Per-key event rate over fixed intervals, shared by every process that opens the same name.
 ///
 /// The same answers as [`Rate`](crate::rate::Rate) (pingora's semantics), except that an interval
-/// is one for the whole host (see the [module documentation](self) for how it rotates).
+/// is one for the whole host (the module documentation of `shared/rate.rs` says how it rotates).
 ///
 /// ```
 /// use keepcount_limits::shared::{SharedOptions, SharedRate, unlink};
