@@ -97,6 +97,31 @@ test(title('four processes incrementing one key reach the exact total, and all r
   await Promise.all(all.map((w) => w.exit()));
 });
 
+test(title('a window quota on a shared Rate holds one limit for all processes together'), async (t) => {
+  const dir = scratch(t);
+  if (backend === 'fallback') {
+    throwsShape(
+      t,
+      () => Rate.openShared('quota', { intervalMs: 60_000, seed: SEED, dir }),
+      unsupported('Rate.openShared'),
+    );
+    return;
+  }
+  const all = await workers(3);
+  await Promise.all(all.map((w) => w.send({ op: 'open-rate', name: 'quota', dir, intervalMs: 60_000 })));
+  // Three processes, 10 requests each from one client, a limit of 12: per-process limits would
+  // admit 30, the shared one exactly 12 (one key alone in the sketch reads exactly).
+  const allowed = (await Promise.all(
+    all.map((w) => w.send({ op: 'consume', key: 'client', times: 10, limit: 12 })),
+  )) as number[];
+  t.is(
+    allowed.reduce((a, b) => a + b, 0),
+    12,
+    `allowed per process: ${allowed.join(', ')}`,
+  );
+  await Promise.all(all.map((w) => w.exit()));
+});
+
 test(title('a shared Rate rotates once per interval, seen identically by every process'), async (t) => {
   const dir = scratch(t);
   if (backend === 'fallback') {

@@ -1,5 +1,5 @@
 import test from 'ava';
-import { ManualClock } from '../lib/index.js';
+import { ManualClock, Rate } from '../lib/index.js';
 import { WindowQuota } from '../lib/http/index.js';
 import { slotsFor } from '../lib/http/window-quota.js';
 import { title } from './helpers.js';
@@ -131,4 +131,30 @@ test(title('consume and current report the same exact milliseconds until the win
     t.like(quota.consume('a'), { count: 1, resetMs: 10, allowed: true });
     t.deepEqual(quota.current('a'), { count: 1, resetMs: 10 });
   }
+});
+
+test(title('a quota counts in a given Rate over its window, and refuses a mismatched one'), (t) => {
+  const clock = new ManualClock();
+  const rate = new Rate({ intervalMs: 1000, clock, seed: 1 });
+  const quota = new WindowQuota({ limit: 2, windowMs: 1000, rate });
+  t.deepEqual(
+    [1, 2, 3].map(() => quota.consume('k').allowed),
+    [true, true, false],
+  );
+  t.is(rate.observe('k', 0), 3, 'the counts are in the given rate');
+  t.deepEqual(quota.topTalkers(1), [], 'a Rate keeps no talkers');
+  t.throws(() => new WindowQuota({ limit: 2, windowMs: 500, rate }), {
+    instanceOf: RangeError,
+    code: 'ERR_OUT_OF_RANGE',
+    message: /The "rate" option must be a Rate whose intervalMs is the windowMs \(500\)/,
+  });
+  t.throws(() => new WindowQuota({ limit: 2, windowMs: 1000, rate, heavyHitters: true }), {
+    instanceOf: TypeError,
+    code: 'ERR_INVALID_ARG_TYPE',
+  });
+  t.throws(() => new WindowQuota({ limit: 2, windowMs: 1000, rate: {} as never }), {
+    instanceOf: TypeError,
+    code: 'ERR_INVALID_ARG_TYPE',
+    message: /The "rate" option must be a Rate/,
+  });
 });

@@ -127,7 +127,7 @@ export function rateLimitConfig<R, H extends AnyFunction>(
 
 /** The quota `options` name, or a new one from their `limit`/`windowMs`/... */
 function windowQuota(options: Partial<RateLimitInput<never, AnyFunction>>): RequestQuota {
-  const { quota, limit, windowMs, policy, clients, hashes, slots, seed, clock, heavyHitters } = options;
+  const { quota, limit, windowMs, policy, clients, hashes, slots, seed, clock, heavyHitters, rate } = options;
   if (quota !== undefined) {
     if (typeof quota !== 'object' || quota === null || typeof quota.consume !== 'function') {
       throw invalidType('The "quota" option', 'a WindowQuota or an object with a consume() method', quota);
@@ -144,6 +144,7 @@ function windowQuota(options: Partial<RateLimitInput<never, AnyFunction>>): Requ
     seed,
     clock,
     heavyHitters,
+    rate,
   });
 }
 

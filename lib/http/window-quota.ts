@@ -83,6 +83,13 @@ export interface WindowQuotaOptions {
    * distinct keys can turn against innocent clients.
    */
   heavyHitters?: boolean | HeavyHitterSettings;
+  /**
+   * A `Rate` to count in instead of a new one, with an `intervalMs` equal to `windowMs`: chiefly
+   * `Rate.openShared(name, …)`, so that one limit holds for every process of a host (node:cluster,
+   * PM2). Counts are then sketch estimates, as with `heavyHitters: false` (heavy hitters are
+   * per process), and `clients`, `hashes`, `slots`, `seed` and `clock` are the rate's own.
+   */
+  rate?: Rate;
 }
 
 /** How {@link WindowQuota} tracks clients near their limit. */
@@ -173,7 +180,9 @@ export class WindowQuota {
       clock: o.clock,
     };
     const heavy = heavyHitterSettings(o.heavyHitters);
-    if (heavy === undefined) {
+    if (o.rate !== undefined) {
+      this.#counts = givenRate(o.rate, this.windowMs, o.heavyHitters);
+    } else if (heavy === undefined) {
       this.#counts = new Rate(sketch);
     } else {
       const threshold = integerOption(
@@ -271,6 +280,22 @@ export class WindowQuota {
     const c = counts.count(key);
     return c.standing === 'tracked' ? c.lower : c.upper;
   }
+}
+
+/** The `rate` option, checked: a `Rate` over `windowMs`, and no heavy hitters asked for beside it. */
+function givenRate(rate: unknown, windowMs: number, heavyHitters: unknown): Rate {
+  if (!(rate instanceof Rate)) throw invalidType('The "rate" option', 'a Rate', rate);
+  if (rate.intervalMs !== windowMs) {
+    throw outOfRange('The "rate" option', `a Rate whose intervalMs is the windowMs (${windowMs})`, rate.intervalMs);
+  }
+  if (heavyHitters !== undefined && heavyHitters !== false) {
+    throw invalidType(
+      'The "heavyHitters" option',
+      'false or absent with "rate" (a Rate keeps no heavy hitters)',
+      heavyHitters,
+    );
+  }
+  return rate;
 }
 
 /** `ceil(limit / 4)`, at least 1: see {@link HeavyHitterSettings.threshold}. */
