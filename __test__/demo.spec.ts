@@ -11,10 +11,11 @@ interface Run {
   ms: number;
 }
 
-/** Runs `npm run demo -- --short` the way the script does (tsx), killed after `limitMs`. */
-function runDemo(limitMs: number): Promise<Run> {
+/** Runs `npm run demo -- --short [args]` the way the script does (tsx), killed after `limitMs`. */
+function runDemo(limitMs: number, args: string[] = []): Promise<Run> {
   const started = performance.now();
-  const child = spawn(process.execPath, ['--import', 'tsx', join(__dirname, '..', 'demo', 'index.ts'), '--short'], {
+  const demo = join(__dirname, '..', 'demo', 'index.ts');
+  const child = spawn(process.execPath, ['--import', 'tsx', demo, '--short', ...args], {
     env: { ...process.env, KEEPCOUNT_SILENCE_FALLBACK: '1' },
     stdio: ['ignore', 'pipe', 'pipe'],
   });
@@ -72,3 +73,24 @@ test(
     t.true(Number(top?.[2]) > 40, `flood's lower bound ${top?.[2]}`);
   },
 );
+
+test(title('npm run demo -- --cluster 2 holds the flood to one limit for both workers together'), async (t) => {
+  t.timeout(40_000);
+  const run = await runDemo(30_000, ['--cluster', '2']);
+  if (backend === 'fallback') {
+    // Sharing needs the native backend: the demo says so with the coded error and fails.
+    t.is(run.code, 1);
+    t.regex(run.stderr, /ERR_KEEPCOUNT_UNSUPPORTED/);
+    return;
+  }
+  t.is(run.code, 0, run.stderr);
+  t.regex(run.stdout, /2 node:cluster workers on that port/);
+  const flood = row(run.stdout, 'flood');
+  // Past the rate limit means 200, 503 or 504. The shared limit admits 20 per 1000 ms window; the
+  // 4 s run spans at most 5 windows (a window starts at its first request). Per-process limits
+  // would have let up to twice that through.
+  const admitted = flood['200']! + flood['503']! + flood['504']!;
+  t.log(`flood admitted past the rate limit: ${admitted}`);
+  t.true(admitted > 0 && admitted <= 100, `flood admitted ${admitted}`);
+  t.regex(run.stdout, /in flight after the run: 0;/);
+});

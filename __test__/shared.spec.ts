@@ -21,7 +21,7 @@ function scratch(t: ExecutionContext): string {
 const unsupported = (what: string) => ({
   instanceOf: Error,
   code: 'ERR_KEEPCOUNT_UNSUPPORTED',
-  message: new RegExp(`^${what.replace('.', '\\.')} needs the native backend: .*SharedArrayBuffer`),
+  message: new RegExp(`^${what.replace('.', '\\.')} needs the native backend: .*Build or install the native addon`),
 });
 
 /** A forked worker running fixtures/shared-worker.ts, answering one message per command. */

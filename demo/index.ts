@@ -1,13 +1,22 @@
 /**
- * `npm run demo [-- --short]`: a protected proxy on 127.0.0.1 under a bounded load from two
- * clients, a polite one and a flooding one, then a table of what each got.
+ * `npm run demo [-- --short] [-- --cluster N]`: a protected proxy on 127.0.0.1 under a bounded
+ * load from two clients, a polite one and a flooding one, then a table of what each got. With
+ * `--cluster N` the proxy runs as N `node:cluster` workers sharing their limits (native backend).
  */
 import autocannon from 'autocannon';
+import cluster from 'node:cluster';
+import { parseArgs } from 'node:util';
 import { backend } from '../lib/index.js';
 import type { RateLimitMiddleware } from '../lib/http/index.js';
+import { runWorker, startWorkers } from './cluster.js';
 import { listen, protection, proxy, upstream, upstreamShape } from './servers.js';
 
-const short = process.argv.includes('--short');
+const { values: args } = parseArgs({
+  options: { short: { type: 'boolean', default: false }, cluster: { type: 'string' } },
+});
+const short = args.short;
+/** Proxy processes: 0 runs the proxy in this process. */
+const workers = args.cluster === undefined ? 0 : Number(args.cluster);
 const durationS = short ? 4 : 15;
 /** The upstream browns out during the middle third of the run. */
 const brownout = { fromMs: (durationS * 1000) / 3, toMs: (durationS * 2000) / 3 };
@@ -94,15 +103,28 @@ async function main(): Promise<void> {
   const started = performance.now();
   const elapsed = () => performance.now() - started;
   const origin = upstream(() => elapsed() >= brownout.fromMs && elapsed() < brownout.toMs);
-  const front = proxy(await listen(origin));
-  const port = await listen(front.server);
+  const upstreamPort = await listen(origin);
+  const front = workers > 0 ? undefined : proxy(upstreamPort);
+  const pool =
+    workers > 0
+      ? await startWorkers(workers, upstreamPort).catch((error: unknown) => {
+          // E.g. ERR_KEEPCOUNT_UNSUPPORTED on the fallback: nothing keeps the process up then.
+          origin.close();
+          throw error;
+        })
+      : undefined;
+  const port = pool?.port ?? (await listen(front!.server));
 
   console.log(
     `keepcount demo: backend ${backend}${backend === 'native' ? ' (Rust core)' : ' (TypeScript; build the Rust core with npm run build:debug)'}`,
   );
   console.log(
     `proxy 127.0.0.1:${port}: ${protection.limit} requests per ${protection.windowMs} ms per client (rate limit, 429), ` +
-      `${protection.maxInflight} calls in flight to the upstream (503), ${protection.deadlineMs} ms upstream deadline (504)`,
+      `${protection.maxInflight} calls in flight to the upstream (503), ${protection.deadlineMs} ms upstream deadline (504)` +
+      (workers > 0
+        ? `\n${workers} node:cluster workers on that port, the rate limit and the in-flight cap in shared memory ` +
+          `(/dev/shm) so they hold for all of them together`
+        : ''),
   );
   console.log(
     `upstream: ${upstreamShape.fastMs} ms, but every ${upstreamShape.slowEvery}rd call takes ${upstreamShape.slowMs} ms ` +
@@ -116,7 +138,16 @@ async function main(): Promise<void> {
 
   const rows = await Promise.all(clients.map((c) => load(port, c)));
   console.log(table(rows));
-  console.log(talkers(front.limit));
+  if (front !== undefined) console.log(talkers(front.limit));
+  else {
+    // Each worker on its own counters would have admitted its limit per window: N times over.
+    const windows = Math.ceil((durationS * 1000) / protection.windowMs);
+    console.log(
+      `\nper client, the shared limit admits at most about ${protection.limit} per ${protection.windowMs} ms window ` +
+        `(${protection.limit * windows} in this run); per-process limits would have admitted up to ` +
+        `${protection.limit * workers} per window (${protection.limit * workers * windows} in this run)`,
+    );
+  }
   console.log(
     [
       '',
@@ -127,18 +158,21 @@ async function main(): Promise<void> {
     ].join('\n'),
   );
 
-  for (const server of [front.server, origin]) {
+  const inflight = pool?.inflight() ?? front!.inflight.inflight.get('origin');
+  await pool?.stop();
+  for (const server of front === undefined ? [origin] : [front.server, origin]) {
     server.closeAllConnections();
     await new Promise<void>((resolve) => server.close(() => resolve()));
   }
   // Responses closed by closeAllConnections() emit 'close' on the next turns of the event loop.
   await new Promise((resolve) => setTimeout(resolve, 10));
-  console.log(
-    `\nin flight after the run: ${front.inflight.inflight.get('origin')}; done in ${(elapsed() / 1000).toFixed(1)} s`,
-  );
+  const after = pool === undefined ? front!.inflight.inflight.get('origin') : inflight;
+  console.log(`\nin flight after the run: ${after}; done in ${(elapsed() / 1000).toFixed(1)} s`);
 }
 
-main().catch((error: unknown) => {
-  console.error(error);
-  process.exitCode = 1;
-});
+if (cluster.isWorker) runWorker();
+else
+  main().catch((error: unknown) => {
+    console.error(error);
+    process.exitCode = 1;
+  });

@@ -1,6 +1,7 @@
 /** The demo's two loopback servers: a sometimes-slow upstream and the protected proxy in front. */
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
+import { Estimator, Inflight, Rate } from '../lib/index.js';
 import {
   isDeadlineError,
   rateLimit,
@@ -20,6 +21,32 @@ export const protection = {
   /** Deadline of one upstream call. */
   deadlineMs: 150,
 };
+
+/**
+ * Counters every process of the host shares (`--cluster`): the rate limit's window and the
+ * upstream's in-flight count, so the limits hold for all workers together.
+ */
+export interface Shared {
+  rate: Rate;
+  inflight: Inflight;
+}
+
+/** The shared counters named `prefix`-rate and `prefix`-inflight, opened or created. */
+export function openShared(prefix: string): Shared {
+  return {
+    rate: Rate.openShared(`${prefix}-rate`, { intervalMs: protection.windowMs, seed: SHARED_SEED }),
+    inflight: Inflight.openShared(`${prefix}-inflight`, { seed: SHARED_SEED }),
+  };
+}
+
+/** Removes the shared counters named `prefix`-…. */
+export function unlinkShared(prefix: string): void {
+  Rate.unlink(`${prefix}-rate`);
+  Estimator.unlink(`${prefix}-inflight`); // Estimator.unlink removes any segment, in-flight ones included
+}
+
+/** The seed every worker opens the shared counters with (a shared sketch needs one seed). */
+const SHARED_SEED = 0x6b656570n;
 
 /** Upstream behaviour: fast, except every `slowEvery`th request during the brownout. */
 export const upstreamShape = { fastMs: 5, slowMs: 400, slowEvery: 3 };
@@ -51,11 +78,15 @@ export function upstream(brownedOut: () => boolean): Server {
  * client shares 127.0.0.1; a real deployment keys by client IP (`trustProxy` set to its proxies),
  * since a header the client writes is a key the client chooses.
  */
-export function proxy(upstreamPort: number): { server: Server; inflight: UpstreamLimit; limit: RateLimitMiddleware } {
-  const inflight = new UpstreamLimit({ max: protection.maxInflight });
+export function proxy(
+  upstreamPort: number,
+  shared?: Shared,
+): { server: Server; inflight: UpstreamLimit; limit: RateLimitMiddleware } {
+  const inflight = new UpstreamLimit({ max: protection.maxInflight, inflight: shared?.inflight });
   const limit = rateLimit({
     limit: protection.limit,
     windowMs: protection.windowMs,
+    rate: shared?.rate,
     key: (req) => String(req.headers['x-client'] ?? 'anonymous'),
   });
   const chain = [limit, upstreamLimit({ limit: inflight, upstream: () => 'origin' })];

@@ -85,8 +85,8 @@ function unsupported(what: string): KeepcountError {
   return withCode(
     new Error(
       `${what} needs the native backend: the TypeScript fallback cannot map memory shared between processes, ` +
-        'and a per-process count would silently admit more than the limit. Within one process, worker ' +
-        'threads can share memory through a SharedArrayBuffer instead.',
+        'and a per-process count would silently admit more than the limit. Build or install the native ' +
+        'addon (see "Backends and platforms" in the README); within one process, share one object.',
     ),
     'ERR_KEEPCOUNT_UNSUPPORTED',
   );
