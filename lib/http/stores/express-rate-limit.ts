@@ -22,11 +22,16 @@
  * Memory is fixed (16 × hashes × slots bytes, sized from `clients`) however many clients there
  * are; nothing is swept.
  *
+ * With `rate: Rate.openShared(...)` every process of a host counts in one window (node:cluster,
+ * PM2): the store then counts in sketches alone, and `resetAll()` is refused, since one process
+ * cannot start the others' counts afresh (`Rate.unlink` before the processes start does).
+ *
  * @module
  */
 import type { Clock } from '../../clock.js';
 import type { HeavyTalker } from '../../core.js';
-import { invalidType } from '../../errors.js';
+import { invalidType, withCode } from '../../errors.js';
+import type { Rate } from '../../rate.js';
 import { WindowQuota, type HeavyHitterSettings } from '../window-quota.js';
 import { dateClock, storeQuota, wholeWindowMs } from './window.js';
 
@@ -60,6 +65,13 @@ export interface KeepcountStoreOptions {
    * left. Defaults to `Date.now()`, as `MemoryStore`.
    */
   clock?: Clock;
+  /**
+   * A `Rate` to count in, whose `intervalMs` is express-rate-limit's `windowMs`: chiefly
+   * `Rate.openShared(name, …)`, so that one limit holds for every process of a host. Counts are
+   * then sketch estimates (heavy hitters are per process, so `heavyHitters` must be absent or
+   * `false`), and `clients`, `hashes`, `slots`, `seed` and `clock` are the rate's own.
+   */
+  rate?: Rate;
 }
 
 /**
@@ -91,11 +103,11 @@ export class KeepcountStore {
 
   /** Called by express-rate-limit with its options; takes `windowMs` and a numeric `limit` from them. */
   init(options: { windowMs: number; limit?: unknown }): void {
-    const { clients, hashes, slots, seed, clock = dateClock, heavyHitters } = this.#options;
+    const { clients, hashes, slots, seed, clock = dateClock, heavyHitters, rate } = this.#options;
     const windowMs = wholeWindowMs('The "windowMs" option', options.windowMs);
     this.#limit = options.limit;
     // Deciding is express-rate-limit's business: the store only counts.
-    const quota = storeQuota(heavyHitters, options.limit);
+    const quota = storeQuota(heavyHitters, options.limit, rate);
     this.#quota = new WindowQuota({ ...quota, windowMs, clients, hashes, slots, seed, clock });
   }
 
@@ -132,9 +144,18 @@ export class KeepcountStore {
     return this.#quota?.topTalkers(n, window) ?? [];
   }
 
-  /** Forgets every count (fresh sketches). */
+  /**
+   * Forgets every count (fresh sketches). Refused with `ERR_KEEPCOUNT_UNSUPPORTED` on a store
+   * counting in a given `rate`: other processes count there too.
+   */
   resetAll(): void {
     const quota = this.#ready();
+    if (this.#options.rate !== undefined) {
+      throw withCode(
+        new Error('KeepcountStore cannot reset a Rate it was given: unlink a shared Rate before its processes start'),
+        'ERR_KEEPCOUNT_UNSUPPORTED',
+      );
+    }
     this.init({ windowMs: quota.windowMs, limit: this.#limit });
   }
 

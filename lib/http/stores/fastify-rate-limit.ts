@@ -23,6 +23,7 @@
  */
 import type { Clock } from '../../clock.js';
 import { invalidType, withCode } from '../../errors.js';
+import type { Rate } from '../../rate.js';
 import { WindowQuota, type HeavyHitterSettings } from '../window-quota.js';
 import { dateClock, storeQuota, wholeWindowMs } from './window.js';
 
@@ -45,6 +46,13 @@ export interface KeepcountFastifyStoreOptions {
    * `max` share a window's quota) unless you set one at most your smallest `max`.
    */
   heavyHitters?: boolean | HeavyHitterSettings;
+  /**
+   * A `Rate` to count in, chiefly `Rate.openShared(name, …)` so that one limit holds for every
+   * process of a host. Every `timeWindow` must then be the rate's `intervalMs` (another is refused
+   * through the plugin's callback) and routes share its counts; heavy hitters are off (they are
+   * per process), and `clients`, `hashes`, `slots`, `seed` and `clock` are the rate's own.
+   */
+  rate?: Rate;
 }
 
 /**
@@ -136,10 +144,10 @@ export function keepcountFastifyStore(options: KeepcountFastifyStoreOptions = {}
       let quota = this.#quotas.get(windowMs);
       if (quota === undefined) {
         // `max` is the plugin's business: the store only counts.
-        const { heavyHitters, ...rest } = sketch;
+        const { heavyHitters, rate, ...rest } = sketch;
         quota = new WindowQuota({
           ...rest,
-          ...storeQuota(heavyHitters, undefined),
+          ...storeQuota(heavyHitters, undefined, rate),
           windowMs,
           clock: sketch.clock ?? dateClock,
         });

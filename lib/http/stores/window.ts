@@ -5,6 +5,7 @@
  */
 import type { Clock } from '../../clock.js';
 import { invalidType, outOfRange } from '../../errors.js';
+import type { Rate } from '../../rate.js';
 import type { HeavyHitterSettings, WindowQuotaOptions } from '../window-quota.js';
 
 /**
@@ -38,12 +39,16 @@ export function wholeWindowMs(what: string, value: unknown): number {
  * limit is the largest (it never refuses) and the heavy-hitter threshold comes from `limit` when
  * the package tells it (`ceil(limit / 4)`, as `WindowQuota`'s default) or is 1 otherwise: every
  * client counted exactly up to the table's capacity, so no limit the package applies can refuse a
- * client below it. `heavyHitters` is the store's option of that name.
+ * client below it. `heavyHitters` and `rate` are the store's options of those names: with a `rate`
+ * (one shared by processes) the counts are the rate's and heavy hitters are off unless asked for,
+ * which `WindowQuota` refuses by name.
  */
 export function storeQuota(
   heavyHitters: boolean | HeavyHitterSettings | undefined,
   limit: unknown,
-): Pick<WindowQuotaOptions, 'limit' | 'heavyHitters'> {
+  rate?: Rate,
+): Pick<WindowQuotaOptions, 'limit' | 'heavyHitters' | 'rate'> {
+  if (rate !== undefined) return { limit: Number.MAX_SAFE_INTEGER, heavyHitters, rate };
   const known = typeof limit === 'number' && Number.isSafeInteger(limit) && limit >= 1;
   const threshold = known ? Math.ceil(limit / 4) : 1;
   if (heavyHitters === false) return { limit: Number.MAX_SAFE_INTEGER, heavyHitters: false };

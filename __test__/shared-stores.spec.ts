@@ -1,0 +1,113 @@
+// express-rate-limit's and @fastify/rate-limit's keepcount stores counting in a given Rate: in real
+// processes sharing one (Rate.openShared), one limit holds for all of them; in one process, the
+// option is checked. On the fallback backend the shared Rate is refused (ERR_KEEPCOUNT_UNSUPPORTED)
+// and the option checks hold the same with a process-local Rate.
+import { fork } from 'node:child_process';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import test from 'ava';
+import { backend, Rate } from '../lib/index.js';
+import { keepcountFastifyStore, KeepcountStore } from '../lib/http/index.js';
+import { fixture, throwsShape, title } from './helpers.js';
+import { get } from './http-client.js';
+
+interface Ports {
+  express: number;
+  fastify: number;
+}
+
+/** A forked fixtures/shared-store-server.ts process and its ports; it stops when disconnected. */
+async function server(dir: string, limit: number): Promise<{ ports: Ports; stop: () => Promise<void> }> {
+  const child = fork(fixture('shared-store-server.ts'), [dir, String(limit)], {
+    execArgv: ['--import', 'tsx'],
+    stdio: 'inherit',
+  });
+  const ports = await new Promise<Ports>((resolve, reject) => {
+    child.once('message', (message) => resolve(message as Ports));
+    child.once('exit', (code) => reject(new Error(`shared-store-server exited with ${code}`)));
+  });
+  const stop = async () => {
+    const exited = new Promise((resolve) => child.once('exit', resolve));
+    child.disconnect();
+    await exited;
+  };
+  return { ports, stop };
+}
+
+test(title('both stores on shared Rates hold one limit for two processes together'), async (t) => {
+  const dir = mkdtempSync(join(tmpdir(), 'keepcount-stores-'));
+  t.teardown(() => rmSync(dir, { recursive: true, force: true }));
+  if (backend === 'fallback') {
+    throwsShape(t, () => Rate.openShared('express', { intervalMs: 60_000, seed: 1n, dir }), {
+      instanceOf: Error,
+      code: 'ERR_KEEPCOUNT_UNSUPPORTED',
+      message: /^Rate\.openShared needs the native backend/,
+    });
+    return;
+  }
+  const limit = 10;
+  const servers = await Promise.all([server(dir, limit), server(dir, limit)]);
+  t.teardown(() => Promise.all(servers.map((s) => s.stop())));
+
+  for (const app of ['express', 'fastify'] as const) {
+    // 16 requests of one client, alternating between the processes: per-process stores would
+    // admit all 16 (8 each, under 10); the shared count admits exactly 10 (one key alone in the
+    // sketch reads exactly), then refuses on both.
+    const statuses: number[] = [];
+    for (let i = 0; i < 16; i++) {
+      statuses.push((await get(servers[i % 2]!.ports[app], '/', { 'x-client': 'one' })).status);
+    }
+    t.deepEqual(statuses, [...Array<number>(limit).fill(200), ...Array<number>(6).fill(429)], app);
+  }
+});
+
+test(title('KeepcountStore with a rate: its window must match, heavy hitters stay off, resetAll is refused'), (t) => {
+  const rate = new Rate({ intervalMs: 1000 });
+  const store = new KeepcountStore({ rate });
+  throwsShape(t, () => store.init({ windowMs: 2000, limit: 5 }), {
+    instanceOf: RangeError,
+    code: 'ERR_OUT_OF_RANGE',
+    message: 'The "rate" option must be a Rate whose intervalMs is the windowMs (2000). Received 1000',
+  });
+  store.init({ windowMs: 1000, limit: 5 });
+  t.is(store.increment('a').totalHits, 1);
+  t.is(
+    rate.rateWith('a', (c) => c.currSamples),
+    1,
+    'counted in the given rate',
+  );
+  store.decrement('a');
+  t.is(store.get('a').totalHits, 0);
+  throwsShape(t, () => store.resetAll(), {
+    instanceOf: Error,
+    code: 'ERR_KEEPCOUNT_UNSUPPORTED',
+    message: 'KeepcountStore cannot reset a Rate it was given: unlink a shared Rate before its processes start',
+  });
+  throwsShape(t, () => new KeepcountStore({ rate, heavyHitters: true }).init({ windowMs: 1000, limit: 5 }), {
+    instanceOf: TypeError,
+    code: 'ERR_INVALID_ARG_TYPE',
+    message: /^The "heavyHitters" option must be false or absent with "rate"/,
+  });
+  throwsShape(t, () => new KeepcountStore({ rate: 'shared' as never }).init({ windowMs: 1000 }), {
+    instanceOf: TypeError,
+    code: 'ERR_INVALID_ARG_TYPE',
+    message: /^The "rate" option must be a Rate/,
+  });
+});
+
+test(title('the Fastify store with a rate counts there and reports another timeWindow to the plugin'), (t) => {
+  const rate = new Rate({ intervalMs: 1000 });
+  const Store = keepcountFastifyStore({ rate });
+  const store = new Store({});
+  const results: unknown[] = [];
+  store.incr('a', (error, result) => results.push(error ?? result?.current), 1000, 5);
+  store.incr('a', (error, result) => results.push(error ?? result?.current), 1000, 5);
+  store.child({}).incr('a', (error, result) => results.push(error ?? result?.current), 1000, 5);
+  t.deepEqual(results, [1, 2, 3], 'routes share the given rate');
+  store.incr('a', (error) => results.push(error), 5000, 5);
+  const error = results[3] as Error & { code?: string };
+  t.true(error instanceof RangeError);
+  t.is(error.code, 'ERR_OUT_OF_RANGE');
+  t.regex(error.message, /^The "rate" option must be a Rate whose intervalMs is the windowMs \(5000\)/);
+});
