@@ -381,3 +381,32 @@ test(title('a shared Inflight with every process slot held is ERR_KEEPCOUNT_FULL
     message: 'The "processes" option must be an integer in [1, 1024]. Received 0',
   });
 });
+
+test(title('observeWindow on a shared Rate counts once and tells the time left in the host’s interval'), (t) => {
+  const dir = scratch(t);
+  if (backend === 'fallback') {
+    throwsShape(t, () => Rate.openShared('w', { intervalMs: 60_000, seed: SEED, dir }), unsupported('Rate.openShared'));
+    return;
+  }
+  const rate = Rate.openShared('w', { intervalMs: 60_000, seed: SEED, dir });
+  const before = rate.rateWith('k', (c) => c.currentIntervalFraction);
+  const first = rate.observeWindow('k', 2);
+  const second = rate.observeWindow(7, 1);
+  const third = rate.observeWindow(new Uint8Array([1, 2]), 3);
+  t.deepEqual([first.count, second.count, third.count], [2, 1, 3]);
+  t.is(
+    rate.rateWith('k', (c) => c.currSamples),
+    2,
+  );
+  // Whole milliseconds left, counting down: in [1, intervalMs], no more than before the calls.
+  for (const { resetMs } of [first, second, third]) {
+    t.true(Number.isInteger(resetMs) && resetMs >= 1 && resetMs <= 60_000, String(resetMs));
+    t.true(resetMs <= Math.ceil((1 - before) * 60_000), `${resetMs} after ${before}`);
+  }
+  throwsShape(t, () => rate.observeWindow('k', 0.5), {
+    instanceOf: RangeError,
+    code: 'ERR_OUT_OF_RANGE',
+    message: /^The "events" argument must be/,
+  });
+  rate.close();
+});

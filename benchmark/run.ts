@@ -12,6 +12,7 @@ import { STRUCTURES, type MemoryResult } from './memory.js';
 import type { NodeResults, SuiteResult } from './node.js';
 import { SUITE_IDS } from './suites.js';
 import type { HttpResults } from './http.js';
+import type { ClusterResults } from './cluster.js';
 import { baselineRps, chart, markdown, type CargoRun, type Machine, type Target } from './report.js';
 
 const root = join(__dirname, '..');
@@ -138,6 +139,19 @@ const httpJson = join(outDir, 'http-results.json');
 run(process.execPath, ['--import=tsx', join(__dirname, 'http.ts'), ...(quick ? ['--quick'] : []), '--out', httpJson]);
 const http = JSON.parse(readFileSync(httpJson, 'utf8')) as HttpResults;
 
+// 4b. One limit for two node:cluster workers: keepcount's shared memory vs rate-limiter-flexible's
+// RateLimiterCluster (IPC to the primary).
+log(`node benchmark/cluster.ts${quick ? ' --quick' : ''}`);
+const clusterJson = join(outDir, 'cluster-results.json');
+run(process.execPath, [
+  '--import=tsx',
+  join(__dirname, 'cluster.ts'),
+  ...(quick ? ['--quick'] : []),
+  '--out',
+  clusterJson,
+]);
+const clusterRun = JSON.parse(readFileSync(clusterJson, 'utf8')) as ClusterResults;
+
 // 5. Targets.
 const suite = (id: string): SuiteResult => node.suites.find((s) => s.id === id)!;
 const ns = (s: SuiteResult, prefix: string): number | undefined => s.cases.find((c) => c.name.startsWith(prefix))?.ns;
@@ -219,6 +233,30 @@ for (const b of node.backends) {
     goal: '≥ 5× faster',
     measured: `${incr.toFixed(1)} vs ${topk.toFixed(1)} ns: ${(topk / incr).toFixed(1)}×`,
     met: topk / incr >= 5,
+  });
+}
+
+// Issue 14: each shared case against its process-local twin, and the cluster check per check.
+const sharedSuite = suite('shared-ipv4-uniform');
+for (const c of sharedSuite.cases.filter((x) => x.name.endsWith(', shared)'))) {
+  const localNs = ns(sharedSuite, c.name.replace(', shared)', ', local)'));
+  if (localNs === undefined) continue;
+  targets.push({
+    what: `${c.name.replace(' (native, shared)', '')}: shared between processes vs process-local (native)`,
+    goal: '≤ 1.2× the cost',
+    measured: `${c.ns.toFixed(1)} vs ${localNs.toFixed(1)} ns: ${(c.ns / localNs).toFixed(2)}×`,
+    met: c.ns <= 1.2 * localNs,
+  });
+}
+if (clusterRun.skipped === undefined) {
+  const { keepcountNs, rlfAwaitedNs, rlfPipelinedNs, workers } = clusterRun as Required<ClusterResults>;
+  targets.push({
+    what: `rateLimit check on a shared Rate vs RateLimiterCluster.consume, ${workers} node:cluster workers`,
+    goal: '≥ 100× cheaper',
+    measured:
+      `${keepcountNs.toFixed(0)} vs ${rlfAwaitedNs.toFixed(0)} ns awaited (${(rlfAwaitedNs / keepcountNs).toFixed(0)}×), ` +
+      `${rlfPipelinedNs.toFixed(0)} ns with 64 in flight (${(rlfPipelinedNs / keepcountNs).toFixed(0)}×)`,
+    met: rlfAwaitedNs >= 100 * keepcountNs,
   });
 }
 

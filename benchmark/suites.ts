@@ -501,6 +501,9 @@ function shared(backends: LoadedBackend[], v: Variant, checkDraws: number): Suit
     cases.push(syncCase('keepcount Estimator.get (native, shared)', s, (k) => sharedEst.get(k)));
     cases.push(syncCase('keepcount Rate.observe (native, local)', s, (k) => localRate.observe(k)));
     cases.push(syncCase('keepcount Rate.observe (native, shared)', s, (k) => sharedRate.observe(k)));
+    // What a rate-limit check costs: a count and the time left in the window.
+    cases.push(syncCase('keepcount Rate.observeWindow (native, local)', s, (k) => localRate.observeWindow(k).count));
+    cases.push(syncCase('keepcount Rate.observeWindow (native, shared)', s, (k) => sharedRate.observeWindow(k).count));
     cases.push(
       syncCase('keepcount Inflight.incr+release (native, local)', s, (k) => localInflight.incr(k)[0].release()),
     );

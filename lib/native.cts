@@ -67,6 +67,8 @@ const { estimatorIncrStr, estimatorIncrNum, estimatorIncrKey, estimatorGetStr, e
 const { rateObserveStr, rateObserveNum, rateObserveKey } = fast;
 const { rateObserveInWindowStr, rateObserveInWindowNum, rateObserveInWindowKey } = fast;
 const { sharedIncrStr, sharedIncrNum, sharedIncrKey, sharedGetStr, sharedGetNum, sharedGetKey } = fast;
+const { sharedRateObserveStr, sharedRateObserveNum, sharedRateObserveKey } = fast;
+const { sharedRateObserveInWindowStr, sharedRateObserveInWindowNum, sharedRateObserveInWindowKey } = fast;
 const { limiterCheckStr, limiterCheckNum, limiterCheckKey } = binding.limiterFastPaths();
 const { heavyIncrStr, heavyIncrNum, heavyIncrKey } = fast;
 
@@ -198,22 +200,27 @@ class NativeSharedEstimator implements EstimatorCore {
   }
 }
 
-/** The native {@link RateCore} over a shared segment: it reads the host's clock, so `nowMs` is unused. */
+/**
+ * The native {@link RateCore} over a shared segment: it reads the host's clock, so `nowMs` is
+ * unused. `observe` and `observeInWindow` call the binding's fast paths, as {@link NativeRate}'s.
+ */
 class NativeSharedRate implements RateCore {
-  constructor(
-    private readonly native: Binding.SharedRate,
-    private readonly intervalMs: number,
-  ) {}
+  private readonly handle: number;
 
-  observe(key: Key, events: number): number {
-    return this.native.observe(key, events);
+  constructor(private readonly native: Binding.SharedRate) {
+    this.handle = native.handle;
   }
 
-  /** Two calls (a count, then where the host's interval is): shared rates are not on a fast path. */
+  observe(key: Key, events: number): number {
+    if (typeof key === 'string') return sharedRateObserveStr(this.handle, key, events);
+    if (typeof key === 'number') return sharedRateObserveNum(this.handle, key, events);
+    return sharedRateObserveKey(this.handle, key, events);
+  }
+
   observeInWindow(key: Key, events: number, _nowMs: number, window: Float64Array): number {
-    const count = this.native.observe(key, events);
-    window[0] = Math.round(this.native.sample(key).currentIntervalFraction * this.intervalMs);
-    return count;
+    if (typeof key === 'string') return sharedRateObserveInWindowStr(this.handle, key, events, window);
+    if (typeof key === 'number') return sharedRateObserveInWindowNum(this.handle, key, events, window);
+    return sharedRateObserveInWindowKey(this.handle, key, events, window);
   }
 
   previousCount(key: Key): number {
@@ -267,7 +274,7 @@ const shared: SharedBackend = {
     return new NativeSharedEstimator(binding.SharedEstimator.open(name, hashes, slots, seed, dir, mode));
   },
   openRate(name, intervalMs, hashes, slots, seed, dir, mode) {
-    return new NativeSharedRate(binding.SharedRate.open(name, intervalMs, hashes, slots, seed, dir, mode), intervalMs);
+    return new NativeSharedRate(binding.SharedRate.open(name, intervalMs, hashes, slots, seed, dir, mode));
   },
   openInflight(name, hashes, slots, seed, processes, dir, mode) {
     return new NativeSharedInflight(binding.SharedInflight.open(name, hashes, slots, seed, processes, dir, mode));

@@ -4,7 +4,7 @@
 //! They answer as `Estimator` and `Rate` do; what differs is where the counters live and, for the
 //! rate, the clock: a shared rate reads the host's monotonic clock itself (every process must
 //! agree on the interval), so its methods take no `nowMs`. `incr` and `get` of the shared sketch
-//! are [`FAST_PATHS`] like the heap sketch's.
+//! and the shared rate's `observe` and `observeInWindow` are [`FAST_PATHS`] like the heap ones'.
 
 use crate::args;
 use crate::error::{Failure, Result as Outcome, map_error};
@@ -12,14 +12,14 @@ use crate::estimator::{Estimator, fast_path};
 use crate::keys;
 use crate::memory::External;
 use crate::rate::RateSample;
-use crate::raw::{Callback, Slab, Slot};
+use crate::raw::{self, Callback, Slab, Slot};
 use keepcount_limits::Shape;
 use keepcount_limits::estimator::Estimator as Sketch;
 use keepcount_limits::shared::{
     self, Counters, SharedInflight as Inflight, SharedOptions, SharedRate as Sketches,
 };
 use napi::bindgen_prelude::{BigInt, ObjectFinalize, Uint8Array, Unknown};
-use napi::{Env, JsValue, Result};
+use napi::{Env, JsValue, Result, sys};
 use napi_derive::napi;
 use std::cell::RefCell;
 use std::ffi::CStr;
@@ -32,6 +32,9 @@ type SharedSketch = Sketch<Counters>;
 thread_local! {
     /// This thread's shared sketches, by handle, for the fast paths.
     static SHARED_SKETCHES: RefCell<Slab<SharedSketch>> = const { RefCell::new(Slab::new(3)) };
+    /// This thread's shared rates, by handle, for the fast paths; tagged as rates, as the heap
+    /// ones.
+    static SHARED_RATES: RefCell<Slab<Sketches>> = const { RefCell::new(Slab::new(1)) };
 }
 
 /// Longest interval `lib/rate.ts` accepts: 2^52 ms.
@@ -206,7 +209,8 @@ impl SharedEstimator {
 #[napi(custom_finalize)]
 pub struct SharedRate {
     /// `None` once closed.
-    sketches: Option<Sketches>,
+    sketches: Option<Rc<Sketches>>,
+    slot: Slot<Sketches>,
     memory: External,
 }
 
@@ -253,8 +257,11 @@ impl SharedRate {
                 &options(dir, mode),
             )?;
             let memory = External::report(env, 2 * shape.counters() * size_of::<i64>());
+            let sketches = Rc::new(sketches);
+            let slot = Slot::new(&SHARED_RATES, Rc::clone(&sketches))?;
             Ok(Self {
                 sketches: Some(sketches),
+                slot,
                 memory,
             })
         })()
@@ -310,9 +317,17 @@ impl SharedRate {
         .map_err(|failure| map_error(env, failure))
     }
 
+    /// This rate's handle for the fast paths ([`FAST_PATHS`]), valid while this object lives.
+    #[napi(getter)]
+    pub fn handle(&self) -> f64 {
+        self.slot.handle()
+    }
+
     /// Unmaps the segment from this process now. Idempotent.
     #[napi(catch_unwind)]
     pub fn close(&mut self, env: &Env) {
+        self.slot.vacate();
+        // The slab held the only other reference: dropping ours unmaps the segment.
         self.sketches = None;
         self.memory.release(env);
     }
@@ -320,7 +335,7 @@ impl SharedRate {
 
 impl SharedRate {
     fn sketches(&self) -> Outcome<&Sketches> {
-        self.sketches.as_ref().ok_or_else(closed)
+        self.sketches.as_deref().ok_or_else(closed)
     }
 }
 
@@ -443,14 +458,24 @@ pub fn unlink_shared(env: &Env, name: String, dir: Option<String>) -> Result<()>
 }
 
 /// `SharedEstimator.incr` and `get` as raw functions taking the sketch's handle first, as the
-/// heap sketch's (`crate::estimator::FAST_PATHS`). Exported by `fastPaths()`.
-pub(crate) const FAST_PATHS: [(&CStr, Callback); 6] = [
+/// heap sketch's (`crate::estimator::FAST_PATHS`); then `SharedRate.observe(handle, key, events)`
+/// and `observeInWindow(handle, key, events, window)`, as the heap rate's
+/// (`crate::rate::FAST_PATHS`) without `nowMs`: `window[0]` receives the whole milliseconds
+/// elapsed in the host's interval, so a `WindowQuota` on a shared rate makes one call per
+/// request. Exported by `fastPaths()`.
+pub(crate) const FAST_PATHS: [(&CStr, Callback); 12] = [
     (c"sharedIncrStr", incr_str),
     (c"sharedIncrNum", incr_num),
     (c"sharedIncrKey", incr_key),
     (c"sharedGetStr", get_str),
     (c"sharedGetNum", get_num),
     (c"sharedGetKey", get_key),
+    (c"sharedRateObserveStr", observe_str),
+    (c"sharedRateObserveNum", observe_num),
+    (c"sharedRateObserveKey", observe_key),
+    (c"sharedRateObserveInWindowStr", observe_in_window_str),
+    (c"sharedRateObserveInWindowNum", observe_in_window_num),
+    (c"sharedRateObserveInWindowKey", observe_in_window_key),
 ];
 
 fast_path!(incr_str, SHARED_SKETCHES, incr, keys::with_str_key);
@@ -459,3 +484,56 @@ fast_path!(incr_key, SHARED_SKETCHES, incr, keys::hash_key);
 fast_path!(get_str, SHARED_SKETCHES, get, keys::with_str_key);
 fast_path!(get_num, SHARED_SKETCHES, get, keys::with_number_key);
 fast_path!(get_key, SHARED_SKETCHES, get, keys::hash_key);
+
+/// Defines the raw callback `$name(handle, key, events)` (`observe`) or, with `in_window`,
+/// `$name(handle, key, events, window)`, hashing its key with `$hash`; checks its arguments in
+/// `SharedRate.observe`'s order.
+macro_rules! fast_observe {
+    ($name:ident, $hash:path) => {
+        unsafe extern "C" fn $name(
+            env: sys::napi_env,
+            info: sys::napi_callback_info,
+        ) -> sys::napi_value {
+            // SAFETY: this callback's handles.
+            unsafe {
+                raw::call(env, info, |&[handle, key, events]| {
+                    let sketches = raw::resolve(env, handle, &SHARED_RATES)?;
+                    let events = raw::number(env, events, "The \"events\" argument")?;
+                    let events = args::count("The \"events\" argument", events)?;
+                    let key = $hash(env, key, |k| sketches.hash_key(k))?;
+                    Ok(sketches.observe_hash(key, events) as f64)
+                })
+            }
+        }
+    };
+    ($name:ident, $hash:path, in_window) => {
+        unsafe extern "C" fn $name(
+            env: sys::napi_env,
+            info: sys::napi_callback_info,
+        ) -> sys::napi_value {
+            // SAFETY: this callback's handles.
+            unsafe {
+                raw::call(env, info, |&[handle, key, events, window]| {
+                    let sketches = raw::resolve(env, handle, &SHARED_RATES)?;
+                    let events = raw::number(env, events, "The \"events\" argument")?;
+                    let events = args::count("The \"events\" argument", events)?;
+                    let key = $hash(env, key, |k| sketches.hash_key(k))?;
+                    let window = raw::first_f64(env, window, "The \"window\" argument")?;
+                    let (count, past) = sketches.observe_hash_in_interval(key, events);
+                    // SAFETY: checked by first_f64, and still within this call. Whole
+                    // milliseconds, below the 2^52 ms interval: exact in a double, and the
+                    // interval's end stays at least 1 ms away.
+                    window.write((past / 1_000_000) as f64);
+                    Ok(count as f64)
+                })
+            }
+        }
+    };
+}
+
+fast_observe!(observe_str, keys::with_str_key);
+fast_observe!(observe_num, keys::with_number_key);
+fast_observe!(observe_key, keys::hash_key);
+fast_observe!(observe_in_window_str, keys::with_str_key, in_window);
+fast_observe!(observe_in_window_num, keys::with_number_key, in_window);
+fast_observe!(observe_in_window_key, keys::hash_key, in_window);

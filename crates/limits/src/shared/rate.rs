@@ -197,6 +197,16 @@ impl<C: Clock> SharedRate<C> {
         self.sketches[view.current].incr_hash(key, events)
     }
 
+    /// [`observe_hash`](Self::observe_hash), also returning the nanoseconds elapsed in the
+    /// interval it counted in (in [0, interval)), so a window quota learns both from one read of
+    /// the interval word, as [`Rate::observe_hash_in_interval`](crate::rate::Rate::observe_hash_in_interval).
+    pub fn observe_hash_in_interval(&self, key: KeyHash, events: isize) -> (isize, u64) {
+        let view = self.view();
+        let count = self.sketches[view.current].incr_hash(key, events);
+        // interval_nanos >= 1: no remainder by zero.
+        (count, view.past % self.interval_nanos)
+    }
+
     /// [`rate`](Self::rate) for a key hashed with [`hash_key`](Self::hash_key).
     pub fn rate_hash(&self, key: KeyHash) -> f64 {
         let (previous, _) = self.counts(key, self.view());
@@ -354,6 +364,25 @@ mod tests {
         );
         // Writers keep counting into the ended interval rather than waiting.
         assert_eq!(rate.observe(&"k", 1), 4);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn observe_in_interval_counts_and_tells_how_far_into_the_interval() {
+        let dir = scratch("in-interval");
+        let clock = ManualClock::new();
+        clock.advance(SECOND * 10);
+        let rate = open(&dir, &clock);
+        clock.advance(Duration::from_millis(250));
+        let key = rate.hash_key("k");
+        assert_eq!(rate.observe_hash_in_interval(key, 2), (2, 250_000_000));
+        clock.advance(SECOND);
+        // A new interval: the count starts over, and the elapsed part is the one rate_with sees.
+        let (count, past) = rate.observe_hash_in_interval(key, 1);
+        assert_eq!(count, 1);
+        assert!(past < SECOND.as_nanos() as u64);
+        let fraction = rate.rate_with(&"k", |p| p.current_interval_fraction);
+        assert_eq!(past as f64 / 1e9, fraction);
         let _ = std::fs::remove_dir_all(&dir);
     }
 
