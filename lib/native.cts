@@ -69,6 +69,7 @@ const { rateObserveInWindowStr, rateObserveInWindowNum, rateObserveInWindowKey }
 const { sharedIncrStr, sharedIncrNum, sharedIncrKey, sharedGetStr, sharedGetNum, sharedGetKey } = fast;
 const { sharedRateObserveStr, sharedRateObserveNum, sharedRateObserveKey } = fast;
 const { sharedRateObserveInWindowStr, sharedRateObserveInWindowNum, sharedRateObserveInWindowKey } = fast;
+const { sharedInflightIncrStr, sharedInflightIncrNum, sharedInflightIncrKey } = fast;
 const { limiterCheckStr, limiterCheckNum, limiterCheckKey } = binding.limiterFastPaths();
 const { heavyIncrStr, heavyIncrNum, heavyIncrKey } = fast;
 
@@ -249,7 +250,10 @@ const SHARED_RECLAIM_INTERVAL_MS = 100;
  * (collection gives back what this process still holds, and the timer then stops).
  */
 class NativeSharedInflight implements InflightCore {
+  private readonly handle: number;
+
   constructor(private readonly native: Binding.SharedInflight) {
+    this.handle = native.handle;
     const weak = new WeakRef(native);
     const timer = setInterval(() => {
       const live = weak.deref();
@@ -259,8 +263,11 @@ class NativeSharedInflight implements InflightCore {
     timer.unref();
   }
 
+  /** On the binding's fast paths, as {@link NativeSharedEstimator.incr}. */
   incr(key: Key, value: number): number {
-    return this.native.incr(key, value);
+    if (typeof key === 'string') return sharedInflightIncrStr(this.handle, key, value);
+    if (typeof key === 'number') return sharedInflightIncrNum(this.handle, key, value);
+    return sharedInflightIncrKey(this.handle, key, value);
   }
 
   get(key: Key): number {

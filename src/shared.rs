@@ -1,10 +1,12 @@
-//! `SharedEstimator` and `SharedRate`: the sketches of `keepcount-limits`' `shared` module, whose
-//! counters live in a segment file every process of the host maps, for `lib/native.cts`.
+//! `SharedEstimator`, `SharedRate` and `SharedInflight`: the sketches of `keepcount-limits`'
+//! `shared` module, whose counters live in a segment file every process of the host maps, for
+//! `lib/native.cts`.
 //!
-//! They answer as `Estimator` and `Rate` do; what differs is where the counters live and, for the
-//! rate, the clock: a shared rate reads the host's monotonic clock itself (every process must
-//! agree on the interval), so its methods take no `nowMs`. `incr` and `get` of the shared sketch
-//! and the shared rate's `observe` and `observeInWindow` are [`FAST_PATHS`] like the heap ones'.
+//! They answer as `Estimator`, `Rate` and `Inflight` do; what differs is where the counters live
+//! and, for the rate, the clock: a shared rate reads the host's monotonic clock itself (every
+//! process must agree on the interval), so its methods take no `nowMs`. The hot calls (the
+//! sketch's `incr` and `get`, the rate's `observe` and `observeInWindow`, the in-flight `incr`)
+//! are also [`FAST_PATHS`], as the heap objects' are.
 
 use crate::args;
 use crate::error::{Failure, Result as Outcome, map_error};
@@ -35,6 +37,8 @@ thread_local! {
     /// This thread's shared rates, by handle, for the fast paths; tagged as rates, as the heap
     /// ones.
     static SHARED_RATES: RefCell<Slab<Sketches>> = const { RefCell::new(Slab::new(1)) };
+    /// This thread's shared in-flight counts, by handle, for the fast paths; tagged as sketches.
+    static SHARED_INFLIGHTS: RefCell<Slab<Inflight>> = const { RefCell::new(Slab::new(0)) };
 }
 
 /// Longest interval `lib/rate.ts` accepts: 2^52 ms.
@@ -344,8 +348,9 @@ impl SharedRate {
 /// package's `Inflight.openShared`; this class takes only validated input.
 #[napi(custom_finalize)]
 pub struct SharedInflight {
-    /// `None` once closed (dropping it gives back what this process still holds).
-    inflight: Option<Inflight>,
+    /// `None` once closed (dropping the last reference gives back what this process still holds).
+    inflight: Option<Rc<Inflight>>,
+    slot: Slot<Inflight>,
     memory: External,
 }
 
@@ -382,8 +387,11 @@ impl SharedInflight {
             let inflight = Inflight::open(&name, shape, seed, processes, &options(dir, mode))?;
             // The total and this process's contribution are the sketches it touches.
             let memory = External::report(env, 2 * shape.counters() * size_of::<i64>());
+            let inflight = Rc::new(inflight);
+            let slot = Slot::new(&SHARED_INFLIGHTS, Rc::clone(&inflight))?;
             Ok(Self {
                 inflight: Some(inflight),
+                slot,
                 memory,
             })
         })()
@@ -435,9 +443,17 @@ impl SharedInflight {
             .map_or(0, |inflight| inflight.reclaim() as u32)
     }
 
+    /// This object's handle for the fast paths ([`FAST_PATHS`]), valid while it lives.
+    #[napi(getter)]
+    pub fn handle(&self) -> f64 {
+        self.slot.handle()
+    }
+
     /// Gives back what this process still holds and frees its slot now. Idempotent.
     #[napi(catch_unwind)]
     pub fn close(&mut self, env: &Env) {
+        self.slot.vacate();
+        // The slab held the only other reference: dropping ours gives the counts back.
         self.inflight = None;
         self.memory.release(env);
     }
@@ -445,7 +461,7 @@ impl SharedInflight {
 
 impl SharedInflight {
     fn inflight(&self) -> Outcome<&Inflight> {
-        self.inflight.as_ref().ok_or_else(closed)
+        self.inflight.as_deref().ok_or_else(closed)
     }
 }
 
@@ -462,8 +478,8 @@ pub fn unlink_shared(env: &Env, name: String, dir: Option<String>) -> Result<()>
 /// and `observeInWindow(handle, key, events, window)`, as the heap rate's
 /// (`crate::rate::FAST_PATHS`) without `nowMs`: `window[0]` receives the whole milliseconds
 /// elapsed in the host's interval, so a `WindowQuota` on a shared rate makes one call per
-/// request. Exported by `fastPaths()`.
-pub(crate) const FAST_PATHS: [(&CStr, Callback); 12] = [
+/// request. Then `SharedInflight.incr(handle, key, value)`. Exported by `fastPaths()`.
+pub(crate) const FAST_PATHS: [(&CStr, Callback); 15] = [
     (c"sharedIncrStr", incr_str),
     (c"sharedIncrNum", incr_num),
     (c"sharedIncrKey", incr_key),
@@ -476,6 +492,9 @@ pub(crate) const FAST_PATHS: [(&CStr, Callback); 12] = [
     (c"sharedRateObserveInWindowStr", observe_in_window_str),
     (c"sharedRateObserveInWindowNum", observe_in_window_num),
     (c"sharedRateObserveInWindowKey", observe_in_window_key),
+    (c"sharedInflightIncrStr", inflight_incr_str),
+    (c"sharedInflightIncrNum", inflight_incr_num),
+    (c"sharedInflightIncrKey", inflight_incr_key),
 ];
 
 fast_path!(incr_str, SHARED_SKETCHES, incr, keys::with_str_key);
@@ -484,6 +503,19 @@ fast_path!(incr_key, SHARED_SKETCHES, incr, keys::hash_key);
 fast_path!(get_str, SHARED_SKETCHES, get, keys::with_str_key);
 fast_path!(get_num, SHARED_SKETCHES, get, keys::with_number_key);
 fast_path!(get_key, SHARED_SKETCHES, get, keys::hash_key);
+fast_path!(
+    inflight_incr_str,
+    SHARED_INFLIGHTS,
+    incr,
+    keys::with_str_key
+);
+fast_path!(
+    inflight_incr_num,
+    SHARED_INFLIGHTS,
+    incr,
+    keys::with_number_key
+);
+fast_path!(inflight_incr_key, SHARED_INFLIGHTS, incr, keys::hash_key);
 
 /// Defines the raw callback `$name(handle, key, events)` (`observe`) or, with `in_window`,
 /// `$name(handle, key, events, window)`, hashing its key with `$hash`; checks its arguments in
