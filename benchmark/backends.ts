@@ -8,12 +8,15 @@ import { createRequire } from 'node:module';
 import { join, sep } from 'node:path';
 
 export type Api = typeof import('../lib/index.js');
+export type HttpApi = typeof import('../lib/http/index.js');
 /** What the bench reaches beyond the public API: the backend's ticker, for the N-API call cost. */
 export type BackendModule = typeof import('../lib/backend.js');
 
 export interface LoadedBackend {
   name: 'native' | 'fallback';
   api: Api;
+  /** `keepcount/http` on this backend. */
+  http: HttpApi;
   backend: BackendModule;
   /** `lib/limiter.ts`'s exports once that module exists, else undefined. */
   limiter: Record<string, unknown> | undefined;
@@ -35,6 +38,7 @@ function load(name: 'native' | 'fallback'): LoadedBackend {
   try {
     forgetSources();
     const api = nodeRequire('../lib/index.ts') as Api;
+    const http = nodeRequire('../lib/http/index.ts') as HttpApi;
     const backend = nodeRequire('../lib/backend.ts') as BackendModule;
     let limiter: Record<string, unknown> | undefined;
     try {
@@ -42,7 +46,7 @@ function load(name: 'native' | 'fallback'): LoadedBackend {
     } catch (error) {
       if ((error as { code?: string }).code !== 'MODULE_NOT_FOUND') throw error;
     }
-    return { name, api, backend, limiter };
+    return { name, api, http, backend, limiter };
   } finally {
     if (saved === undefined) delete process.env.KEEPCOUNT_BACKEND;
     else process.env.KEEPCOUNT_BACKEND = saved;

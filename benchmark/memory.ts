@@ -69,6 +69,9 @@ export const STRUCTURES: Record<string, Structure> = {
     s.init({ windowMs: 60_000 } as Parameters<MemoryStore['init']>[0]);
     return (k) => s.increment(k);
   },
+  // express-rate-limit's store interface, as a server behind `rateLimit({ store })` drives it.
+  'keepcount KeepcountStore (native)': forBackend('native', storeFeed),
+  'keepcount KeepcountStore (fallback)': forBackend('fallback', storeFeed),
   'limiter TokenBucket per key (Map)': () => {
     const m = new Map<string, TokenBucket>();
     return (k) => {
@@ -90,6 +93,13 @@ export const STRUCTURES: Record<string, Structure> = {
   'keepcount Limiter (native)': forBackend('native', limiterFeed),
   'keepcount Limiter (fallback)': forBackend('fallback', limiterFeed),
 };
+
+/** A `KeepcountStore` as express-rate-limit sets it up for `{ windowMs: 60_000, limit: 100 }`. */
+function storeFeed(b: LoadedBackend): Feed {
+  const s = new b.http.KeepcountStore();
+  s.init({ windowMs: 60_000, limit: 100 });
+  return (k) => s.increment(k);
+}
 
 function limiterFeed(b: LoadedBackend, keys: string[]): Feed {
   const check = keepcountLimiter(b, keys);

@@ -236,6 +236,25 @@ for (const b of node.backends) {
   });
 }
 
+// Issue 16: what a million clients leave behind in express-rate-limit's store, retained (heap and
+// addon-reported memory after full collections) and as RSS (which also holds V8's young generation
+// and the allocator's freed pages, so it is the noisier reading).
+const memoryStore = mem('express-rate-limit MemoryStore');
+for (const b of node.backends) {
+  const store = mem(`keepcount KeepcountStore (${b})`);
+  if (store === undefined || memoryStore === undefined) continue;
+  const retained = Math.max(store.heapRun, 1024);
+  targets.push({
+    what: `KeepcountStore (${b}) vs MemoryStore, memory after ${store.keys.toLocaleString('en-US')} distinct clients`,
+    goal: '≤ 1/50 of the growth',
+    measured:
+      `retained ${(store.heapRun / 1024).toFixed(0)} KiB vs ${(memoryStore.heapRun / 1048576).toFixed(1)} MiB ` +
+      `(1/${(memoryStore.heapRun / retained).toFixed(0)}); RSS ${(store.rssRun / 1048576).toFixed(1)} vs ` +
+      `${(memoryStore.rssRun / 1048576).toFixed(1)} MiB (1/${(memoryStore.rssRun / store.rssRun).toFixed(0)})`,
+    met: retained * 50 <= memoryStore.heapRun,
+  });
+}
+
 // Issue 14: each shared case against its process-local twin, and the cluster check per check.
 const sharedSuite = suite('shared-ipv4-uniform');
 for (const c of sharedSuite.cases.filter((x) => x.name.endsWith(', shared)'))) {
