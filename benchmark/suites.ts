@@ -318,7 +318,14 @@ function timeouts(backends: LoadedBackend[]): Suite {
       );
     });
   };
-  const cases: Case[] = [asyncCase('bare await (the floor)', one, (p) => p)];
+  // The least any wrapper that can settle on its own (so can time out) costs: a promise of its
+  // own and one reaction on the awaited one, with nothing to cancel. Issue 16 measures timeout()
+  // against a bare await; this is the floor such a wrapper cannot go below.
+  const wrapped = <T>(p: Promise<T>): Promise<T> => new Promise<T>((resolve, reject) => p.then(resolve, reject));
+  const cases: Case[] = [
+    asyncCase('bare await (the floor)', one, (p) => p),
+    asyncCase('new Promise + then, nothing else (the floor of any wrapper)', one, wrapped),
+  ];
   for (const b of backends) {
     const timeout = b.api.timeout;
     cases.push(asyncCase(`keepcount timeout(p, 5000) ${label(b)}`, one, (p) => timeout(p, 5000)));
@@ -334,6 +341,7 @@ function timeouts(backends: LoadedBackend[]): Suite {
     async check() {
       const got = [
         await resolved,
+        await wrapped(resolved),
         ...(await Promise.all(backends.map((b) => b.api.timeout(resolved, 5000)))),
         await raceTimeout(resolved, 5000),
         await pTimeout(resolved, { milliseconds: 5000 }),
