@@ -172,8 +172,9 @@ use parking_lot::Mutex;
 
 use crate::clock::{Clock, MonotonicClock};
 use bucket::{Bucket, Governed, Owned, admit};
+pub(crate) use bucket::{dimension_wait, refilled};
 pub use decision::Decision;
-use decision::Wait;
+pub(crate) use decision::Wait;
 pub use error::LimiterError;
 use index::Index;
 pub use quota::{Limit, Quota};
