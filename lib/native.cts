@@ -272,6 +272,9 @@ const shared: SharedBackend = {
   openInflight(name, hashes, slots, seed, processes, dir, mode) {
     return new NativeSharedInflight(binding.SharedInflight.open(name, hashes, slots, seed, processes, dir, mode));
   },
+  openLimiter(name, quota, bestEffort, capacity, seed, dir, mode) {
+    return binding.SharedLimiter.open(name, quota, bestEffort, capacity, seed, dir, mode);
+  },
   unlink(name, dir) {
     binding.unlinkShared(name, dir);
   },

@@ -10,13 +10,15 @@ use crate::args;
 use crate::error::{Failure, Result as Outcome, map_error};
 use crate::estimator::{Estimator, fast_path};
 use crate::keys;
+use crate::limiter::{self, QuotaSpec};
 use crate::memory::External;
 use crate::rate::RateSample;
 use crate::raw::{Callback, Slab, Slot};
 use keepcount_limits::Shape;
 use keepcount_limits::estimator::Estimator as Sketch;
 use keepcount_limits::shared::{
-    self, Counters, SharedInflight as Inflight, SharedOptions, SharedRate as Sketches,
+    self, Counters, SharedInflight as Inflight, SharedLimiter as Buckets, SharedOptions,
+    SharedRate as Sketches,
 };
 use napi::bindgen_prelude::{BigInt, ObjectFinalize, Uint8Array, Unknown};
 use napi::{Env, JsValue, Result};
@@ -431,6 +433,120 @@ impl SharedInflight {
 impl SharedInflight {
     fn inflight(&self) -> Outcome<&Inflight> {
         self.inflight.as_ref().ok_or_else(closed)
+    }
+}
+
+/// Per-key token buckets over the shared segment `name`, on the host's monotonic clock (the
+/// crate's `shared::SharedLimiter`). Use the package's `Limiter.openShared`; this class takes only
+/// validated input.
+#[napi(custom_finalize)]
+pub struct SharedLimiter {
+    /// `None` once closed.
+    limiter: Option<Buckets>,
+    memory: External,
+}
+
+/// How full a shared limiter's key table is.
+#[napi(object)]
+pub struct SharedLimiterStats {
+    /// Keys in the table.
+    pub keys: u32,
+    /// The most keys the table takes.
+    pub capacity: u32,
+    /// Checks sent to the best-effort bucket because the table was full, by every process.
+    pub overflow: f64,
+}
+
+impl ObjectFinalize for SharedLimiter {
+    fn finalize(mut self, env: Env) -> Result<()> {
+        self.memory.release(&env);
+        Ok(())
+    }
+}
+
+#[napi]
+impl SharedLimiter {
+    /// Opens (creating if needed) segment `name`: a bucket under `quota` for each of up to
+    /// `capacity` keys (in [1, 2^22]), `bestEffort` for keys beyond, key identities under `seed`;
+    /// errors as `SharedEstimator.open`, and `ERR_KEEPCOUNT_UNSUPPORTED` on a CPU without
+    /// lock-free 128-bit atomics.
+    #[napi(factory, catch_unwind)]
+    #[allow(clippy::too_many_arguments)]
+    pub fn open(
+        env: &Env,
+        name: String,
+        quota: QuotaSpec,
+        best_effort: QuotaSpec,
+        capacity: u32,
+        seed: BigInt,
+        dir: Option<String>,
+        mode: u32,
+    ) -> Result<Self> {
+        (|| -> Outcome<Self> {
+            let limiter = Buckets::open(
+                &name,
+                limiter::quota(&quota)?,
+                limiter::quota(&best_effort)?,
+                capacity,
+                args::seed(&seed)?,
+                &options(dir, mode),
+            )?;
+            // Report the mapping's size, as the sketches do: what the table can reach.
+            let memory = External::report(env, limiter.memory_bytes());
+            Ok(Self {
+                limiter: Some(limiter),
+                memory,
+            })
+        })()
+        .map_err(|failure| map_error(env, failure))
+    }
+
+    /// Checks one request costing `cost` units (a safe integer) for `key`: 0 if admitted, else
+    /// the milliseconds until it would be, `Infinity` if never.
+    #[napi(catch_unwind)]
+    pub fn check(
+        &self,
+        env: &Env,
+        #[napi(ts_arg_type = "string | number | bigint | Uint8Array")] key: Unknown,
+        cost: f64,
+    ) -> Result<f64> {
+        (|| -> Outcome<f64> {
+            let cost = args::integer("The \"cost\" argument", cost, 0, limiter::MAX_SAFE)?;
+            let buckets = self.limiter()?;
+            limiter::with_key(env, key, |key| {
+                limiter::decision_ms(buckets.check(key, cost))
+            })
+        })()
+        .map_err(|failure| map_error(env, failure))
+    }
+
+    /// How full the key table is, and how many checks overflowed it.
+    #[napi(catch_unwind)]
+    pub fn stats(&self, env: &Env) -> Result<SharedLimiterStats> {
+        self.limiter()
+            .map(|limiter| {
+                let stats = limiter.stats();
+                SharedLimiterStats {
+                    keys: stats.keys,
+                    capacity: stats.capacity,
+                    // Exact below 2^53 checks.
+                    overflow: stats.overflow as f64,
+                }
+            })
+            .map_err(|failure| map_error(env, failure))
+    }
+
+    /// Unmaps the segment from this process now. Idempotent.
+    #[napi(catch_unwind)]
+    pub fn close(&mut self, env: &Env) {
+        self.limiter = None;
+        self.memory.release(env);
+    }
+}
+
+impl SharedLimiter {
+    fn limiter(&self) -> Outcome<&Buckets> {
+        self.limiter.as_ref().ok_or_else(closed)
     }
 }
 
