@@ -67,9 +67,11 @@ pub enum SharedError {
     WideQuota,
     /// The mode asks for bits beyond `0o777`.
     Mode(u32),
-    /// This platform has no shared segments (only Unix-like systems do), or, for a shared
-    /// limiter, no lock-free 128-bit atomics.
+    /// This platform has no shared segments (only Unix-like systems do).
     Unsupported,
+    /// This CPU has no lock-free 128-bit compare-and-swap, which a shared limiter's buckets need
+    /// (only the earliest AMD64 processors lack it).
+    NoWideAtomics,
     /// The operating system refused an operation on the file.
     Io {
         /// The file or directory.
@@ -166,6 +168,9 @@ impl fmt::Display for SharedError {
             Self::Unsupported => {
                 f.write_str("shared segments need a Unix-like system (Linux, macOS)")
             }
+            Self::NoWideAtomics => f.write_str(
+                "a shared limiter needs a CPU with a lock-free 128-bit compare-and-swap",
+            ),
             Self::Io { path, source } => write!(f, "{}: {source}", path.display()),
         }
     }

@@ -30,7 +30,7 @@
 //! Every piece of state is a 16-byte word changed by a 128-bit compare-and-swap (`cmpxchg16b` on
 //! x86-64, a load/store-exclusive pair on AArch64, through `portable-atomic`); there is no lock,
 //! so a process killed at any instruction leaves every word valid and wedges nobody. Where the
-//! CPU has no lock-free 128-bit atomics, opening fails with [`SharedError::Unsupported`]:
+//! CPU has no lock-free 128-bit atomics, opening fails with [`SharedError::NoWideAtomics`]:
 //! `portable-atomic`'s fallback is a lock inside one process, which would protect nothing here.
 //!
 //! - **A bucket dimension** is `last` (the refill time, host monotonic nanoseconds) in the high 64
@@ -139,7 +139,7 @@ impl SharedLimiter {
     /// # Errors
     /// [`SharedError::Capacity`] unless `1 ≤ capacity ≤ MAX_CAPACITY`; [`SharedError::WideQuota`]
     /// if a full bucket of either quota is `2^64` units or more (`burst × period` in
-    /// nanoseconds); [`SharedError::Unsupported`] without lock-free 128-bit atomics; and the
+    /// nanoseconds); [`SharedError::NoWideAtomics`] without lock-free 128-bit atomics; and the
     /// errors of every shared segment, [`SharedError::Mismatch`] naming `kind`, `capacity`,
     /// `quota`, `bestEffort` or `seed`.
     pub fn open(
@@ -179,7 +179,7 @@ impl<C: Clock> SharedLimiter<C> {
             return Err(SharedError::WideQuota);
         }
         if !AtomicU128::is_lock_free() {
-            return Err(SharedError::Unsupported);
+            return Err(SharedError::NoWideAtomics);
         }
         let entries = table_entries(capacity);
         let layout = Layout {
