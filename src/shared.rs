@@ -4,7 +4,8 @@
 //! They answer as `Estimator` and `Rate` do; what differs is where the counters live and, for the
 //! rate, the clock: a shared rate reads the host's monotonic clock itself (every process must
 //! agree on the interval), so its methods take no `nowMs`. `incr` and `get` of the shared sketch
-//! are [`FAST_PATHS`] like the heap sketch's.
+//! are [`FAST_PATHS`] like the heap sketch's, and so is the shared limiter's `check` (the local
+//! limiter's is one too: a method call would cost a shared check more than the check itself).
 
 use crate::args;
 use crate::error::{Failure, Result as Outcome, map_error};
@@ -13,7 +14,7 @@ use crate::keys;
 use crate::limiter::{self, QuotaSpec};
 use crate::memory::External;
 use crate::rate::RateSample;
-use crate::raw::{Callback, Slab, Slot};
+use crate::raw::{self, Callback, Slab, Slot};
 use keepcount_limits::Shape;
 use keepcount_limits::estimator::Estimator as Sketch;
 use keepcount_limits::shared::{
@@ -33,7 +34,9 @@ type SharedSketch = Sketch<Counters>;
 
 thread_local! {
     /// This thread's shared sketches, by handle, for the fast paths.
-    static SHARED_SKETCHES: RefCell<Slab<SharedSketch>> = const { RefCell::new(Slab::new(3)) };
+    static SHARED_SKETCHES: RefCell<Slab<SharedSketch>> = const { RefCell::new(Slab::new(4)) };
+    /// This thread's shared limiters, by handle, for the fast paths.
+    static SHARED_LIMITERS: RefCell<Slab<Buckets>> = const { RefCell::new(Slab::new(5)) };
 }
 
 /// Longest interval `lib/rate.ts` accepts: 2^52 ms.
@@ -442,7 +445,8 @@ impl SharedInflight {
 #[napi(custom_finalize)]
 pub struct SharedLimiter {
     /// `None` once closed.
-    limiter: Option<Buckets>,
+    limiter: Option<Rc<Buckets>>,
+    slot: Slot<Buckets>,
     memory: External,
 }
 
@@ -493,8 +497,11 @@ impl SharedLimiter {
             )?;
             // Report the mapping's size, as the sketches do: what the table can reach.
             let memory = External::report(env, limiter.memory_bytes());
+            let limiter = Rc::new(limiter);
+            let slot = Slot::new(&SHARED_LIMITERS, Rc::clone(&limiter))?;
             Ok(Self {
                 limiter: Some(limiter),
+                slot,
                 memory,
             })
         })()
@@ -520,6 +527,12 @@ impl SharedLimiter {
         .map_err(|failure| map_error(env, failure))
     }
 
+    /// This limiter's handle for the fast paths ([`FAST_PATHS`]), valid while this object lives.
+    #[napi(getter)]
+    pub fn handle(&self) -> f64 {
+        self.slot.handle()
+    }
+
     /// How full the key table is, and how many checks overflowed it.
     #[napi(catch_unwind)]
     pub fn stats(&self, env: &Env) -> Result<SharedLimiterStats> {
@@ -539,6 +552,8 @@ impl SharedLimiter {
     /// Unmaps the segment from this process now. Idempotent.
     #[napi(catch_unwind)]
     pub fn close(&mut self, env: &Env) {
+        self.slot.vacate();
+        // The slab held the only other reference: dropping ours unmaps the segment.
         self.limiter = None;
         self.memory.release(env);
     }
@@ -546,7 +561,7 @@ impl SharedLimiter {
 
 impl SharedLimiter {
     fn limiter(&self) -> Outcome<&Buckets> {
-        self.limiter.as_ref().ok_or_else(closed)
+        self.limiter.as_deref().ok_or_else(closed)
     }
 }
 
@@ -559,15 +574,47 @@ pub fn unlink_shared(env: &Env, name: String, dir: Option<String>) -> Result<()>
 }
 
 /// `SharedEstimator.incr` and `get` as raw functions taking the sketch's handle first, as the
-/// heap sketch's (`crate::estimator::FAST_PATHS`). Exported by `fastPaths()`.
-pub(crate) const FAST_PATHS: [(&CStr, Callback); 6] = [
+/// heap sketch's (`crate::estimator::FAST_PATHS`), and `SharedLimiter.check` taking the
+/// limiter's handle, then `(key, cost)`, as the local limiter's (`crate::limiter::FAST_PATHS`).
+/// Exported by `fastPaths()`.
+pub(crate) const FAST_PATHS: [(&CStr, Callback); 9] = [
     (c"sharedIncrStr", incr_str),
     (c"sharedIncrNum", incr_num),
     (c"sharedIncrKey", incr_key),
     (c"sharedGetStr", get_str),
     (c"sharedGetNum", get_num),
     (c"sharedGetKey", get_key),
+    (c"sharedCheckStr", check_str),
+    (c"sharedCheckNum", check_num),
+    (c"sharedCheckKey", check_key),
 ];
+
+/// Defines the raw callback `$name(handle, key, cost)` reading its key with `$read`
+/// (`keys::with_str_key`, `with_number_key` or `with_key`).
+macro_rules! fast_check {
+    ($name:ident, $read:path) => {
+        unsafe extern "C" fn $name(
+            env: napi::sys::napi_env,
+            info: napi::sys::napi_callback_info,
+        ) -> napi::sys::napi_value {
+            // SAFETY: this callback's handles.
+            unsafe {
+                raw::call(env, info, |&[handle, key, cost]| {
+                    let buckets = raw::resolve(env, handle, &SHARED_LIMITERS)?;
+                    let cost = raw::number(env, cost, "The \"cost\" argument")?;
+                    let cost = args::integer("The \"cost\" argument", cost, 0, limiter::MAX_SAFE)?;
+                    $read(env, key, |key| {
+                        key.with_stored(|key| limiter::decision_ms(buckets.check(key, cost)))
+                    })
+                })
+            }
+        }
+    };
+}
+
+fast_check!(check_str, keys::with_str_key);
+fast_check!(check_num, keys::with_number_key);
+fast_check!(check_key, keys::with_key);
 
 fast_path!(incr_str, SHARED_SKETCHES, incr, keys::with_str_key);
 fast_path!(incr_num, SHARED_SKETCHES, incr, keys::with_number_key);
