@@ -168,8 +168,17 @@ test(title('a damaged limiter segment is ERR_KEEPCOUNT_CORRUPT, and unlink clear
     throwsShape(t, () => Limiter.openShared('d', { quota, seed: SEED, dir }), corrupt);
     Limiter.unlink('d', { dir });
   }
-  using fresh = Limiter.openShared('d', { quota, seed: SEED, dir });
+  const fresh = Limiter.openShared('d', { quota, seed: SEED, dir });
   t.true(fresh.check('k').allowed);
+  fresh.close();
+  fresh.close();
+  const closed = {
+    instanceOf: Error,
+    code: 'ERR_KEEPCOUNT_CLOSED',
+    message: 'This Limiter was closed; its counters are gone',
+  };
+  throwsShape(t, () => fresh.check('k'), closed);
+  throwsShape(t, () => fresh.stats(), closed);
 });
 
 test(title('tokenBucket over a shared Limiter holds one bucket per client across processes'), async (t) => {
