@@ -94,6 +94,12 @@ test(title('bad keys, counts, shapes and merges throw the classes and codes of l
   expect('fast limiterCheckNum count string', 'TypeError', 'ERR_INVALID_ARG_TYPE');
   expect('fast limiterCheckStr now string', 'TypeError', 'ERR_INVALID_ARG_TYPE');
   expect('fast limiterCheckKey no arguments', 'TypeError', 'ERR_INVALID_ARG_TYPE');
+  expect('fast sharedRateObserveStr count -1.5', 'RangeError', 'ERR_OUT_OF_RANGE');
+  expect('fast sharedRateObserveInWindowNum window Float32Array', 'TypeError', 'ERR_INVALID_ARG_TYPE');
+  expect('fast sharedRateObserveInWindowKey handle of class rate', 'TypeError', 'ERR_INVALID_ARG_TYPE');
+  expect('fast sharedInflightIncrStr handle of class shared sketch', 'TypeError', 'ERR_INVALID_ARG_TYPE');
+  expect('fast sharedInflightIncrKey key symbol', 'TypeError', 'ERR_INVALID_ARG_TYPE');
+  expect('fast sharedRateObserveStr handle tag +6', 'TypeError', 'ERR_INVALID_ARG_TYPE');
   t.like(byName.get('deserialize flipped'), { outcome: 'returned', value: 'checksum' });
   t.like(byName.get('deserialize huge shape'), { outcome: 'returned', value: 'shape' });
 });

@@ -1,82 +1,14 @@
 // Estimator.openShared and Rate.openShared: counters shared by real processes (child_process.fork
 // workers) through a segment file. On the fallback backend every entry point must refuse with
 // ERR_KEEPCOUNT_UNSUPPORTED rather than count per process; argument checks are the same on both.
-import { fork, type ChildProcess } from 'node:child_process';
-import { mkdtempSync, rmSync, statSync, writeFileSync, existsSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { statSync, writeFileSync, existsSync } from 'node:fs';
 import { join } from 'node:path';
-import test, { type ExecutionContext } from 'ava';
+import test from 'ava';
 import { backend, Estimator, Inflight, Rate } from '../lib/index.js';
-import { fixture, throwsShape, title } from './helpers.js';
+import { throwsShape, title } from './helpers.js';
+import { scratch, sleep, unsupported, workers } from './shared-workers.js';
 
 const SEED = 0x5eedn;
-
-/** A fresh directory for one test's segments, removed after it. */
-function scratch(t: ExecutionContext): string {
-  const dir = mkdtempSync(join(tmpdir(), 'keepcount-shared-'));
-  t.teardown(() => rmSync(dir, { recursive: true, force: true }));
-  return dir;
-}
-
-const unsupported = (what: string) => ({
-  instanceOf: Error,
-  code: 'ERR_KEEPCOUNT_UNSUPPORTED',
-  message: new RegExp(`^${what.replace('.', '\\.')} needs the native backend: .*Build or install the native addon`),
-});
-
-/** A forked worker running fixtures/shared-worker.ts, answering one message per command. */
-class Worker {
-  private readonly child: ChildProcess;
-  private readonly answers: { ok?: unknown; error?: string }[] = [];
-  private waiting: (() => void) | undefined;
-
-  constructor() {
-    this.child = fork(fixture('shared-worker.ts'), [], { execArgv: ['--import', 'tsx'], stdio: 'inherit' });
-    this.child.on('message', (answer: { ok?: unknown; error?: string }) => {
-      this.answers.push(answer);
-      this.waiting?.();
-    });
-  }
-
-  /** The next answer; rejects with the worker's error. */
-  private async next(): Promise<unknown> {
-    while (this.answers.length === 0) await new Promise<void>((resolve) => (this.waiting = resolve));
-    const answer = this.answers.shift()!;
-    if (answer.error !== undefined) throw new Error(answer.error);
-    return answer.ok;
-  }
-
-  async ready(): Promise<void> {
-    await this.next();
-  }
-
-  async send(command: object): Promise<unknown> {
-    this.child.send(command);
-    return this.next();
-  }
-
-  /** Kills the worker with SIGKILL and waits until it is gone. */
-  async kill(): Promise<void> {
-    const exited = new Promise((resolve) => this.child.once('exit', resolve));
-    this.child.kill('SIGKILL');
-    await exited;
-  }
-
-  async exit(): Promise<void> {
-    const exited = new Promise((resolve) => this.child.once('exit', resolve));
-    await this.send({ op: 'exit' });
-    await exited;
-  }
-}
-
-/** `count` workers, each ready. */
-async function workers(count: number): Promise<Worker[]> {
-  const all = Array.from({ length: count }, () => new Worker());
-  await Promise.all(all.map((w) => w.ready()));
-  return all;
-}
-
-const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
 test(title('four processes incrementing one key reach the exact total, and all read it'), async (t) => {
   const dir = scratch(t);

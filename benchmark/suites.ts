@@ -503,6 +503,7 @@ function shared(backends: LoadedBackend[], v: Variant, checkDraws: number): Suit
     const sharedRate = open('rate', (n) => Rate.openShared(n, { intervalMs: 1000, seed: SEED }), Rate.unlink);
     const localInflight = new Inflight({ seed: SEED });
     const sharedInflight = open('inflight', (n) => Inflight.openShared(n, { seed: SEED }), Estimator.unlink);
+    const [localLimiter, sharedLimiter] = limiters(native.api, v.keys.map(String));
     cases.push(syncCase('keepcount Estimator.incr (native, local)', s, (k) => local.incr(k)));
     cases.push(syncCase('keepcount Estimator.incr (native, shared)', s, (k) => sharedEst.incr(k)));
     cases.push(syncCase('keepcount Estimator.get (native, local)', s, (k) => local.get(k)));
@@ -518,6 +519,8 @@ function shared(backends: LoadedBackend[], v: Variant, checkDraws: number): Suit
     cases.push(
       syncCase('keepcount Inflight.incr+release (native, shared)', s, (k) => sharedInflight.incr(k)[0].release()),
     );
+    cases.push(syncCase('keepcount Limiter.check (native, local)', s, (k) => localLimiter.check(k).allowed));
+    cases.push(syncCase('keepcount Limiter.check (native, shared)', s, (k) => sharedLimiter.check(k).allowed));
   }
   return {
     id: `shared-${v.id}`,
@@ -529,14 +532,33 @@ function shared(backends: LoadedBackend[], v: Variant, checkDraws: number): Suit
       const { Estimator } = native.api;
       const local = new Estimator({ seed: SEED });
       const sharedEst = open('check', (n) => Estimator.openShared(n, { seed: SEED }), Estimator.unlink);
+      const [localLimiter, sharedLimiter] = limiters(native.api, s.slice(0, checkDraws));
       for (let i = 0; i < checkDraws; i++) {
         const k = s[i]!;
         assert(local.incr(k) === sharedEst.incr(k), `shared and local sketches disagree on ${k}`);
+        assert(localLimiter.check(k).allowed && sharedLimiter.check(k).allowed, `a limiter refused ${k}`);
       }
       sharedEst.close();
-      return `${checkDraws} draws: the shared sketch gives the local one's estimates`;
+      sharedLimiter.close();
+      return `${checkDraws} draws: the shared sketch gives the local one's estimates; both limiters admit every check`;
     },
   };
+}
+
+/**
+ * A process-local `Limiter` with every key of `keys` in its table, and a shared one with room for
+ * them all (its segment unlinked at once: this process keeps it mapped), under one quota that
+ * admits everything: a billion a second, the most whose full bucket fits the shared limiter's
+ * 64-bit bucket words (`burst × 1e9 ns < 2^64`).
+ */
+function limiters(api: LoadedBackend['api'], keys: string[]) {
+  const quota = { requests: { perSecond: 1e9, burst: 1e9 } };
+  const distinct = [...new Set(keys)];
+  const local = new api.Limiter({ bestEffort: quota, keys: distinct.map((k) => [k, quota] as const) });
+  const name = `bench-limiter-${process.pid}-${distinct.length}`;
+  const shared = api.Limiter.openShared(name, { quota, capacity: distinct.length, seed: SEED });
+  api.Limiter.unlink(name);
+  return [local, shared] as const;
 }
 
 /** Every suite's id, in report order; `makeSuite` builds one. */

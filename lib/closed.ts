@@ -3,7 +3,7 @@
  * `ERR_KEEPCOUNT_CLOSED`. Swapping it in costs the open object's calls nothing (no flag to test on
  * the hot path), and the closed object keeps answering its shape.
  */
-import type { EstimatorCore, HeavyCore, RateCore } from './core.js';
+import type { EstimatorCore, HeavyCore, RateCore, SharedLimiterCore } from './core.js';
 import { withCode, type KeepcountError } from './errors.js';
 
 /** `Symbol.dispose` where the runtime has it (Node >= 20.4), else the symbol TypeScript's `using` looks up. */
@@ -52,6 +52,16 @@ export function closedRate(): RateCore {
     sample: fail,
     close: () => {},
   };
+  standIns.add(standIn);
+  return standIn;
+}
+
+/** A stand-in for a closed shared limiter: every call throws. */
+export function closedSharedLimiter(): SharedLimiterCore {
+  const fail = (): never => {
+    throw closedError('Limiter');
+  };
+  const standIn: SharedLimiterCore = { check: fail, stats: fail, close: () => {} };
   standIns.add(standIn);
   return standIn;
 }

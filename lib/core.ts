@@ -303,8 +303,39 @@ export interface SharedBackend {
     dir: string | undefined,
     mode: number,
   ): InflightCore;
+  /**
+   * Token buckets over segment `name` (`crates/limits/src/shared/limiter.rs`): one under `quota`
+   * for each of up to `capacity` keys (an integer in [1, 2^22]), `bestEffort` for the keys beyond,
+   * on the host's monotonic clock.
+   */
+  openLimiter(
+    name: string,
+    quota: QuotaSpec,
+    bestEffort: QuotaSpec,
+    capacity: number,
+    seed: bigint,
+    dir: string | undefined,
+    mode: number,
+  ): SharedLimiterCore;
   /** Removes segment `name`'s file; no error if there is none. */
   unlink(name: string, dir: string | undefined): void;
+}
+
+/** How full a shared limiter's key table is. */
+export interface SharedLimiterStats {
+  /** Keys in the table. */
+  keys: number;
+  /** The most keys the table takes. */
+  capacity: number;
+  /** Checks sent to the best-effort bucket because the table was full, by every process since creation. */
+  overflow: number;
+}
+
+/** A shared limiter's buckets: as {@link LimiterCore.check}, on the host's clock (no `nowMs`). */
+export interface SharedLimiterCore {
+  check(key: Key, cost: number): number;
+  stats(): SharedLimiterStats;
+  close(): void;
 }
 
 /** What `Inflight` needs of its counters: an {@link EstimatorCore}, or a shared in-flight core. */

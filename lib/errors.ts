@@ -7,8 +7,9 @@
  *   fractional or too large size, a non-finite or non-safe-integer count, a key number that is not
  *   a safe integer or a bigint outside i64.
  * - `ERR_KEEPCOUNT_MISMATCH` (`Error`): `merge` of sketches whose hashes, slots or seed differ; or
- *   `openShared` of a segment that exists with another kind, shape, seed or interval (the message
- *   names the first field that differs).
+ *   `openShared` of a segment that exists with another kind, shape, seed or interval, or for
+ *   `Limiter.openShared` another quota, best-effort quota or capacity (the message names the first
+ *   field that differs).
  * - `ERR_KEEPCOUNT_CORRUPT` (`Error`): `Estimator.deserialize` input that is not a valid version-2
  *   sketch, or an `openShared` segment file whose header is damaged or not keepcount's; the message
  *   says which check failed.
@@ -18,7 +19,8 @@
  * - `ERR_KEEPCOUNT_FULL` (`Error`): `Inflight.openShared` found every process slot of the segment
  *   held by a live process (open it with a larger `processes`, after unlinking it).
  * - `ERR_KEEPCOUNT_RELEASED` (`Error`): `incr()` on an Inflight guard that was already released.
- * - `ERR_KEEPCOUNT_CLOSED` (`Error`): a method of an `Estimator` or `Rate` called after its `close()`.
+ * - `ERR_KEEPCOUNT_CLOSED` (`Error`): a method of an `Estimator`, a `Rate` or a shared `Limiter` called
+ *   after its `close()`.
  * - `ERR_KEEPCOUNT_BACKEND` (`Error`): `KEEPCOUNT_BACKEND` names an unknown backend, or forces
  *   `native` where the binding cannot load (the load error is the `cause`).
  * - `ERR_KEEPCOUNT_TIMEOUT` ({@link TimeoutError}): `timeout()` ran out of time.
@@ -28,7 +30,8 @@
  * - `ERR_KEEPCOUNT_UNSUPPORTED` (`Error`): an option keepcount cannot honour, e.g. @fastify/rate-limit's
  *   `continueExceeding` or `exponentialBackoff` with the keepcount store (its window is shared by all keys);
  *   or `openShared`/`unlink` where counters cannot be shared between processes: on the TypeScript
- *   fallback, or on a system other than Linux or macOS.
+ *   fallback, or on a system other than Linux or macOS; `Limiter.openShared` on a CPU without a
+ *   lock-free 128-bit compare-and-swap.
  * - `ERR_KEEPCOUNT_SYNC` (`Error`): emitted, never thrown, by keepcount/redis' `RedisSync` on its
  *   `'error'` event when a sync timed out or Redis answered something other than the script's reply.
  *   (Errors of the Redis client itself are emitted as the client made them.)

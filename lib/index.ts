@@ -32,6 +32,7 @@ export {
 } from './limiter.js';
 export { proportionalRate, Rate, type RateComponents, type RateOptions, type SharedRateOptions } from './rate.js';
 export type { SharedCreation, SharedPlacement } from './shared.js';
+export { SharedLimiter, type SharedLimiterOptions, type SharedLimiterStats } from './shared-limiter.js';
 export { pauseForFork, sleep, timeout, timeoutSignal, unpause } from './timeout.js';
 
 /** Which implementation this process runs: the Rust core (`'native'`) or the TypeScript fallback. */

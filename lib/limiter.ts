@@ -4,67 +4,16 @@
  * @module
  */
 import { active } from './backend.js';
-import type { Key, LimiterCore, LimitSpec, QuotaSpec } from './core.js';
+import type { Key, LimiterCore, QuotaSpec } from './core.js';
 import { Stopwatch, type Clock } from './clock.js';
 import { describe, invalidType, outOfRange, withCode } from './errors.js';
 import { isUint8Array, validateKey } from './keys.js';
+import { ALLOWED, quotaInfo, quotaSpec, type LimiterDecision, type Quota, type QuotaInfo } from './quotas.js';
+import { SharedLimiter, type SharedLimiterOptions } from './shared-limiter.js';
+import { sharedBackend, sharedDir, sharedName, type SharedPlacement } from './shared.js';
+import { optionsObject } from './options.js';
 
-/** Largest period: 2^53 − 1 ns (about 104 days), so every period is a safe integer of nanoseconds. */
-const MAX_PERIOD_NS = Number.MAX_SAFE_INTEGER;
-
-/**
- * How fast one dimension refills and how much it holds: either `perSecond` tokens a second, or
- * `amount` tokens every `periodMs` milliseconds (for rates below one a second, or exact fractions).
- * Refill is continuous: one token every `periodMs / amount`.
- *
- * @example
- * ```ts
- * const apiCalls: RateLimit = { perSecond: 10, burst: 20 };
- * const slow: RateLimit = { amount: 1, periodMs: 60_000, burst: 5 }; // one a minute
- * ```
- */
-export type RateLimit =
-  | {
-      /** Tokens added per second: a safe integer >= 0 (0 never refills). */
-      perSecond: number;
-      /** The most tokens held, and the largest cost ever admitted: a safe integer >= 0. */
-      burst: number;
-    }
-  | {
-      /** Tokens added every `periodMs`: a safe integer >= 0 (0 never refills). */
-      amount: number;
-      /** The period in milliseconds: a number > 0, rounded to the nanosecond, at most 2^53 − 1 ns (~104 days). */
-      periodMs: number;
-      /** The most tokens held, and the largest cost ever admitted: a safe integer >= 0. */
-      burst: number;
-    };
-
-/**
- * What one bucket admits, in two dimensions at once. Each check is one request and costs its
- * `cost` in units (bytes, say); it is admitted only if every limited dimension has it.
- */
-export interface Quota {
-  /** The limit on requests. Defaults to none (unlimited). */
-  requests?: RateLimit;
-  /** The limit on cost units. Defaults to none (unlimited). */
-  units?: RateLimit;
-}
-
-/** A {@link RateLimit} as the limiter holds it. */
-export interface LimitInfo {
-  /** Tokens added per period. */
-  amount: number;
-  /** The period in milliseconds (`perSecond` limits report 1000). */
-  periodMs: number;
-  /** The most tokens held. */
-  burst: number;
-}
-
-/** A {@link Quota} as the limiter holds it: absent dimensions are unlimited. */
-export interface QuotaInfo {
-  requests?: LimitInfo;
-  units?: LimitInfo;
-}
+export type { LimitInfo, LimiterDecision, Quota, QuotaInfo, RateLimit } from './quotas.js';
 
 /** Options of {@link Limiter}. */
 export interface LimiterOptions {
@@ -87,17 +36,6 @@ export interface LimiterOptions {
    */
   clock?: Clock;
 }
-
-/**
- * The answer to {@link Limiter.check}. When refused, nothing was taken from any bucket, and
- * `retryAfterMs` says how long until the same check would be admitted had nothing else run
- * (to the nanosecond, so it may be fractional: round up for a `Retry-After` header), or is
- * `Infinity` when waiting never helps: the cost exceeds a burst, or a bucket short of tokens
- * never refills.
- */
-export type LimiterDecision = { readonly allowed: true } | { readonly allowed: false; readonly retryAfterMs: number };
-
-const ALLOWED: LimiterDecision = Object.freeze({ allowed: true });
 
 /**
  * Per-key token buckets, with one best-effort bucket shared by every key not in the table and an
@@ -141,6 +79,39 @@ export class Limiter {
       this.#overall = quotaInfo(overall);
     }
     if (keys !== undefined && !this.#core.replaceKeys(keys[0], keys[1], 0)) throw duplicateKey();
+  }
+
+  /**
+   * Token buckets shared by every process of this host that opens `name`: one bucket per key under
+   * `quota`, created on the key's first check, for up to `capacity` keys; keys beyond share one
+   * best-effort bucket (counted in `stats().overflow`, never an error). Same decisions as a
+   * `Limiter`'s, on the host's monotonic clock: across all processes a key's bucket admits at
+   * most `burst + rate × t` over any `t`. No lock: a process killed mid-check blocks nobody.
+   * The segment, its errors (`ERR_KEEPCOUNT_MISMATCH` naming `quota`, `bestEffort`, `capacity`
+   * or `seed`; `ERR_KEEPCOUNT_CORRUPT`; `ERR_KEEPCOUNT_IO`) and its lifetime are as for
+   * `Estimator.openShared`; `Limiter.unlink` removes it. Needs the native backend
+   * (`ERR_KEEPCOUNT_UNSUPPORTED` on the fallback).
+   *
+   * @example
+   * ```ts
+   * // In every worker of a node:cluster app:
+   * const perClient = Limiter.openShared('api-clients', {
+   *   quota: { requests: { perSecond: 10, burst: 20 } },
+   *   capacity: 100_000,
+   *   seed: 0x5eedn,
+   * });
+   * app.use(tokenBucket({ limiter: perClient })); // 10/s per client IP for the whole host
+   * ```
+   */
+  static openShared(name: string, options: SharedLimiterOptions): SharedLimiter {
+    return SharedLimiter.open(name, options);
+  }
+
+  /** Removes the shared segment `name`; see `Estimator.unlink`. */
+  static unlink(name: string, options?: SharedPlacement): void {
+    const n = sharedName(name);
+    const dir = sharedDir(optionsObject(options));
+    sharedBackend('Limiter.unlink').unlink(n, dir);
   }
 
   /**
@@ -259,54 +230,4 @@ function entries(name: string, kind: string, table: unknown): [Key[], QuotaSpec[
     i++;
   }
   return [keys, quotas];
-}
-
-/** `The "bestEffort" option` + `requests` → `The "bestEffort.requests" option`. */
-function field(what: string, name: string): string {
-  return what.replace(/^(The "[^"]*)"/, `$1.${name}"`);
-}
-
-function quotaSpec(what: string, quota: unknown): QuotaSpec {
-  if (typeof quota !== 'object' || quota === null) throw invalidType(what, 'of type object', quota);
-  const q = quota as Quota;
-  const spec: QuotaSpec = {};
-  if (q.requests !== undefined) spec.requests = limitSpec(field(what, 'requests'), q.requests);
-  if (q.units !== undefined) spec.units = limitSpec(field(what, 'units'), q.units);
-  return spec;
-}
-
-function limitSpec(what: string, limit: unknown): LimitSpec {
-  if (typeof limit !== 'object' || limit === null) throw invalidType(what, 'of type object', limit);
-  const l = limit as { perSecond?: unknown; amount?: unknown; periodMs?: unknown; burst?: unknown };
-  const perSecond = l.perSecond !== undefined;
-  if (perSecond === (l.amount !== undefined || l.periodMs !== undefined)) {
-    throw invalidType(what, 'an object with either perSecond, or amount and periodMs', limit);
-  }
-  const burst = count(field(what, 'burst'), l.burst);
-  if (perSecond) return { amount: count(field(what, 'perSecond'), l.perSecond), periodNs: 1e9, burst };
-  const amount = count(field(what, 'amount'), l.amount);
-  const periodWhat = field(what, 'periodMs');
-  if (typeof l.periodMs !== 'number') throw invalidType(periodWhat, 'of type number', l.periodMs);
-  const periodNs = Math.round(l.periodMs * 1e6);
-  if (!(periodNs >= 1 && periodNs <= MAX_PERIOD_NS)) {
-    throw outOfRange(periodWhat, 'a number of milliseconds of at least 1 ns and at most 2^53 - 1 ns', l.periodMs);
-  }
-  return { amount, periodNs, burst };
-}
-
-function count(what: string, value: unknown): number {
-  if (typeof value !== 'number') throw invalidType(what, 'of type number', value);
-  if (!Number.isSafeInteger(value) || value < 0) throw outOfRange(what, 'a safe integer >= 0', value);
-  return value;
-}
-
-function limitInfo(limit: LimitSpec): LimitInfo {
-  return { amount: limit.amount, periodMs: limit.periodNs / 1e6, burst: limit.burst };
-}
-
-function quotaInfo(spec: QuotaSpec): QuotaInfo {
-  const info: QuotaInfo = {};
-  if (spec.requests != null) info.requests = limitInfo(spec.requests);
-  if (spec.units != null) info.units = limitInfo(spec.units);
-  return info;
 }

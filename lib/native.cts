@@ -40,6 +40,8 @@ import type {
   RateCore,
   RateSample,
   SharedBackend,
+  SharedLimiterCore,
+  SharedLimiterStats,
   TickHandle,
   Ticker,
 } from './core.js';
@@ -70,6 +72,7 @@ const { sharedIncrStr, sharedIncrNum, sharedIncrKey, sharedGetStr, sharedGetNum,
 const { sharedRateObserveStr, sharedRateObserveNum, sharedRateObserveKey } = fast;
 const { sharedRateObserveInWindowStr, sharedRateObserveInWindowNum, sharedRateObserveInWindowKey } = fast;
 const { sharedInflightIncrStr, sharedInflightIncrNum, sharedInflightIncrKey } = fast;
+const { sharedCheckStr, sharedCheckNum, sharedCheckKey } = fast;
 const { limiterCheckStr, limiterCheckNum, limiterCheckKey } = binding.limiterFastPaths();
 const { heavyIncrStr, heavyIncrNum, heavyIncrKey } = fast;
 
@@ -275,6 +278,29 @@ class NativeSharedInflight implements InflightCore {
   }
 }
 
+/** The native {@link SharedLimiterCore}: `check` calls the binding's fast paths, as {@link NativeLimiter} does. */
+class NativeSharedLimiter implements SharedLimiterCore {
+  private readonly handle: number;
+
+  constructor(private readonly native: Binding.SharedLimiter) {
+    this.handle = native.handle;
+  }
+
+  check(key: Key, cost: number): number {
+    if (typeof key === 'string') return sharedCheckStr(this.handle, key, cost);
+    if (typeof key === 'number') return sharedCheckNum(this.handle, key, cost);
+    return sharedCheckKey(this.handle, key, cost);
+  }
+
+  stats(): SharedLimiterStats {
+    return this.native.stats();
+  }
+
+  close(): void {
+    this.native.close();
+  }
+}
+
 /** The native {@link SharedBackend}. */
 const shared: SharedBackend = {
   openEstimator(name, hashes, slots, seed, dir, mode) {
@@ -285,6 +311,9 @@ const shared: SharedBackend = {
   },
   openInflight(name, hashes, slots, seed, processes, dir, mode) {
     return new NativeSharedInflight(binding.SharedInflight.open(name, hashes, slots, seed, processes, dir, mode));
+  },
+  openLimiter(name, quota, bestEffort, capacity, seed, dir, mode) {
+    return new NativeSharedLimiter(binding.SharedLimiter.open(name, quota, bestEffort, capacity, seed, dir, mode));
   },
   unlink(name, dir) {
     binding.unlinkShared(name, dir);

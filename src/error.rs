@@ -108,7 +108,9 @@ impl From<SharedError> for Failure {
         let (class, code) = match &err {
             SharedError::Mismatch { .. } => (Class::Error, "ERR_KEEPCOUNT_MISMATCH"),
             SharedError::Corrupt { .. } => (Class::Error, "ERR_KEEPCOUNT_CORRUPT"),
-            SharedError::Unsupported => (Class::Error, "ERR_KEEPCOUNT_UNSUPPORTED"),
+            SharedError::Unsupported | SharedError::NoWideAtomics => {
+                (Class::Error, "ERR_KEEPCOUNT_UNSUPPORTED")
+            }
             SharedError::Io { .. } => (Class::Error, "ERR_KEEPCOUNT_IO"),
             SharedError::Full { .. } => (Class::Error, "ERR_KEEPCOUNT_FULL"),
             // Name, shape, interval and mode: `lib/` checks them first.
@@ -218,6 +220,10 @@ mod tests {
         assert_eq!(mismatch.code, "ERR_KEEPCOUNT_MISMATCH");
         assert_eq!(
             Failure::from(SharedError::Unsupported).code,
+            "ERR_KEEPCOUNT_UNSUPPORTED"
+        );
+        assert_eq!(
+            Failure::from(SharedError::NoWideAtomics).code,
             "ERR_KEEPCOUNT_UNSUPPORTED"
         );
         assert_eq!(

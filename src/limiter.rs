@@ -36,7 +36,7 @@ thread_local! {
 }
 
 /// The largest safe integer: amounts, bursts, periods and costs are at most this.
-const MAX_SAFE: u64 = (1 << 53) - 1;
+pub(crate) const MAX_SAFE: u64 = (1 << 53) - 1;
 
 /// One dimension of a quota: `amount` tokens every `periodNs` nanoseconds, at most `burst` held.
 /// All safe integers; `periodNs` at least 1.
@@ -204,7 +204,13 @@ impl Limiter {
 /// `check` as a number: 0 if admitted, else the milliseconds to wait, `Infinity` if never.
 #[inline(always)]
 fn wait_ms(core: &Buckets, key: &[u8], cost: u64, now: u64) -> f64 {
-    match core.check_at(key, cost, now) {
+    decision_ms(core.check_at(key, cost, now))
+}
+
+/// A decision as `LimiterCore.check` returns it: 0 if admitted, else the milliseconds until it
+/// would be, `Infinity` if never.
+pub(crate) fn decision_ms(decision: Decision) -> f64 {
+    match decision {
         Decision::Allowed => 0.0,
         // u128 → f64 rounds to nearest, as the fallback's Number(bigint) does.
         Decision::Refused { retry_after } => retry_after.as_nanos() as f64 / 1e6,
@@ -270,13 +276,13 @@ fn nanos(now_ms: f64) -> u64 {
 }
 
 /// Converts the JavaScript key and calls `f` with its stored form: a tag byte, then the bytes.
-fn with_key<R>(env: &Env, key: Unknown, f: impl FnOnce(&[u8]) -> R) -> Outcome<R> {
+pub(crate) fn with_key<R>(env: &Env, key: Unknown, f: impl FnOnce(&[u8]) -> R) -> Outcome<R> {
     // SAFETY: live handles of this call; the closure does not run JavaScript.
     unsafe { keys::with_key(env.raw(), key.raw(), |key| key.with_stored(f)) }
 }
 
 /// A validated quota.
-fn quota(spec: &QuotaSpec) -> Outcome<Quota> {
+pub(crate) fn quota(spec: &QuotaSpec) -> Outcome<Quota> {
     Ok(Quota::new(
         spec.requests.as_ref().map(limit).transpose()?,
         spec.units.as_ref().map(limit).transpose()?,

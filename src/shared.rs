@@ -5,20 +5,23 @@
 //! They answer as `Estimator`, `Rate` and `Inflight` do; what differs is where the counters live
 //! and, for the rate, the clock: a shared rate reads the host's monotonic clock itself (every
 //! process must agree on the interval), so its methods take no `nowMs`. The hot calls (the
-//! sketch's `incr` and `get`, the rate's `observe` and `observeInWindow`, the in-flight `incr`)
-//! are also [`FAST_PATHS`], as the heap objects' are.
+//! sketch's `incr` and `get`, the rate's `observe` and `observeInWindow`, the in-flight `incr`
+//! and the shared limiter's `check`) are also [`FAST_PATHS`], as the heap objects' are: a method
+//! call would cost a shared check more than the check itself.
 
 use crate::args;
 use crate::error::{Failure, Result as Outcome, map_error};
 use crate::estimator::{Estimator, fast_path};
 use crate::keys;
+use crate::limiter::{self, QuotaSpec};
 use crate::memory::External;
 use crate::rate::RateSample;
 use crate::raw::{self, Callback, Slab, Slot};
 use keepcount_limits::Shape;
 use keepcount_limits::estimator::Estimator as Sketch;
 use keepcount_limits::shared::{
-    self, Counters, SharedInflight as Inflight, SharedOptions, SharedRate as Sketches,
+    self, Counters, SharedInflight as Inflight, SharedLimiter as Buckets, SharedOptions,
+    SharedRate as Sketches,
 };
 use napi::bindgen_prelude::{BigInt, ObjectFinalize, Uint8Array, Unknown};
 use napi::{Env, JsValue, Result, sys};
@@ -33,12 +36,13 @@ type SharedSketch = Sketch<Counters>;
 
 thread_local! {
     /// This thread's shared sketches, by handle, for the fast paths.
-    static SHARED_SKETCHES: RefCell<Slab<SharedSketch>> = const { RefCell::new(Slab::new(3)) };
-    /// This thread's shared rates, by handle, for the fast paths; tagged as rates, as the heap
-    /// ones.
-    static SHARED_RATES: RefCell<Slab<Sketches>> = const { RefCell::new(Slab::new(1)) };
-    /// This thread's shared in-flight counts, by handle, for the fast paths; tagged as sketches.
-    static SHARED_INFLIGHTS: RefCell<Slab<Inflight>> = const { RefCell::new(Slab::new(0)) };
+    static SHARED_SKETCHES: RefCell<Slab<SharedSketch>> = const { RefCell::new(Slab::new(4)) };
+    /// This thread's shared limiters, by handle, for the fast paths.
+    static SHARED_LIMITERS: RefCell<Slab<Buckets>> = const { RefCell::new(Slab::new(5)) };
+    /// This thread's shared rates, by handle, for the fast paths.
+    static SHARED_RATES: RefCell<Slab<Sketches>> = const { RefCell::new(Slab::new(6)) };
+    /// This thread's shared in-flight counts, by handle, for the fast paths.
+    static SHARED_INFLIGHTS: RefCell<Slab<Inflight>> = const { RefCell::new(Slab::new(7)) };
 }
 
 /// Longest interval `lib/rate.ts` accepts: 2^52 ms.
@@ -465,6 +469,132 @@ impl SharedInflight {
     }
 }
 
+/// Per-key token buckets over the shared segment `name`, on the host's monotonic clock (the
+/// crate's `shared::SharedLimiter`). Use the package's `Limiter.openShared`; this class takes only
+/// validated input.
+#[napi(custom_finalize)]
+pub struct SharedLimiter {
+    /// `None` once closed.
+    limiter: Option<Rc<Buckets>>,
+    slot: Slot<Buckets>,
+    memory: External,
+}
+
+/// How full a shared limiter's key table is.
+#[napi(object)]
+pub struct SharedLimiterStats {
+    /// Keys in the table.
+    pub keys: u32,
+    /// The most keys the table takes.
+    pub capacity: u32,
+    /// Checks sent to the best-effort bucket because the table was full, by every process.
+    pub overflow: f64,
+}
+
+impl ObjectFinalize for SharedLimiter {
+    fn finalize(mut self, env: Env) -> Result<()> {
+        self.memory.release(&env);
+        Ok(())
+    }
+}
+
+#[napi]
+impl SharedLimiter {
+    /// Opens (creating if needed) segment `name`: a bucket under `quota` for each of up to
+    /// `capacity` keys (in [1, 2^22]), `bestEffort` for keys beyond, key identities under `seed`;
+    /// errors as `SharedEstimator.open`, and `ERR_KEEPCOUNT_UNSUPPORTED` on a CPU without
+    /// lock-free 128-bit atomics.
+    #[napi(factory, catch_unwind)]
+    #[allow(clippy::too_many_arguments)]
+    pub fn open(
+        env: &Env,
+        name: String,
+        quota: QuotaSpec,
+        best_effort: QuotaSpec,
+        capacity: u32,
+        seed: BigInt,
+        dir: Option<String>,
+        mode: u32,
+    ) -> Result<Self> {
+        (|| -> Outcome<Self> {
+            let limiter = Buckets::open(
+                &name,
+                limiter::quota(&quota)?,
+                limiter::quota(&best_effort)?,
+                capacity,
+                args::seed(&seed)?,
+                &options(dir, mode),
+            )?;
+            // Report the mapping's size, as the sketches do: what the table can reach.
+            let memory = External::report(env, limiter.memory_bytes());
+            let limiter = Rc::new(limiter);
+            let slot = Slot::new(&SHARED_LIMITERS, Rc::clone(&limiter))?;
+            Ok(Self {
+                limiter: Some(limiter),
+                slot,
+                memory,
+            })
+        })()
+        .map_err(|failure| map_error(env, failure))
+    }
+
+    /// Checks one request costing `cost` units (a safe integer) for `key`: 0 if admitted, else
+    /// the milliseconds until it would be, `Infinity` if never.
+    #[napi(catch_unwind)]
+    pub fn check(
+        &self,
+        env: &Env,
+        #[napi(ts_arg_type = "string | number | bigint | Uint8Array")] key: Unknown,
+        cost: f64,
+    ) -> Result<f64> {
+        (|| -> Outcome<f64> {
+            let cost = args::integer("The \"cost\" argument", cost, 0, limiter::MAX_SAFE)?;
+            let buckets = self.limiter()?;
+            limiter::with_key(env, key, |key| {
+                limiter::decision_ms(buckets.check(key, cost))
+            })
+        })()
+        .map_err(|failure| map_error(env, failure))
+    }
+
+    /// This limiter's handle for the fast paths ([`FAST_PATHS`]), valid while this object lives.
+    #[napi(getter)]
+    pub fn handle(&self) -> f64 {
+        self.slot.handle()
+    }
+
+    /// How full the key table is, and how many checks overflowed it.
+    #[napi(catch_unwind)]
+    pub fn stats(&self, env: &Env) -> Result<SharedLimiterStats> {
+        self.limiter()
+            .map(|limiter| {
+                let stats = limiter.stats();
+                SharedLimiterStats {
+                    keys: stats.keys,
+                    capacity: stats.capacity,
+                    // Exact below 2^53 checks.
+                    overflow: stats.overflow as f64,
+                }
+            })
+            .map_err(|failure| map_error(env, failure))
+    }
+
+    /// Unmaps the segment from this process now. Idempotent.
+    #[napi(catch_unwind)]
+    pub fn close(&mut self, env: &Env) {
+        self.slot.vacate();
+        // The slab held the only other reference: dropping ours unmaps the segment.
+        self.limiter = None;
+        self.memory.release(env);
+    }
+}
+
+impl SharedLimiter {
+    fn limiter(&self) -> Outcome<&Buckets> {
+        self.limiter.as_deref().ok_or_else(closed)
+    }
+}
+
 /// Removes segment `name`'s file from `dir` (default: `/dev/shm` on Linux). Processes that have
 /// it open keep their counts; the next open starts afresh. No error if it does not exist.
 #[napi(catch_unwind)]
@@ -478,8 +608,10 @@ pub fn unlink_shared(env: &Env, name: String, dir: Option<String>) -> Result<()>
 /// and `observeInWindow(handle, key, events, window)`, as the heap rate's
 /// (`crate::rate::FAST_PATHS`) without `nowMs`: `window[0]` receives the whole milliseconds
 /// elapsed in the host's interval, so a `WindowQuota` on a shared rate makes one call per
-/// request. Then `SharedInflight.incr(handle, key, value)`. Exported by `fastPaths()`.
-pub(crate) const FAST_PATHS: [(&CStr, Callback); 15] = [
+/// request; `SharedInflight.incr(handle, key, value)`; and `SharedLimiter.check` taking the
+/// limiter's handle, then `(key, cost)`, as the local limiter's (`crate::limiter::FAST_PATHS`).
+/// Exported by `fastPaths()`.
+pub(crate) const FAST_PATHS: [(&CStr, Callback); 18] = [
     (c"sharedIncrStr", incr_str),
     (c"sharedIncrNum", incr_num),
     (c"sharedIncrKey", incr_key),
@@ -495,7 +627,37 @@ pub(crate) const FAST_PATHS: [(&CStr, Callback); 15] = [
     (c"sharedInflightIncrStr", inflight_incr_str),
     (c"sharedInflightIncrNum", inflight_incr_num),
     (c"sharedInflightIncrKey", inflight_incr_key),
+    (c"sharedCheckStr", check_str),
+    (c"sharedCheckNum", check_num),
+    (c"sharedCheckKey", check_key),
 ];
+
+/// Defines the raw callback `$name(handle, key, cost)` reading its key with `$read`
+/// (`keys::with_str_key`, `with_number_key` or `with_key`).
+macro_rules! fast_check {
+    ($name:ident, $read:path) => {
+        unsafe extern "C" fn $name(
+            env: napi::sys::napi_env,
+            info: napi::sys::napi_callback_info,
+        ) -> napi::sys::napi_value {
+            // SAFETY: this callback's handles.
+            unsafe {
+                raw::call(env, info, |&[handle, key, cost]| {
+                    let buckets = raw::resolve(env, handle, &SHARED_LIMITERS)?;
+                    let cost = raw::number(env, cost, "The \"cost\" argument")?;
+                    let cost = args::integer("The \"cost\" argument", cost, 0, limiter::MAX_SAFE)?;
+                    $read(env, key, |key| {
+                        key.with_stored(|key| limiter::decision_ms(buckets.check(key, cost)))
+                    })
+                })
+            }
+        }
+    };
+}
+
+fast_check!(check_str, keys::with_str_key);
+fast_check!(check_num, keys::with_number_key);
+fast_check!(check_key, keys::with_key);
 
 fast_path!(incr_str, SHARED_SKETCHES, incr, keys::with_str_key);
 fast_path!(incr_num, SHARED_SKETCHES, incr, keys::with_number_key);

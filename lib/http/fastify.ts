@@ -9,6 +9,7 @@ import type { IncomingMessage } from 'node:http';
 import type { Ipv6Subnet, TrustProxy } from './client-ip.js';
 import { rateLimitHeaders, retryAfter, type RateLimitDecision, type TokenBucketRefusal } from './headers.js';
 import type { Limiter } from '../limiter.js';
+import type { SharedLimiter } from '../shared-limiter.js';
 import { onExchangeEnd } from './exchange.js';
 import { rateLimitConfig, tokenBucketConfig, upstreamLimitConfig } from './options.js';
 import { withQuota, withTalkers, type QuotaTalkers, type Talkers } from './talkers.js';
@@ -70,8 +71,8 @@ export function rateLimitHook(options: RateLimitHookOptions): OnRequestHook & Qu
 
 /** Options of {@link tokenBucketHook}: as the node `tokenBucket` middleware's, with Fastify's types. */
 export interface TokenBucketHookOptions {
-  /** The keepcount `Limiter` holding the buckets. Required. */
-  limiter: Limiter;
+  /** The keepcount `Limiter` holding the buckets, or a `Limiter.openShared` one. Required. */
+  limiter: Limiter | SharedLimiter;
   /** Which proxies to believe for the default key; see {@link TrustProxy}. Defaults to `false`. */
   trustProxy?: TrustProxy;
   /**

@@ -6,6 +6,7 @@
  */
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Limiter } from '../limiter.js';
+import type { SharedLimiter } from '../shared-limiter.js';
 import type { Ipv6Subnet, TrustProxy } from './client-ip.js';
 import {
   policyField,
@@ -139,8 +140,11 @@ export interface TokenBucketOptions<
   Req extends IncomingMessage = IncomingMessage,
   Res extends ServerResponse = ServerResponse,
 > {
-  /** The keepcount `Limiter` holding the buckets: per-key quotas and the best-effort bucket. Required. */
-  limiter: Limiter;
+  /**
+   * The keepcount `Limiter` holding the buckets: per-key quotas and the best-effort bucket; or a
+   * `Limiter.openShared` one, a bucket per client for every process of the host. Required.
+   */
+  limiter: Limiter | SharedLimiter;
   /** Which proxies to believe for the default key; see {@link TrustProxy}. Defaults to `false`. */
   trustProxy?: TrustProxy;
   /**
@@ -180,6 +184,10 @@ export interface TokenBucketOptions<
  *   keys: [['key-of-acme', { requests: { perSecond: 500, burst: 1000 } }]],
  * });
  * app.use(tokenBucket({ limiter, key: (req) => String(req.headers['x-api-key'] ?? '') }));
+ *
+ * // One bucket per client IP for all the processes of a host (node:cluster, PM2):
+ * const perClient = Limiter.openShared('clients', { quota: { requests: { perSecond: 10, burst: 20 } }, seed: 0x5eedn });
+ * app.use(tokenBucket({ limiter: perClient }));
  * ```
  */
 export function tokenBucket<Req extends IncomingMessage = IncomingMessage, Res extends ServerResponse = ServerResponse>(

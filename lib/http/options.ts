@@ -10,6 +10,7 @@
 import type { IncomingMessage } from 'node:http';
 import { invalidType } from '../errors.js';
 import { Limiter } from '../limiter.js';
+import { SharedLimiter } from '../shared-limiter.js';
 import { optionsObject } from '../options.js';
 import {
   clientIp,
@@ -51,7 +52,7 @@ export interface RateLimitConfig<R, H> {
 
 /** The options `tokenBucket` and `tokenBucketHook` share. */
 export interface TokenBucketInput<R, H extends AnyFunction> {
-  limiter: Limiter;
+  limiter: Limiter | SharedLimiter;
   trustProxy?: TrustProxy;
   ipv6Subnet?: Ipv6Subnet;
   key?: (request: R) => string;
@@ -63,7 +64,7 @@ export interface TokenBucketInput<R, H extends AnyFunction> {
 
 /** A parsed {@link TokenBucketInput}. */
 export interface TokenBucketConfig<R, H> {
-  limiter: Limiter;
+  limiter: Limiter | SharedLimiter;
   key: (request: R) => string;
   cost: (request: R) => number;
   skip: ((request: R) => boolean) | undefined;
@@ -154,7 +155,9 @@ export function tokenBucketConfig<R, H extends AnyFunction>(
   raw: RawRequest<R>,
 ): TokenBucketConfig<R, H> {
   const o = optionsObject(options);
-  if (!(o.limiter instanceof Limiter)) throw invalidType('The "limiter" option', 'a Limiter', o.limiter);
+  if (!(o.limiter instanceof Limiter || o.limiter instanceof SharedLimiter)) {
+    throw invalidType('The "limiter" option', 'a Limiter', o.limiter);
+  }
   return {
     limiter: o.limiter,
     key: functionOption('key', o.key) ?? clientKey(o, raw),

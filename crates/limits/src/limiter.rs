@@ -80,7 +80,9 @@
 //!   get a bucket: this limiter only limits keys it was configured with, and adding one is a copy
 //!   of the table. Use a keyed limiter that creates state on first sight (governor's
 //!   `RateLimiter::keyed`) or an approximate count ([`Estimator`](crate::estimator::Estimator)) instead.
-//! - Limits shared across processes or machines: the state is in this process's memory.
+//! - Limits shared across processes or machines: the state is in this process's memory. For the
+//!   processes of one host, [`SharedLimiter`](crate::shared::SharedLimiter) keeps a bucket per key
+//!   in shared memory (one quota for all keys, a fixed capacity).
 //! - Many threads on one key, or any overall quota, at very high rates: those checks serialize on
 //!   one mutex (that is what makes them exact).
 //!
@@ -172,8 +174,9 @@ use parking_lot::Mutex;
 
 use crate::clock::{Clock, MonotonicClock};
 use bucket::{Bucket, Governed, Owned, admit};
+pub(crate) use bucket::{dimension_wait, refilled};
 pub use decision::Decision;
-use decision::Wait;
+pub(crate) use decision::Wait;
 pub use error::LimiterError;
 use index::Index;
 pub use quota::{Limit, Quota};

@@ -9,6 +9,7 @@
 //! - [`open_estimator`]: a count-min [`Estimator`] whose counters are in the segment.
 //! - [`SharedRate`]: pingora's `Rate` with one interval for the whole host.
 //! - [`SharedInflight`]: in-flight counts whose dead processes' shares are taken back.
+//! - [`SharedLimiter`]: a token bucket per key, created on first sight, up to a fixed capacity.
 //! - [`unlink`] removes a segment; [`SharedOptions`] says where files live and their mode.
 //!
 //! # Opening
@@ -32,7 +33,8 @@
 //!          interval (ns), creation time (Unix ns), file length, CRC-32 of the above
 //! 64..128  mutable words: a rate's interval word
 //! 128..    i64 counters, row-major, one sketch (estimator), two (rate), or 1 + process slots
-//!          (in-flight), then the in-flight slot table
+//!          (in-flight), then the in-flight slot table; or a limiter's quotas, best-effort
+//!          bucket and key table
 //! ```
 //!
 //! [`Estimator`]: crate::estimator::Estimator
@@ -41,11 +43,13 @@
 mod error;
 mod inflight;
 mod layout;
+mod limiter;
 mod rate;
 mod segment;
 
 pub use error::{CorruptReason, SharedError};
 pub use inflight::{MAX_PROCESSES, RECLAIM_INTERVAL, SharedInflight};
+pub use limiter::{MAX_CAPACITY, SharedLimiter, SharedLimiterStats};
 pub use rate::SharedRate;
 pub use segment::{Counters, DEFAULT_MODE, MAX_NAME_BYTES, SharedOptions, unlink};
 
@@ -88,6 +92,7 @@ pub fn open_estimator(
         seed,
         interval_nanos: 0,
         processes: 0,
+        limiter: None,
     };
     let segment = Arc::new(Segment::open(name, layout, options, &|_| {})?);
     Ok(Estimator::with_store(

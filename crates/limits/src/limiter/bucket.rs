@@ -88,9 +88,7 @@ impl State {
         self.last = now;
         for (tokens, limit) in self.tokens.iter_mut().zip(quota.dimensions()) {
             if let Some(limit) = limit {
-                // amount < 2^64 and elapsed < 2^64, so the product fits a u128; the sum may not.
-                let accrued = limit.units_per_nano() * u128::from(elapsed);
-                *tokens = tokens.saturating_add(accrued).min(limit.capacity());
+                *tokens = refilled(*tokens, limit, elapsed);
             }
         }
     }
@@ -139,10 +137,19 @@ impl State {
     }
 }
 
+/// One dimension holding `tokens` units after `elapsed` nanoseconds of refill under `limit`:
+/// `amount × elapsed` units more, capped at the capacity. Shared with the shared-memory limiter
+/// (`crate::shared::limiter`), which keeps each dimension in a word of its own.
+pub(crate) fn refilled(tokens: u128, limit: Limit, elapsed: u64) -> u128 {
+    // amount < 2^64 and elapsed < 2^64, so the product fits a u128; the sum may not.
+    let accrued = limit.units_per_nano() * u128::from(elapsed);
+    tokens.saturating_add(accrued).min(limit.capacity())
+}
+
 /// The wait of one dimension holding `tokens` units for a cost of `cost` tokens:
 /// never if `cost > burst`, none if `cost × period ≤ tokens`, never if `amount` is 0, otherwise
 /// `⌈(cost × period − tokens) / amount⌉` nanoseconds, capped at `u64::MAX`.
-fn dimension_wait(tokens: u128, limit: Limit, cost: u64) -> Wait {
+pub(crate) fn dimension_wait(tokens: u128, limit: Limit, cost: u64) -> Wait {
     if cost > limit.burst() {
         return Wait::Never;
     }

@@ -40,7 +40,7 @@ pub enum SharedError {
         /// The segment file.
         path: PathBuf,
         /// The first field that differs: `"kind"`, `"hashes"`, `"slots"`, `"seed"`,
-        /// `"interval"` or `"processes"`.
+        /// `"interval"`, `"processes"`, or a limiter's `"capacity"`, `"quota"` or `"bestEffort"`.
         field: &'static str,
         /// The field's value in the file.
         existing: String,
@@ -60,10 +60,18 @@ pub enum SharedError {
     Processes(u32),
     /// A shared rate's interval is zero.
     ZeroInterval,
+    /// A shared limiter's capacity is not in `1..=MAX_CAPACITY`.
+    Capacity(u32),
+    /// A shared limiter's full bucket would be `2^64` units or more (`burst × period` in
+    /// nanoseconds): more than a bucket word holds.
+    WideQuota,
     /// The mode asks for bits beyond `0o777`.
     Mode(u32),
     /// This platform has no shared segments (only Unix-like systems do).
     Unsupported,
+    /// This CPU has no lock-free 128-bit compare-and-swap, which a shared limiter's buckets need
+    /// (only the earliest AMD64 processors lack it).
+    NoWideAtomics,
     /// The operating system refused an operation on the file.
     Io {
         /// The file or directory.
@@ -148,10 +156,21 @@ impl fmt::Display for SharedError {
                 crate::shared::inflight::MAX_PROCESSES
             ),
             Self::ZeroInterval => f.write_str("the rate interval must be longer than zero"),
+            Self::Capacity(capacity) => write!(
+                f,
+                "the key capacity must be between 1 and {}, got {capacity}",
+                crate::shared::limiter::MAX_CAPACITY
+            ),
+            Self::WideQuota => f.write_str(
+                "a shared limiter's burst times its period in nanoseconds must be below 2^64",
+            ),
             Self::Mode(mode) => write!(f, "the file mode must be within 0o777, got {mode:#o}"),
             Self::Unsupported => {
                 f.write_str("shared segments need a Unix-like system (Linux, macOS)")
             }
+            Self::NoWideAtomics => f.write_str(
+                "a shared limiter needs a CPU with a lock-free 128-bit compare-and-swap",
+            ),
             Self::Io { path, source } => write!(f, "{}: {source}", path.display()),
         }
     }

@@ -119,6 +119,7 @@ impl SharedInflight {
             seed,
             interval_nanos: 0,
             processes,
+            limiter: None,
         };
         let segment = Arc::new(Segment::open(name, layout, options, &|_| {})?);
         let pid = std::process::id();

@@ -4,9 +4,9 @@
 //! offset  size  field
 //!      0     8  magic "KCSHARED"
 //!      8     4  format version (FORMAT_VERSION)
-//!     12     4  kind: 1 estimator, 2 rate, 3 in-flight
-//!     16     4  hashes
-//!     20     4  slots
+//!     12     4  kind: 1 estimator, 2 rate, 3 in-flight, 4 limiter
+//!     16     4  hashes (1 for a limiter)
+//!     20     4  slots (a limiter's key-table entries)
 //!     24     8  seed
 //!     32     8  interval in nanoseconds (0 for an estimator)
 //!     40     8  creation time, nanoseconds since the Unix epoch (informational)
@@ -14,20 +14,41 @@
 //!     56     4  process slots (in-flight; 0 otherwise)
 //!     60     4  CRC-32 (IEEE) of bytes 0..60
 //!     64     8  a rate's interval word (crate::shared::rate), 0 otherwise
-//!     72    56  zero
+//!     72     8  a limiter's overflow count: checks sent to the best-effort bucket because the
+//!               key table was full (crate::shared::limiter), 0 otherwise
+//!     80     8  a limiter's claimed key-table entries, 0 otherwise
+//!     88    40  zero
 //!    128        counters: i64, row-major, one sketch after another: an estimator has one, a
 //!               rate two, an in-flight counter 1 + process slots (the total, then each
 //!               process's own contribution)
 //!      …        in-flight only: two u64 words per process slot (crate::shared::inflight)
 //! ```
 //!
+//! A limiter has no counters; after the header it holds:
+//!
+//! ```text
+//!    128     8  capacity: the most keys the table takes
+//!    136    48  the per-key quota: requests (amount, period ns, burst), then units (the same);
+//!               period 0 marks an unlimited dimension
+//!    184    48  the best-effort quota, the same way
+//!    232     4  CRC-32 (IEEE) of bytes 128..232
+//!    236    20  zero
+//!    256    32  the best-effort bucket: two 16-byte words (requests, units)
+//!    288        the key table: `slots` entries of 48 bytes, each the key's 16-byte identity
+//!               (0: empty) and its bucket's two 16-byte words
+//! ```
+//!
+//! Bytes 128..256 are written once, like the header, and checksummed on their own.
+//!
 //! Numbers are little-endian in the checksummed part. The file never leaves its host, but a
 //! fixed byte order keeps the checksum independent of it. Bytes 0..64 are written once, before the
 //! file gets its name, and never change; every later access to the file is an atomic operation on
 //! an aligned 8-byte word.
 
+use crate::limiter::{Limit, Quota};
 use crate::shape::Shape;
 use crate::shared::error::CorruptReason;
+use std::time::Duration;
 
 /// The first eight bytes of every segment file.
 pub(crate) const MAGIC: [u8; 8] = *b"KCSHARED";
@@ -44,6 +65,24 @@ const CHECKSUM_OFFSET: usize = 60;
 pub(crate) const RATE_WORD_OFFSET: usize = 64;
 /// Bytes per counter.
 const COUNTER_BYTES: usize = 8;
+/// Offset of a limiter's overflow count.
+pub(crate) const OVERFLOW_WORD_OFFSET: usize = 72;
+/// Offset of a limiter's count of claimed table entries.
+pub(crate) const KEYS_WORD_OFFSET: usize = 80;
+/// Where a limiter's immutable block (capacity and quotas) starts: just after the header.
+pub(crate) const LIMITER_BLOCK_OFFSET: usize = HEADER_BYTES;
+/// Bytes of that block, checksum and padding included: two cache lines.
+pub(crate) const LIMITER_BLOCK_BYTES: usize = 128;
+/// Offset of the block's checksum: it covers every block byte before it.
+const LIMITER_CHECKSUM_OFFSET: usize = 104;
+/// Offset of the best-effort bucket (16-byte aligned, as every 16-byte word must be).
+pub(crate) const BEST_EFFORT_OFFSET: usize = LIMITER_BLOCK_OFFSET + LIMITER_BLOCK_BYTES;
+/// Bytes of one bucket: a 16-byte word per dimension.
+pub(crate) const BUCKET_BYTES: usize = 32;
+/// Offset of the key table.
+pub(crate) const TABLE_OFFSET: usize = BEST_EFFORT_OFFSET + BUCKET_BYTES;
+/// Bytes of one table entry: the key's identity, then its bucket.
+pub(crate) const ENTRY_BYTES: usize = 16 + BUCKET_BYTES;
 
 /// What a segment holds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -54,6 +93,8 @@ pub(crate) enum Kind {
     Rate,
     /// A total sketch, one contribution sketch per process slot, and the slot table.
     Inflight,
+    /// Token buckets: a best-effort bucket and a key table (crate::shared::limiter).
+    Limiter,
 }
 
 impl Kind {
@@ -62,6 +103,7 @@ impl Kind {
             Self::Estimator => 1,
             Self::Rate => 2,
             Self::Inflight => 3,
+            Self::Limiter => 4,
         }
     }
 
@@ -70,6 +112,7 @@ impl Kind {
             1 => Some(Self::Estimator),
             2 => Some(Self::Rate),
             3 => Some(Self::Inflight),
+            4 => Some(Self::Limiter),
             _ => None,
         }
     }
@@ -79,6 +122,7 @@ impl Kind {
             Self::Estimator => "estimator",
             Self::Rate => "rate",
             Self::Inflight => "in-flight",
+            Self::Limiter => "limiter",
         }
     }
 }
@@ -93,6 +137,134 @@ pub(crate) struct Layout {
     pub(crate) interval_nanos: u64,
     /// Process slots; 0 unless in-flight.
     pub(crate) processes: u32,
+    /// A limiter's capacity and quotas; `None` unless a limiter, whose `shape` is one row of
+    /// key-table entries.
+    pub(crate) limiter: Option<LimiterLayout>,
+}
+
+/// What a shared limiter's openers must agree on beyond the header: bytes 128..256.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct LimiterLayout {
+    /// The most keys the table takes.
+    pub(crate) capacity: u32,
+    /// Every key's quota.
+    pub(crate) quota: Quota,
+    /// The best-effort bucket's quota.
+    pub(crate) best_effort: Quota,
+}
+
+impl LimiterLayout {
+    /// The block's bytes, checksum included.
+    pub(crate) fn encode(&self) -> [u8; LIMITER_BLOCK_BYTES] {
+        let mut bytes = [0u8; LIMITER_BLOCK_BYTES];
+        bytes[0..8].copy_from_slice(&u64::from(self.capacity).to_le_bytes());
+        let mut at = 8;
+        for quota in [self.quota, self.best_effort] {
+            for limit in quota.dimensions() {
+                let words = limit.map_or([0; 3], |l| [l.amount(), l.period_nanos(), l.burst()]);
+                for word in words {
+                    bytes[at..at + 8].copy_from_slice(&word.to_le_bytes());
+                    at += 8;
+                }
+            }
+        }
+        let checksum = crc32fast::hash(&bytes[..LIMITER_CHECKSUM_OFFSET]);
+        bytes[LIMITER_CHECKSUM_OFFSET..LIMITER_CHECKSUM_OFFSET + 4]
+            .copy_from_slice(&checksum.to_le_bytes());
+        bytes
+    }
+
+    /// The block `bytes` describes for a table of `entries`, or the first check it fails.
+    pub(crate) fn decode(
+        bytes: &[u8; LIMITER_BLOCK_BYTES],
+        entries: usize,
+    ) -> Result<Self, CorruptReason> {
+        let u64_at = |at: usize| {
+            let mut word = [0u8; 8];
+            word.copy_from_slice(&bytes[at..at + 8]);
+            u64::from_le_bytes(word)
+        };
+        let stored = u32::from_le_bytes([
+            bytes[LIMITER_CHECKSUM_OFFSET],
+            bytes[LIMITER_CHECKSUM_OFFSET + 1],
+            bytes[LIMITER_CHECKSUM_OFFSET + 2],
+            bytes[LIMITER_CHECKSUM_OFFSET + 3],
+        ]);
+        if stored != crc32fast::hash(&bytes[..LIMITER_CHECKSUM_OFFSET]) {
+            return Err(CorruptReason::Checksum);
+        }
+        let capacity = u32::try_from(u64_at(0)).map_err(|_| CorruptReason::Layout)?;
+        let limit = |at: usize| -> Result<Option<Limit>, CorruptReason> {
+            let (amount, period, burst) = (u64_at(at), u64_at(at + 8), u64_at(at + 16));
+            if period == 0 {
+                return Ok(None);
+            }
+            let limit = Limit::new(amount, Duration::from_nanos(period), burst)
+                .map_err(|_| CorruptReason::Layout)?;
+            Ok(Some(limit))
+        };
+        let layout = Self {
+            capacity,
+            quota: Quota::new(limit(8)?, limit(32)?),
+            best_effort: Quota::new(limit(56)?, limit(80)?),
+        };
+        if capacity == 0 || table_entries(capacity) != entries || !layout.fits() {
+            return Err(CorruptReason::Layout);
+        }
+        Ok(layout)
+    }
+
+    /// Whether every full bucket fits the 64 bits a bucket word gives its count.
+    pub(crate) fn fits(&self) -> bool {
+        [self.quota, self.best_effort]
+            .iter()
+            .flat_map(|quota| quota.dimensions())
+            .flatten()
+            .all(|limit| limit.capacity() <= u128::from(u64::MAX))
+    }
+
+    /// The first field in which the segment's block (`self`) differs from `requested`.
+    fn difference(&self, requested: &Self) -> Option<Difference> {
+        let (a, b) = (self, requested);
+        if a.capacity != b.capacity {
+            return Some(("capacity", a.capacity.to_string(), b.capacity.to_string()));
+        }
+        for (field, a, b) in [
+            ("quota", a.quota, b.quota),
+            ("bestEffort", a.best_effort, b.best_effort),
+        ] {
+            if a != b {
+                return Some((field, describe(&a), describe(&b)));
+            }
+        }
+        None
+    }
+}
+
+/// Table entries for `capacity` keys: the power of two that keeps the table at most 3/4 full, so
+/// a probe for an absent key stops at an empty entry after a few steps. At most 2^26 for a
+/// capacity below 2^25 (`crate::shared::limiter::MAX_CAPACITY`).
+pub(crate) fn table_entries(capacity: u32) -> usize {
+    (capacity as usize * 4).div_ceil(3).next_power_of_two()
+}
+
+/// A quota as a mismatch error shows it.
+fn describe(quota: &Quota) -> String {
+    let limit = |limit: Option<Limit>| {
+        limit.map_or("unlimited".to_string(), |l| {
+            format!(
+                "{} per {} ns, burst {}",
+                l.amount(),
+                l.period_nanos(),
+                l.burst()
+            )
+        })
+    };
+    format!(
+        "(requests {}; units {})",
+        limit(quota.requests()),
+        limit(quota.units())
+    )
 }
 
 /// The first field in which two layouts differ, as `(field, existing, requested)`.
@@ -105,6 +277,7 @@ impl Layout {
             Kind::Estimator => 1,
             Kind::Rate => 2,
             Kind::Inflight => 1 + self.processes as usize,
+            Kind::Limiter => 0,
         }
     }
 
@@ -116,6 +289,10 @@ impl Layout {
     /// The file's length: sketches at most 2^27 × 8 bytes each, and at most 1 + 2^10 of them
     /// (crate::shared::inflight's limit), so well within `u64` (and `usize` on 64-bit targets).
     pub(crate) fn total_bytes(&self) -> usize {
+        if self.kind == Kind::Limiter {
+            // At most 2^27 entries (a shape's limit) of 48 bytes.
+            return TABLE_OFFSET + self.shape.slots() * ENTRY_BYTES;
+        }
         self.slots_offset() + self.processes as usize * 2 * COUNTER_BYTES
     }
 
@@ -168,6 +345,7 @@ impl Layout {
         let processes = u32_at(56);
         if (kind == Kind::Rate) != (interval_nanos != 0)
             || (kind == Kind::Inflight) != (processes != 0)
+            || (kind == Kind::Limiter && shape.hashes() != 1)
             || processes > crate::shared::inflight::MAX_PROCESSES
         {
             return Err(CorruptReason::Layout);
@@ -178,6 +356,8 @@ impl Layout {
             seed: u64_at(24),
             interval_nanos,
             processes,
+            // Read from its own block once the header is known good (Segment::open_existing).
+            limiter: None,
         };
         let total = layout.total_bytes() as u64;
         if u64_at(48) != total || file_bytes != total {
@@ -191,6 +371,12 @@ impl Layout {
         let (a, b) = (self, requested);
         if a.kind != b.kind {
             return Some(("kind", a.kind.name().into(), b.kind.name().into()));
+        }
+        if let (Some(a), Some(b)) = (&a.limiter, &b.limiter) {
+            // The table's size follows from the capacity: name the capacity, not the slots.
+            if let Some(difference) = a.difference(b) {
+                return Some(difference);
+            }
         }
         if a.shape.hashes() != b.shape.hashes() {
             return Some((
@@ -235,6 +421,7 @@ mod tests {
             seed: 7,
             interval_nanos: 1_000_000_000,
             processes: 0,
+            limiter: None,
         }
     }
 
@@ -274,5 +461,46 @@ mod tests {
         assert_eq!(a.difference(&b), Some(("seed", "7".into(), "8".into())));
         b.kind = Kind::Estimator;
         assert_eq!(a.difference(&b).unwrap().0, "kind");
+    }
+
+    fn limiter_block() -> LimiterLayout {
+        LimiterLayout {
+            capacity: 100,
+            quota: Quota::new(Some(Limit::per_second(10, 20)), None),
+            best_effort: Quota::new(None, Some(Limit::per_second(5, 5))),
+        }
+    }
+
+    #[test]
+    fn limiter_blocks_round_trip_and_refuse_damage() {
+        let block = limiter_block();
+        let bytes = block.encode();
+        assert_eq!(LimiterLayout::decode(&bytes, 256), Ok(block));
+        assert_eq!(table_entries(100), 256);
+        assert_eq!(
+            LimiterLayout::decode(&bytes, 128),
+            Err(CorruptReason::Layout)
+        );
+        for at in 0..LIMITER_CHECKSUM_OFFSET + 4 {
+            let mut damaged = bytes;
+            damaged[at] ^= 0x10;
+            assert!(LimiterLayout::decode(&damaged, 256).is_err(), "byte {at}");
+        }
+    }
+
+    #[test]
+    fn limiter_differences_name_the_quota_field() {
+        let a = limiter_block();
+        let mut b = a;
+        b.quota = Quota::new(Some(Limit::per_second(10, 21)), None);
+        let (field, existing, requested) = a.difference(&b).unwrap();
+        assert_eq!(field, "quota");
+        assert_eq!(
+            existing,
+            "(requests 10 per 1000000000 ns, burst 20; units unlimited)"
+        );
+        assert!(requested.contains("burst 21"));
+        b.capacity = 7;
+        assert_eq!(a.difference(&b).unwrap().0, "capacity");
     }
 }

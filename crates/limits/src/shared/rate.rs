@@ -141,6 +141,7 @@ impl<C: Clock> SharedRate<C> {
             seed,
             interval_nanos,
             processes: 0,
+            limiter: None,
         };
         // A new segment's interval starts now, counted in the first sketch. Relaxed: the segment
         // is not yet visible to any other process.

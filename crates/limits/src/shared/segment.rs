@@ -2,8 +2,12 @@
 //! [`Counters`] it lends to sketches.
 
 use crate::shared::error::{CorruptReason, SharedError};
-use crate::shared::layout::{FIXED_BYTES, HEADER_BYTES, Layout};
+use crate::shared::layout::{
+    FIXED_BYTES, HEADER_BYTES, Kind, LIMITER_BLOCK_BYTES, LIMITER_BLOCK_OFFSET, Layout,
+    LimiterLayout,
+};
 use memmap2::MmapRaw;
+use portable_atomic::AtomicU128;
 use std::fs::{self, File, OpenOptions};
 use std::io;
 use std::path::{Path, PathBuf};
@@ -203,7 +207,21 @@ impl Segment {
             // named); a plain atomic read keeps a damaged file from being a data race.
             chunk.copy_from_slice(&word.load(Ordering::Acquire).to_ne_bytes());
         }
-        let (layout, _created) = Layout::decode(&header, len).map_err(corrupt)?;
+        let (mut layout, _created) = Layout::decode(&header, len).map_err(corrupt)?;
+        if layout.kind == Kind::Limiter {
+            // The length check above guarantees the block is inside the file.
+            let mut block = [0u8; LIMITER_BLOCK_BYTES];
+            for (chunk, word) in block.chunks_exact_mut(8).zip(region(
+                &map,
+                LIMITER_BLOCK_OFFSET,
+                LIMITER_BLOCK_BYTES / 8,
+            )) {
+                // Acquire, atomic: as for the header above.
+                chunk.copy_from_slice(&word.load(Ordering::Acquire).to_ne_bytes());
+            }
+            let block = LimiterLayout::decode(&block, layout.shape.slots()).map_err(corrupt)?;
+            layout.limiter = Some(block);
+        }
         Ok(Self {
             map,
             layout,
@@ -231,12 +249,21 @@ impl Segment {
             .duration_since(UNIX_EPOCH)
             .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX));
         let header = layout.encode(created);
-        for (chunk, word) in header.chunks_exact(8).zip(words(&map, 0, FIXED_BYTES / 8)) {
-            let mut bytes = [0u8; 8];
-            bytes.copy_from_slice(chunk);
-            // Release: the link below publishes the file; openers map it afresh and read the
-            // words from the page cache, so any ordering would do.
-            word.store(u64::from_ne_bytes(bytes), Ordering::Release);
+        let block = layout.limiter.map(|block| block.encode());
+        let blocks = [(0, &header[..])]
+            .into_iter()
+            .chain(block.iter().map(|b| (LIMITER_BLOCK_OFFSET, &b[..])));
+        for (offset, bytes) in blocks {
+            for (chunk, word) in bytes
+                .chunks_exact(8)
+                .zip(region(&map, offset, bytes.len() / 8))
+            {
+                let mut bytes = [0u8; 8];
+                bytes.copy_from_slice(chunk);
+                // Release: the link below publishes the file; openers map it afresh and read the
+                // words from the page cache, so any ordering would do.
+                word.store(u64::from_ne_bytes(bytes), Ordering::Release);
+            }
         }
         let segment = Self {
             map,
@@ -299,6 +326,24 @@ impl Segment {
         // mapping lives as long as `self`. Every access through the slice is atomic.
         unsafe { std::slice::from_raw_parts(self.map.as_ptr().add(start).cast::<AtomicI64>(), len) }
     }
+
+    /// The 16-byte word at `offset` of a limiter segment: a bucket dimension or a key identity
+    /// (`crate::shared::limiter`).
+    pub(crate) fn wide_word(&self, offset: usize) -> &AtomicU128 {
+        assert!(offset.is_multiple_of(16) && offset + 16 <= self.map.len());
+        // SAFETY: in bounds and 16-byte aligned (asserted; the mapping is page-aligned), alive
+        // while `self` is; accessed only atomically. `AtomicU128` has the size and alignment of
+        // `u128`, and the caller checked that it is lock-free (a lock would be this process's
+        // alone).
+        unsafe { AtomicU128::from_ptr(self.map.as_mut_ptr().add(offset).cast::<u128>()) }
+    }
+}
+
+/// `count` 8-byte words of `map` from byte `offset` (a multiple of 8), anywhere in the mapping.
+fn region(map: &MmapRaw, offset: usize, count: usize) -> &[AtomicU64] {
+    assert!(offset.is_multiple_of(8) && offset + count * 8 <= map.len());
+    // SAFETY: as `words`.
+    unsafe { std::slice::from_raw_parts(map.as_ptr().add(offset).cast::<AtomicU64>(), count) }
 }
 
 /// `count` 8-byte words of `map` from byte `offset`, as atomics.

@@ -1,0 +1,225 @@
+// Limiter.openShared: token buckets shared by real processes (child_process.fork workers) through
+// a segment file, and tokenBucket over one. On the fallback backend every entry point refuses with
+// ERR_KEEPCOUNT_UNSUPPORTED; argument checks are the same on both.
+import { readFileSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import test from 'ava';
+import { backend, Limiter, SharedLimiter, type SharedLimiterStats } from '../lib/index.js';
+import { get } from './http-client.js';
+import { throwsShape, title } from './helpers.js';
+import { scratch, unsupported, workers } from './shared-workers.js';
+
+const SEED = 0x5eedn;
+
+test(title('four processes hammering three keys admit at most burst + rate × t per key'), async (t) => {
+  const dir = scratch(t);
+  const quota = { requests: { perSecond: 100, burst: 10 } };
+  if (backend === 'fallback') {
+    throwsShape(t, () => Limiter.openShared('hammered', { quota, seed: SEED, dir }), unsupported('Limiter.openShared'));
+    return;
+  }
+  const all = await workers(4);
+  await Promise.all(all.map((w) => w.send({ op: 'open-limiter', name: 'hammered', dir, quota, capacity: 16 })));
+  const keys = ['a', 'b', 'c'];
+  const ms = 1500;
+  // Every check's clock reading (the host's CLOCK_MONOTONIC, which performance.now() also reads)
+  // lies between these two, and the buckets start full: so the bound below is exact, no slack.
+  const before = performance.now();
+  const admitted = (await Promise.all(all.map((w) => w.send({ op: 'hammer', keys, ms })))) as number[][];
+  const elapsedMs = performance.now() - before;
+  const most = Math.floor(10 + (100 * elapsedMs) / 1000);
+  // Each worker checks without pause for 1.5 s, taking each token within microseconds of its
+  // arrival. Half the refill of those 1.5 s is a margin only a machine that starves all four
+  // workers of the CPU for 0.75 s could miss (false-failure probability: that stall's).
+  const least = 10 + (100 * ms) / 1000 / 2;
+  for (const [i, key] of keys.entries()) {
+    const total = admitted.reduce((sum, perKey) => sum + perKey[i]!, 0);
+    t.log(`${key}: ${total} admitted (bound ${most} in ${elapsedMs.toFixed(0)} ms, floor ${least})`);
+    t.true(total <= most, `${key}: ${total} admitted, at most ${most} allowed in ${elapsedMs.toFixed(0)} ms`);
+    t.true(total >= least, `${key}: ${total} admitted, at least ${least} expected`);
+    t.true(
+      admitted.filter((perKey) => perKey[i]! > 0).length >= 2,
+      `${key}: admitted per process ${admitted.map((p) => p[i]).join(', ')}`,
+    );
+  }
+  await Promise.all(all.map((w) => w.exit()));
+});
+
+test(title('a full key table sends new keys to the best-effort bucket and counts them, never throwing'), async (t) => {
+  const dir = scratch(t);
+  const quota = { requests: { perSecond: 1, burst: 5 } };
+  if (backend === 'fallback') {
+    throwsShape(
+      t,
+      () => Limiter.openShared('tiny', { quota, capacity: 4, seed: SEED, dir }),
+      unsupported('Limiter.openShared'),
+    );
+    return;
+  }
+  const all = await workers(2);
+  await Promise.all(all.map((w) => w.send({ op: 'open-limiter', name: 'tiny', dir, quota, capacity: 4 })));
+  // 2 × 200 distinct keys against a capacity of 4: 4 get a bucket, 396 checks overflow.
+  await Promise.all(all.map((w) => w.send({ op: 'distinct', count: 200 })));
+  const here = Limiter.openShared('tiny', { quota, capacity: 4, seed: SEED, dir });
+  const stats: SharedLimiterStats = here.stats();
+  t.deepEqual(stats, { keys: 4, capacity: 4, overflow: 396 });
+  // The best-effort bucket (the same quota by default) was emptied by the overflow long ago.
+  t.false(here.check('yet-another-client').allowed);
+  t.is(here.stats().overflow, 397);
+  here.close();
+  await Promise.all(all.map((w) => w.exit()));
+});
+
+test(title('opening with another quota, capacity or seed is ERR_KEEPCOUNT_MISMATCH naming it'), (t) => {
+  const dir = scratch(t);
+  const quota = { requests: { perSecond: 10, burst: 20 } };
+  if (backend === 'fallback') {
+    throwsShape(t, () => Limiter.openShared('m', { quota, seed: SEED, dir }), unsupported('Limiter.openShared'));
+    throwsShape(t, () => Limiter.unlink('m', { dir }), unsupported('Limiter.unlink'));
+    return;
+  }
+  using first = Limiter.openShared('m', { quota, capacity: 100, seed: SEED, dir });
+  t.deepEqual(first.quota, { requests: { amount: 10, periodMs: 1000, burst: 20 } });
+  const mismatch = (field: string, existing: string, requested: string) => ({
+    instanceOf: Error,
+    code: 'ERR_KEEPCOUNT_MISMATCH',
+    message: `Cannot open the shared segment: ${join(dir, 'keepcount.m')} was created with ${field} ${existing}, not ${requested} as requested`,
+  });
+  throwsShape(
+    t,
+    () =>
+      Limiter.openShared('m', { quota: { requests: { perSecond: 10, burst: 21 } }, capacity: 100, seed: SEED, dir }),
+    mismatch(
+      'quota',
+      '(requests 10 per 1000000000 ns, burst 20; units unlimited)',
+      '(requests 10 per 1000000000 ns, burst 21; units unlimited)',
+    ),
+  );
+  throwsShape(
+    t,
+    () =>
+      Limiter.openShared('m', {
+        quota,
+        bestEffort: { units: { perSecond: 1, burst: 1 } },
+        capacity: 100,
+        seed: SEED,
+        dir,
+      }),
+    mismatch(
+      'bestEffort',
+      '(requests 10 per 1000000000 ns, burst 20; units unlimited)',
+      '(requests unlimited; units 1 per 1000000000 ns, burst 1)',
+    ),
+  );
+  throwsShape(
+    t,
+    () => Limiter.openShared('m', { quota, capacity: 99, seed: SEED, dir }),
+    mismatch('capacity', '100', '99'),
+  );
+  throwsShape(t, () => Limiter.openShared('m', { quota, capacity: 100, seed: 1, dir }), mismatch('seed', '24301', '1'));
+});
+
+test(title('a process SIGKILLed in a check loop leaves the buckets working for the survivors'), async (t) => {
+  const dir = scratch(t);
+  // Never refills: every count below is exact.
+  const quota = { requests: { perSecond: 0, burst: 50 } };
+  if (backend === 'fallback') {
+    throwsShape(t, () => Limiter.openShared('killed', { quota, seed: SEED, dir }), unsupported('Limiter.openShared'));
+    return;
+  }
+  const [doomed, survivor] = await workers(2);
+  await Promise.all(
+    [doomed, survivor].map((w) => w!.send({ op: 'open-limiter', name: 'killed', dir, quota, capacity: 64 })),
+  );
+  await doomed!.send({ op: 'check-forever', key: 'hot' });
+  await new Promise((resolve) => setTimeout(resolve, 200));
+  await doomed!.kill();
+  // The key it hammered is decided at once (spent, not wedged); a fresh key gets its whole burst,
+  // from another process and from this one.
+  using here = Limiter.openShared('killed', { quota, capacity: 64, seed: SEED, dir });
+  t.deepEqual(here.check('hot'), { allowed: false, retryAfterMs: Infinity });
+  t.deepEqual(await survivor!.send({ op: 'hammer', keys: ['fresh'], ms: 50 }), [50]);
+  t.false(here.check('fresh').allowed);
+  let admitted = 0;
+  for (let i = 0; i < 60; i++) if (here.check('fresher').allowed) admitted++;
+  t.is(admitted, 50);
+  await survivor!.exit();
+});
+
+test(title('a damaged limiter segment is ERR_KEEPCOUNT_CORRUPT, and unlink clears it'), (t) => {
+  const dir = scratch(t);
+  const quota = { requests: { perSecond: 1, burst: 1 } };
+  if (backend === 'fallback') {
+    throwsShape(t, () => Limiter.openShared('d', { quota, seed: SEED, dir }), unsupported('Limiter.openShared'));
+    return;
+  }
+  const path = join(dir, 'keepcount.d');
+  const corrupt = {
+    instanceOf: Error,
+    code: 'ERR_KEEPCOUNT_CORRUPT',
+    message: `Cannot open the shared segment: ${path} is not a valid keepcount segment (checksum check failed); remove it to start afresh`,
+  };
+  // Byte 25 is in the header's seed; byte 150 in the per-key quota, checksummed on its own.
+  for (const at of [25, 150]) {
+    Limiter.openShared('d', { quota, seed: SEED, dir }).close();
+    const bytes = readFileSync(path);
+    bytes[at]! ^= 1;
+    writeFileSync(path, bytes);
+    throwsShape(t, () => Limiter.openShared('d', { quota, seed: SEED, dir }), corrupt);
+    Limiter.unlink('d', { dir });
+  }
+  const fresh = Limiter.openShared('d', { quota, seed: SEED, dir });
+  t.true(fresh.check('k').allowed);
+  fresh.close();
+  fresh.close();
+  const closed = {
+    instanceOf: Error,
+    code: 'ERR_KEEPCOUNT_CLOSED',
+    message: 'This Limiter was closed; its counters are gone',
+  };
+  throwsShape(t, () => fresh.check('k'), closed);
+  throwsShape(t, () => fresh.stats(), closed);
+});
+
+test(title('tokenBucket over a shared Limiter holds one bucket per client across processes'), async (t) => {
+  const dir = scratch(t);
+  const quota = { requests: { perSecond: 0, burst: 6 } };
+  if (backend === 'fallback') {
+    throwsShape(t, () => Limiter.openShared('http', { quota, seed: SEED, dir }), unsupported('Limiter.openShared'));
+    return;
+  }
+  const all = await workers(2);
+  await Promise.all(all.map((w) => w.send({ op: 'open-limiter', name: 'http', dir, quota, capacity: 64 })));
+  const ports = (await Promise.all(all.map((w) => w.send({ op: 'serve-bucket' })))) as number[];
+  // 5 requests to each process's server from one client: per-process buckets would admit 10.
+  const statuses: number[] = [];
+  for (let i = 0; i < 10; i++) statuses.push((await get(ports[i % 2]!)).status);
+  t.is(statuses.filter((s) => s === 200).length, 6, statuses.join(' '));
+  t.is(statuses.filter((s) => s === 429).length, 4, statuses.join(' '));
+  await Promise.all(all.map((w) => w.exit()));
+});
+
+test(title('Limiter.openShared checks its options before the backend, on both backends'), (t) => {
+  const quota = { requests: { perSecond: 1, burst: 1 } };
+  throwsShape(t, () => Limiter.openShared('x', { quota, seed: SEED, capacity: 0 }), {
+    instanceOf: RangeError,
+    code: 'ERR_OUT_OF_RANGE',
+    message: 'The "capacity" option must be an integer in [1, 4194304]. Received 0',
+  });
+  throwsShape(t, () => Limiter.openShared('x', { quota } as never), {
+    instanceOf: TypeError,
+    code: 'ERR_INVALID_ARG_TYPE',
+    message: /^The "seed" option must be of type bigint or number \(every process must pass the same one\)/,
+  });
+  throwsShape(t, () => Limiter.openShared('x', { seed: SEED } as never), {
+    instanceOf: TypeError,
+    code: 'ERR_INVALID_ARG_TYPE',
+    message: /^The "quota" option must be of type object/,
+  });
+  throwsShape(t, () => Limiter.openShared('../x', { quota, seed: SEED }), {
+    instanceOf: RangeError,
+    code: 'ERR_OUT_OF_RANGE',
+    message: /^The "name" argument must be 1 to 200 ASCII letters/,
+  });
+  t.true(typeof SharedLimiter === 'function');
+});

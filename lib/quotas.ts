@@ -1,0 +1,129 @@
+/**
+ * Token-bucket quotas as users write them (`RateLimit`, `Quota`) and as the limiters hold them:
+ * parsed and checked once here for the process-local `Limiter` and the shared one.
+ *
+ * @module
+ */
+import type { LimitSpec, QuotaSpec } from './core.js';
+import { invalidType, outOfRange } from './errors.js';
+
+/**
+ * The answer to `Limiter.check`. When refused, nothing was taken from any bucket, and
+ * `retryAfterMs` says how long until the same check would be admitted had nothing else run
+ * (to the nanosecond, so it may be fractional: round up for a `Retry-After` header), or is
+ * `Infinity` when waiting never helps: the cost exceeds a burst, or a bucket short of tokens
+ * never refills.
+ */
+export type LimiterDecision = { readonly allowed: true } | { readonly allowed: false; readonly retryAfterMs: number };
+
+/** The one admitted decision, shared. */
+export const ALLOWED: LimiterDecision = Object.freeze({ allowed: true });
+
+/** Largest period: 2^53 − 1 ns (about 104 days), so every period is a safe integer of nanoseconds. */
+const MAX_PERIOD_NS = Number.MAX_SAFE_INTEGER;
+
+/**
+ * How fast one dimension refills and how much it holds: either `perSecond` tokens a second, or
+ * `amount` tokens every `periodMs` milliseconds (for rates below one a second, or exact fractions).
+ * Refill is continuous: one token every `periodMs / amount`.
+ *
+ * @example
+ * ```ts
+ * const apiCalls: RateLimit = { perSecond: 10, burst: 20 };
+ * const slow: RateLimit = { amount: 1, periodMs: 60_000, burst: 5 }; // one a minute
+ * ```
+ */
+export type RateLimit =
+  | {
+      /** Tokens added per second: a safe integer >= 0 (0 never refills). */
+      perSecond: number;
+      /** The most tokens held, and the largest cost ever admitted: a safe integer >= 0. */
+      burst: number;
+    }
+  | {
+      /** Tokens added every `periodMs`: a safe integer >= 0 (0 never refills). */
+      amount: number;
+      /** The period in milliseconds: a number > 0, rounded to the nanosecond, at most 2^53 − 1 ns (~104 days). */
+      periodMs: number;
+      /** The most tokens held, and the largest cost ever admitted: a safe integer >= 0. */
+      burst: number;
+    };
+
+/**
+ * What one bucket admits, in two dimensions at once. Each check is one request and costs its
+ * `cost` in units (bytes, say); it is admitted only if every limited dimension has it.
+ */
+export interface Quota {
+  /** The limit on requests. Defaults to none (unlimited). */
+  requests?: RateLimit;
+  /** The limit on cost units. Defaults to none (unlimited). */
+  units?: RateLimit;
+}
+
+/** A {@link RateLimit} as the limiter holds it. */
+export interface LimitInfo {
+  /** Tokens added per period. */
+  amount: number;
+  /** The period in milliseconds (`perSecond` limits report 1000). */
+  periodMs: number;
+  /** The most tokens held. */
+  burst: number;
+}
+
+/** A {@link Quota} as the limiter holds it: absent dimensions are unlimited. */
+export interface QuotaInfo {
+  requests?: LimitInfo;
+  units?: LimitInfo;
+}
+
+/** `The "bestEffort" option` + `requests` → `The "bestEffort.requests" option`. */
+function field(what: string, name: string): string {
+  return what.replace(/^(The "[^"]*)"/, `$1.${name}"`);
+}
+
+/** A checked {@link Quota}; `what` names it in errors. */
+export function quotaSpec(what: string, quota: unknown): QuotaSpec {
+  if (typeof quota !== 'object' || quota === null) throw invalidType(what, 'of type object', quota);
+  const q = quota as Quota;
+  const spec: QuotaSpec = {};
+  if (q.requests !== undefined) spec.requests = limitSpec(field(what, 'requests'), q.requests);
+  if (q.units !== undefined) spec.units = limitSpec(field(what, 'units'), q.units);
+  return spec;
+}
+
+function limitSpec(what: string, limit: unknown): LimitSpec {
+  if (typeof limit !== 'object' || limit === null) throw invalidType(what, 'of type object', limit);
+  const l = limit as { perSecond?: unknown; amount?: unknown; periodMs?: unknown; burst?: unknown };
+  const perSecond = l.perSecond !== undefined;
+  if (perSecond === (l.amount !== undefined || l.periodMs !== undefined)) {
+    throw invalidType(what, 'an object with either perSecond, or amount and periodMs', limit);
+  }
+  const burst = count(field(what, 'burst'), l.burst);
+  if (perSecond) return { amount: count(field(what, 'perSecond'), l.perSecond), periodNs: 1e9, burst };
+  const amount = count(field(what, 'amount'), l.amount);
+  const periodWhat = field(what, 'periodMs');
+  if (typeof l.periodMs !== 'number') throw invalidType(periodWhat, 'of type number', l.periodMs);
+  const periodNs = Math.round(l.periodMs * 1e6);
+  if (!(periodNs >= 1 && periodNs <= MAX_PERIOD_NS)) {
+    throw outOfRange(periodWhat, 'a number of milliseconds of at least 1 ns and at most 2^53 - 1 ns', l.periodMs);
+  }
+  return { amount, periodNs, burst };
+}
+
+function count(what: string, value: unknown): number {
+  if (typeof value !== 'number') throw invalidType(what, 'of type number', value);
+  if (!Number.isSafeInteger(value) || value < 0) throw outOfRange(what, 'a safe integer >= 0', value);
+  return value;
+}
+
+function limitInfo(limit: LimitSpec): LimitInfo {
+  return { amount: limit.amount, periodMs: limit.periodNs / 1e6, burst: limit.burst };
+}
+
+/** A {@link QuotaSpec} as the limiters report it. */
+export function quotaInfo(spec: QuotaSpec): QuotaInfo {
+  const info: QuotaInfo = {};
+  if (spec.requests != null) info.requests = limitInfo(spec.requests);
+  if (spec.units != null) info.units = limitInfo(spec.units);
+  return info;
+}

@@ -1,0 +1,109 @@
+/**
+ * `SharedLimiter`: token buckets in a segment every process of the host maps, what
+ * `Limiter.openShared` returns (`crates/limits/src/shared/limiter.rs`).
+ *
+ * @module
+ */
+import { closedSharedLimiter, dispose, isClosed } from './closed.js';
+import type { Key, QuotaSpec, SharedLimiterCore, SharedLimiterStats } from './core.js';
+import { invalidType, outOfRange } from './errors.js';
+import { validateKey } from './keys.js';
+import { integerOption, optionsObject } from './options.js';
+import { ALLOWED, quotaInfo, quotaSpec, type LimiterDecision, type Quota, type QuotaInfo } from './quotas.js';
+import { sharedBackend, sharedDir, sharedMode, sharedName, sharedSeed, type SharedCreation } from './shared.js';
+
+export type { SharedLimiterStats } from './core.js';
+
+/** The largest `capacity`: 2^22 keys (`crates/limits/src/shared/limiter.rs` `MAX_CAPACITY`). */
+const MAX_CAPACITY = 2 ** 22;
+/** Default `capacity`: 65,536 keys, a 6 MiB segment (48 bytes per table entry, at most 3/4 full). */
+const DEFAULT_CAPACITY = 65_536;
+
+/** Options of `Limiter.openShared`. Every process must pass the same `quota`, `bestEffort`, `capacity` and `seed`. */
+export interface SharedLimiterOptions extends SharedCreation {
+  /** Every key's quota, as in a `Limiter`'s key table: `requests`, `units` or both. Required. */
+  quota: Quota;
+  /**
+   * The quota of the one bucket that keys arriving once the table is full share. Defaults to
+   * `quota` (so all of them together get what one key gets).
+   */
+  bestEffort?: Quota;
+  /**
+   * The most keys the table takes: an integer in [1, 2^22], fixed when the segment is created.
+   * Keys are never removed: size it for the distinct keys expected until the segment is unlinked.
+   * Defaults to 65,536.
+   */
+  capacity?: number;
+  /**
+   * Keys are stored as their 128-bit SipHash under this seed: keep it secret so that clients
+   * cannot aim for collisions. Required: every process must pass the same one.
+   */
+  seed: bigint | number;
+}
+
+/**
+ * Token buckets shared by the processes of a host: one per key, made on the key's first check,
+ * up to a capacity fixed at creation. Open one with `Limiter.openShared`; `tokenBucket` and
+ * `tokenBucketHook` take it as their `limiter`.
+ */
+export class SharedLimiter {
+  /** Every key's quota. */
+  readonly quota: QuotaInfo;
+  /** The quota of the bucket keys beyond the capacity share. */
+  readonly bestEffort: QuotaInfo;
+  #core: SharedLimiterCore;
+
+  private constructor(core: SharedLimiterCore, quota: QuotaSpec, bestEffort: QuotaSpec) {
+    this.#core = core;
+    this.quota = quotaInfo(quota);
+    this.bestEffort = quotaInfo(bestEffort);
+  }
+
+  /** `Limiter.openShared`. */
+  static open(name: string, options: SharedLimiterOptions): SharedLimiter {
+    const n = sharedName(name);
+    const o = optionsObject<SharedLimiterOptions>(options);
+    const quota = quotaSpec('The "quota" option', o.quota);
+    const bestEffort = o.bestEffort === undefined ? quota : quotaSpec('The "bestEffort" option', o.bestEffort);
+    const capacity = integerOption('capacity', o.capacity, 1, MAX_CAPACITY, DEFAULT_CAPACITY);
+    const seed = sharedSeed(o.seed);
+    const dir = sharedDir(o);
+    const mode = sharedMode(o);
+    const backend = sharedBackend('Limiter.openShared');
+    return new SharedLimiter(backend.openLimiter(n, quota, bestEffort, capacity, seed, dir, mode), quota, bestEffort);
+  }
+
+  /**
+   * Checks one request costing `cost` units for `key` against its bucket (or the best-effort one
+   * if the table is full) and takes it if every limited dimension has it; as `Limiter.check`.
+   *
+   * @param cost - Units this request costs: a safe integer >= 0. Defaults to 1.
+   */
+  check(key: Key, cost = 1): LimiterDecision {
+    const k = validateKey(key);
+    if (typeof cost !== 'number') throw invalidType('The "cost" argument', 'of type number', cost);
+    if (!Number.isSafeInteger(cost) || cost < 0) throw outOfRange('The "cost" argument', 'a safe integer >= 0', cost);
+    const wait = this.#core.check(k, cost);
+    return wait === 0 ? ALLOWED : { allowed: false, retryAfterMs: wait };
+  }
+
+  /** How full the key table is, and how many checks overflowed it, across every process. */
+  stats(): SharedLimiterStats {
+    return this.#core.stats();
+  }
+
+  /**
+   * Unmaps the segment from this process now (the file and the other processes' buckets stay).
+   * Any later call throws `ERR_KEEPCOUNT_CLOSED`. Idempotent; `using` calls it too.
+   */
+  close(): void {
+    if (isClosed(this.#core)) return;
+    this.#core.close();
+    this.#core = closedSharedLimiter();
+  }
+
+  /** {@link close}, for `using`. */
+  [dispose](): void {
+    this.close();
+  }
+}
