@@ -10,7 +10,7 @@ import { RedisSync, SyncedEstimator, SyncedRate, SyncedWindowQuota, type SendCom
 import { runFixture, throwsShape, title } from './helpers.js';
 import { close, get, listen } from './http-client.js';
 import { clientNames, connectClient, type ClientName } from './redis-clients.js';
-import { startRedis, type RedisServer } from './redis-server.js';
+import { startRedis, type RedisServer } from '../tools/redis-server.js';
 
 const sleep = (ms: number): Promise<void> => new Promise((resolve) => setTimeout(resolve, ms));
 
@@ -476,6 +476,11 @@ test(title('bad options are refused with keepcount error codes'), (t) => {
     instanceOf: TypeError,
     code: 'ERR_INVALID_ARG_TYPE',
     message: 'The "sendCommand" option must be of type function. Received type string ("no")',
+  });
+  throwsShape(t, () => new RedisSync({ sendCommand: async () => [], cluster: 'yes' as never }), {
+    instanceOf: TypeError,
+    code: 'ERR_INVALID_ARG_TYPE',
+    message: 'The "cluster" option must be of type boolean. Received type string ("yes")',
   });
   const sync = new RedisSync({ sendCommand: async () => [] });
   throwsShape(t, () => new SyncedEstimator({ sync, name: 'a{b}', seed: 1 }), {
