@@ -3,10 +3,11 @@
  * ioredis' `Cluster` and node-redis' `createCluster`.
  */
 import test from 'ava';
-import { RedisSync, SyncedEstimator, SyncedWindowQuota } from '../lib/redis/index.js';
+import { RedisSync, SyncedEstimator, SyncedWindowQuota, type SendCommand } from '../lib/redis/index.js';
 import { title } from './helpers.js';
-import { connectCluster, type Connection } from './redis-clients.js';
+import { connectClient, connectCluster, type Connection } from './redis-clients.js';
 import { startRedisCluster, type RedisCluster } from '../tools/redis-cluster.js';
+import { startRedis } from '../tools/redis-server.js';
 
 /** Runs `body` on a fresh cluster, stopped afterwards whatever happens. */
 async function withCluster(body: (cluster: RedisCluster) => Promise<void>): Promise<void> {
@@ -70,7 +71,7 @@ test.serial(
 );
 
 test.serial(
-  title('without cluster: true, one script call for two names fails with CROSSSLOT and loses nothing'),
+  title('without cluster: true a sync carrying two names fails with CROSSSLOT; with it the same sync succeeds'),
   async (t) => {
     await withCluster(async (cluster) => {
       const connection = await connectCluster('ioredis', cluster.seeds);
@@ -85,9 +86,10 @@ test.serial(
         t.false(await sync.flush());
         t.regex(String(errors[0]?.message), /CROSSSLOT/);
         await sync.close();
-        // The same node's counts, once it syncs per name, arrive whole.
+        // With one call per name the same two structures sync, and another node reads the count.
         const fixed = new RedisSync({ sendCommand: connection.send, syncMs: 3_600_000, cluster: true });
         const again = new SyncedEstimator({ sync: fixed, name: 'a', seed: 7 });
+        new SyncedEstimator({ sync: fixed, name: 'b', seed: 7 });
         again.incr('k', 5);
         t.true(await fixed.flush());
         const reader = new RedisSync({ sendCommand: connection.send, syncMs: 3_600_000, cluster: true });
@@ -100,5 +102,48 @@ test.serial(
         await connection.close();
       }
     });
+  },
+);
+
+test.serial(
+  title('cluster: true, one name’s call failing: the others apply, its counts go with the next sync'),
+  async (t) => {
+    // A standalone server takes per-name calls too; the sender fails every call for {b} while told to.
+    const server = await startRedis();
+    const connection = await connectClient('ioredis', server.port);
+    try {
+      let failB = true;
+      const send: SendCommand = (args) =>
+        failB && args.some((arg) => arg.includes('{b}'))
+          ? Promise.reject(new Error('b is down'))
+          : connection.send(args);
+      const sync = new RedisSync({ sendCommand: send, syncMs: 3_600_000, cluster: true });
+      const errors: Error[] = [];
+      sync.on('error', (error: Error) => errors.push(error));
+      const a = new SyncedEstimator({ sync, name: 'a', seed: 7 });
+      const b = new SyncedEstimator({ sync, name: 'b', seed: 7 });
+      a.incr('k', 2);
+      b.incr('k', 3);
+      t.false(await sync.flush());
+      t.deepEqual(
+        errors.map((e) => e.message),
+        ['b is down'],
+      );
+      t.is(sync.stats.failures, 1);
+      const reader = new RedisSync({ sendCommand: connection.send, syncMs: 3_600_000, cluster: true });
+      const readA = new SyncedEstimator({ sync: reader, name: 'a', seed: 7 });
+      const readB = new SyncedEstimator({ sync: reader, name: 'b', seed: 7 });
+      t.true(await reader.flush());
+      t.deepEqual([readA.get('k'), readB.get('k')], [2, 0], "a's call applied, b's did not");
+      failB = false;
+      t.true(await sync.flush());
+      t.true(await reader.flush());
+      t.deepEqual([readA.get('k'), readB.get('k')], [2, 3], "b's counts went with the next sync, a's not twice");
+      await sync.close();
+      await reader.close();
+    } finally {
+      await connection.close();
+      await server.stop();
+    }
   },
 );

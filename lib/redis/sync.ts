@@ -1,6 +1,7 @@
 /**
  * The node's link to Redis: a timer that, every `syncMs`, pushes every registered structure's
- * changed cells and pulls what the other nodes changed, in one script call (one round trip).
+ * changed cells and pulls what the other nodes changed, in one script call (one round trip; in
+ * a Redis Cluster, one call per structure name, sent together, since a script touches one slot).
  * Nothing here runs on a request's path: structures answer from their local arrays, and this
  * only refreshes them.
  */
@@ -85,7 +86,9 @@ const LIVE_PERIODS = 10;
 /**
  * Syncs keepcount structures through Redis ≥ 7 (or Valkey). Emits `'sync'` after each successful
  * sync and `'error'` (only when someone listens: an unheard `'error'` would throw from a timer)
- * with the cause of each failed one. Its timer is unref'd: it never keeps the process alive.
+ * with the cause of each failed one (in a cluster, of each failed call: a sync whose calls partly
+ * failed keeps what they did apply and counts as failed). Its timer is unref'd: it never keeps the
+ * process alive.
  */
 export class RedisSync extends EventEmitter {
   /** Milliseconds between syncs. */
