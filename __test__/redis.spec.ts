@@ -6,6 +6,8 @@ import express from 'express';
 import { createServer } from 'node:http';
 import test from 'ava';
 import { rateLimit } from '../lib/http/index.js';
+import { Estimator } from '../lib/index.js';
+import { KeyHasher } from '../lib/redis/hasher.js';
 import { RedisSync, SyncedEstimator, SyncedRate, SyncedWindowQuota, type SendCommand } from '../lib/redis/index.js';
 import { runFixture, throwsShape, title } from './helpers.js';
 import { close, get, listen } from './http-client.js';
@@ -499,4 +501,18 @@ test(title('bad options are refused with keepcount error codes'), (t) => {
     message: /The "intervalMs" option must be/,
   });
   void sync.close();
+});
+
+test(title('synced sketches put every key where this backend’s Estimator does'), (t) => {
+  const keys = ['', 'k0', '203.0.113.7', 'żółw 🐢', 0, 1, -1, 2 ** 53 - 1, 1n, -(2n ** 63n), new Uint8Array([1, 2, 3])];
+  for (const [hashes, slots, seed] of [
+    [4, 8192, 7],
+    [1, 1, 0],
+    [5, 1000, 2n ** 64n - 1n],
+  ] as const) {
+    const estimator = new Estimator({ hashes, slots, seed });
+    const hasher = new KeyHasher(hashes, slots, seed);
+    for (const key of keys) t.deepEqual(Array.from(hasher.indexes(key)), estimator.counterIndexes(key), String(key));
+    estimator.close();
+  }
 });

@@ -5,7 +5,8 @@
  *
  * 1. **Per-check cost**: `SyncedWindowQuota.consume` (what keepcount's `rateLimit` calls per
  *    request; syncing every 100 ms in the background, its cost included: the loop yields to the
- *    event loop every 1,024 checks so the syncs run) against express-rate-limit's
+ *    event loop every 1,024 checks so the syncs run; TypeScript on either backend, see
+ *    lib/redis/hasher.ts) against express-rate-limit's
  *    `rate-limit-redis` store `increment` and rate-limiter-flexible's `RateLimiterRedis.consume`,
  *    each awaited, one at a time (a request waits for its own check) and 256 at a time (the
  *    server's throughput with many requests in flight). One ioredis client per contender.
@@ -23,9 +24,11 @@ import { Redis } from 'ioredis';
 import { RedisStore } from 'rate-limit-redis';
 import { RateLimiterRedis } from 'rate-limiter-flexible';
 import type { Options as ErlOptions } from 'express-rate-limit';
+import * as keepcountRedis from '../lib/redis/index.js';
 import { startRedis } from '../tools/redis-server.js';
-import { loadBackends, type RedisApi } from './backends.js';
 import { makeKeys, prng, stream } from './data.js';
+
+type RedisApi = typeof keepcountRedis;
 
 /** A window quota's limit that no contender ever reaches: every check does the same work. */
 const HUGE = 1e12;
@@ -137,7 +140,6 @@ async function main(): Promise<void> {
   const rounds = quick ? 1 : 5;
   const kcChecks = quick ? 20_000 : 500_000;
   const redisChecks = quick ? 300 : 4_000;
-  const backends = loadBackends((line) => console.log(line));
   const server = await startRedis();
   const info = connect(server.port);
   try {
@@ -147,10 +149,12 @@ async function main(): Promise<void> {
     const zipf = stream(keys.ips, keys.zipf);
 
     // 1. Per-check cost.
-    const kcNodes = backends.map((b) => ({
-      name: `keepcount SyncedWindowQuota.consume (${b.name}), syncMs 100`,
-      node: node(b.redis, server.port, { name: `cost-${b.name}`, limit: HUGE, windowMs: 3_600_000, syncMs: 100 }),
-    }));
+    const kcNodes = [
+      {
+        name: 'keepcount SyncedWindowQuota.consume, syncMs 100',
+        node: node(keepcountRedis, server.port, { name: 'cost', limit: HUGE, windowMs: 3_600_000, syncMs: 100 }),
+      },
+    ];
     const erlClient = connect(server.port);
     const erl = new RedisStore({
       sendCommand: (...args: string[]) => erlClient.call(args[0]!, ...args.slice(1)) as Promise<number>,
@@ -244,9 +248,8 @@ async function main(): Promise<void> {
     // 2. Commands per node per second at syncMs 100, the nodes checking as fast as they can.
     const syncMs = 100;
     const commandSeconds = quick ? 1 : 5;
-    const b = backends[0]!;
     const busy = Array.from({ length: 3 }, () =>
-      node(b.redis, server.port, { name: 'commands', limit: 100, windowMs: 1000, syncMs }),
+      node(keepcountRedis, server.port, { name: 'commands', limit: 100, windowMs: 1000, syncMs }),
     );
     for (const n of busy) await n.sync.flush();
     const callsBefore = await scriptCalls(info);
@@ -267,12 +270,12 @@ async function main(): Promise<void> {
       commandsPerNodePerS: calls / 3 / elapsedS,
     };
     console.log(
-      `commands: ${commands.checksPerNodePerS.toFixed(0)} checks/s per node (${b.name}), ` +
+      `commands: ${commands.checksPerNodePerS.toFixed(0)} checks/s per node, ` +
         `${commands.commandsPerNodePerS.toFixed(2)} Redis commands/s per node (INFO commandstats) at syncMs ${syncMs}`,
     );
 
     // 3. The trace.
-    const trace = await replay(b.redis, server.port, quick);
+    const trace = await replay(keepcountRedis, server.port, quick);
     console.log(JSON.stringify(trace, null, 2));
 
     const results: RedisResults = {
