@@ -66,6 +66,8 @@ export interface TraceResult {
   worstBoundRatio: number;
   longestSyncGapMs: number;
   maxRoundTripMs: number;
+  /** Redis' CPU seconds (user + system) per second of the replay: how busy the syncs kept it. */
+  redisCpuPerS: number;
   wronglyAdmitted: number;
   wronglyRefused: number;
 }
@@ -77,7 +79,15 @@ export interface RedisResults {
   rounds: number;
   sequential: CostCase[];
   concurrent: CostCase[];
-  commands: { nodes: number; syncMs: number; seconds: number; checksPerNodePerS: number; commandsPerNodePerS: number };
+  commands: {
+    nodes: number;
+    syncMs: number;
+    seconds: number;
+    checksPerNodePerS: number;
+    commandsPerNodePerS: number;
+    /** Redis' CPU seconds per second meanwhile. */
+    redisCpuPerS: number;
+  };
   trace: TraceResult;
 }
 
@@ -130,6 +140,13 @@ async function scriptCalls(client: Redis): Promise<number> {
   let calls = 0;
   for (const m of info.matchAll(/^cmdstat_(evalsha|eval):calls=(\d+)/gm)) calls += Number(m[2]);
   return calls;
+}
+
+/** `INFO cpu`: Redis' CPU seconds so far, user + system. */
+async function redisCpu(client: Redis): Promise<number> {
+  const info = await client.info('cpu');
+  const field = (name: string): number => Number(new RegExp(`^${name}:([\\d.]+)`, 'm').exec(info)?.[1] ?? NaN);
+  return field('used_cpu_user') + field('used_cpu_sys');
 }
 
 async function main(): Promise<void> {
@@ -253,6 +270,7 @@ async function main(): Promise<void> {
     );
     for (const n of busy) await n.sync.flush();
     const callsBefore = await scriptCalls(info);
+    const cpuBefore = await redisCpu(info);
     const started = performance.now();
     let checks = 0;
     while (performance.now() - started < commandSeconds * 1000) {
@@ -261,6 +279,7 @@ async function main(): Promise<void> {
     }
     const elapsedS = (performance.now() - started) / 1000;
     const calls = (await scriptCalls(info)) - callsBefore;
+    const cpu = (await redisCpu(info)) - cpuBefore;
     for (const n of busy) await closeNode(n);
     const commands = {
       nodes: 3,
@@ -268,14 +287,16 @@ async function main(): Promise<void> {
       seconds: elapsedS,
       checksPerNodePerS: checks / 3 / elapsedS,
       commandsPerNodePerS: calls / 3 / elapsedS,
+      redisCpuPerS: cpu / elapsedS,
     };
     console.log(
       `commands: ${commands.checksPerNodePerS.toFixed(0)} checks/s per node, ` +
-        `${commands.commandsPerNodePerS.toFixed(2)} Redis commands/s per node (INFO commandstats) at syncMs ${syncMs}`,
+        `${commands.commandsPerNodePerS.toFixed(2)} Redis commands/s per node (INFO commandstats) at syncMs ${syncMs}, ` +
+        `Redis busy ${(commands.redisCpuPerS * 100).toFixed(0)}% of a core`,
     );
 
     // 3. The trace.
-    const trace = await replay(keepcountRedis, server.port, quick);
+    const trace = await replay(keepcountRedis, server.port, info, quick);
     console.log(JSON.stringify(trace, null, 2));
 
     const results: RedisResults = {
@@ -300,7 +321,7 @@ async function main(): Promise<void> {
  * once per 1 ms tick and given to the nodes as their clock, so they and the exact count agree on
  * every request's window.
  */
-async function replay(redis: RedisApi, port: number, quick: boolean): Promise<TraceResult> {
+async function replay(redis: RedisApi, port: number, info: Redis, quick: boolean): Promise<TraceResult> {
   const nodes = 3;
   const syncMs = 100;
   const windowMs = 1000;
@@ -349,6 +370,7 @@ async function replay(redis: RedisApi, port: number, quick: boolean): Promise<Tr
   const cells = new Map<string, Cell>();
   let wronglyAdmitted = 0;
   let wronglyRefused = 0;
+  const cpuBefore = await redisCpu(info);
   const start = performance.now();
   let i = 0;
   while (i < count) {
@@ -372,6 +394,7 @@ async function replay(redis: RedisApi, port: number, quick: boolean): Promise<Tr
     for (const n of fleet) maxRoundTripMs = Math.max(maxRoundTripMs, n.sync.stats.lastRoundTripMs);
     await sleep(1);
   }
+  const redisCpuPerS = ((await redisCpu(info)) - cpuBefore) / ((performance.now() - start) / 1000);
   const longestSyncGapMs = Math.max(...gaps.map((g) => g.longest));
   for (const n of fleet) await closeNode(n);
 
@@ -414,6 +437,7 @@ async function replay(redis: RedisApi, port: number, quick: boolean): Promise<Tr
     worstBoundRatio,
     longestSyncGapMs,
     maxRoundTripMs,
+    redisCpuPerS,
     wronglyAdmitted,
     wronglyRefused,
   };

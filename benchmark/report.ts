@@ -175,7 +175,8 @@ function redisSection(redis: RedisResults): string[] {
     `Redis commands per node per second (\`INFO commandstats\`, EVALSHA + EVAL), ${redis.commands.nodes} nodes in one ` +
       `process checking as fast as they can (${redis.commands.checksPerNodePerS.toFixed(0)} checks/s each) for ` +
       `${redis.commands.seconds.toFixed(1)} s at syncMs ${redis.commands.syncMs}: **${redis.commands.commandsPerNodePerS.toFixed(2)}** ` +
-      `(at most ${1000 / redis.commands.syncMs}: one script call per sync).`,
+      `(at most ${1000 / redis.commands.syncMs}: one script call per sync); Redis meanwhile busy ` +
+      `${(redis.commands.redisCpuPerS * 100).toFixed(0)}% of a core.`,
     '',
     `Trace: ${t.requests.toLocaleString('en-US')} requests (${t.requestsPerS.toLocaleString('en-US')}/s Poisson for ${t.seconds} s, ` +
       `Zipf(1.1) over ${t.keys.toLocaleString('en-US')} keys, seeded) sent at random to ${t.nodes} synced nodes in one process ` +
@@ -188,6 +189,7 @@ function redisSection(redis: RedisResults): string[] {
     `| largest overshoot (admissions − limit) | ${t.maxOvershoot} (key rank ${t.maxOvershootRank}; the bound's slack there ${t.boundAtMax.toFixed(0)}) |`,
     `| pairs past the stated bound | ${t.overBound} (worst overshoot / slack ${t.worstBoundRatio.toFixed(2)}) |`,
     `| longest gap between a node's syncs; longest sync round trip | ${t.longestSyncGapMs.toFixed(0)} ms; ${t.maxRoundTripMs.toFixed(0)} ms |`,
+    `| Redis CPU during the replay | ${(t.redisCpuPerS * 100).toFixed(0)}% of a core |`,
     `| wrong decisions | ${((wrong / t.requests) * 100).toFixed(3)}% (${t.wronglyAdmitted} admitted, ${t.wronglyRefused} refused wrongly); Cloudflare's sliding-window approximation: 0.003% |`,
     '',
   ];
