@@ -1,7 +1,7 @@
 /** The two Redis clients the keepcount/redis specs run against, behind one `sendCommand`. */
-import { Redis } from 'ioredis';
-import { createClient } from 'redis';
-import { ioredisSender, nodeRedisSender, type SendCommand } from '../lib/redis/index.js';
+import { Cluster, Redis } from 'ioredis';
+import { createClient, createCluster } from 'redis';
+import { ioredisSender, nodeRedisClusterSender, nodeRedisSender, type SendCommand } from '../lib/redis/index.js';
 
 export type ClientName = 'ioredis' | 'redis';
 
@@ -28,4 +28,20 @@ export async function connectClient(name: ClientName, port: number): Promise<Con
   client.on('error', () => undefined);
   await client.connect();
   return { send: nodeRedisSender(client), close: async () => void client.destroy() };
+}
+
+/**
+ * A connected cluster client of `name`, given the cluster's nodes as seeds: an ioredis `Cluster`
+ * or a node-redis `createCluster`, each finding the slots' owners on its own.
+ */
+export async function connectCluster(name: ClientName, seeds: { host: string; port: number }[]): Promise<Connection> {
+  if (name === 'ioredis') {
+    const cluster = new Cluster(seeds, { redisOptions: { maxRetriesPerRequest: null } });
+    cluster.on('error', () => undefined);
+    return { send: ioredisSender(cluster), close: async () => cluster.disconnect() };
+  }
+  const cluster = createCluster({ rootNodes: seeds.map(({ host, port }) => ({ url: `redis://${host}:${port}` })) });
+  cluster.on('error', () => undefined);
+  await cluster.connect();
+  return { send: nodeRedisClusterSender(cluster), close: async () => cluster.destroy() };
 }

@@ -6,11 +6,13 @@ import express from 'express';
 import { createServer } from 'node:http';
 import test from 'ava';
 import { rateLimit } from '../lib/http/index.js';
+import { Estimator } from '../lib/index.js';
+import { KeyHasher } from '../lib/redis/hasher.js';
 import { RedisSync, SyncedEstimator, SyncedRate, SyncedWindowQuota, type SendCommand } from '../lib/redis/index.js';
 import { runFixture, throwsShape, title } from './helpers.js';
 import { close, get, listen } from './http-client.js';
 import { clientNames, connectClient, type ClientName } from './redis-clients.js';
-import { startRedis, type RedisServer } from './redis-server.js';
+import { startRedis, type RedisServer } from '../tools/redis-server.js';
 
 const sleep = (ms: number): Promise<void> => new Promise((resolve) => setTimeout(resolve, ms));
 
@@ -477,6 +479,11 @@ test(title('bad options are refused with keepcount error codes'), (t) => {
     code: 'ERR_INVALID_ARG_TYPE',
     message: 'The "sendCommand" option must be of type function. Received type string ("no")',
   });
+  throwsShape(t, () => new RedisSync({ sendCommand: async () => [], cluster: 'yes' as never }), {
+    instanceOf: TypeError,
+    code: 'ERR_INVALID_ARG_TYPE',
+    message: 'The "cluster" option must be of type boolean. Received type string ("yes")',
+  });
   const sync = new RedisSync({ sendCommand: async () => [] });
   throwsShape(t, () => new SyncedEstimator({ sync, name: 'a{b}', seed: 1 }), {
     instanceOf: RangeError,
@@ -494,4 +501,18 @@ test(title('bad options are refused with keepcount error codes'), (t) => {
     message: /The "intervalMs" option must be/,
   });
   void sync.close();
+});
+
+test(title('synced sketches put every key where this backend’s Estimator does'), (t) => {
+  const keys = ['', 'k0', '203.0.113.7', 'żółw 🐢', 0, 1, -1, 2 ** 53 - 1, 1n, -(2n ** 63n), new Uint8Array([1, 2, 3])];
+  for (const [hashes, slots, seed] of [
+    [4, 8192, 7],
+    [1, 1, 0],
+    [5, 1000, 2n ** 64n - 1n],
+  ] as const) {
+    const estimator = new Estimator({ hashes, slots, seed });
+    const hasher = new KeyHasher(hashes, slots, seed);
+    for (const key of keys) t.deepEqual(Array.from(hasher.indexes(key)), estimator.counterIndexes(key), String(key));
+    estimator.close();
+  }
 });

@@ -11,6 +11,8 @@ export type Api = typeof import('../lib/index.js');
 export type HttpApi = typeof import('../lib/http/index.js');
 /** What the bench reaches beyond the public API: the backend's ticker, for the N-API call cost. */
 export type BackendModule = typeof import('../lib/backend.js');
+/** keepcount/redis on this backend (its sketches hash with this backend's `Estimator`). */
+export type RedisApi = typeof import('../lib/redis/index.js');
 
 export interface LoadedBackend {
   name: 'native' | 'fallback';
@@ -18,6 +20,7 @@ export interface LoadedBackend {
   /** `keepcount/http` on this backend. */
   http: HttpApi;
   backend: BackendModule;
+  redis: RedisApi;
   /** `lib/limiter.ts`'s exports once that module exists, else undefined. */
   limiter: Record<string, unknown> | undefined;
 }
@@ -40,13 +43,14 @@ function load(name: 'native' | 'fallback'): LoadedBackend {
     const api = nodeRequire('../lib/index.ts') as Api;
     const http = nodeRequire('../lib/http/index.ts') as HttpApi;
     const backend = nodeRequire('../lib/backend.ts') as BackendModule;
+    const redis = nodeRequire('../lib/redis/index.ts') as RedisApi;
     let limiter: Record<string, unknown> | undefined;
     try {
       limiter = nodeRequire('../lib/limiter.ts') as Record<string, unknown>;
     } catch (error) {
       if ((error as { code?: string }).code !== 'MODULE_NOT_FOUND') throw error;
     }
-    return { name, api, http, backend, limiter };
+    return { name, api, http, backend, redis, limiter };
   } finally {
     if (saved === undefined) delete process.env.KEEPCOUNT_BACKEND;
     else process.env.KEEPCOUNT_BACKEND = saved;

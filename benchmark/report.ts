@@ -2,6 +2,7 @@
 import type { MemoryResult } from './memory.js';
 import type { NodeResults, SuiteResult } from './node.js';
 import type { HttpResults } from './http.js';
+import type { RedisResults } from './redis.js';
 
 export interface Machine {
   cpu: string;
@@ -151,6 +152,49 @@ export function chart(node: NodeResults, http: HttpResults): string {
   ].join('\n');
 }
 
+function redisSection(redis: RedisResults): string[] {
+  const ref = redis.sequential.find((c) => c.name.startsWith('keepcount'))?.us;
+  const t = redis.trace;
+  const wrong = t.wronglyAdmitted + t.wronglyRefused;
+  return [
+    '## keepcount/redis against one local redis-server',
+    '',
+    `redis-server ${redis.redisVersion} on loopback, started by benchmark/redis.ts; one ioredis client per contender. ` +
+      `Zipf(1.1) keys over 10,000 clients; limits no check reaches. keepcount's checks run ${redis.checksPerRound.keepcount.toLocaleString('en-US')} ` +
+      `per round, yielding to the event loop every 1,024 so its sync every 100 ms runs and is counted; the Redis stores' ` +
+      `${redis.checksPerRound.redis.toLocaleString('en-US')} per round (×4 in flight); median of ${redis.rounds} interleaved round(s).`,
+    '',
+    '| contender | µs per check (median) | rounds | × keepcount |',
+    '| --- | ---: | --- | ---: |',
+    ...[...redis.sequential, ...redis.concurrent].map(
+      (c) =>
+        `| ${c.name} | ${c.us.toFixed(c.us >= 100 ? 0 : 2)} | ${c.rounds.map((r) => r.toFixed(2)).join(' / ')} | ` +
+        `${ref === undefined ? '' : c.us === ref ? '1 (ref)' : fmtRatio(c.us / ref)} |`,
+    ),
+    '',
+    `Redis commands per node per second (\`INFO commandstats\`, EVALSHA + EVAL), ${redis.commands.nodes} nodes in one ` +
+      `process checking as fast as they can (${redis.commands.checksPerNodePerS.toFixed(0)} checks/s each) for ` +
+      `${redis.commands.seconds.toFixed(1)} s at syncMs ${redis.commands.syncMs}: **${redis.commands.commandsPerNodePerS.toFixed(2)}** ` +
+      `(at most ${1000 / redis.commands.syncMs}: one script call per sync); Redis meanwhile busy ` +
+      `${(redis.commands.redisCpuPerS * 100).toFixed(0)}% of a core.`,
+    '',
+    `Trace: ${t.requests.toLocaleString('en-US')} requests (${t.requestsPerS.toLocaleString('en-US')}/s Poisson for ${t.seconds} s, ` +
+      `Zipf(1.1) over ${t.keys.toLocaleString('en-US')} keys, seeded) sent at random to ${t.nodes} synced nodes in one process ` +
+      `(each its own client and RedisSync, syncMs ${t.syncMs}), limit ${t.limit} per ${t.windowMs} ms window, replayed in real time ` +
+      'and compared request by request with an exact global count.',
+    '',
+    '| | |',
+    '| --- | --- |',
+    `| (window, key) pairs over the limit | ${t.overLimit} |`,
+    `| largest overshoot (admissions − limit) | ${t.maxOvershoot} (key rank ${t.maxOvershootRank}; the bound's slack there ${t.boundAtMax.toFixed(0)}) |`,
+    `| pairs past the stated bound | ${t.overBound} (worst overshoot / slack ${t.worstBoundRatio.toFixed(2)}) |`,
+    `| longest gap between a node's syncs; longest sync round trip | ${t.longestSyncGapMs.toFixed(0)} ms; ${t.maxRoundTripMs.toFixed(0)} ms |`,
+    `| Redis CPU during the replay | ${(t.redisCpuPerS * 100).toFixed(0)}% of a core |`,
+    `| wrong decisions | ${((wrong / t.requests) * 100).toFixed(3)}% (${t.wronglyAdmitted} admitted, ${t.wronglyRefused} refused wrongly); Cloudflare's sliding-window approximation: 0.003% |`,
+    '',
+  ];
+}
+
 export function markdown(
   machine: Machine,
   targets: Target[],
@@ -158,6 +202,7 @@ export function markdown(
   memory: (MemoryResult | { name: string; skipped: string })[],
   cargo: CargoRun[],
   http: HttpResults,
+  redis: RedisResults,
   chartFile: string,
 ): string {
   const out: string[] = [
@@ -200,6 +245,7 @@ export function markdown(
     '',
     httpTable(http),
     '',
+    ...redisSection(redis),
     '## Memory after one operation on each of the distinct keys',
     '',
     'Fresh process per structure, `--expose-gc`, full collections before each reading. "heap" is V8 heap used + external ' +

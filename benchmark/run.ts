@@ -1,6 +1,6 @@
 /**
- * `npm run bench [-- --quick]`: the Rust benches of both crates, the Node suites and the memory
- * runs, then the report: RESULTS.md and results.svg in benchmark/ (full run) or in a fresh temp
+ * `npm run bench [-- --quick]`: the Rust benches of both crates, the Node suites, the memory
+ * runs, the end-to-end HTTP runs and the Redis runs (benchmark/redis.ts), then the report: RESULTS.md and results.svg in benchmark/ (full run) or in a fresh temp
  * directory (`--quick`: tiny sizes, one round; proves everything still runs, numbers meaningless).
  */
 import { execFileSync, spawnSync } from 'node:child_process';
@@ -13,6 +13,7 @@ import type { NodeResults, SuiteResult } from './node.js';
 import { SUITE_IDS } from './suites.js';
 import type { HttpResults } from './http.js';
 import type { ClusterResults } from './cluster.js';
+import type { RedisResults } from './redis.js';
 import { baselineRps, chart, markdown, type CargoRun, type Machine, type Target } from './report.js';
 
 const root = join(__dirname, '..');
@@ -151,6 +152,12 @@ run(process.execPath, [
   clusterJson,
 ]);
 const clusterRun = JSON.parse(readFileSync(clusterJson, 'utf8')) as ClusterResults;
+
+// 4c. keepcount/redis against one local redis-server (redis-server must be installed).
+log(`node benchmark/redis.ts${quick ? ' --quick' : ''}`);
+const redisJson = join(outDir, 'redis-results.json');
+run(process.execPath, ['--import=tsx', join(__dirname, 'redis.ts'), ...(quick ? ['--quick'] : []), '--out', redisJson]);
+const redis = JSON.parse(readFileSync(redisJson, 'utf8')) as RedisResults;
 
 // 5. Targets.
 const suite = (id: string): SuiteResult => node.suites.find((s) => s.id === id)!;
@@ -308,6 +315,38 @@ targets.push({
   met: rps('fastify-frl-keepcount') >= rps('fastify-frl-local'),
 });
 
+for (const ours of redis.sequential.filter((c) => c.name.startsWith('keepcount'))) {
+  for (const peer of [...redis.sequential, ...redis.concurrent].filter((c) => !c.name.startsWith('keepcount'))) {
+    targets.push({
+      what: `${ours.name} vs ${peer.name}, Zipf(1.1) over 10,000 keys, local Redis`,
+      goal: '≥ 100× cheaper per check',
+      measured: `${ours.us.toFixed(2)} vs ${peer.us.toFixed(1)} µs: ${(peer.us / ours.us).toFixed(0)}×`,
+      met: peer.us / ours.us >= 100,
+    });
+  }
+}
+targets.push({
+  what: `Redis commands per node per second, ${redis.commands.nodes} nodes at ${redis.commands.checksPerNodePerS.toFixed(0)} checks/s each`,
+  goal: `≤ 1000 / syncMs = ${1000 / redis.commands.syncMs}`,
+  measured: redis.commands.commandsPerNodePerS.toFixed(2),
+  met: redis.commands.commandsPerNodePerS <= 1000 / redis.commands.syncMs,
+});
+const tr = redis.trace;
+targets.push({
+  what: `Overshoot on a Zipf trace over ${tr.nodes} synced nodes (limit ${tr.limit}/${tr.windowMs} ms, syncMs ${tr.syncMs})`,
+  goal: 'within limit + (n − 1) × r × 2 × (syncMs + RTT) for every (window, key)',
+  measured:
+    `max ${tr.maxOvershoot} over the limit (bound's slack there ${tr.boundAtMax.toFixed(0)}); ` +
+    `${tr.overBound} of ${tr.overLimit} over-limit (window, key) pairs past the bound`,
+  met: tr.overBound === 0,
+});
+targets.push({
+  what: 'Wrong decisions on that trace vs an exact global count',
+  goal: "reported beside Cloudflare's 0.003%",
+  measured: `${(((tr.wronglyAdmitted + tr.wronglyRefused) / tr.requests) * 100).toFixed(3)}% (${tr.wronglyAdmitted} admitted, ${tr.wronglyRefused} refused wrongly of ${tr.requests.toLocaleString('en-US')})`,
+  met: undefined,
+});
+
 // 6. Report.
 const machine: Machine = {
   cpu: cpus()[0]?.model ?? 'unknown',
@@ -320,9 +359,17 @@ const machine: Machine = {
     ['rustc', version('rustc', ['--version'])],
     ['keepcount', pkgVersionOf(root)],
     ['native addon', addon],
-    ...['benny', 'bloom-filters', 'rate-limiter-flexible', 'express-rate-limit', 'p-timeout', 'limiter'].map(
-      (p): [string, string] => [p, pkgVersion(p)],
-    ),
+    ['redis-server', redis.redisVersion],
+    ...[
+      'benny',
+      'bloom-filters',
+      'rate-limiter-flexible',
+      'express-rate-limit',
+      'rate-limit-redis',
+      'ioredis',
+      'p-timeout',
+      'limiter',
+    ].map((p): [string, string] => [p, pkgVersion(p)]),
   ],
   date: new Date().toISOString(),
   commit: version('git', ['rev-parse', '--short', 'HEAD']),
@@ -335,6 +382,6 @@ function pkgVersionOf(dir: string): string {
 }
 
 writeFileSync(join(outDir, 'results.svg'), chart(node, http));
-writeFileSync(join(outDir, 'RESULTS.md'), markdown(machine, targets, node, memory, cargo, http, 'results.svg'));
+writeFileSync(join(outDir, 'RESULTS.md'), markdown(machine, targets, node, memory, cargo, http, redis, 'results.svg'));
 log(`wrote ${join(outDir, 'RESULTS.md')} and results.svg in ${machine.durationS.toFixed(0)} s`);
 for (const t of targets) console.log(`${t.met ? 'met ' : 'MISS'}  ${t.what}: ${t.measured} (goal ${t.goal})`);

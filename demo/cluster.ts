@@ -1,30 +1,45 @@
 /**
- * `--cluster N`: the protected proxy as N `node:cluster` workers on one port, their rate limit and
- * upstream in-flight cap in counters every process of the host shares (`openShared`), so that the
- * limits hold for the workers together instead of N times over.
+ * The protected proxy as N `node:cluster` workers, counting together:
+ * - `--cluster N`: on one port, their rate limit and upstream in-flight cap in counters every
+ *   process of the host shares (`openShared`), so the limits hold for the workers together
+ *   instead of N times over;
+ * - `--redis`: each on a port of its own, as machines behind a load balancer, their rate limit
+ *   one quota synced through Redis (see redis.ts); the in-flight cap stays per process.
  */
 import cluster from 'node:cluster';
 import type { AddressInfo } from 'node:net';
-import { openShared, proxy, unlinkShared } from './servers.js';
+import { syncedCounters } from './redis.js';
+import { openShared, proxy, unlinkShared, type Counters } from './servers.js';
 
 /** What the primary tells each worker (its environment). */
 const UPSTREAM_PORT = 'KEEPCOUNT_DEMO_UPSTREAM_PORT';
 const PREFIX = 'KEEPCOUNT_DEMO_SHARED';
+const REDIS_PORT = 'KEEPCOUNT_DEMO_REDIS_PORT';
 
-/** The running workers: their common port, the shared in-flight count, and how to stop them. */
+/** How the workers count together: host-shared memory, or Redis on a port. */
+export type Sharing = { kind: 'shared' } | { kind: 'redis'; port: number };
+
+/** The running workers: their ports (one, shared, for `'shared'`), the in-flight count, and how to stop them. */
 export interface Workers {
-  port: number;
-  inflight(): number;
+  ports: number[];
+  /** Calls in flight to the upstream, over every worker. */
+  inflight(): Promise<number>;
   stop(): Promise<void>;
 }
 
 /** Forks `count` proxy workers in front of `upstreamPort`; resolves once every one listens. */
-export async function startWorkers(count: number, upstreamPort: number): Promise<Workers> {
+export async function startWorkers(count: number, upstreamPort: number, sharing: Sharing): Promise<Workers> {
   const prefix = `keepcount-demo-${process.pid}`;
-  // A previous run killed before cleaning up leaves its segments: start from zero.
-  unlinkShared(prefix);
-  const shared = openShared(prefix);
-  const env = { [UPSTREAM_PORT]: String(upstreamPort), [PREFIX]: prefix };
+  const env: Record<string, string> = { [UPSTREAM_PORT]: String(upstreamPort) };
+  let shared: ReturnType<typeof openShared> | undefined;
+  if (sharing.kind === 'shared') {
+    // A previous run killed before cleaning up leaves its segments: start from zero.
+    unlinkShared(prefix);
+    shared = openShared(prefix);
+    env[PREFIX] = prefix;
+  } else {
+    env[REDIS_PORT] = String(sharing.port);
+  }
   const ports = await Promise.all(
     Array.from(
       { length: count },
@@ -37,14 +52,31 @@ export async function startWorkers(count: number, upstreamPort: number): Promise
         }),
     ),
   );
-  // Workers listening on port 0 share the primary's one handle, so they report one port.
-  if (new Set(ports).size !== 1) throw new Error(`demo workers listen on different ports: ${ports.join(', ')}`);
+  // Workers listening on port 0 share the primary's one handle, so they report one port; with
+  // `exclusive` (Redis) each binds its own.
+  const distinct = new Set(ports).size;
+  if (distinct !== (sharing.kind === 'shared' ? 1 : count)) {
+    throw new Error(`demo workers listen on unexpected ports: ${ports.join(', ')}`);
+  }
+  const workers = (): NonNullable<typeof cluster.workers>[string][] => Object.values(cluster.workers ?? {});
   return {
-    port: ports[0]!,
-    inflight: () => shared.inflight.get('origin'),
+    ports: [...new Set(ports)],
+    async inflight() {
+      if (shared !== undefined) return shared.inflight.get('origin');
+      const counts = await Promise.all(
+        workers().map(
+          (worker) =>
+            new Promise<number>((resolve) => {
+              worker!.once('message', (count: number) => resolve(count));
+              worker!.send('inflight');
+            }),
+        ),
+      );
+      return counts.reduce((a, b) => a + b, 0);
+    },
     async stop() {
       await Promise.all(
-        Object.values(cluster.workers ?? {}).map(
+        workers().map(
           (worker) =>
             new Promise<void>((resolve) => {
               worker!.once('exit', () => resolve());
@@ -52,13 +84,31 @@ export async function startWorkers(count: number, upstreamPort: number): Promise
             }),
         ),
       );
-      unlinkShared(prefix);
+      if (sharing.kind === 'shared') unlinkShared(prefix);
     },
   };
 }
 
-/** A worker's life: the proxy on the shared counters, listening until the primary disconnects it. */
+/**
+ * A worker's life: the proxy on the shared or synced counters, listening until the primary
+ * disconnects it; it answers an `'inflight'` message with its own in-flight count.
+ */
 export function runWorker(): void {
-  const { server } = proxy(Number(process.env[UPSTREAM_PORT]), openShared(process.env[PREFIX]!));
-  server.listen(0, '127.0.0.1', () => process.send!((server.address() as AddressInfo).port));
+  const redisPort = process.env[REDIS_PORT];
+  const synced = redisPort === undefined ? undefined : syncedCounters(Number(redisPort));
+  const counters: Counters = synced?.counters ?? openShared(process.env[PREFIX]!);
+  const { server, inflight } = proxy(Number(process.env[UPSTREAM_PORT]), counters);
+  process.on('message', (message) => {
+    if (message === 'inflight') process.send!(inflight.inflight.get('origin'));
+  });
+  // Servers that listen `exclusive` are the worker's own, and the Redis client's socket is too:
+  // neither is closed by cluster's disconnect, and either would keep the worker alive.
+  process.once('disconnect', () => {
+    server.close();
+    server.closeAllConnections();
+    void synced?.close();
+  });
+  server.listen({ port: 0, host: '127.0.0.1', exclusive: synced !== undefined }, () =>
+    process.send!((server.address() as AddressInfo).port),
+  );
 }

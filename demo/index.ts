@@ -1,22 +1,31 @@
 /**
- * `npm run demo [-- --short] [-- --cluster N]`: a protected proxy on 127.0.0.1 under a bounded
- * load from two clients, a polite one and a flooding one, then a table of what each got. With
- * `--cluster N` the proxy runs as N `node:cluster` workers sharing their limits (native backend).
+ * `npm run demo [-- --short] [-- --cluster N | --redis]`: a protected proxy on 127.0.0.1 under a
+ * bounded load from two clients, a polite one and a flooding one, then a table of what each got.
+ * With `--cluster N` the proxy runs as N `node:cluster` workers sharing their limits (native
+ * backend); with `--redis`, as 3 processes on 3 ports, as machines behind a load balancer, their
+ * rate limit synced through a `redis-server` the demo starts (it must be installed).
  */
 import autocannon from 'autocannon';
 import cluster from 'node:cluster';
 import { parseArgs } from 'node:util';
 import { backend } from '../lib/index.js';
 import type { RateLimitMiddleware } from '../lib/http/index.js';
+import { requireRedisServer, startRedis } from '../tools/redis-server.js';
 import { runWorker, startWorkers } from './cluster.js';
+import { DEMO_SYNC_MS } from './redis.js';
 import { listen, protection, proxy, upstream, upstreamShape } from './servers.js';
 
 const { values: args } = parseArgs({
-  options: { short: { type: 'boolean', default: false }, cluster: { type: 'string' } },
+  options: {
+    short: { type: 'boolean', default: false },
+    cluster: { type: 'string' },
+    redis: { type: 'boolean', default: false },
+  },
 });
 const short = args.short;
+const redis = args.redis;
 /** Proxy processes: 0 runs the proxy in this process. */
-const workers = args.cluster === undefined ? 0 : Number(args.cluster);
+const workers = redis ? 3 : args.cluster === undefined ? 0 : Number(args.cluster);
 const durationS = short ? 4 : 15;
 /** The upstream browns out during the middle third of the run. */
 const brownout = { fromMs: (durationS * 1000) / 3, toMs: (durationS * 2000) / 3 };
@@ -41,7 +50,38 @@ interface Row {
   p99: number;
 }
 
-async function load(port: number, client: (typeof clients)[number]): Promise<Row> {
+type Client = { name: string; connections: number; overallRate: number; delayMs: number };
+
+/**
+ * `client`'s load split evenly over `ports` (one autocannon per port), merged into one row; the
+ * latency columns are then the worst port's. The parts start a `1 / ports` of a second apart: as
+ * traffic behind a load balancer, the machines' bursts are not in lockstep (bursts that hit every
+ * machine within one sync period are what the overshoot bound is about).
+ */
+async function load(ports: number[], client: Client): Promise<Row> {
+  const part = {
+    ...client,
+    connections: Math.ceil(client.connections / ports.length),
+    overallRate: Math.ceil(client.overallRate / ports.length),
+  };
+  const rows = await Promise.all(
+    ports.map((port, i) => loadOne(port, { ...part, delayMs: client.delayMs + (i * 1000) / ports.length })),
+  );
+  if (rows.length === 1) return rows[0]!;
+  const byStatus: Record<string, number> = {};
+  for (const r of rows)
+    for (const [status, n] of Object.entries(r.byStatus)) byStatus[status] = (byStatus[status] ?? 0) + n;
+  return {
+    name: client.name,
+    requests: rows.reduce((a, r) => a + r.requests, 0),
+    byStatus,
+    errors: rows.reduce((a, r) => a + r.errors, 0),
+    p50: Math.max(...rows.map((r) => r.p50)),
+    p99: Math.max(...rows.map((r) => r.p99)),
+  };
+}
+
+async function loadOne(port: number, client: Client): Promise<Row> {
   await new Promise((resolve) => setTimeout(resolve, client.delayMs));
   return new Promise((resolve, reject) => {
     autocannon(
@@ -102,29 +142,39 @@ function talkers(limit: RateLimitMiddleware): string {
 async function main(): Promise<void> {
   const started = performance.now();
   const elapsed = () => performance.now() - started;
+  const store = redis ? await startRedis() : undefined;
   const origin = upstream(() => elapsed() >= brownout.fromMs && elapsed() < brownout.toMs);
   const upstreamPort = await listen(origin);
   const front = workers > 0 ? undefined : proxy(upstreamPort);
   const pool =
     workers > 0
-      ? await startWorkers(workers, upstreamPort).catch((error: unknown) => {
+      ? await startWorkers(
+          workers,
+          upstreamPort,
+          store === undefined ? { kind: 'shared' } : { kind: 'redis', port: store.port },
+        ).catch(async (error: unknown) => {
           // E.g. ERR_KEEPCOUNT_UNSUPPORTED on the fallback: nothing keeps the process up then.
           origin.close();
+          await store?.stop();
           throw error;
         })
       : undefined;
-  const port = pool?.port ?? (await listen(front!.server));
+  const ports = pool?.ports ?? [await listen(front!.server)];
 
   console.log(
     `keepcount demo: backend ${backend}${backend === 'native' ? ' (Rust core)' : ' (TypeScript; build the Rust core with npm run build:debug)'}`,
   );
   console.log(
-    `proxy 127.0.0.1:${port}: ${protection.limit} requests per ${protection.windowMs} ms per client (rate limit, 429), ` +
+    `proxy 127.0.0.1:${ports.join(', ')}: ${protection.limit} requests per ${protection.windowMs} ms per client (rate limit, 429), ` +
       `${protection.maxInflight} calls in flight to the upstream (503), ${protection.deadlineMs} ms upstream deadline (504)` +
-      (workers > 0
-        ? `\n${workers} node:cluster workers on that port, the rate limit and the in-flight cap in shared memory ` +
-          `(/dev/shm) so they hold for all of them together`
-        : ''),
+      (store !== undefined
+        ? `\n${workers} proxy processes, one per port as machines behind a load balancer, the rate limit one ` +
+          `SyncedWindowQuota synced every ${DEMO_SYNC_MS} ms through redis-server on 127.0.0.1:${store.port} ` +
+          `(started for the demo in a temporary directory); the in-flight cap is per process`
+        : workers > 0
+          ? `\n${workers} node:cluster workers on that port, the rate limit and the in-flight cap in shared memory ` +
+            `(/dev/shm) so they hold for all of them together`
+          : ''),
   );
   console.log(
     `upstream: ${upstreamShape.fastMs} ms, but every ${upstreamShape.slowEvery}rd call takes ${upstreamShape.slowMs} ms ` +
@@ -133,19 +183,32 @@ async function main(): Promise<void> {
   console.log(
     `load (autocannon, ${durationS} s): ` +
       clients.map((c) => `${c.name} ${c.connections} connections at up to ${c.overallRate} req/s`).join(', ') +
-      '; clients are told apart by an x-client header (all share 127.0.0.1)\n',
+      '; clients are told apart by an x-client header (all share 127.0.0.1)' +
+      (ports.length > 1
+        ? `\neach client's load is split evenly over the ${ports.length} ports, the parts ${(1000 / ports.length).toFixed(0)} ms ` +
+          "apart; p50/p99 are the worst port's"
+        : '') +
+      '\n',
   );
 
-  const rows = await Promise.all(clients.map((c) => load(port, c)));
+  const rows = await Promise.all(clients.map((c) => load(ports, c)));
   console.log(table(rows));
   if (front !== undefined) console.log(talkers(front.limit));
   else {
     // Each worker on its own counters would have admitted its limit per window: N times over.
-    const windows = Math.ceil((durationS * 1000) / protection.windowMs);
+    // Redis windows are wall-clock epochs, so a load of d ms (its parts staggered) meets up to
+    // ⌈d / windowMs⌉ + 1 of them.
+    const windows =
+      store === undefined
+        ? Math.ceil((durationS * 1000) / protection.windowMs)
+        : Math.ceil((durationS * 1000 + ((ports.length - 1) * 1000) / ports.length) / protection.windowMs) + 1;
+    const flood = rows.find((r) => r.name === 'flood')!;
+    const admitted = ['200', '503', '504'].reduce((a, s) => a + (flood.byStatus[s] ?? 0), 0);
     console.log(
-      `\nper client, the shared limit admits at most about ${protection.limit} per ${protection.windowMs} ms window ` +
-        `(${protection.limit * windows} in this run); per-process limits would have admitted up to ` +
-        `${protection.limit * workers} per window (${protection.limit * workers * windows} in this run)`,
+      `\nper client, the ${store === undefined ? 'shared' : 'global'} limit admits at most about ${protection.limit} per ` +
+        `${protection.windowMs} ms window (${protection.limit * windows} in this run); per-process limits would have ` +
+        `admitted up to ${protection.limit * workers} per window (${protection.limit * workers * windows} in this run)` +
+        `\nflood admitted past the rate limit (200 + 503 + 504): ${admitted}`,
     );
   }
   console.log(
@@ -158,8 +221,15 @@ async function main(): Promise<void> {
     ].join('\n'),
   );
 
-  const inflight = pool?.inflight() ?? front!.inflight.inflight.get('origin');
+  // Workers may still be finishing calls the load generator gave up on: give them a second.
+  let inflight = (await pool?.inflight()) ?? front!.inflight.inflight.get('origin');
+  const settleBy = performance.now() + 1000;
+  while (pool !== undefined && inflight !== 0 && performance.now() < settleBy) {
+    await new Promise((resolve) => setTimeout(resolve, 20));
+    inflight = await pool.inflight();
+  }
   await pool?.stop();
+  await store?.stop();
   for (const server of front === undefined ? [origin] : [front.server, origin]) {
     server.closeAllConnections();
     await new Promise<void>((resolve) => server.close(() => resolve()));
@@ -171,8 +241,16 @@ async function main(): Promise<void> {
 }
 
 if (cluster.isWorker) runWorker();
-else
-  main().catch((error: unknown) => {
-    console.error(error);
+else {
+  try {
+    if (redis) requireRedisServer();
+    main().catch((error: unknown) => {
+      console.error(error);
+      process.exitCode = 1;
+    });
+  } catch (error) {
+    // redis-server missing: the message says what to install.
+    console.error(`keepcount demo --redis: ${(error as Error).message}`);
     process.exitCode = 1;
-  });
+  }
+}

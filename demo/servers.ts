@@ -9,6 +9,7 @@ import {
   UpstreamLimit,
   withDeadline,
   type RateLimitMiddleware,
+  type RequestQuota,
 } from '../lib/http/index.js';
 
 /** How the demo protects the upstream; printed with the results. */
@@ -73,6 +74,13 @@ export function upstream(brownedOut: () => boolean): Server {
 }
 
 /**
+ * Where the proxy counts, when not in its own process-local counters: the host-shared ones
+ * (`--cluster`), or a quota synced across machines with its in-flight count process-local
+ * (`--redis`).
+ */
+export type Counters = Shared | { quota: RequestQuota };
+
+/**
  * The protected proxy: a rate limit per client, an in-flight cap on the upstream, and a deadline
  * on each upstream call. Clients are told apart by their `x-client` header because every demo
  * client shares 127.0.0.1; a real deployment keys by client IP (`trustProxy` set to its proxies),
@@ -80,13 +88,15 @@ export function upstream(brownedOut: () => boolean): Server {
  */
 export function proxy(
   upstreamPort: number,
-  shared?: Shared,
+  counters?: Counters,
 ): { server: Server; inflight: UpstreamLimit; limit: RateLimitMiddleware } {
+  const shared = counters !== undefined && 'rate' in counters ? counters : undefined;
   const inflight = new UpstreamLimit({ max: protection.maxInflight, inflight: shared?.inflight });
   const limit = rateLimit({
     limit: protection.limit,
     windowMs: protection.windowMs,
     rate: shared?.rate,
+    quota: counters !== undefined && 'quota' in counters ? counters.quota : undefined,
     key: (req) => String(req.headers['x-client'] ?? 'anonymous'),
   });
   const chain = [limit, upstreamLimit({ limit: inflight, upstream: () => 'origin' })];

@@ -50,9 +50,10 @@ export class SyncedCells {
   }
 
   /** Adds `value` to this node's counters `indexes` (one per row); returns the new estimate. */
-  add(indexes: number[], value: number): number {
+  add(indexes: ArrayLike<number>, value: number): number {
     let estimate = Infinity;
-    for (const i of indexes) {
+    for (let r = 0; r < indexes.length; r++) {
+      const i = indexes[r] as number;
       const v = (this.mine[i] as number) + value;
       this.mine[i] = v;
       this.#mark(i);
@@ -62,16 +63,16 @@ export class SyncedCells {
   }
 
   /** The fleet-wide estimate at counters `indexes`. */
-  estimate(indexes: number[]): number {
+  estimate(indexes: ArrayLike<number>): number {
     let estimate = Infinity;
-    for (const i of indexes) estimate = Math.min(estimate, (this.mine[i] as number) + (this.others[i] as number));
+    for (let r = 0; r < indexes.length; r++) estimate = Math.min(estimate, this.#sum(indexes[r] as number));
     return estimate;
   }
 
   /** This node's own estimate at counters `indexes`. */
-  local(indexes: number[]): number {
+  local(indexes: ArrayLike<number>): number {
     let estimate = Infinity;
-    for (const i of indexes) estimate = Math.min(estimate, this.mine[i] as number);
+    for (let r = 0; r < indexes.length; r++) estimate = Math.min(estimate, this.mine[indexes[r] as number] as number);
     return estimate;
   }
 
@@ -109,6 +110,11 @@ export class SyncedCells {
     }
     this.#incarnation = pull.incarnation;
     for (let j = 0; j < pull.cells.length; j++) this.others[pull.cells[j] as number] = pull.others[j] as number;
+  }
+
+  /** Counter `i`, fleet-wide. */
+  #sum(i: number): number {
+    return (this.mine[i] as number) + (this.others[i] as number);
   }
 
   #mark(i: number): void {

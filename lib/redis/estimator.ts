@@ -1,9 +1,9 @@
 /** A count-min sketch whose counts are the sum over every node syncing it through Redis. */
-import { Estimator } from '../estimator.js';
 import type { Key } from '../core.js';
 import { invalidType } from '../errors.js';
 import { countArgument, optionsObject, shapeOptions } from '../options.js';
 import { SyncedCells } from './cells.js';
+import { KeyHasher } from './hasher.js';
 import { nameOption, RedisSync } from './sync.js';
 
 /** Options of {@link SyncedEstimator}. */
@@ -35,7 +35,7 @@ export interface SyncedEstimatorOptions {
  * one hash per node holding its contribution, kept for ever: delete the keys to start over.
  */
 export class SyncedEstimator {
-  readonly #hasher: Estimator;
+  readonly #hasher: KeyHasher;
   readonly #cells: SyncedCells;
   readonly #sync: RedisSync;
 
@@ -46,7 +46,7 @@ export class SyncedEstimator {
     if (o.seed === undefined) throw invalidType('The "seed" option', 'a bigint or a number', o.seed);
     const { hashes, slots } = shapeOptions(o.hashes, o.slots, { hashes: 4, slots: 8192 });
     // Hashes keys the way every node does; its own counters stay unused (the arrays below count).
-    this.#hasher = new Estimator({ hashes, slots, seed: o.seed });
+    this.#hasher = new KeyHasher(hashes, slots, o.seed);
     const base = `${this.#sync.prefix}:{${name}}`;
     this.#cells = new SyncedCells(hashes * slots, `${base}:e`, `${base}:nodes`);
     this.#sync.add(this);
@@ -54,22 +54,22 @@ export class SyncedEstimator {
 
   /** Adds `value` (a safe integer, may be negative; defaults to 1) to `key`; returns its new fleet-wide estimate. */
   incr(key: Key, value = 1): number {
-    return this.#cells.add(this.#hasher.counterIndexes(key), countArgument('value', value));
+    return this.#cells.add(this.#hasher.indexes(key), countArgument('value', value));
   }
 
   /** Subtracts `value` from `key`; returns its new estimate. */
   decr(key: Key, value = 1): number {
-    return this.#cells.add(this.#hasher.counterIndexes(key), -countArgument('value', value));
+    return this.#cells.add(this.#hasher.indexes(key), -countArgument('value', value));
   }
 
   /** `key`'s fleet-wide estimate: this node's counts now, the others' as of the last sync. */
   get(key: Key): number {
-    return this.#cells.estimate(this.#hasher.counterIndexes(key));
+    return this.#cells.estimate(this.#hasher.indexes(key));
   }
 
   /** `key`'s estimate from this node's increments alone. */
   local(key: Key): number {
-    return this.#cells.local(this.#hasher.counterIndexes(key));
+    return this.#cells.local(this.#hasher.indexes(key));
   }
 
   /** @internal What the sync pushes and pulls. */
@@ -80,7 +80,6 @@ export class SyncedEstimator {
   /** Stops syncing this sketch (push what is pending first with `sync.flush()`). */
   close(): void {
     this.#sync.remove(this);
-    this.#hasher.close();
   }
 }
 

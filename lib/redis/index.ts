@@ -9,8 +9,10 @@
  * sync could not push goes with the next) and rebuild the global state from the nodes' own
  * counts after Redis loses it.
  *
- * Talks to Redis through a `sendCommand` function ({@link ioredisSender}, {@link nodeRedisSender}
- * or your own); ioredis and redis are optional peer dependencies, never loaded here.
+ * Talks to Redis through a `sendCommand` function ({@link ioredisSender}, {@link nodeRedisSender},
+ * {@link nodeRedisClusterSender} or your own); ioredis and redis are optional peer dependencies,
+ * never loaded here. Redis Cluster works with `RedisSync`'s `cluster: true`: each structure's keys
+ * share a hash tag, and a sync sends one script call per structure.
  *
  * @module
  */
@@ -18,4 +20,12 @@ export { RedisSync, type RedisSyncOptions, type SyncStats } from './sync.js';
 export { SyncedEstimator, type SyncedEstimatorOptions } from './estimator.js';
 export { SyncedRate, type SyncedRateOptions } from './rate.js';
 export { SyncedWindowQuota, type FailPolicy, type SyncedWindowQuotaOptions } from './window-quota.js';
-export { ioredisSender, nodeRedisSender, type IoredisLike, type NodeRedisLike, type SendCommand } from './send.js';
+export {
+  ioredisSender,
+  nodeRedisClusterSender,
+  nodeRedisSender,
+  type IoredisLike,
+  type NodeRedisClusterLike,
+  type NodeRedisLike,
+  type SendCommand,
+} from './send.js';

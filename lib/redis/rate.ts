@@ -1,11 +1,11 @@
 /** Event counts per key in fixed wall-clock windows, summed over every node syncing them through Redis. */
 import { validateClock, type Clock } from '../clock.js';
 import type { Key } from '../core.js';
-import { Estimator } from '../estimator.js';
 import { invalidType, outOfRange } from '../errors.js';
 import type { RateComponents } from '../rate.js';
 import { countArgument, integerOption, optionsObject, shapeOptions } from '../options.js';
 import { SyncedCells } from './cells.js';
+import { KeyHasher } from './hasher.js';
 import { syncOption } from './estimator.js';
 import { nameOption, type RedisSync } from './sync.js';
 
@@ -64,7 +64,7 @@ export class SyncedRate {
   /** The window length in milliseconds. */
   readonly intervalMs: number;
   readonly #sync: RedisSync;
-  readonly #hasher: Estimator;
+  readonly #hasher: KeyHasher;
   readonly #clock: Clock;
   readonly #base: string;
   readonly #counters: number;
@@ -78,7 +78,7 @@ export class SyncedRate {
     if (o.seed === undefined) throw invalidType('The "seed" option', 'a bigint or a number', o.seed);
     this.intervalMs = integerOption('intervalMs', o.intervalMs, 1, MAX_INTERVAL_MS);
     const { hashes, slots } = shapeOptions(o.hashes, o.slots, { hashes: 4, slots: 1024 });
-    this.#hasher = new Estimator({ hashes, slots, seed: o.seed });
+    this.#hasher = new KeyHasher(hashes, slots, o.seed);
     this.#clock = o.clock === undefined ? wallClock : validateClock(o.clock);
     this.#base = `${this.#sync.prefix}:{${name}}`;
     this.#counters = hashes * slots;
@@ -90,7 +90,7 @@ export class SyncedRate {
 
   /** Records `events` (a safe integer; defaults to 1) for `key`; returns its fleet-wide count in the current window. */
   observe(key: Key, events = 1): number {
-    const indexes = this.#hasher.counterIndexes(key);
+    const indexes = this.#hasher.indexes(key);
     const value = countArgument('events', events);
     this.#roll(this.#now());
     return this.#current.cells.add(indexes, value);
@@ -103,7 +103,7 @@ export class SyncedRate {
 
   /** `fn` applied to `key`'s fleet-wide {@link RateComponents}, e.g. `proportionalRate`. */
   rateWith<T>(key: Key, fn: (components: RateComponents) => T): T {
-    const indexes = this.#hasher.counterIndexes(key);
+    const indexes = this.#hasher.indexes(key);
     if (typeof fn !== 'function') throw invalidType('The "fn" argument', 'of type function', fn);
     const currentIntervalFraction = this.elapsedFraction();
     return fn({
@@ -123,7 +123,7 @@ export class SyncedRate {
 
   /** `key`'s count in the current window from this node's events alone. */
   local(key: Key): number {
-    const indexes = this.#hasher.counterIndexes(key);
+    const indexes = this.#hasher.indexes(key);
     this.#roll(this.#now());
     return this.#current.cells.local(indexes);
   }
@@ -137,7 +137,6 @@ export class SyncedRate {
   /** Stops syncing (push what is pending first with `sync.flush()`). */
   close(): void {
     this.#sync.remove(this);
-    this.#hasher.close();
   }
 
   #now(): number {

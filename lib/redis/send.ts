@@ -21,7 +21,15 @@ export interface NodeRedisLike {
   sendCommand(args: string[]): Promise<unknown>;
 }
 
-/** A {@link SendCommand} over an ioredis client (or Cluster). */
+/** The part of a node-redis cluster (`createCluster`, `redis` ≥ 5) {@link nodeRedisClusterSender} uses. */
+export interface NodeRedisClusterLike {
+  sendCommand(firstKey: string | undefined, isReadonly: boolean | undefined, args: string[]): Promise<unknown>;
+}
+
+/**
+ * A {@link SendCommand} over an ioredis client or an ioredis `Cluster`: ioredis finds the slot of
+ * a script call from its keys on its own.
+ */
 export function ioredisSender(client: IoredisLike): SendCommand {
   return (args) => client.call(args[0] as string, ...args.slice(1));
 }
@@ -29,4 +37,19 @@ export function ioredisSender(client: IoredisLike): SendCommand {
 /** A {@link SendCommand} over a connected node-redis client. */
 export function nodeRedisSender(client: NodeRedisLike): SendCommand {
   return (args) => client.sendCommand(args);
+}
+
+/**
+ * A {@link SendCommand} over a connected node-redis cluster, which routes a raw command by the
+ * key it is given: the first key of an `EVAL`/`EVALSHA`/`FCALL` (keepcount sends only script
+ * calls), else the command's first argument. Pair it with `RedisSync`'s `cluster: true`.
+ */
+export function nodeRedisClusterSender(cluster: NodeRedisClusterLike): SendCommand {
+  return (args) => cluster.sendCommand(firstKey(args), false, args);
+}
+
+/** The first key of a script call (`EVAL script numkeys key …`), or the first argument of any other command. */
+function firstKey(args: string[]): string | undefined {
+  if (/^(EVAL|EVALSHA|FCALL)$/i.test(args[0] ?? '')) return Number(args[2]) > 0 ? args[3] : undefined;
+  return args[1];
 }

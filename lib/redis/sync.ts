@@ -1,6 +1,7 @@
 /**
  * The node's link to Redis: a timer that, every `syncMs`, pushes every registered structure's
- * changed cells and pulls what the other nodes changed, in one script call (one round trip).
+ * changed cells and pulls what the other nodes changed, in one script call (one round trip; in
+ * a Redis Cluster, one call per structure name, sent together, since a script touches one slot).
  * Nothing here runs on a request's path: structures answer from their local arrays, and this
  * only refreshes them.
  */
@@ -37,6 +38,14 @@ export interface RedisSyncOptions {
    * would be refused as stale. Defaults to a random UUID.
    */
   nodeId?: string;
+  /**
+   * Whether Redis is a Redis Cluster. A script may only touch keys of one hash slot, and each
+   * structure's keys share one hash tag (its name), so in a cluster a sync sends one script call
+   * per structure name, all at once, instead of one for everything: as many round trips, in
+   * parallel, as there are names. Left false against a cluster, a sync carrying two names fails
+   * with Redis' CROSSSLOT error. Defaults to false.
+   */
+  cluster?: boolean;
 }
 
 /** What a structure gives the sync: its entries to push and pull now. */
@@ -77,7 +86,9 @@ const LIVE_PERIODS = 10;
 /**
  * Syncs keepcount structures through Redis ≥ 7 (or Valkey). Emits `'sync'` after each successful
  * sync and `'error'` (only when someone listens: an unheard `'error'` would throw from a timer)
- * with the cause of each failed one. Its timer is unref'd: it never keeps the process alive.
+ * with the cause of each failed one (in a cluster, of each failed call: a sync whose calls partly
+ * failed keeps what they did apply and counts as failed). Its timer is unref'd: it never keeps the
+ * process alive.
  */
 export class RedisSync extends EventEmitter {
   /** Milliseconds between syncs. */
@@ -90,6 +101,8 @@ export class RedisSync extends EventEmitter {
   readonly nodeId: string;
   /** Prefix of every key. */
   readonly prefix: string;
+  /** Whether syncs are split by hash tag for a Redis Cluster. */
+  readonly cluster: boolean;
   readonly #send: SendCommand;
   readonly #sources = new Set<SyncSource>();
   readonly #timer: NodeJS.Timeout;
@@ -119,6 +132,10 @@ export class RedisSync extends EventEmitter {
     this.staleAfterMs = integerOption('staleAfterMs', o.staleAfterMs, 1, MAX_MS, this.timeoutMs + this.syncMs);
     this.prefix = nameOption('prefix', o.prefix ?? 'keepcount');
     this.nodeId = nameOption('nodeId', o.nodeId ?? randomUUID());
+    if (o.cluster !== undefined && typeof o.cluster !== 'boolean') {
+      throw invalidType('The "cluster" option', 'of type boolean', o.cluster);
+    }
+    this.cluster = o.cluster ?? false;
     this.#timer = setInterval(() => void this.flush(), this.syncMs).unref();
   }
 
@@ -171,32 +188,65 @@ export class RedisSync extends EventEmitter {
   }
 
   async #sync(): Promise<boolean> {
-    let entries: SyncedCells[] = [];
-    let pushes: Push[] = [];
     let timer: NodeJS.Timeout | undefined;
     try {
-      entries = [...this.#sources].flatMap((source) => source.entries());
+      const entries = [...this.#sources].flatMap((source) => source.entries());
       if (entries.length === 0) {
         this.#lastSuccess = performance.now();
         return true;
       }
-      pushes = entries.map((entry) => entry.take(MAX_PUSH));
+      const groups = this.cluster ? byHashTag(entries) : [entries];
+      const seq = String(++this.#seq);
+      const timeout = new Promise<never>((_, reject) => {
+        timer = setTimeout(() => reject(timeoutError(this.timeoutMs)), this.timeoutMs).unref();
+      });
+      const started = performance.now();
+      const results = await Promise.allSettled(groups.map((group) => this.#syncGroup(group, seq, timeout)));
+      let nodes = 1;
+      let ok = true;
+      for (const result of results) {
+        if (result.status === 'fulfilled') nodes = Math.max(nodes, result.value);
+        else {
+          ok = false;
+          if (this.listenerCount('error') > 0) this.emit('error', result.reason);
+        }
+      }
+      if (!ok) {
+        this.#stats.failures++;
+        return false;
+      }
+      this.#nodes = nodes;
+      this.#lastSuccess = performance.now();
+      this.#stats.syncs++;
+      this.#stats.lastRoundTripMs = this.#lastSuccess - started;
+      this.emit('sync');
+      return true;
+    } catch (error) {
+      this.#stats.failures++;
+      if (this.listenerCount('error') > 0) this.emit('error', error);
+      return false;
+    } finally {
+      clearTimeout(timer);
+    }
+  }
+
+  /**
+   * One script call for `entries` (keys of one hash slot in a cluster): pushes their changed
+   * cells and takes in their pulls; resolves with the live node count. A failure marks the cells
+   * it would have pushed to go with the next sync, and rejects.
+   */
+  async #syncGroup(entries: SyncedCells[], seq: string, timeout: Promise<never>): Promise<number> {
+    const pushes = entries.map((entry) => entry.take(MAX_PUSH));
+    try {
       const keys: string[] = [];
       const args = [this.nodeId, String(this.syncMs * LIVE_PERIODS), String(MAX_PULL)];
-      const seq = String(++this.#seq);
       entries.forEach((entry, k) => {
         const push = pushes[k] as Push;
         keys.push(entry.base, entry.registry);
         args.push(seq, String(entry.since), String(entry.ttlMs()), String(push.cells.length));
         push.cells.forEach((cell, j) => args.push(String(cell), push.values[j] as string));
       });
-      const started = performance.now();
-      const reply = await Promise.race([
-        runSyncScript(this.#count, keys, args),
-        new Promise<never>((_, reject) => {
-          timer = setTimeout(() => reject(timeoutError(this.timeoutMs)), this.timeoutMs).unref();
-        }),
-      ]);
+      const reply = await Promise.race([runSyncScript(this.#count, keys, args), timeout]);
       const pulls = parseReply(reply, entries.length);
       let nodes = 1;
       pulls.forEach((pull, k) => {
@@ -205,19 +255,10 @@ export class RedisSync extends EventEmitter {
         this.#stats.cellsPulled += pull.cells.length;
       });
       for (const push of pushes) this.#stats.cellsPushed += push.cells.length;
-      this.#nodes = nodes;
-      this.#lastSuccess = performance.now();
-      this.#stats.syncs++;
-      this.#stats.lastRoundTripMs = this.#lastSuccess - started;
-      this.emit('sync');
-      return true;
+      return nodes;
     } catch (error) {
       pushes.forEach((push, k) => (entries[k] as SyncedCells).restore(push));
-      this.#stats.failures++;
-      if (this.listenerCount('error') > 0) this.emit('error', error);
-      return false;
-    } finally {
-      clearTimeout(timer);
+      throw error;
     }
   }
 
@@ -246,6 +287,21 @@ export function nameOption(name: string, value: unknown): string {
     throw outOfRange(`The "${name}" option`, 'a non-empty string without { or }', value);
   }
   return value;
+}
+
+/**
+ * `entries` grouped by the hash tag of their keys (`{name}`: see script.ts), so each group's keys
+ * share one cluster slot. Entries whose bases carry no tag form one group.
+ */
+function byHashTag(entries: SyncedCells[]): SyncedCells[][] {
+  const groups = new Map<string, SyncedCells[]>();
+  for (const entry of entries) {
+    const tag = /\{([^}]*)\}/.exec(entry.base)?.[1] ?? '';
+    const group = groups.get(tag);
+    if (group === undefined) groups.set(tag, [entry]);
+    else group.push(entry);
+  }
+  return [...groups.values()];
 }
 
 /** Splits the script's flat reply into one {@link Pull} per entry; anything else is a failed sync. */

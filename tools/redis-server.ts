@@ -1,13 +1,15 @@
 /**
- * A real `redis-server` for the keepcount/redis specs: its own process on a free loopback port,
- * with a temporary directory for its files, never the system service. `.ci/run` installs Debian's
- * `redis-server` when it is missing.
+ * A real `redis-server` for the keepcount/redis specs, the `--redis` demo and the Redis benchmark:
+ * its own process on a free loopback port, with a temporary directory for its files, never the
+ * system service. `.ci/run` installs Debian's `redis-server` (and with it `redis-cli`) when it is
+ * missing. Servers still running when this process exits, however it exits short of SIGKILL, are
+ * killed with it: a failed test or an interrupted demo leaves no server behind.
  *
  * Fault helpers act on that process only: `restart()` kills and starts it again on the same port
  * and directory (so an append-only file, when enabled, brings the data back), `pause()`/`resume()`
  * send SIGSTOP/SIGCONT: a hang, not a refusal, as a stuck server looks to its clients.
  */
-import { spawn, type ChildProcess } from 'node:child_process';
+import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { createServer, connect } from 'node:net';
 import { tmpdir } from 'node:os';
@@ -17,6 +19,12 @@ import { join } from 'node:path';
 export interface RedisServerOptions {
   /** Keep an append-only file fsynced on every write, so a restart loses nothing. Defaults to false. */
   appendonly?: boolean;
+  /**
+   * Start as a Redis Cluster node (`cluster-enabled`, its config file in the server's directory),
+   * with its cluster bus on this port: the default, port + 10000, is out of range for most ports
+   * the kernel hands out. Defaults to a standalone server.
+   */
+  clusterBusPort?: number;
 }
 
 /** A running test server. */
@@ -40,8 +48,33 @@ export interface RedisServer {
 /** How long a starting server may take to accept connections. */
 const START_TIMEOUT_MS = 10_000;
 
+/** Servers of this process not yet stopped: killed if the process exits first. */
+const running = new Set<ChildProcess>();
+process.once('exit', () => {
+  for (const child of running) child.kill('SIGKILL');
+});
+for (const signal of ['SIGINT', 'SIGTERM'] as const) {
+  process.once(signal, () => {
+    for (const child of running) child.kill('SIGKILL');
+    process.kill(process.pid, signal);
+  });
+}
+
+/**
+ * Throws a plain error saying what to install when `redis-server` is not on the PATH, rather
+ * than the spawn's ENOENT.
+ */
+export function requireRedisServer(): void {
+  const probe = spawnSync('redis-server', ['--version'], { encoding: 'utf8' });
+  if (probe.error !== undefined || probe.status !== 0) {
+    throw new Error(
+      'redis-server was not found on the PATH: install Redis >= 7 (Debian/Ubuntu: apt-get install redis-server)',
+    );
+  }
+}
+
 /** A free TCP port on 127.0.0.1, from the kernel. */
-function freePort(): Promise<number> {
+export function freePort(): Promise<number> {
   return new Promise((resolve, reject) => {
     const server = createServer();
     server.on('error', reject);
@@ -76,6 +109,7 @@ async function waitForPing(port: number, child: ChildProcess): Promise<void> {
 
 /** Starts a `redis-server` on a free loopback port with a fresh temporary directory. */
 export async function startRedis(options: RedisServerOptions = {}): Promise<RedisServer> {
+  requireRedisServer();
   const port = await freePort();
   const dir = mkdtempSync(join(tmpdir(), 'keepcount-redis-'));
   const args = [
@@ -92,6 +126,16 @@ export async function startRedis(options: RedisServerOptions = {}): Promise<Redi
     '--loglevel',
     'warning',
     ...(options.appendonly === true ? ['--appendonly', 'yes', '--appendfsync', 'always'] : ['--appendonly', 'no']),
+    ...(options.clusterBusPort === undefined
+      ? []
+      : [
+          '--cluster-enabled',
+          'yes',
+          '--cluster-config-file',
+          join(dir, 'nodes.conf'),
+          '--cluster-port',
+          String(options.clusterBusPort),
+        ]),
   ];
   let child: ChildProcess | undefined;
   const exited = (): Promise<void> =>
@@ -100,8 +144,11 @@ export async function startRedis(options: RedisServerOptions = {}): Promise<Redi
       else child.once('exit', () => resolve());
     });
   const start = async (): Promise<void> => {
-    child = spawn('redis-server', args, { stdio: 'ignore' });
-    await waitForPing(port, child);
+    const started = spawn('redis-server', args, { stdio: 'ignore' });
+    child = started;
+    running.add(started);
+    started.once('exit', () => running.delete(started));
+    await waitForPing(port, started);
   };
   const kill = async (): Promise<void> => {
     const done = exited();

@@ -1,0 +1,149 @@
+/**
+ * keepcount/redis against a real 3-master Redis Cluster on loopback (started here), through
+ * ioredis' `Cluster` and node-redis' `createCluster`.
+ */
+import test from 'ava';
+import { RedisSync, SyncedEstimator, SyncedWindowQuota, type SendCommand } from '../lib/redis/index.js';
+import { title } from './helpers.js';
+import { connectClient, connectCluster, type Connection } from './redis-clients.js';
+import { startRedisCluster, type RedisCluster } from '../tools/redis-cluster.js';
+import { startRedis } from '../tools/redis-server.js';
+
+/** Runs `body` on a fresh cluster, stopped afterwards whatever happens. */
+async function withCluster(body: (cluster: RedisCluster) => Promise<void>): Promise<void> {
+  const cluster = await startRedisCluster();
+  try {
+    await body(cluster);
+  } finally {
+    await cluster.stop();
+  }
+}
+
+test.serial(
+  title('3 nodes on both cluster clients, each syncing two structures, reach exact totals on a Redis Cluster'),
+  async (t) => {
+    await withCluster(async (cluster) => {
+      const connections: Connection[] = [];
+      try {
+        for (const name of ['ioredis', 'redis', 'ioredis'] as const)
+          connections.push(await connectCluster(name, cluster.seeds));
+        // Two names: two hash tags, which a 3-master cluster may well place on different masters.
+        const nodes = connections.map((connection) => {
+          const sync = new RedisSync({ sendCommand: connection.send, syncMs: 3_600_000, cluster: true });
+          const errors: Error[] = [];
+          sync.on('error', (error: Error) => errors.push(error));
+          const sketch = new SyncedEstimator({ sync, name: 'hits', seed: 7 });
+          const quota = new SyncedWindowQuota({
+            sync,
+            name: 'api',
+            seed: 7,
+            limit: 1000,
+            windowMs: 86_400_000,
+            clock: { now: () => 43_200_000 },
+          });
+          return { sync, sketch, quota, errors };
+        });
+        for (let round = 0; round < 3; round++) {
+          nodes.forEach(({ sketch, quota }, n) => {
+            for (let i = 0; i < 10; i++) sketch.incr(`k${i}`, n + 1);
+            for (let i = 0; i < 100; i++) quota.consume('client');
+          });
+          for (const { sync } of nodes) t.true(await sync.flush());
+        }
+        // Each node has synced after every node's last push: the second pass pulls the last pushes.
+        for (const { sync } of nodes) t.true(await sync.flush());
+        for (const { sketch, quota, errors, sync } of nodes) {
+          t.deepEqual(errors, []);
+          // 3 rounds × (1 + 2 + 3); 10 keys in a 4 × 8192 sketch with a fixed seed share no counters.
+          t.deepEqual(
+            Array.from({ length: 10 }, (_, i) => sketch.get(`k${i}`)),
+            Array(10).fill(18),
+          );
+          t.is(quota.current('client').count, 900);
+          t.is(sync.nodes, 3);
+        }
+        for (const { sync } of nodes) await sync.close();
+      } finally {
+        for (const connection of connections) await connection.close();
+      }
+    });
+  },
+);
+
+test.serial(
+  title('without cluster: true a sync carrying two names fails with CROSSSLOT; with it the same sync succeeds'),
+  async (t) => {
+    await withCluster(async (cluster) => {
+      const connection = await connectCluster('ioredis', cluster.seeds);
+      try {
+        // Names whose hash tags fall in different slots (CRC16 of "a" and "b").
+        const sync = new RedisSync({ sendCommand: connection.send, syncMs: 3_600_000 });
+        const errors: Error[] = [];
+        sync.on('error', (error: Error) => errors.push(error));
+        const a = new SyncedEstimator({ sync, name: 'a', seed: 7 });
+        new SyncedEstimator({ sync, name: 'b', seed: 7 });
+        a.incr('k', 5);
+        t.false(await sync.flush());
+        t.regex(String(errors[0]?.message), /CROSSSLOT/);
+        await sync.close();
+        // With one call per name the same two structures sync, and another node reads the count.
+        const fixed = new RedisSync({ sendCommand: connection.send, syncMs: 3_600_000, cluster: true });
+        const again = new SyncedEstimator({ sync: fixed, name: 'a', seed: 7 });
+        new SyncedEstimator({ sync: fixed, name: 'b', seed: 7 });
+        again.incr('k', 5);
+        t.true(await fixed.flush());
+        const reader = new RedisSync({ sendCommand: connection.send, syncMs: 3_600_000, cluster: true });
+        const read = new SyncedEstimator({ sync: reader, name: 'a', seed: 7 });
+        t.true(await reader.flush());
+        t.is(read.get('k'), 5);
+        await fixed.close();
+        await reader.close();
+      } finally {
+        await connection.close();
+      }
+    });
+  },
+);
+
+test.serial(
+  title('cluster: true, one name’s call failing: the others apply, its counts go with the next sync'),
+  async (t) => {
+    // A standalone server takes per-name calls too; the sender fails every call for {b} while told to.
+    const server = await startRedis();
+    const connection = await connectClient('ioredis', server.port);
+    try {
+      let failB = true;
+      const send: SendCommand = (args) =>
+        failB && args.some((arg) => arg.includes('{b}'))
+          ? Promise.reject(new Error('b is down'))
+          : connection.send(args);
+      const sync = new RedisSync({ sendCommand: send, syncMs: 3_600_000, cluster: true });
+      const errors: Error[] = [];
+      sync.on('error', (error: Error) => errors.push(error));
+      const a = new SyncedEstimator({ sync, name: 'a', seed: 7 });
+      const b = new SyncedEstimator({ sync, name: 'b', seed: 7 });
+      a.incr('k', 2);
+      b.incr('k', 3);
+      t.false(await sync.flush());
+      t.deepEqual(
+        errors.map((e) => e.message),
+        ['b is down'],
+      );
+      t.is(sync.stats.failures, 1);
+      const reader = new RedisSync({ sendCommand: connection.send, syncMs: 3_600_000, cluster: true });
+      const readA = new SyncedEstimator({ sync: reader, name: 'a', seed: 7 });
+      const readB = new SyncedEstimator({ sync: reader, name: 'b', seed: 7 });
+      t.true(await reader.flush());
+      t.deepEqual([readA.get('k'), readB.get('k')], [2, 0], "a's call applied, b's did not");
+      failB = false;
+      t.true(await sync.flush());
+      t.true(await reader.flush());
+      t.deepEqual([readA.get('k'), readB.get('k')], [2, 3], "b's counts went with the next sync, a's not twice");
+      await sync.close();
+      await reader.close();
+    } finally {
+      await connection.close();
+      await server.stop();
+    }
+  },
+);
