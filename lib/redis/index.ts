@@ -16,6 +16,8 @@
  */
 export { RedisSync, type RedisSyncOptions, type SyncStats } from './sync.js';
 export { SyncedEstimator, type SyncedEstimatorOptions } from './estimator.js';
+export { SyncedInflight, type SyncedInflightOptions } from './inflight.js';
 export { SyncedRate, type SyncedRateOptions } from './rate.js';
-export { SyncedWindowQuota, type FailPolicy, type SyncedWindowQuotaOptions } from './window-quota.js';
+export type { FailPolicy } from './fail-policy.js';
+export { SyncedWindowQuota, type SyncedWindowQuotaOptions } from './window-quota.js';
 export { ioredisSender, nodeRedisSender, type IoredisLike, type NodeRedisLike, type SendCommand } from './send.js';

@@ -9,6 +9,7 @@ import { randomUUID } from 'node:crypto';
 import { invalidType, outOfRange, withCode } from '../errors.js';
 import { integerOption, optionsObject } from '../options.js';
 import type { Pull, Push, SyncedCells } from './cells.js';
+import type { LoanRequest } from './loan.js';
 import { runSyncScript } from './script.js';
 import type { SendCommand } from './send.js';
 
@@ -39,9 +40,10 @@ export interface RedisSyncOptions {
   nodeId?: string;
 }
 
-/** What a structure gives the sync: its entries to push and pull now. */
+/** What a structure gives the sync: its entries to push and pull now, and its loans to ask for. */
 export interface SyncSource {
   entries(): SyncedCells[];
+  loans?(): LoanRequest[];
 }
 
 /** Counts of what this node has sent, for metrics. */
@@ -176,20 +178,26 @@ export class RedisSync extends EventEmitter {
     let timer: NodeJS.Timeout | undefined;
     try {
       entries = [...this.#sources].flatMap((source) => source.entries());
-      if (entries.length === 0) {
+      const loans = [...this.#sources].flatMap((source) => source.loans?.() ?? []);
+      if (entries.length === 0 && loans.length === 0) {
         this.#lastSuccess = performance.now();
         return true;
       }
       pushes = entries.map((entry) => entry.take(MAX_PUSH));
       const keys: string[] = [];
-      const args = [this.nodeId, String(this.syncMs * LIVE_PERIODS), String(MAX_PULL)];
+      const args = [this.nodeId, String(this.syncMs * LIVE_PERIODS), String(MAX_PULL), String(entries.length)];
       const seq = String(++this.#seq);
       entries.forEach((entry, k) => {
         const push = pushes[k] as Push;
         keys.push(entry.base, entry.registry);
-        args.push(seq, String(entry.since), String(entry.ttlMs()), String(push.cells.length));
+        args.push(seq, String(entry.since), String(entry.ttlMs()), String(entry.leaseMs), String(push.cells.length));
         push.cells.forEach((cell, j) => args.push(String(cell), push.values[j] as string));
       });
+      for (const loan of loans) {
+        keys.push(loan.key);
+        args.push(seq, String(loan.rate), String(loan.burst), String(loan.cap), String(loan.leaseMs));
+        args.push(String(loan.ttlMs), String(loan.held), String(loan.want));
+      }
       const started = performance.now();
       const reply = await Promise.race([
         runSyncScript(this.#count, keys, args),
@@ -197,7 +205,7 @@ export class RedisSync extends EventEmitter {
           timer = setTimeout(() => reject(timeoutError(this.timeoutMs)), this.timeoutMs).unref();
         }),
       ]);
-      const pulls = parseReply(reply, entries.length);
+      const { pulls, lent } = parseReply(reply, entries.length, loans.length);
       let nodes = 1;
       pulls.forEach((pull, k) => {
         (entries[k] as SyncedCells).apply(pull);
@@ -205,6 +213,7 @@ export class RedisSync extends EventEmitter {
         this.#stats.cellsPulled += pull.cells.length;
       });
       for (const push of pushes) this.#stats.cellsPushed += push.cells.length;
+      loans.forEach((loan, k) => loan.lent(lent[k] as number, started));
       this.#nodes = nodes;
       this.#lastSuccess = performance.now();
       this.#stats.syncs++;
@@ -248,8 +257,11 @@ export function nameOption(name: string, value: unknown): string {
   return value;
 }
 
-/** Splits the script's flat reply into one {@link Pull} per entry; anything else is a failed sync. */
-function parseReply(reply: unknown, entries: number): Pull[] {
+/**
+ * Splits the script's flat reply into one {@link Pull} per cell entry and the tokens lent per loan;
+ * anything else is a failed sync.
+ */
+function parseReply(reply: unknown, entries: number, loans: number): { pulls: Pull[]; lent: number[] } {
   const unexpected = (): Error =>
     withCode(new Error('Unexpected reply from the keepcount sync script'), 'ERR_KEEPCOUNT_SYNC');
   if (!Array.isArray(reply)) throw unexpected();
@@ -275,6 +287,8 @@ function parseReply(reply: unknown, entries: number): Pull[] {
     }
     pulls.push({ applied, version, incarnation, nodes, cells, others });
   }
+  const lent: number[] = [];
+  for (let k = 0; k < loans; k++, a++) lent.push(Math.max(0, number(a)));
   if (a !== reply.length) throw unexpected();
-  return pulls;
+  return { pulls, lent };
 }
