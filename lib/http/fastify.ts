@@ -13,7 +13,7 @@ import { onExchangeEnd } from './exchange.js';
 import { rateLimitConfig, tokenBucketConfig, upstreamLimitConfig } from './options.js';
 import { withQuota, withTalkers, type QuotaTalkers, type Talkers } from './talkers.js';
 import type { HeavyHitters } from '../heavy.js';
-import type { RequestQuota } from './quota.js';
+import type { RequestLimiter, RequestQuota } from './quota.js';
 import type { WindowQuotaOptions } from './window-quota.js';
 import type { UpstreamLimit, UpstreamLimitOptions, UpstreamSlot } from './upstream.js';
 
@@ -70,8 +70,8 @@ export function rateLimitHook(options: RateLimitHookOptions): OnRequestHook & Qu
 
 /** Options of {@link tokenBucketHook}: as the node `tokenBucket` middleware's, with Fastify's types. */
 export interface TokenBucketHookOptions {
-  /** The keepcount `Limiter` holding the buckets. Required. */
-  limiter: Limiter;
+  /** The keepcount `Limiter` (or keepcount/redis' `SyncedLimiter`) holding the buckets. Required. */
+  limiter: Limiter | RequestLimiter;
   /** Which proxies to believe for the default key; see {@link TrustProxy}. Defaults to `false`. */
   trustProxy?: TrustProxy;
   /**

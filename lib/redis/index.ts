@@ -17,6 +17,7 @@
 export { RedisSync, type RedisSyncOptions, type SyncStats } from './sync.js';
 export { SyncedEstimator, type SyncedEstimatorOptions } from './estimator.js';
 export { SyncedInflight, type SyncedInflightOptions } from './inflight.js';
+export { SyncedLimiter, type SyncedLimiterOptions } from './limiter.js';
 export { SyncedRate, type SyncedRateOptions } from './rate.js';
 export type { FailPolicy } from './fail-policy.js';
 export { SyncedWindowQuota, type SyncedWindowQuotaOptions } from './window-quota.js';

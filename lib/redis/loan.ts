@@ -18,7 +18,7 @@ export interface LoanRequest {
   readonly ttlMs: number;
   /** Tokens this node holds now (negative: borrowed on credit). */
   readonly held: number;
-  /** Tokens it asks for (0: it gives back what it holds and leaves the bucket). */
+  /** Tokens it asks for, or −1 to give back what it holds and leave the bucket. */
   readonly want: number;
   /** Takes in the tokens lent, after a successful sync sent at `sentAt` (`performance.now()`). */
   lent(tokens: number, sentAt: number): void;

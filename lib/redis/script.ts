@@ -37,18 +37,20 @@
  * `t` its tokens and `at` when they were counted (server time), and per node `o:<node>` the tokens
  * on loan to it (negative: what it borrowed on credit), `w:<node>` what it last asked for,
  * `x:<node>` its lease expiry and `s:<node>` its last sequence number. A node reports what it holds
- * and asks for more; the script refills the bucket at `rate` up to `cap` minus everything on loan
- * (so tokens in the bucket plus tokens held by nodes never pass `cap`), then lends the node
- * `min(want, tokens × want / all wants)`: a share in proportion to demand, Doorman's proportional
- * share. A node asking for nothing gives its tokens back. Loans of nodes whose lease ran out are
- * written off (their tokens are never returned: the node dropped them itself by then).
+ * and asks for more; the script refills the bucket at `rate` up to `burst`, and never above `cap`
+ * minus everything on loan (so tokens in the bucket plus tokens held by nodes never pass `cap`),
+ * then lends the node `min(want, tokens × want / all wants)`: a share in proportion to demand,
+ * Doorman's proportional share. A node that leaves (want −1) gives its tokens back, or pays its debt from the bucket (which
+ * may go below zero). Loans of nodes whose lease ran out are written off: their tokens are never
+ * returned (the node dropped them itself by then), and a debt stays with the node, which reports it
+ * when it comes back.
  *
  * KEYS: per cell entry its base and its registry, then one key per bucket entry. ARGV: node id,
  * registry lifetime (ms), pull limit, number of cell entries; then per cell entry: sequence
  * number, version last seen, lifetime in ms (0: none), lease in ms (0: none), cell count n, n
  * pairs of cell index and cumulative value; then per bucket entry: sequence number, rate (tokens
  * per ms), burst (the tokens of a new bucket), cap, lease in ms, lifetime in ms (0: none), tokens
- * held, tokens wanted. Reply, per cell entry: applied (0/1), version, incarnation, live nodes, m,
+ * held, tokens wanted (−1: leaving). Reply, per cell entry: applied (0/1), version, incarnation, live nodes, m,
  * then m pairs of cell index and the others' count (global minus this node's); then per bucket
  * entry the tokens lent, as a string.
  */
@@ -164,10 +166,10 @@ for k = 2 * entries + 1, #KEYS do
       end
     end
     local tokens, at = tonumber(f.t or burst), tonumber(f.at or now)
-    if want > 0 then lent_out = lent_out + held else tokens = tokens + held end
-    tokens = math.min(cap - lent_out, tokens + rate * math.max(0, now - at))
-    if want > 0 then
-      if tokens > 0 then
+    if want >= 0 then lent_out = lent_out + held else tokens = tokens + held end
+    tokens = math.min(burst, cap - lent_out, tokens + rate * math.max(0, now - at))
+    if want >= 0 then
+      if want > 0 and tokens > 0 then
         lent = math.min(want, tokens * want / wanted)
         tokens = tokens - lent
       end
