@@ -94,7 +94,9 @@ interface Account {
  * to that demand, so a node alone gets the whole quota from its first sync and busy nodes split
  * it by their traffic. A node may also take up to `burst / nodes` on credit before its loan comes,
  * so a key's first requests are not refused while a loan is on its way (only then: once Redis has
- * answered, a node admits only what it was lent); the debt is paid from the next loans. Pass it to `tokenBucket` (or `tokenBucketHook`) as `limiter`.
+ * answered, a node admits only what it was lent); the debt is paid from the next loans. Pass it to
+ * `tokenBucket` (or `tokenBucketHook`) as `limiter`. Keys are strings; one dimension: a check takes
+ * its `cost` in tokens.
  *
  * # The bound
  * Redis refills a key's bucket at `rate` up to `burst`, and never lets the tokens in the bucket
@@ -105,8 +107,9 @@ interface Account {
  *
  *     burst + rate × t + slack,  slack = burst + 2 × rate × syncMs
  *
- * whatever the node count (`n` nodes each borrowing `burst / n` add `burst`), round trips and
- * clock offsets between nodes (the refill runs on Redis's clock). Waiting out a loan's lease on
+ * whatever the node count (`n` nodes each borrowing `burst / n` add `burst`, with `n` as each last
+ * saw it in Redis: nodes that have not yet seen the others can borrow more), the round trips and
+ * the clock offsets between nodes (the refill runs on Redis's clock). Waiting out a loan's lease on
  * the node's clock from before the request was sent, the node drops its tokens before Redis
  * writes them off. The fleet admits less than the rate when `burst < rate × syncMs` (the bucket
  * overflows between syncs), for keys past the 1,024 a sync carries, and for a node whose share is
