@@ -156,6 +156,53 @@ test.serial(title('upstreamLimit on two real servers with a SyncedInflight caps 
   }
 });
 
+test.serial(
+  title('a node cut off past its lease leaves the count, in chunks when large, and pushes it all again when back'),
+  async (t) => {
+    const server = await startRedis();
+    const connection = await connectClient('ioredis', server.port);
+    try {
+      let cutOff = false;
+      // A's link: the real one, or a refusal while "cut off" (a partition, from A's side).
+      const sendA = (args: string[]): Promise<unknown> =>
+        cutOff ? Promise.reject(new Error('unreachable')) : connection.send(args);
+      const syncA = new RedisSync({ sendCommand: sendA, syncMs: 50 });
+      const syncB = new RedisSync({ sendCommand: connection.send, syncMs: 50 });
+      syncA.on('error', () => undefined);
+      const a = new SyncedInflight({ sync: syncA, name: 'cut', seed: 7, leaseMs: 200 });
+      const b = new SyncedInflight({ sync: syncB, name: 'cut', seed: 7, leaseMs: 200 });
+      // 5,000 keys touch about 15,000 counters: a reaped contribution far over one pull (4,096).
+      const keys = Array.from({ length: 5000 }, (_, i) => `upstream-${i}`);
+      for (const key of keys) a.enter(key, 2);
+      const until = async (done: () => boolean, what: string): Promise<void> => {
+        const deadline = performance.now() + 10_000;
+        while (!done()) {
+          if (performance.now() > deadline) throw new Error(`never: ${what}`);
+          await sleep(20);
+        }
+      };
+      // Compared with A's own estimates: among 5,000 keys some share all four counters with another.
+      await until(() => keys.every((key) => b.get(key) === a.get(key)), "B sees A's slots");
+      const own = keys.map((key) => a.local(key));
+      cutOff = true;
+      await until(() => keys.every((key) => b.get(key) === 0), "A's slots leave B's count");
+      t.deepEqual(
+        keys.map((key) => a.local(key)),
+        own,
+        'A still counts its own',
+      );
+      cutOff = false;
+      await until(() => keys.every((key) => b.get(key) === a.get(key)), 'A pushes them all again');
+      t.pass();
+      await syncA.close();
+      await syncB.close();
+    } finally {
+      await connection.close();
+      await server.stop();
+    }
+  },
+);
+
 test(title('bad SyncedInflight and UpstreamLimit options are refused with keepcount error codes'), (t) => {
   const sync = new RedisSync({ sendCommand: async () => [], syncMs: 100 });
   throwsShape(t, () => new SyncedInflight({ sync, name: 'a', seed: 1, leaseMs: 100 }), {
