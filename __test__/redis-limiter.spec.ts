@@ -153,6 +153,58 @@ test.serial(
   },
 );
 
+test.serial(
+  title('a node that stops syncing has its loan written off at its lease, and the other gets the whole rate'),
+  async (t) => {
+    const server = await startRedis();
+    const connection = await connectClient('ioredis', server.port);
+    try {
+      let dead = false;
+      // A's link, until it "crashes": from then on its syncs fail (its process would be gone).
+      const sendA = (args: string[]): Promise<unknown> =>
+        dead ? Promise.reject(new Error('gone')) : connection.send(args);
+      const syncA = new RedisSync({ sendCommand: sendA, syncMs: 20 });
+      const syncB = new RedisSync({ sendCommand: connection.send, syncMs: 20 });
+      syncA.on('error', () => undefined);
+      const limit = { perSecond: 1000, burst: 50 };
+      const a = new SyncedLimiter({ sync: syncA, name: 'crash', limit, leaseMs: 200 });
+      const b = new SyncedLimiter({ sync: syncB, name: 'crash', limit, leaseMs: 200 });
+      const hammer = async (ms: number, limiters: SyncedLimiter[]): Promise<number[]> => {
+        const admitted = limiters.map(() => 0);
+        const started = performance.now();
+        while (performance.now() - started < ms) {
+          limiters.forEach((limiter, i) => {
+            for (let j = 0; j < 5; j++) if (limiter.check('k').allowed) admitted[i] = (admitted[i] as number) + 1;
+          });
+          await sleep(1);
+        }
+        return admitted;
+      };
+      const shared = await hammer(500, [a, b]);
+      dead = true;
+      // B alone from a lease (200 ms) plus two syncs after A's last sync: A's share comes back.
+      await hammer(300, [b]);
+      const started = performance.now();
+      const [alone] = (await hammer(500, [b])) as [number];
+      const elapsed = performance.now() - started;
+      t.log(`both: ${shared.join(' + ')} in 500 ms; B alone after A's lease: ${alone} in ${elapsed.toFixed(0)} ms`);
+      t.true(
+        shared.every((n) => n > 50),
+        'both got a share',
+      );
+      // At least 70% of the rate once A's loan is written off (loose for this shared machine), at
+      // most the rate plus the bucket and its slack.
+      t.true(alone >= 0.7 * elapsed, `alone ${alone}`);
+      t.true(alone <= elapsed + 2 * limit.burst + 2 * 20, `alone ${alone}`);
+      await syncA.close();
+      await syncB.close();
+    } finally {
+      await connection.close();
+      await server.stop();
+    }
+  },
+);
+
 test.serial(title('tokenBucket on two real servers with a SyncedLimiter holds one bucket for both'), async (t) => {
   const server = await startRedis();
   const connections = await Promise.all(clientNames.map((name) => connectClient(name, server.port)));
