@@ -205,6 +205,33 @@ test.serial(
   },
 );
 
+test.serial(title('a failed sync keeps the demand it carried for the next one'), async (t) => {
+  const server = await startRedis();
+  const connection = await connectClient('ioredis', server.port);
+  try {
+    let failing = false;
+    const send = (args: string[]): Promise<unknown> =>
+      failing ? Promise.reject(new Error('unreachable')) : connection.send(args);
+    const sync = new RedisSync({ sendCommand: send, syncMs: 3_600_000 });
+    sync.on('error', () => undefined);
+    // 10 tokens, never refilled: what Redis lends depends only on the demand it is told.
+    const limiter = new SyncedLimiter({ sync, name: 'demand', limit: { perSecond: 0, burst: 10 } });
+    t.true(limiter.check('k').allowed, 'on credit: no loan yet');
+    t.true(await sync.flush());
+    t.true(limiter.check('k').allowed, 'from the loan');
+    t.false(limiter.check('k').allowed, 'the loan is spent');
+    failing = true;
+    t.false(await sync.flush());
+    failing = false;
+    t.true(await sync.flush());
+    t.true(limiter.check('k').allowed, 'lent for the demand the failed sync could not report');
+    await sync.close();
+  } finally {
+    await connection.close();
+    await server.stop();
+  }
+});
+
 test.serial(title('tokenBucket on two real servers with a SyncedLimiter holds one bucket for both'), async (t) => {
   const server = await startRedis();
   const connections = await Promise.all(clientNames.map((name) => connectClient(name, server.port)));

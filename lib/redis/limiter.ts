@@ -235,9 +235,10 @@ export class SyncedLimiter implements RequestLimiter {
     const now = performance.now();
     if (now > account.expiresAt) account.held = Math.min(0, account.held);
     const held = account.held;
-    account.idle = account.demand === 0 ? account.idle + 1 : 0;
+    const { demand, idle } = account;
+    account.idle = demand === 0 ? idle + 1 : 0;
     const leaving = leave || (account.idle >= IDLE_SYNCS && held >= 0);
-    const want = leaving ? -1 : Math.max(0, account.demand - held);
+    const want = leaving ? -1 : Math.max(0, demand - held);
     account.demand = 0;
     return {
       key: `${this.#base}:b:${account.key}`,
@@ -255,6 +256,12 @@ export class SyncedLimiter implements RequestLimiter {
         if (performance.now() > sentAt + this.leaseMs) return;
         account.held += tokens;
         account.expiresAt = sentAt + this.leaseMs;
+      },
+      // A failed sync tells Redis nothing: the demand counts in the next one, and idle syncs are
+      // counted only when they reach Redis. A key that left is gone (its loan lapses in Redis).
+      failed: () => {
+        account.demand += demand;
+        account.idle = idle;
       },
     };
   }

@@ -22,4 +22,6 @@ export interface LoanRequest {
   readonly want: number;
   /** Takes in the tokens lent, after a successful sync sent at `sentAt` (`performance.now()`). */
   lent(tokens: number, sentAt: number): void;
+  /** The sync failed: what the request reported (its demand) must go with the next one. */
+  failed(): void;
 }

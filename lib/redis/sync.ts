@@ -175,10 +175,11 @@ export class RedisSync extends EventEmitter {
   async #sync(): Promise<boolean> {
     let entries: SyncedCells[] = [];
     let pushes: Push[] = [];
+    let loans: LoanRequest[] = [];
     let timer: NodeJS.Timeout | undefined;
     try {
       entries = [...this.#sources].flatMap((source) => source.entries());
-      const loans = [...this.#sources].flatMap((source) => source.loans?.() ?? []);
+      loans = [...this.#sources].flatMap((source) => source.loans?.() ?? []);
       if (entries.length === 0 && loans.length === 0) {
         this.#lastSuccess = performance.now();
         return true;
@@ -222,6 +223,7 @@ export class RedisSync extends EventEmitter {
       return true;
     } catch (error) {
       pushes.forEach((push, k) => (entries[k] as SyncedCells).restore(push));
+      for (const loan of loans) loan.failed();
       this.#stats.failures++;
       if (this.listenerCount('error') > 0) this.emit('error', error);
       return false;
