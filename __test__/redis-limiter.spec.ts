@@ -216,6 +216,8 @@ test.serial(title('a failed sync keeps the demand it carried for the next one'),
     sync.on('error', () => undefined);
     // 10 tokens, never refilled: what Redis lends depends only on the demand it is told.
     const limiter = new SyncedLimiter({ sync, name: 'demand', limit: { perSecond: 0, burst: 10 } });
+    t.false(limiter.check('k').allowed, 'no credit before the first sync');
+    t.true(await sync.flush());
     t.true(limiter.check('k').allowed, 'on credit: no loan yet');
     t.true(await sync.flush());
     t.true(limiter.check('k').allowed, 'from the loan');
@@ -243,6 +245,8 @@ test.serial(title('tokenBucket on two real servers with a SyncedLimiter holds on
     return { sync, http: createServer((req, res) => middleware(req, res, () => res.end('ok'))) };
   });
   try {
+    // As the README says: a node that has never synced admits nothing, so sync before serving.
+    for (const m of machines) t.true(await m.sync.flush());
     const ports = await Promise.all(machines.map((m) => listen(m.http)));
     const statuses: number[] = [];
     for (let i = 0; i < 20; i++) {

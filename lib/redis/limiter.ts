@@ -92,11 +92,12 @@ interface Account {
  * (no network on a check) and, every `syncMs`, in the sync's one script call, tells Redis what it
  * holds and asks for its last period's demand; Redis lends it a share of the bucket in proportion
  * to that demand, so a node alone gets the whole quota from its first sync and busy nodes split
- * it by their traffic. A node may also take up to `burst / nodes` on credit before its loan comes,
- * so a key's first requests are not refused while a loan is on its way (only then: once Redis has
- * answered, a node admits only what it was lent); the debt is paid from the next loans. Pass it to
- * `tokenBucket` (or `tokenBucketHook`) as `limiter`. Keys are strings; one dimension: a check takes
- * its `cost` in tokens.
+ * it by their traffic. A node that has synced once may also take up to `burst / nodes` on credit
+ * before a key's loan comes, so a key's first requests are not refused while a loan is on its way
+ * (only then: once Redis has answered, a node admits only what it was lent); the debt is paid from
+ * the next loans. A node that has never synced admits nothing. Pass it to `tokenBucket` (or
+ * `tokenBucketHook`) as `limiter`. Keys are strings; one dimension: a check takes its `cost` in
+ * tokens.
  *
  * # The bound
  * Redis refills a key's bucket at `rate` up to `burst`, and never lets the tokens in the bucket
@@ -177,11 +178,12 @@ export class SyncedLimiter implements RequestLimiter {
     const now = performance.now();
     if (this.#sync.stale) return this.#stale(account, cost, now);
     // A loan past its lease is void (Redis writes it off); a debt is not. Credit is for a key with
-    // no loan yet: once Redis has answered, the node admits only what it was lent.
+    // no loan yet (once Redis has answered, the node admits only what it was lent), and only on a
+    // node that knows the node count: a node that has never synced takes none.
     let credit = 0;
     if (now > account.expiresAt) {
       account.held = Math.min(0, account.held);
-      credit = bucket.burst / this.#sync.nodes;
+      if (this.#sync.synced) credit = bucket.burst / this.#sync.nodes;
     }
     if (account.held - cost >= -credit) {
       account.held -= cost;

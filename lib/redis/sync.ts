@@ -134,6 +134,11 @@ export class RedisSync extends EventEmitter {
     return this.staleness > this.staleAfterMs;
   }
 
+  /** Whether a sync has reached Redis yet (until then {@link nodes} is only this one). */
+  get synced(): boolean {
+    return this.#stats.syncs > 0;
+  }
+
   /** Live nodes syncing the same structures, as of the last successful sync (at least 1). */
   get nodes(): number {
     return this.#nodes;
