@@ -234,6 +234,34 @@ test.serial(title('a failed sync keeps the demand it carried for the next one'),
   }
 });
 
+test.serial(
+  title('a node keeps at most 65,536 keys: a new one past that waits while the oldest owes tokens'),
+  async (t) => {
+    const server = await startRedis();
+    const connection = await connectClient('ioredis', server.port);
+    try {
+      // No sync after the first: no key ever leaves, as while Redis is away.
+      const sync = new RedisSync({ sendCommand: connection.send, syncMs: 3_600_000 });
+      const limit = { perSecond: 1, burst: 10 };
+      const owing = new SyncedLimiter({ sync, name: 'owing', limit });
+      const even = new SyncedLimiter({ sync, name: 'even', limit });
+      t.true(await sync.flush());
+      t.true(owing.check('first').allowed, 'on credit: it owes a token');
+      t.true(even.check('first', 0).allowed, 'costs nothing: it owes nothing');
+      for (let i = 1; i < 65_536; i++) {
+        owing.check(`k${i}`, 0);
+        even.check(`k${i}`, 0);
+      }
+      t.deepEqual(owing.check('one more'), { allowed: false, retryAfterMs: 3_600_000 });
+      t.true(even.check('one more').allowed, 'the oldest key made room');
+      await sync.close();
+    } finally {
+      await connection.close();
+      await server.stop();
+    }
+  },
+);
+
 test.serial(title('tokenBucket on two real servers with a SyncedLimiter holds one bucket for both'), async (t) => {
   const server = await startRedis();
   const connections = await Promise.all(clientNames.map((name) => connectClient(name, server.port)));

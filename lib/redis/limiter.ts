@@ -35,6 +35,13 @@ const MAX_LOANS = 1024;
  */
 const IDLE_SYNCS = 10;
 
+/**
+ * Most keys one node keeps an account for: about 200 bytes each, 13 MB in all. Keys leave after
+ * {@link IDLE_SYNCS} idle syncs, but not while Redis is away (nothing reaches it), so a flood of
+ * new keys during an outage stops here.
+ */
+const MAX_ACCOUNTS = 65_536;
+
 /** Options of {@link SyncedLimiter}. */
 export interface SyncedLimiterOptions {
   /** The {@link RedisSync} that carries it. Required. */
@@ -172,6 +179,7 @@ export class SyncedLimiter implements RequestLimiter {
     if (!Number.isSafeInteger(cost) || cost < 0) throw outOfRange('The "cost" argument', 'a safe integer >= 0', cost);
     if (this.#closed) return refusal(Infinity);
     const account = this.#account(key);
+    if (account === undefined) return refusal(this.#sync.syncMs);
     const { bucket } = account;
     account.demand += cost;
     if (cost > bucket.burst) return refusal(Infinity);
@@ -268,10 +276,19 @@ export class SyncedLimiter implements RequestLimiter {
     };
   }
 
-  /** The key's account, made on its first check. */
-  #account(key: string): Account {
+  /**
+   * The key's account, made on its first check. With {@link MAX_ACCOUNTS} held, the least recently
+   * synced one makes room if it owes nothing (its tokens lapse in Redis); if it owes, forgetting
+   * its debt would admit it twice, so the new key is refused (`undefined`) until keys leave.
+   */
+  #account(key: string): Account | undefined {
     let account = this.#accounts.get(key);
     if (account === undefined) {
+      if (this.#accounts.size >= MAX_ACCOUNTS) {
+        const oldest = this.#accounts.values().next().value as Account;
+        if (oldest.held < 0) return undefined;
+        this.#accounts.delete(oldest.key);
+      }
       const bucket = this.#buckets.get(key) ?? this.#bucket;
       const share = bucket.burst / this.#sync.nodes;
       account = {
