@@ -9,6 +9,11 @@
  * sync could not push goes with the next) and rebuild the global state from the nodes' own
  * counts after Redis loses it.
  *
+ * In the same script call, {@link SyncedInflight} holds each node's in-flight slots under a lease
+ * its syncs renew (a crashed node's slots leave the count within one lease), and
+ * {@link SyncedLimiter} borrows tokens from each key's bucket in Redis in proportion to demand, so
+ * token-bucket quotas hold for the fleet within a stated slack.
+ *
  * Talks to Redis through a `sendCommand` function ({@link ioredisSender}, {@link nodeRedisSender}
  * or your own); ioredis and redis are optional peer dependencies, never loaded here.
  *
