@@ -3,7 +3,14 @@
  * ioredis' `Cluster` and node-redis' `createCluster`.
  */
 import test from 'ava';
-import { RedisSync, SyncedEstimator, SyncedWindowQuota, type SendCommand } from '../lib/redis/index.js';
+import {
+  RedisSync,
+  SyncedEstimator,
+  SyncedInflight,
+  SyncedLimiter,
+  SyncedWindowQuota,
+  type SendCommand,
+} from '../lib/redis/index.js';
 import { title } from './helpers.js';
 import { connectClient, connectCluster, type Connection } from './redis-clients.js';
 import { startRedisCluster, type RedisCluster } from '../tools/redis-cluster.js';
@@ -62,6 +69,58 @@ test.serial(
           t.is(quota.current('client').count, 900);
           t.is(sync.nodes, 3);
         }
+        for (const { sync } of nodes) await sync.close();
+      } finally {
+        for (const connection of connections) await connection.close();
+      }
+    });
+  },
+);
+
+test.serial(
+  title('in-flight leases and token-bucket loans work on a Redis Cluster beside a sketch, one call per name'),
+  async (t) => {
+    await withCluster(async (cluster) => {
+      const connections: Connection[] = [];
+      try {
+        for (const name of ['ioredis', 'redis'] as const) connections.push(await connectCluster(name, cluster.seeds));
+        const started = performance.now();
+        const nodes = connections.map((connection) => {
+          const sync = new RedisSync({ sendCommand: connection.send, syncMs: 3_600_000, cluster: true });
+          const errors: Error[] = [];
+          sync.on('error', (error: Error) => errors.push(error));
+          const inflight = new SyncedInflight({ sync, name: 'calls', seed: 7 });
+          const limiter = new SyncedLimiter({ sync, name: 'uploads', limit: { perSecond: 10, burst: 10 } });
+          const sketch = new SyncedEstimator({ sync, name: 'hits', seed: 7 });
+          return { sync, inflight, limiter, sketch, errors };
+        });
+        // Every node syncs once (so it knows the node count and may borrow), then holds slots,
+        // counts and checks, and syncs twice more so each pulls the other's last push.
+        for (const { sync } of nodes) t.true(await sync.flush());
+        let admitted = 0;
+        nodes.forEach(({ inflight, limiter, sketch }, n) => {
+          for (let i = 0; i <= n; i++) inflight.enter('upstream');
+          sketch.incr('k', n + 1);
+          for (let i = 0; i < 20; i++) if (limiter.check('client').allowed) admitted++;
+        });
+        for (let pass = 0; pass < 2; pass++) for (const { sync } of nodes) t.true(await sync.flush());
+        for (let pass = 0; pass < 2; pass++) {
+          for (const { limiter } of nodes) for (let i = 0; i < 20; i++) if (limiter.check('client').allowed) admitted++;
+          for (const { sync } of nodes) t.true(await sync.flush());
+        }
+        const elapsedS = (performance.now() - started) / 1000;
+        for (const { inflight, sketch, errors, sync } of nodes) {
+          t.deepEqual(errors, []);
+          t.is(inflight.get('upstream'), 3, 'one slot on the first node, two on the second');
+          t.is(sketch.get('k'), 3);
+          t.is(sync.nodes, 2);
+        }
+        // Loans arrived (checks after the first syncs were admitted), and the two nodes together
+        // never took more than the bucket had to give: its burst, what it refilled, and each
+        // node's credit of burst / nodes before its first loan.
+        t.true(admitted > 0, `admitted ${admitted}`);
+        t.true(admitted <= 10 + 10 + Math.ceil(10 * elapsedS), `admitted ${admitted} in ${elapsedS.toFixed(2)} s`);
+        for (const { inflight } of nodes) inflight.leave('upstream');
         for (const { sync } of nodes) await sync.close();
       } finally {
         for (const connection of connections) await connection.close();

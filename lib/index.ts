@@ -20,7 +20,13 @@ export {
   type KeyCount,
   type Standing,
 } from './heavy.js';
-export { Inflight, type InflightGuard, type InflightOptions, type SharedInflightOptions } from './inflight.js';
+export {
+  Inflight,
+  type InflightCounter,
+  type InflightGuard,
+  type InflightOptions,
+  type SharedInflightOptions,
+} from './inflight.js';
 export {
   Limiter,
   type LimitInfo,

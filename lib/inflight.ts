@@ -68,6 +68,30 @@ export interface InflightGuard extends Disposable {
   readonly released: boolean;
 }
 
+/**
+ * What counts calls in flight for `UpstreamLimit`: an {@link Inflight}, or keepcount/redis'
+ * `SyncedInflight`, which counts them across machines.
+ */
+export interface InflightCounter {
+  /** Adds `value` (defaults to 1) to `key`; returns the guard that gives it back and the new count. */
+  incr(key: Key, value?: number): [guard: InflightGuard, count: number];
+  /** `key`'s current count. */
+  get(key: Key): number;
+}
+
+/**
+ * `Inflight.incr` on any counters: validates, adds `value` to `key` in `core` and returns the guard
+ * that gives it back (released by the garbage collector if never released), for keepcount/redis'
+ * `SyncedInflight` too.
+ */
+export function guardedIncr(core: InflightCore, key: Key, value = 1): [guard: InflightGuard, count: number] {
+  const k = validateKey(key);
+  const v = countArgument('value', value);
+  const ticket: Ticket = { core, key: ownKey(k), value: v, times: 1 };
+  const count = core.incr(ticket.key, v);
+  return [new Guard(ticket, v), count];
+}
+
 class Guard implements InflightGuard {
   readonly #ticket: Ticket;
   readonly #value: number;
@@ -150,7 +174,7 @@ class Adopted {
  * try { if (count <= 10) await handle(); } finally { guard.release(); }
  * ```
  */
-export class Inflight {
+export class Inflight implements InflightCounter {
   readonly #core: InflightCore;
 
   constructor(options?: InflightOptions);
@@ -171,11 +195,7 @@ export class Inflight {
    * gives it back and the key's new estimated count (a tuple, as pingora's `(Guard, isize)`).
    */
   incr(key: Key, value = 1): [guard: InflightGuard, count: number] {
-    const k = validateKey(key);
-    const v = countArgument('value', value);
-    const ticket: Ticket = { core: this.#core, key: ownKey(k), value: v, times: 1 };
-    const count = this.#core.incr(ticket.key, v);
-    return [new Guard(ticket, v), count];
+    return guardedIncr(this.#core, key, value);
   }
 
   /**

@@ -91,7 +91,8 @@ export function quotaSpec(what: string, quota: unknown): QuotaSpec {
   return spec;
 }
 
-function limitSpec(what: string, limit: unknown): LimitSpec {
+/** A {@link RateLimit} option, checked: `what` names it in errors (keepcount/redis' `SyncedLimiter` too). */
+export function limitSpec(what: string, limit: unknown): LimitSpec {
   if (typeof limit !== 'object' || limit === null) throw invalidType(what, 'of type object', limit);
   const l = limit as { perSecond?: unknown; amount?: unknown; periodMs?: unknown; burst?: unknown };
   const perSecond = l.perSecond !== undefined;

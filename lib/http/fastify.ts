@@ -14,7 +14,7 @@ import { onExchangeEnd } from './exchange.js';
 import { rateLimitConfig, tokenBucketConfig, upstreamLimitConfig } from './options.js';
 import { withQuota, withTalkers, type QuotaTalkers, type Talkers } from './talkers.js';
 import type { HeavyHitters } from '../heavy.js';
-import type { RequestQuota } from './quota.js';
+import type { RequestLimiter, RequestQuota } from './quota.js';
 import type { WindowQuotaOptions } from './window-quota.js';
 import type { UpstreamLimit, UpstreamLimitOptions, UpstreamSlot } from './upstream.js';
 
@@ -71,8 +71,11 @@ export function rateLimitHook(options: RateLimitHookOptions): OnRequestHook & Qu
 
 /** Options of {@link tokenBucketHook}: as the node `tokenBucket` middleware's, with Fastify's types. */
 export interface TokenBucketHookOptions {
-  /** The keepcount `Limiter` holding the buckets, or a `Limiter.openShared` one. Required. */
-  limiter: Limiter | SharedLimiter;
+  /**
+   * The keepcount `Limiter` holding the buckets, a `Limiter.openShared` one, or keepcount/redis'
+   * `SyncedLimiter`. Required.
+   */
+  limiter: Limiter | SharedLimiter | RequestLimiter;
   /** Which proxies to believe for the default key; see {@link TrustProxy}. Defaults to `false`. */
   trustProxy?: TrustProxy;
   /**

@@ -30,7 +30,7 @@ export {
   type UpstreamLimitMiddlewareOptions,
 } from './node.js';
 export { type QuotaTalkers, type Talkers, type TalkersWindow } from './talkers.js';
-export type { RequestQuota } from './quota.js';
+export type { RequestLimiter, RequestQuota } from './quota.js';
 export { WindowQuota, type HeavyHitterSettings, type WindowQuotaOptions } from './window-quota.js';
 export { KeepcountStore, type ClientRateLimitInfo, type KeepcountStoreOptions } from './stores/express-rate-limit.js';
 export {

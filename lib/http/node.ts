@@ -20,7 +20,7 @@ import { onExchangeEnd } from './exchange.js';
 import { rateLimitConfig, tokenBucketConfig, upstreamLimitConfig } from './options.js';
 import { withQuota, withTalkers, type QuotaTalkers, type Talkers } from './talkers.js';
 import type { HeavyHitters } from '../heavy.js';
-import type { RequestQuota } from './quota.js';
+import type { RequestLimiter, RequestQuota } from './quota.js';
 import type { WindowQuotaOptions } from './window-quota.js';
 import type { UpstreamLimit, UpstreamLimitOptions, UpstreamSlot } from './upstream.js';
 
@@ -141,10 +141,11 @@ export interface TokenBucketOptions<
   Res extends ServerResponse = ServerResponse,
 > {
   /**
-   * The keepcount `Limiter` holding the buckets: per-key quotas and the best-effort bucket; or a
-   * `Limiter.openShared` one, a bucket per client for every process of the host. Required.
+   * What holds the buckets: a keepcount `Limiter` (per-key quotas and the best-effort bucket), a
+   * `Limiter.openShared` one (a bucket per client for every process of the host), or
+   * keepcount/redis' `SyncedLimiter` (per-key quotas across machines). Required.
    */
-  limiter: Limiter | SharedLimiter;
+  limiter: Limiter | SharedLimiter | RequestLimiter;
   /** Which proxies to believe for the default key; see {@link TrustProxy}. Defaults to `false`. */
   trustProxy?: TrustProxy;
   /**

@@ -9,8 +9,6 @@
  */
 import type { IncomingMessage } from 'node:http';
 import { invalidType } from '../errors.js';
-import { Limiter } from '../limiter.js';
-import { SharedLimiter } from '../shared-limiter.js';
 import { optionsObject } from '../options.js';
 import {
   clientIp,
@@ -21,7 +19,7 @@ import {
   type TrustProxy,
 } from './client-ip.js';
 import { UpstreamLimit, type UpstreamLimitOptions } from './upstream.js';
-import type { RequestQuota } from './quota.js';
+import type { RequestLimiter, RequestQuota } from './quota.js';
 import { WindowQuota, type WindowQuotaOptions } from './window-quota.js';
 import type { HeavyHitters } from '../heavy.js';
 import { talkersOption } from './talkers.js';
@@ -52,7 +50,7 @@ export interface RateLimitConfig<R, H> {
 
 /** The options `tokenBucket` and `tokenBucketHook` share. */
 export interface TokenBucketInput<R, H extends AnyFunction> {
-  limiter: Limiter | SharedLimiter;
+  limiter: RequestLimiter;
   trustProxy?: TrustProxy;
   ipv6Subnet?: Ipv6Subnet;
   key?: (request: R) => string;
@@ -64,7 +62,7 @@ export interface TokenBucketInput<R, H extends AnyFunction> {
 
 /** A parsed {@link TokenBucketInput}. */
 export interface TokenBucketConfig<R, H> {
-  limiter: Limiter | SharedLimiter;
+  limiter: RequestLimiter;
   key: (request: R) => string;
   cost: (request: R) => number;
   skip: ((request: R) => boolean) | undefined;
@@ -155,17 +153,22 @@ export function tokenBucketConfig<R, H extends AnyFunction>(
   raw: RawRequest<R>,
 ): TokenBucketConfig<R, H> {
   const o = optionsObject(options);
-  if (!(o.limiter instanceof Limiter || o.limiter instanceof SharedLimiter)) {
-    throw invalidType('The "limiter" option', 'a Limiter', o.limiter);
-  }
   return {
-    limiter: o.limiter,
+    limiter: limiterOption(o.limiter),
     key: functionOption('key', o.key) ?? clientKey(o, raw),
     cost: functionOption('cost', o.cost) ?? (() => 1),
     skip: functionOption('skip', o.skip),
     onLimit: functionOption('onLimit', o.onLimit),
     talkers: talkersOption(o.talkers),
   };
+}
+
+/** The `limiter` option: a `Limiter`, or an object with a `check()` method (e.g. a `SyncedLimiter`). */
+function limiterOption(limiter: unknown): RequestLimiter {
+  if (typeof limiter !== 'object' || limiter === null || typeof (limiter as RequestLimiter).check !== 'function') {
+    throw invalidType('The "limiter" option', 'a Limiter or an object with a check() method', limiter);
+  }
+  return limiter as RequestLimiter;
 }
 
 /** Parses the options of `upstreamLimit`/`upstreamLimitHook`. */

@@ -1,12 +1,17 @@
 /**
- * What `rateLimit` and the Fastify hooks count requests in: `WindowQuota`, or any quota with its
- * `consume`, such as keepcount/redis' `SyncedWindowQuota`, which counts across machines. The
- * middleware only calls `consume` on the request's path, so a quota that syncs elsewhere keeps
- * that path free of network waits.
+ * What the middleware decides with: `rateLimit` and the Fastify rate-limit hook count requests in a
+ * {@link RequestQuota}, `tokenBucket` and its hook check them with a {@link RequestLimiter}. The
+ * middleware calls only `consume` or `check` on the request's path, so one that syncs elsewhere
+ * (keepcount/redis) keeps that path free of network waits.
  */
 import type { HeavyTalker } from '../core.js';
+import type { LimiterDecision } from '../limiter.js';
 import type { RateLimitDecision } from './headers.js';
 
+/**
+ * A window quota: `WindowQuota`, or any quota with its `consume`, such as keepcount/redis'
+ * `SyncedWindowQuota`, which counts across machines.
+ */
 export interface RequestQuota {
   /** Counts one request (or `cost`) for `key` and decides on it. Must not throw for a valid key. */
   consume(key: string, cost?: number): RateLimitDecision;
@@ -15,4 +20,14 @@ export interface RequestQuota {
    * Optional: the middleware lists nobody for a quota without it.
    */
   topTalkers?(n: number, window?: 'current' | 'previous' | 'both'): HeavyTalker[];
+}
+
+/**
+ * What `tokenBucket` and `tokenBucketHook` check requests with: a `Limiter`, or any limiter with
+ * its `check`, such as keepcount/redis' `SyncedLimiter`, whose buckets hold across machines. The
+ * middleware calls `check` on the request's path: it must not wait on the network.
+ */
+export interface RequestLimiter {
+  /** Checks one request costing `cost` for `key` and takes it if admitted. Must not throw for a valid key. */
+  check(key: string, cost?: number): LimiterDecision;
 }

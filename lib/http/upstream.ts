@@ -1,6 +1,6 @@
 /** Protection for calls to upstreams: an in-flight cap per upstream and a deadline per call. */
-import { TimeoutError } from '../errors.js';
-import { Inflight, type InflightGuard } from '../inflight.js';
+import { invalidType, TimeoutError } from '../errors.js';
+import { Inflight, type InflightCounter, type InflightGuard } from '../inflight.js';
 import { integerOption, optionsObject } from '../options.js';
 import { timeout, timeoutSignal } from '../timeout.js';
 
@@ -8,8 +8,12 @@ import { timeout, timeoutSignal } from '../timeout.js';
 export interface UpstreamLimitOptions {
   /** Calls allowed in flight per upstream key at once: an integer >= 1. Required. */
   max: number;
-  /** The counter to use, e.g. one shared by several limits. Defaults to a new `Inflight()`. */
-  inflight?: Inflight;
+  /**
+   * The counter to use, e.g. one shared by several limits, `Inflight.openShared(...)` for every
+   * process of a host, or keepcount/redis' `SyncedInflight` for every machine. Defaults to a new
+   * `Inflight()`.
+   */
+  inflight?: InflightCounter;
 }
 
 /** What {@link UpstreamLimit.acquire} returns. */
@@ -40,7 +44,7 @@ export class UpstreamLimit {
   /** Calls allowed in flight per upstream key. */
   readonly max: number;
   /** The counter; `inflight.get(key)` is the current count. */
-  readonly inflight: Inflight;
+  readonly inflight: InflightCounter;
   /** Acquisitions allowed and refused since construction, for metrics. */
   #allowed = 0;
   #refused = 0;
@@ -48,7 +52,7 @@ export class UpstreamLimit {
   constructor(options: UpstreamLimitOptions) {
     const o = optionsObject(options);
     this.max = integerOption('max', o.max, 1, Number.MAX_SAFE_INTEGER);
-    this.inflight = o.inflight instanceof Inflight ? o.inflight : new Inflight();
+    this.inflight = inflightOption(o.inflight);
   }
 
   /** Counts a call to `key` in; see {@link UpstreamSlot}. */
@@ -67,6 +71,21 @@ export class UpstreamLimit {
   decisions(): { allowed: number; refused: number } {
     return { allowed: this.#allowed, refused: this.#refused };
   }
+}
+
+/** The `inflight` option: a new `Inflight` when absent, else anything with `incr` and `get`. */
+function inflightOption(value: unknown): InflightCounter {
+  if (value === undefined) return new Inflight();
+  const counter = value as Partial<InflightCounter> | null;
+  if (
+    typeof counter !== 'object' ||
+    counter === null ||
+    typeof counter.incr !== 'function' ||
+    typeof counter.get !== 'function'
+  ) {
+    throw invalidType('The "inflight" option', 'an Inflight or an object with incr() and get() methods', value);
+  }
+  return counter as InflightCounter;
 }
 
 const releaser =

@@ -34,19 +34,25 @@ export class SyncedCells {
   readonly registry: string;
   /** Milliseconds the entry's keys live after this sync (0: for ever). */
   readonly ttlMs: () => number;
+  /**
+   * Milliseconds this node's contribution outlives its last sync in the global count (0: for ever,
+   * the contribution stays until overwritten). See script.ts.
+   */
+  readonly leaseMs: number;
   /** Version of the last pull: the next pull asks only for cells changed after it. */
   since = 0;
   #incarnation: string | undefined;
   readonly #marked: Uint8Array;
   #dirty: number[] = [];
 
-  constructor(counters: number, base: string, registry: string, ttlMs: () => number = () => 0) {
+  constructor(counters: number, base: string, registry: string, ttlMs: () => number = () => 0, leaseMs = 0) {
     this.mine = new Float64Array(counters);
     this.others = new Float64Array(counters);
     this.#marked = new Uint8Array(counters);
     this.base = base;
     this.registry = registry;
     this.ttlMs = ttlMs;
+    this.leaseMs = leaseMs;
   }
 
   /** Adds `value` to this node's counters `indexes` (one per row); returns the new estimate. */
@@ -96,8 +102,8 @@ export class SyncedCells {
   }
 
   /**
-   * Takes in a pull. A new incarnation (Redis restarted without the data, or the keys were
-   * deleted) drops what the others had and marks all of this node's counts to push again, so the
+   * Takes in a pull. A new incarnation (Redis restarted without the data, the keys were deleted,
+   * or another node reaped this one's lease) drops what the others had and marks all of this node's counts to push again, so the
    * fleet rebuilds the global sketch from the nodes' own.
    */
   apply(pull: Pull): void {

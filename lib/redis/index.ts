@@ -9,6 +9,11 @@
  * sync could not push goes with the next) and rebuild the global state from the nodes' own
  * counts after Redis loses it.
  *
+ * In the same script call, {@link SyncedInflight} holds each node's in-flight slots under a lease
+ * its syncs renew (a crashed node's slots leave the count within one lease), and
+ * {@link SyncedLimiter} borrows tokens from each key's bucket in Redis in proportion to demand, so
+ * token-bucket quotas hold for the fleet within a stated slack.
+ *
  * Talks to Redis through a `sendCommand` function ({@link ioredisSender}, {@link nodeRedisSender},
  * {@link nodeRedisClusterSender} or your own); ioredis and redis are optional peer dependencies,
  * never loaded here. Redis Cluster works with `RedisSync`'s `cluster: true`: each structure's keys
@@ -18,8 +23,11 @@
  */
 export { RedisSync, type RedisSyncOptions, type SyncStats } from './sync.js';
 export { SyncedEstimator, type SyncedEstimatorOptions } from './estimator.js';
+export { SyncedInflight, type SyncedInflightOptions } from './inflight.js';
+export { SyncedLimiter, type SyncedLimiterOptions } from './limiter.js';
 export { SyncedRate, type SyncedRateOptions } from './rate.js';
-export { SyncedWindowQuota, type FailPolicy, type SyncedWindowQuotaOptions } from './window-quota.js';
+export type { FailPolicy } from './fail-policy.js';
+export { SyncedWindowQuota, type SyncedWindowQuotaOptions } from './window-quota.js';
 export {
   ioredisSender,
   nodeRedisClusterSender,

@@ -1,7 +1,8 @@
 /**
- * The sync script: one EVALSHA per sync carries every synced structure's push and pull.
+ * The sync script: one EVALSHA per sync carries every synced structure's push and pull, and every
+ * token loan a synced limiter asks for.
  *
- * Each entry (a sketch, or one window of a rate) lives under a key base `B`:
+ * Each cell entry (a sketch, or one window of a rate) lives under a key base `B`:
  * - `B:c` hash cell → global count, the sum of every node's contribution;
  * - `B:n:<node>` hash cell → that node's contribution, its cumulative count, not a delta: a flush
  *   that Redis applied but whose reply was lost, sent again, sets the same values and adds
@@ -17,34 +18,86 @@
  * A second key per entry, the structure's node registry, is a sorted set node → last sync time:
  * the live node count for the "each node enforces its share" fail policy.
  *
+ * A leased entry (an in-flight count) also has `B:l`, a sorted set node → lease expiry (server
+ * time), renewed by each of the node's applied syncs, and `l:<node>` in `B:m`, when the node's
+ * lease began. Every sync first reaps the other nodes whose lease ran out: it subtracts their
+ * contribution from `B:c` (as new versions, so every node pulls the change) and deletes it, so
+ * the global count is the sum of the live nodes' contributions. A reaped node that comes back gets
+ * a new lease start, which is part of the incarnation it is told, so it pushes its whole
+ * contribution again. All of a leased entry's keys, every node's contribution included, get the
+ * same expiry at each sync: they never expire one without the others.
+ *
  * A pull returns at most `pull` cells per entry, in version order, and only whole versions: when
  * more are waiting it stops before the first version it cannot finish and reports the version
  * before it, so the next pull resumes there. One version is one node's push, at most MAX_PUSH
- * cells, below `pull`, so every cut pull still advances.
+ * cells, or one chunk of at most `pull / 2` cells of a reaped node, below `pull`, so every cut pull
+ * still advances.
  *
- * KEYS: per entry, its base and its registry. ARGV: node id, registry lifetime (ms), pull limit,
- * then per entry: sequence number, version last seen, lifetime in ms (0: none), cell count n, n pairs of
- * cell index and cumulative value. Reply, per entry: applied (0/1), version, incarnation, live
- * nodes, m, then m pairs of cell index and the others' count (global minus this node's).
+ * A bucket entry (one key of a synced limiter) is one hash, the fleet's token bucket for the key:
+ * `t` its tokens and `at` when they were counted (server time), and per node `o:<node>` the tokens
+ * on loan to it (negative: what it borrowed on credit), `w:<node>` what it last asked for,
+ * `x:<node>` its lease expiry and `s:<node>` its last sequence number. A node reports what it holds
+ * and asks for more; the script refills the bucket at `rate` up to `burst`, and never above `cap`
+ * minus everything on loan (so tokens in the bucket plus tokens held by nodes never pass `cap`),
+ * then lends the node `min(want, tokens × want / all wants)`: a share in proportion to demand,
+ * Doorman's proportional share. A node that leaves (want −1) gives its tokens back, or pays its debt from the bucket (which
+ * may go below zero). Loans of nodes whose lease ran out are written off: their tokens are never
+ * returned (the node dropped them itself by then), and a debt stays with the node, which reports it
+ * when it comes back.
+ *
+ * KEYS: per cell entry its base and its registry, then one key per bucket entry. ARGV: node id,
+ * registry lifetime (ms), pull limit, number of cell entries; then per cell entry: sequence
+ * number, version last seen, lifetime in ms (0: none), lease in ms (0: none), cell count n, n
+ * pairs of cell index and cumulative value; then per bucket entry: sequence number, rate (tokens
+ * per ms), burst (the tokens of a new bucket), cap, lease in ms, lifetime in ms (0: none), tokens
+ * held, tokens wanted (−1: leaving). Reply, per cell entry: applied (0/1), version, incarnation, live nodes, m,
+ * then m pairs of cell index and the others' count (global minus this node's); then per bucket
+ * entry the tokens lent, as a string.
  */
 import { createHash } from 'node:crypto';
 import type { SendCommand } from './send.js';
 
 export const SYNC_SCRIPT = `
-local node, live, pull = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
+local node, live, pull, entries = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local a, out = 4, {}
-for k = 1, #KEYS, 2 do
+local a, out = 5, {}
+local function number(x) return string.format('%.17g', x) end
+local function reap(base, counts, versions, meta, leases)
+  for _, other in ipairs(redis.call('ZRANGEBYSCORE', leases, '-inf', '(' .. now)) do
+    if other ~= node then
+      local theirs = base .. ':n:' .. other
+      local held = redis.call('HGETALL', theirs)
+      local version, chunk = 0, 0
+      for j = 1, #held, 2 do
+        if held[j + 1] ~= '0' then
+          if chunk == 0 then version = redis.call('HINCRBY', meta, 'v', 1) end
+          chunk = (chunk + 1) % (pull / 2)
+          redis.call('HINCRBY', counts, held[j], string.format('%d', -tonumber(held[j + 1])))
+          redis.call('ZADD', versions, version, held[j])
+        end
+      end
+      redis.call('DEL', theirs)
+      redis.call('HDEL', meta, 's:' .. other, 'l:' .. other)
+      redis.call('ZREM', leases, other)
+    end
+  end
+end
+for k = 1, 2 * entries, 2 do
   local base, registry = KEYS[k], KEYS[k + 1]
-  local seq, since, ttl, n = ARGV[a], tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3])
-  a = a + 4
-  local counts, versions, meta, mine = base .. ':c', base .. ':v', base .. ':m', base .. ':n:' .. node
+  local seq, since, ttl, lease, n = ARGV[a], tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3]), tonumber(ARGV[a + 4])
+  a = a + 5
+  local counts, versions, meta, mine, leases = base .. ':c', base .. ':v', base .. ':m', base .. ':n:' .. node, base .. ':l'
   redis.call('HSETNX', meta, 'i', t[1] .. '.' .. t[2])
+  if lease > 0 then reap(base, counts, versions, meta, leases) end
   local applied = 0
   if tonumber(seq) > tonumber(redis.call('HGET', meta, 's:' .. node) or '0') then
     applied = 1
     redis.call('HSET', meta, 's:' .. node, seq)
+    if lease > 0 then
+      redis.call('ZADD', leases, now + lease, node)
+      redis.call('HSETNX', meta, 'l:' .. node, t[1] .. '.' .. t[2])
+    end
     if n > 0 then
       local version = redis.call('HINCRBY', meta, 'v', 1)
       for j = a, a + 2 * n - 1, 2 do
@@ -61,6 +114,10 @@ for k = 1, #KEYS, 2 do
   a = a + 2 * n
   if ttl > 0 then
     for _, key in ipairs({counts, versions, meta, mine}) do redis.call('PEXPIRE', key, ttl) end
+    if lease > 0 then
+      redis.call('PEXPIRE', leases, ttl)
+      for _, other in ipairs(redis.call('ZRANGE', leases, 0, -1)) do redis.call('PEXPIRE', base .. ':n:' .. other, ttl) end
+    end
   end
   redis.call('ZADD', registry, now, node)
   redis.call('ZREMRANGEBYSCORE', registry, '-inf', now - live)
@@ -74,9 +131,11 @@ for k = 1, #KEYS, 2 do
     last = 2 * pull
     while last > 0 and changed[last] == cut do last = last - 2 end
   end
+  local incarnation = redis.call('HGET', meta, 'i')
+  if lease > 0 then incarnation = incarnation .. '/' .. (redis.call('HGET', meta, 'l:' .. node) or '') end
   out[#out + 1] = applied
   out[#out + 1] = version
-  out[#out + 1] = redis.call('HGET', meta, 'i')
+  out[#out + 1] = incarnation
   out[#out + 1] = redis.call('ZCARD', registry)
   out[#out + 1] = last / 2
   for j = 1, last, 2 do
@@ -84,6 +143,44 @@ for k = 1, #KEYS, 2 do
     out[#out + 1] = tonumber(cell)
     out[#out + 1] = tonumber(redis.call('HGET', counts, cell) or '0') - tonumber(redis.call('HGET', mine, cell) or '0')
   end
+end
+for k = 2 * entries + 1, #KEYS do
+  local bucket = KEYS[k]
+  local seq, rate, burst, cap = tonumber(ARGV[a]), tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3])
+  local lease, ttl, held, want = tonumber(ARGV[a + 4]), tonumber(ARGV[a + 5]), tonumber(ARGV[a + 6]), tonumber(ARGV[a + 7])
+  a = a + 8
+  local f, flat = {}, redis.call('HGETALL', bucket)
+  for j = 1, #flat, 2 do f[flat[j]] = flat[j + 1] end
+  local lent = 0
+  if seq > tonumber(f['s:' .. node] or '0') then
+    local lent_out, wanted = 0, want
+    for field, value in pairs(f) do
+      local other = string.sub(field, 3)
+      if string.sub(field, 1, 2) == 'x:' and other ~= node then
+        if tonumber(value) < now then
+          redis.call('HDEL', bucket, 'o:' .. other, 'w:' .. other, 'x:' .. other, 's:' .. other)
+        else
+          lent_out = lent_out + tonumber(f['o:' .. other] or '0')
+          wanted = wanted + tonumber(f['w:' .. other] or '0')
+        end
+      end
+    end
+    local tokens, at = tonumber(f.t or burst), tonumber(f.at or now)
+    if want >= 0 then lent_out = lent_out + held else tokens = tokens + held end
+    tokens = math.min(burst, cap - lent_out, tokens + rate * math.max(0, now - at))
+    if want >= 0 then
+      if want > 0 and tokens > 0 then
+        lent = math.min(want, tokens * want / wanted)
+        tokens = tokens - lent
+      end
+      redis.call('HSET', bucket, 'o:' .. node, number(held + lent), 'w:' .. node, number(want), 'x:' .. node, now + lease)
+    else
+      redis.call('HDEL', bucket, 'o:' .. node, 'w:' .. node, 'x:' .. node)
+    end
+    redis.call('HSET', bucket, 't', number(tokens), 'at', now, 's:' .. node, seq)
+    if ttl > 0 then redis.call('PEXPIRE', bucket, ttl) else redis.call('PERSIST', bucket) end
+  end
+  out[#out + 1] = number(lent)
 end
 return out
 `;

@@ -10,6 +10,7 @@ import { randomUUID } from 'node:crypto';
 import { invalidType, outOfRange, withCode } from '../errors.js';
 import { integerOption, optionsObject } from '../options.js';
 import type { Pull, Push, SyncedCells } from './cells.js';
+import type { LoanRequest } from './loan.js';
 import { runSyncScript } from './script.js';
 import type { SendCommand } from './send.js';
 
@@ -48,9 +49,10 @@ export interface RedisSyncOptions {
   cluster?: boolean;
 }
 
-/** What a structure gives the sync: its entries to push and pull now. */
+/** What a structure gives the sync: its entries to push and pull now, and its loans to ask for. */
 export interface SyncSource {
   entries(): SyncedCells[];
+  loans?(): LoanRequest[];
 }
 
 /** Counts of what this node has sent, for metrics. */
@@ -149,6 +151,11 @@ export class RedisSync extends EventEmitter {
     return this.staleness > this.staleAfterMs;
   }
 
+  /** Whether a sync has reached Redis yet (until then {@link nodes} is only this one). */
+  get synced(): boolean {
+    return this.#stats.syncs > 0;
+  }
+
   /** Live nodes syncing the same structures, as of the last successful sync (at least 1). */
   get nodes(): number {
     return this.#nodes;
@@ -191,17 +198,20 @@ export class RedisSync extends EventEmitter {
     let timer: NodeJS.Timeout | undefined;
     try {
       const entries = [...this.#sources].flatMap((source) => source.entries());
-      if (entries.length === 0) {
+      const loans = [...this.#sources].flatMap((source) => source.loans?.() ?? []);
+      if (entries.length === 0 && loans.length === 0) {
         this.#lastSuccess = performance.now();
         return true;
       }
-      const groups = this.cluster ? byHashTag(entries) : [entries];
+      const groups = this.cluster ? byHashTag(entries, loans) : [{ entries, loans }];
       const seq = String(++this.#seq);
       const timeout = new Promise<never>((_, reject) => {
         timer = setTimeout(() => reject(timeoutError(this.timeoutMs)), this.timeoutMs).unref();
       });
       const started = performance.now();
-      const results = await Promise.allSettled(groups.map((group) => this.#syncGroup(group, seq, timeout)));
+      const results = await Promise.allSettled(
+        groups.map((group) => this.#syncGroup(group.entries, group.loans, seq, timeout, started)),
+      );
       let nodes = 1;
       let ok = true;
       for (const result of results) {
@@ -231,23 +241,35 @@ export class RedisSync extends EventEmitter {
   }
 
   /**
-   * One script call for `entries` (keys of one hash slot in a cluster): pushes their changed
-   * cells and takes in their pulls; resolves with the live node count. A failure marks the cells
-   * it would have pushed to go with the next sync, and rejects.
+   * One script call for `entries` and `loans` (keys of one hash slot in a cluster): pushes their
+   * changed cells, takes in their pulls and the tokens lent; resolves with the live node count. A
+   * failure marks the cells it would have pushed to go with the next sync, tells the loans, and
+   * rejects.
    */
-  async #syncGroup(entries: SyncedCells[], seq: string, timeout: Promise<never>): Promise<number> {
+  async #syncGroup(
+    entries: SyncedCells[],
+    loans: LoanRequest[],
+    seq: string,
+    timeout: Promise<never>,
+    started: number,
+  ): Promise<number> {
     const pushes = entries.map((entry) => entry.take(MAX_PUSH));
     try {
       const keys: string[] = [];
-      const args = [this.nodeId, String(this.syncMs * LIVE_PERIODS), String(MAX_PULL)];
+      const args = [this.nodeId, String(this.syncMs * LIVE_PERIODS), String(MAX_PULL), String(entries.length)];
       entries.forEach((entry, k) => {
         const push = pushes[k] as Push;
         keys.push(entry.base, entry.registry);
-        args.push(seq, String(entry.since), String(entry.ttlMs()), String(push.cells.length));
+        args.push(seq, String(entry.since), String(entry.ttlMs()), String(entry.leaseMs), String(push.cells.length));
         push.cells.forEach((cell, j) => args.push(String(cell), push.values[j] as string));
       });
+      for (const loan of loans) {
+        keys.push(loan.key);
+        args.push(seq, String(loan.rate), String(loan.burst), String(loan.cap), String(loan.leaseMs));
+        args.push(String(loan.ttlMs), String(loan.held), String(loan.want));
+      }
       const reply = await Promise.race([runSyncScript(this.#count, keys, args), timeout]);
-      const pulls = parseReply(reply, entries.length);
+      const { pulls, lent } = parseReply(reply, entries.length, loans.length);
       let nodes = 1;
       pulls.forEach((pull, k) => {
         (entries[k] as SyncedCells).apply(pull);
@@ -255,9 +277,11 @@ export class RedisSync extends EventEmitter {
         this.#stats.cellsPulled += pull.cells.length;
       });
       for (const push of pushes) this.#stats.cellsPushed += push.cells.length;
+      loans.forEach((loan, k) => loan.lent(lent[k] as number, started));
       return nodes;
     } catch (error) {
       pushes.forEach((push, k) => (entries[k] as SyncedCells).restore(push));
+      for (const loan of loans) loan.failed();
       throw error;
     }
   }
@@ -289,23 +313,30 @@ export function nameOption(name: string, value: unknown): string {
   return value;
 }
 
+/** The hash tag of a key (`{name}`: see script.ts); '' for a key without one. */
+const hashTag = (key: string): string => /\{([^}]*)\}/.exec(key)?.[1] ?? '';
+
 /**
- * `entries` grouped by the hash tag of their keys (`{name}`: see script.ts), so each group's keys
- * share one cluster slot. Entries whose bases carry no tag form one group.
+ * `entries` and `loans` grouped by the hash tag of their keys, so each group's keys share one
+ * cluster slot. Keys that carry no tag form one group.
  */
-function byHashTag(entries: SyncedCells[]): SyncedCells[][] {
-  const groups = new Map<string, SyncedCells[]>();
-  for (const entry of entries) {
-    const tag = /\{([^}]*)\}/.exec(entry.base)?.[1] ?? '';
-    const group = groups.get(tag);
-    if (group === undefined) groups.set(tag, [entry]);
-    else group.push(entry);
-  }
+function byHashTag(entries: SyncedCells[], loans: LoanRequest[]): { entries: SyncedCells[]; loans: LoanRequest[] }[] {
+  const groups = new Map<string, { entries: SyncedCells[]; loans: LoanRequest[] }>();
+  const group = (tag: string) => {
+    let g = groups.get(tag);
+    if (g === undefined) groups.set(tag, (g = { entries: [], loans: [] }));
+    return g;
+  };
+  for (const entry of entries) group(hashTag(entry.base)).entries.push(entry);
+  for (const loan of loans) group(hashTag(loan.key)).loans.push(loan);
   return [...groups.values()];
 }
 
-/** Splits the script's flat reply into one {@link Pull} per entry; anything else is a failed sync. */
-function parseReply(reply: unknown, entries: number): Pull[] {
+/**
+ * Splits the script's flat reply into one {@link Pull} per cell entry and the tokens lent per loan;
+ * anything else is a failed sync.
+ */
+function parseReply(reply: unknown, entries: number, loans: number): { pulls: Pull[]; lent: number[] } {
   const unexpected = (): Error =>
     withCode(new Error('Unexpected reply from the keepcount sync script'), 'ERR_KEEPCOUNT_SYNC');
   if (!Array.isArray(reply)) throw unexpected();
@@ -331,6 +362,8 @@ function parseReply(reply: unknown, entries: number): Pull[] {
     }
     pulls.push({ applied, version, incarnation, nodes, cells, others });
   }
+  const lent: number[] = [];
+  for (let k = 0; k < loans; k++, a++) lent.push(Math.max(0, number(a)));
   if (a !== reply.length) throw unexpected();
-  return pulls;
+  return { pulls, lent };
 }

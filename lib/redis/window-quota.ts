@@ -1,6 +1,5 @@
 /** A request quota per key per window that holds across every node syncing it through Redis. */
 import type { Clock } from '../clock.js';
-import { invalidType } from '../errors.js';
 import type { RateLimitDecision } from '../http/headers.js';
 import { policyName } from '../http/headers.js';
 import type { RequestQuota } from '../http/quota.js';
@@ -8,20 +7,8 @@ import { slotsFor } from '../http/window-quota.js';
 import { MAX_HASHES } from '../limits.js';
 import { integerOption, optionsObject } from '../options.js';
 import { SyncedRate } from './rate.js';
+import { failPolicyOption, type FailPolicy } from './fail-policy.js';
 import type { RedisSync } from './sync.js';
-
-/**
- * What a node does while its view is stale (no successful sync for `staleAfterMs`: Redis down,
- * stopped or slow):
- * - `'local'`: each node admits at most its share, `limit / nodes` (rounded down, at least 1 while
- *   `limit` >= 1), of its own requests per window, with the node count last seen in Redis, and
- *   still refuses what the last known global count refuses. The fleet stays within about
- *   `limit` plus what was admitted before the view went stale.
- * - `'open'`: decides on the last known global count plus this node's own: the fleet can admit up
- *   to `nodes × limit` in a window.
- * - `'closed'`: refuses every request until a sync succeeds.
- */
-export type FailPolicy = 'local' | 'open' | 'closed';
 
 /** Options of {@link SyncedWindowQuota}. */
 export interface SyncedWindowQuotaOptions {
@@ -48,8 +35,6 @@ export interface SyncedWindowQuotaOptions {
   /** Wall-clock milliseconds since the epoch; see `SyncedRateOptions.clock`. Defaults to `Date.now()`. */
   clock?: Clock;
 }
-
-const FAIL_POLICIES: readonly FailPolicy[] = ['local', 'open', 'closed'];
 
 /**
  * `WindowQuota` for a fleet: the same decisions (`count <= limit`, refused requests counted too),
@@ -86,11 +71,7 @@ export class SyncedWindowQuota implements RequestQuota {
     this.limit = integerOption('limit', o.limit, 0, Number.MAX_SAFE_INTEGER);
     this.windowMs = integerOption('windowMs', o.windowMs, 1, 86_400_000);
     this.policy = policyName(o.policy ?? 'default');
-    const failPolicy = o.failPolicy ?? 'local';
-    if (!FAIL_POLICIES.includes(failPolicy)) {
-      throw invalidType('The "failPolicy" option', "one of 'local', 'open', 'closed'", failPolicy);
-    }
-    this.failPolicy = failPolicy;
+    this.failPolicy = failPolicyOption(o.failPolicy);
     const hashes = integerOption('hashes', o.hashes, 1, MAX_HASHES, 4);
     const clients = integerOption('clients', o.clients, 1, 1_000_000, 10_000);
     this.#rate = new SyncedRate({

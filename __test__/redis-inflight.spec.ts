@@ -1,0 +1,220 @@
+/**
+ * keepcount/redis' SyncedInflight against a real redis-server: node processes holding slots, a
+ * node killed with SIGKILL whose lease runs out, and upstreamLimit across two real HTTP servers.
+ */
+import { spawn, type ChildProcess } from 'node:child_process';
+import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
+import test from 'ava';
+import { upstreamLimit } from '../lib/http/index.js';
+import { UpstreamLimit } from '../lib/http/upstream.js';
+import { RedisSync, SyncedInflight } from '../lib/redis/index.js';
+import { fixture, throwsShape, title } from './helpers.js';
+import { close, get, listen } from './http-client.js';
+import { connectClient } from './redis-clients.js';
+import { startRedis } from '../tools/redis-server.js';
+
+const sleep = (ms: number): Promise<void> => new Promise((resolve) => setTimeout(resolve, ms));
+
+/** One sync report of a node: wall-clock time and the count it saw. */
+interface Report {
+  at: number;
+  count: number;
+}
+
+/** A running node process of fixtures/redis-inflight-node.ts and its reports so far. */
+interface Node {
+  readonly child: ChildProcess;
+  readonly reports: Report[];
+  /** Resolves with the first report (from index `from` on) that `match`es, or rejects after `ms`. */
+  waitFor(match: (report: Report) => boolean, ms: number, from?: number): Promise<Report>;
+}
+
+function startNode(job: { port: number; name: string; syncMs: number; leaseMs: number; slots: number }): Node {
+  const child = spawn(process.execPath, ['--import', 'tsx', fixture('redis-inflight-node.ts'), JSON.stringify(job)], {
+    stdio: ['ignore', 'pipe', 'inherit'],
+  });
+  const reports: Report[] = [];
+  let buffered = '';
+  child.stdout?.setEncoding('utf8').on('data', (chunk: string) => {
+    buffered += chunk;
+    const lines = buffered.split('\n');
+    buffered = lines.pop() as string;
+    for (const line of lines) reports.push(JSON.parse(line) as Report);
+  });
+  const waitFor = async (match: (report: Report) => boolean, ms: number, from = 0): Promise<Report> => {
+    const deadline = performance.now() + ms;
+    for (;;) {
+      const found = reports.slice(from).find(match);
+      if (found !== undefined) return found;
+      if (performance.now() > deadline) throw new Error(`no matching report in ${ms} ms`);
+      await sleep(5);
+    }
+  };
+  return { child, reports, waitFor };
+}
+
+/** Kills `node` with `signal` and resolves once it has exited. */
+function kill(node: Node, signal: NodeJS.Signals): Promise<void> {
+  return new Promise((resolve) => {
+    if (node.child.exitCode !== null || node.child.signalCode !== null) return resolve();
+    node.child.once('exit', () => resolve());
+    node.child.kill(signal);
+  });
+}
+
+test.serial(
+  title('3 node processes holding slots each see the global total; a killed node’s slots leave at its lease'),
+  async (t) => {
+    const server = await startRedis();
+    const syncMs = 50;
+    const leaseMs = 400;
+    // Node i holds i + 1 slots: 6 in all, 3 of them on the node killed below.
+    const nodes = [0, 1, 2].map((i) => startNode({ port: server.port, name: 'lease', syncMs, leaseMs, slots: i + 1 }));
+    try {
+      // Each node's first report follows its first sync, which pushed its slots.
+      // Three tsx processes can take many seconds to start on this shared machine.
+      const firsts = await Promise.all(nodes.map((node) => node.waitFor(() => true, 45_000)));
+      const allIn = Math.max(...firsts.map((r) => r.at));
+      const seen = await Promise.all(nodes.map((node) => node.waitFor((r) => r.count === 6, 5000)));
+      const lags = seen.map((r) => Math.max(0, r.at - allIn));
+      // Seen at the end of the first sync that starts after the last node pushed: one sync period
+      // plus that sync's round trip; 250 ms of room for this shared, loaded machine.
+      t.log(`global total seen ${lags.join(', ')} ms after the last node pushed (syncMs ${syncMs})`);
+      for (const lag of lags) t.true(lag <= syncMs + 250, `seen after ${lag} ms`);
+
+      const from = nodes.map((node) => node.reports.length);
+      const killedAt = Date.now();
+      await kill(nodes[2] as Node, 'SIGKILL');
+      // Its lease began at its last sync, which ended at or before its last report.
+      const lastSync = (nodes[2] as Node).reports.at(-1)?.at as number;
+      const gone = await Promise.all(
+        [0, 1].map((i) => (nodes[i] as Node).waitFor((r) => r.count === 3, 10_000, from[i])),
+      );
+      const after = gone.map((r) => r.at - killedAt);
+      const sinceLastSync = gone.map((r) => r.at - lastSync);
+      t.log(
+        `killed node's 3 slots left the others' count ${after.join(', ')} ms after SIGKILL, ` +
+          `${sinceLastSync.join(', ')} ms after its last sync (leaseMs ${leaseMs})`,
+      );
+      // Not before the lease from its last sync (20 ms for the round trip that sync took); within
+      // the lease plus two sync periods and round trips from the kill (the reaping node's next
+      // sync, the other's after it), with 500 ms of room for event-loop delays on this shared,
+      // loaded machine.
+      for (const ms of sinceLastSync) t.true(ms >= leaseMs - 20, `left ${ms} ms after its last sync`);
+      for (const ms of after) t.true(ms <= leaseMs + 2 * syncMs + 500, `left ${ms} ms after SIGKILL`);
+    } finally {
+      await Promise.all(nodes.map((node) => kill(node, 'SIGTERM')));
+      await server.stop();
+    }
+  },
+);
+
+test.serial(title('upstreamLimit on two real servers with a SyncedInflight caps the upstream globally'), async (t) => {
+  const server = await startRedis();
+  const connections = await Promise.all([0, 1].map(() => connectClient('ioredis', server.port)));
+  const held: (() => void)[] = [];
+  // Two "machines", each with its own client, sync and SyncedInflight of one name, max 4 in all.
+  const machines = connections.map((connection) => {
+    const sync = new RedisSync({ sendCommand: connection.send, syncMs: 20 });
+    const inflight = new SyncedInflight({ sync, name: 'upstream', seed: 7 });
+    const limit = upstreamLimit({ max: 4, inflight });
+    const http = createServer((req: IncomingMessage, res: ServerResponse) =>
+      limit(req, res, () => held.push(() => res.end('ok'))),
+    );
+    return { sync, inflight, http };
+  });
+  try {
+    const [a, b] = (await Promise.all(machines.map((m) => listen(m.http)))) as [number, number];
+    const first = [0, 1, 2].map(() => get(a));
+    const deadline = performance.now() + 5000;
+    while ((machines[1]?.inflight.get('default') ?? 0) < 3 && performance.now() < deadline) await sleep(10);
+    t.is(machines[1]?.inflight.get('default'), 3, "B sees A's three calls");
+    const refusedAtB: number[] = [];
+    const second = [0, 1, 2].map(() =>
+      get(b).then((reply) => {
+        if (reply.status !== 200) refusedAtB.push(reply.status);
+        return reply;
+      }),
+    );
+    // One call fits under the cap of 4 (3 on A + 1); the other two are refused while A's are held.
+    while ((held.length < 4 || refusedAtB.length < 2) && performance.now() < deadline) await sleep(10);
+    t.deepEqual(refusedAtB, [503, 503]);
+    t.is(held.length, 4);
+    for (const release of held.splice(0)) release();
+    const statuses = (await Promise.all([...first, ...second])).map((r) => r.status).sort();
+    t.deepEqual(statuses, [200, 200, 200, 200, 503, 503]);
+    while ((machines[0]?.inflight.get('default') ?? 1) !== 0 && performance.now() < deadline + 5000) await sleep(10);
+    t.is(machines[0]?.inflight.get('default'), 0, 'released everywhere');
+  } finally {
+    for (const release of held) release();
+    for (const m of machines) {
+      await close(m.http);
+      await m.sync.close();
+    }
+    for (const connection of connections) await connection.close();
+    await server.stop();
+  }
+});
+
+test.serial(
+  title('a node cut off past its lease leaves the count, in chunks when large, and pushes it all again when back'),
+  async (t) => {
+    const server = await startRedis();
+    const connection = await connectClient('ioredis', server.port);
+    try {
+      let cutOff = false;
+      // A's link: the real one, or a refusal while "cut off" (a partition, from A's side).
+      const sendA = (args: string[]): Promise<unknown> =>
+        cutOff ? Promise.reject(new Error('unreachable')) : connection.send(args);
+      const syncA = new RedisSync({ sendCommand: sendA, syncMs: 50 });
+      const syncB = new RedisSync({ sendCommand: connection.send, syncMs: 50 });
+      syncA.on('error', () => undefined);
+      const a = new SyncedInflight({ sync: syncA, name: 'cut', seed: 7, leaseMs: 200 });
+      const b = new SyncedInflight({ sync: syncB, name: 'cut', seed: 7, leaseMs: 200 });
+      // 5,000 keys touch about 15,000 counters: a reaped contribution far over one pull (4,096).
+      const keys = Array.from({ length: 5000 }, (_, i) => `upstream-${i}`);
+      for (const key of keys) a.enter(key, 2);
+      const until = async (done: () => boolean, what: string): Promise<void> => {
+        const deadline = performance.now() + 10_000;
+        while (!done()) {
+          if (performance.now() > deadline) throw new Error(`never: ${what}`);
+          await sleep(20);
+        }
+      };
+      // Compared with A's own estimates: among 5,000 keys some share all four counters with another.
+      await until(() => keys.every((key) => b.get(key) === a.get(key)), "B sees A's slots");
+      const own = keys.map((key) => a.local(key));
+      cutOff = true;
+      await until(() => keys.every((key) => b.get(key) === 0), "A's slots leave B's count");
+      t.deepEqual(
+        keys.map((key) => a.local(key)),
+        own,
+        'A still counts its own',
+      );
+      cutOff = false;
+      await until(() => keys.every((key) => b.get(key) === a.get(key)), 'A pushes them all again');
+      t.pass();
+      await syncA.close();
+      await syncB.close();
+    } finally {
+      await connection.close();
+      await server.stop();
+    }
+  },
+);
+
+test(title('bad SyncedInflight and UpstreamLimit options are refused with keepcount error codes'), (t) => {
+  const sync = new RedisSync({ sendCommand: async () => [], syncMs: 100 });
+  throwsShape(t, () => new SyncedInflight({ sync, name: 'a', seed: 1, leaseMs: 100 }), {
+    instanceOf: RangeError,
+    code: 'ERR_OUT_OF_RANGE',
+    message: 'The "leaseMs" option must be an integer in [101, 3600000]. Received 100',
+  });
+  throwsShape(t, () => new UpstreamLimit({ max: 1, inflight: {} as never }), {
+    instanceOf: TypeError,
+    code: 'ERR_INVALID_ARG_TYPE',
+    message:
+      'The "inflight" option must be an Inflight or an object with incr() and get() methods. Received an instance of Object',
+  });
+  void sync.close();
+});

@@ -1,0 +1,349 @@
+/**
+ * keepcount/redis' SyncedLimiter against a real redis-server: node processes hammering one key
+ * (the overshoot bound over every window, a lower bound, a node left alone), Redis stopped with
+ * SIGSTOP, and tokenBucket across two real HTTP servers.
+ */
+import { createServer } from 'node:http';
+import test from 'ava';
+import { tokenBucket } from '../lib/http/index.js';
+import { RedisSync, SyncedLimiter } from '../lib/redis/index.js';
+import { runFixture, throwsShape, title } from './helpers.js';
+import { close, get, listen } from './http-client.js';
+import { clientNames, connectClient } from './redis-clients.js';
+import { startRedis } from '../tools/redis-server.js';
+
+const sleep = (ms: number): Promise<void> => new Promise((resolve) => setTimeout(resolve, ms));
+
+interface NodeResult {
+  admitted: number[];
+  attempts: number;
+  thrown: number;
+  startedAt: number;
+  endedAt: number;
+}
+
+/**
+ * The most admissions in any window above `rate × t`: max over i ≤ j of `(j − i + 1) − rate ×
+ * (times[j] − times[i])` over the sorted admission times, in one pass.
+ */
+function worstExcess(times: number[], ratePerMs: number): number {
+  let best = 0;
+  let lowest = Infinity;
+  times.forEach((at, j) => {
+    // Window from admission i to j: (j − i + 1) − rate × (at − t_i) = (j + 1 − rate × at) − (i − rate × t_i).
+    lowest = Math.min(lowest, j - ratePerMs * at);
+    best = Math.max(best, j + 1 - ratePerMs * at - lowest);
+  });
+  return best;
+}
+
+test.serial(
+  title('3 node processes hammering one key stay within the stated bound; a node left alone gets the quota'),
+  async (t) => {
+    const server = await startRedis();
+    try {
+      const syncMs = 50;
+      const perSecond = 1000;
+      const burst = 200;
+      const durationMs = 2000;
+      const aloneMs = 1000;
+      const job = {
+        port: server.port,
+        name: 'hammer',
+        syncMs,
+        perSecond,
+        burst,
+        nodes: 3,
+        durationMs,
+        perMs: 5,
+      };
+      // The third node goes on alone for aloneMs after the others stop.
+      const running = Promise.all(
+        [0, 1, 2].map((i) =>
+          runFixture('redis-limiter-node.ts', {
+            args: [JSON.stringify({ ...job, durationMs: i === 2 ? durationMs + aloneMs : durationMs })],
+          }),
+        ),
+      );
+      // Start them together once all three are registered (they can take many seconds to start).
+      const connection = await connectClient('ioredis', server.port);
+      const deadline = performance.now() + 50_000;
+      while (Number(await connection.send(['ZCARD', 'keepcount:{hammer}:nodes'])) < 3) {
+        if (performance.now() > deadline) throw new Error('the 3 nodes never registered');
+        await sleep(20);
+      }
+      await connection.send(['SET', 'hammer:start', String(Date.now() + 500)]);
+      await connection.close();
+      const runs = await running;
+      const results = runs.map((run) => {
+        if (run.code !== 0) throw new Error(`node exited with ${run.code}: ${run.stderr}`);
+        return JSON.parse(run.stdout) as NodeResult;
+      });
+      t.deepEqual(
+        results.map((r) => r.thrown),
+        [0, 0, 0],
+      );
+      const rate = perSecond / 1000;
+      const times = results.flatMap((r) => r.admitted).sort((a, b) => a - b);
+      // The stated bound over any window of t ms: burst + rate × t + slack, slack = burst + 2 × rate
+      // × syncMs (400 here). worstExcess is the largest count − rate × t over every window. One
+      // admission of room for timestamps from three processes.
+      const slack = burst + 2 * rate * syncMs;
+      const excess = worstExcess(times, rate);
+      // Together: while all three hammer; alone: from 300 ms after the other two stopped.
+      const allIn = Math.max(...results.map((r) => r.startedAt));
+      const othersOut = Math.max(...results.slice(0, 2).map((r) => r.endedAt));
+      const togetherSpan = Math.min(...results.map((r) => r.endedAt)) - allIn;
+      const together = times.filter((at) => at >= allIn && at < allIn + togetherSpan).length;
+      const aloneSpan = (results[2] as NodeResult).endedAt - othersOut - 300;
+      const alone = times.filter((at) => at >= othersOut + 300).length;
+      t.true(togetherSpan > 0.8 * durationMs, `all three hammered together for ${togetherSpan} ms`);
+      t.log(
+        `3 nodes × ${togetherSpan.toFixed(0)} ms at ${perSecond}/s, burst ${burst}: admitted ${together} ` +
+          `(rate × t = ${(rate * togetherSpan).toFixed(0)}); worst window excess over rate × t ${excess.toFixed(1)} ` +
+          `against burst + slack = ${burst + slack}; attempts ${results.map((r) => r.attempts).join(', ')}; ` +
+          `alone: ${alone} in ${aloneSpan.toFixed(0)} ms (rate × t = ${(rate * aloneSpan).toFixed(0)})`,
+      );
+      t.true(excess <= burst + slack + 1, `excess ${excess}`);
+      // Lower bounds, loose for this shared 2-core machine (a stretched sync period lends later, not
+      // less): the fleet admits at least half the rate, and a node alone, once the others have left
+      // (300 ms: a few syncs), at least 70% of it.
+      t.true(together >= 0.5 * rate * togetherSpan, `together ${together}`);
+      t.true(alone >= 0.7 * rate * aloneSpan, `alone ${alone}`);
+    } finally {
+      await server.stop();
+    }
+  },
+);
+
+test.serial(
+  title('Redis stopped (SIGSTOP): checks never throw and follow the fail policy, loans resume after SIGCONT'),
+  async (t) => {
+    const server = await startRedis();
+    const connection = await connectClient('ioredis', server.port);
+    try {
+      const sync = new RedisSync({ sendCommand: connection.send, syncMs: 50, timeoutMs: 200, staleAfterMs: 300 });
+      sync.on('error', () => undefined);
+      const limiter = (failPolicy: 'local' | 'open' | 'closed'): SyncedLimiter =>
+        new SyncedLimiter({ sync, name: `stop-${failPolicy}`, limit: { perSecond: 100, burst: 10 }, failPolicy });
+      const local = limiter('local');
+      const open = limiter('open');
+      const closed = limiter('closed');
+      for (const l of [local, open, closed]) l.check('k');
+      t.true(await sync.flush());
+      server.pause();
+      await sleep(500);
+      t.true(sync.stale);
+      t.false(closed.check('k').allowed, "'closed' refuses while stale");
+      t.true(open.check('k').allowed, "'open' admits while stale");
+      // 'local', one node known: a bucket of the whole quota on this node, 10 at once then 100/s.
+      const started = performance.now();
+      let admitted = 0;
+      while (performance.now() - started < 300) {
+        t.notThrows(() => {
+          if (local.check('k').allowed) admitted++;
+        });
+        await sleep(1);
+      }
+      const elapsed = performance.now() - started;
+      t.log(`'local' admitted ${admitted} in ${elapsed.toFixed(0)} ms while Redis was stopped`);
+      t.true(admitted >= 10);
+      t.true(admitted <= 10 + Math.ceil((elapsed * 100) / 1000) + 1);
+      server.resume();
+      const deadline = performance.now() + 5000;
+      while (sync.stale && performance.now() < deadline) await sleep(20);
+      t.false(sync.stale);
+      t.true(closed.check('k').allowed, 'fresh again: a loan comes');
+      await sync.close();
+    } finally {
+      await connection.close();
+      await server.stop();
+    }
+  },
+);
+
+test.serial(
+  title('a node that stops syncing has its loan written off at its lease, and the other gets the whole rate'),
+  async (t) => {
+    const server = await startRedis();
+    const connection = await connectClient('ioredis', server.port);
+    try {
+      let dead = false;
+      // A's link, until it "crashes": from then on its syncs fail (its process would be gone).
+      const sendA = (args: string[]): Promise<unknown> =>
+        dead ? Promise.reject(new Error('gone')) : connection.send(args);
+      const syncA = new RedisSync({ sendCommand: sendA, syncMs: 20 });
+      const syncB = new RedisSync({ sendCommand: connection.send, syncMs: 20 });
+      syncA.on('error', () => undefined);
+      const limit = { perSecond: 1000, burst: 50 };
+      const a = new SyncedLimiter({ sync: syncA, name: 'crash', limit, leaseMs: 200 });
+      const b = new SyncedLimiter({ sync: syncB, name: 'crash', limit, leaseMs: 200 });
+      const hammer = async (ms: number, limiters: SyncedLimiter[]): Promise<number[]> => {
+        const admitted = limiters.map(() => 0);
+        const started = performance.now();
+        while (performance.now() - started < ms) {
+          limiters.forEach((limiter, i) => {
+            for (let j = 0; j < 5; j++) if (limiter.check('k').allowed) admitted[i] = (admitted[i] as number) + 1;
+          });
+          await sleep(1);
+        }
+        return admitted;
+      };
+      const shared = await hammer(500, [a, b]);
+      dead = true;
+      // B alone from a lease (200 ms) plus two syncs after A's last sync: A's share comes back.
+      await hammer(300, [b]);
+      const started = performance.now();
+      const [alone] = (await hammer(500, [b])) as [number];
+      const elapsed = performance.now() - started;
+      t.log(`both: ${shared.join(' + ')} in 500 ms; B alone after A's lease: ${alone} in ${elapsed.toFixed(0)} ms`);
+      t.true(
+        shared.every((n) => n > 50),
+        'both got a share',
+      );
+      // At least 70% of the rate once A's loan is written off (loose for this shared machine), at
+      // most the rate plus the bucket and its slack.
+      t.true(alone >= 0.7 * elapsed, `alone ${alone}`);
+      t.true(alone <= elapsed + 2 * limit.burst + 2 * 20, `alone ${alone}`);
+      await syncA.close();
+      await syncB.close();
+    } finally {
+      await connection.close();
+      await server.stop();
+    }
+  },
+);
+
+test.serial(title('a failed sync keeps the demand it carried for the next one'), async (t) => {
+  const server = await startRedis();
+  const connection = await connectClient('ioredis', server.port);
+  try {
+    let failing = false;
+    const send = (args: string[]): Promise<unknown> =>
+      failing ? Promise.reject(new Error('unreachable')) : connection.send(args);
+    const sync = new RedisSync({ sendCommand: send, syncMs: 3_600_000 });
+    sync.on('error', () => undefined);
+    // 10 tokens, never refilled: what Redis lends depends only on the demand it is told.
+    const limiter = new SyncedLimiter({ sync, name: 'demand', limit: { perSecond: 0, burst: 10 } });
+    t.false(limiter.check('k').allowed, 'no credit before the first sync');
+    t.true(await sync.flush());
+    t.true(limiter.check('k').allowed, 'on credit: no loan yet');
+    t.true(await sync.flush());
+    t.true(limiter.check('k').allowed, 'from the loan');
+    t.false(limiter.check('k').allowed, 'the loan is spent');
+    failing = true;
+    t.false(await sync.flush());
+    failing = false;
+    t.true(await sync.flush());
+    t.true(limiter.check('k').allowed, 'lent for the demand the failed sync could not report');
+    await sync.close();
+  } finally {
+    await connection.close();
+    await server.stop();
+  }
+});
+
+test.serial(
+  title('a node keeps at most 65,536 keys: a new one past that waits while the oldest owes tokens'),
+  async (t) => {
+    const server = await startRedis();
+    const connection = await connectClient('ioredis', server.port);
+    try {
+      // No sync after the first: no key ever leaves, as while Redis is away.
+      const sync = new RedisSync({ sendCommand: connection.send, syncMs: 3_600_000 });
+      const limit = { perSecond: 1, burst: 10 };
+      const owing = new SyncedLimiter({ sync, name: 'owing', limit });
+      const even = new SyncedLimiter({ sync, name: 'even', limit });
+      t.true(await sync.flush());
+      t.true(owing.check('first').allowed, 'on credit: it owes a token');
+      t.true(even.check('first', 0).allowed, 'costs nothing: it owes nothing');
+      for (let i = 1; i < 65_536; i++) {
+        owing.check(`k${i}`, 0);
+        even.check(`k${i}`, 0);
+      }
+      t.deepEqual(owing.check('one more'), { allowed: false, retryAfterMs: 3_600_000 });
+      t.true(even.check('one more').allowed, 'the oldest key made room');
+      await sync.close();
+    } finally {
+      await connection.close();
+      await server.stop();
+    }
+  },
+);
+
+test.serial(title('tokenBucket on two real servers with a SyncedLimiter holds one bucket for both'), async (t) => {
+  const server = await startRedis();
+  const connections = await Promise.all(clientNames.map((name) => connectClient(name, server.port)));
+  // Two "machines", one per client library: the same limiter name, 10 tokens that never refill.
+  const machines = connections.map((connection) => {
+    const sync = new RedisSync({ sendCommand: connection.send, syncMs: 20 });
+    const limiter = new SyncedLimiter({ sync, name: 'api', limit: { perSecond: 0, burst: 10 } });
+    const middleware = tokenBucket({ limiter, key: () => 'client' });
+    return { sync, http: createServer((req, res) => middleware(req, res, () => res.end('ok'))) };
+  });
+  try {
+    // As the README says: a node that has never synced admits nothing, so sync before serving.
+    for (const m of machines) t.true(await m.sync.flush());
+    const ports = await Promise.all(machines.map((m) => listen(m.http)));
+    const statuses: number[] = [];
+    for (let i = 0; i < 20; i++) {
+      statuses.push((await get(ports[i % 2] as number)).status);
+      // Slower than the sync period: each machine's first request goes on credit, the others on
+      // loans, and Redis lends the 10 tokens once.
+      await sleep(60);
+    }
+    t.deepEqual(statuses, [...Array(10).fill(200), ...Array(10).fill(429)]);
+  } finally {
+    for (const m of machines) {
+      await close(m.http);
+      await m.sync.close();
+    }
+    for (const connection of connections) await connection.close();
+    await server.stop();
+  }
+});
+
+test(title('bad SyncedLimiter options and checks are refused with keepcount error codes'), (t) => {
+  const sync = new RedisSync({ sendCommand: async () => [], syncMs: 100 });
+  throwsShape(t, () => new SyncedLimiter({ sync, name: 'a', limit: { perSecond: 1 } as never }), {
+    instanceOf: TypeError,
+    code: 'ERR_INVALID_ARG_TYPE',
+    message: 'The "limit.burst" option must be of type number. Received undefined',
+  });
+  throwsShape(t, () => new SyncedLimiter({ sync, name: 'a', limit: { perSecond: 1, burst: 1 }, leaseMs: 50 }), {
+    instanceOf: RangeError,
+    code: 'ERR_OUT_OF_RANGE',
+    message: 'The "leaseMs" option must be an integer in [101, 3600000]. Received 50',
+  });
+  throwsShape(
+    t,
+    () => new SyncedLimiter({ sync, name: 'a', limit: { perSecond: 1, burst: 1 }, keys: [[1, {}]] as never }),
+    {
+      instanceOf: TypeError,
+      code: 'ERR_INVALID_ARG_TYPE',
+      message: /^The "keys\[0\]" option must be a \[string, RateLimit\] pair/,
+    },
+  );
+  throwsShape(
+    t,
+    () => new SyncedLimiter({ sync, name: 'a', limit: { perSecond: 1, burst: 1 }, failPolicy: 'x' as never }),
+    {
+      instanceOf: TypeError,
+      code: 'ERR_INVALID_ARG_TYPE',
+      message: /^The "failPolicy" option must be one of 'local', 'open', 'closed'/,
+    },
+  );
+  const limiter = new SyncedLimiter({ sync, name: 'a', limit: { perSecond: 1, burst: 2 } });
+  throwsShape(t, () => limiter.check('k', -1), {
+    instanceOf: RangeError,
+    code: 'ERR_OUT_OF_RANGE',
+    message: 'The "cost" argument must be a safe integer >= 0. Received -1',
+  });
+  throwsShape(t, () => limiter.check(1 as never), {
+    instanceOf: TypeError,
+    code: 'ERR_INVALID_ARG_TYPE',
+    message: 'The "key" argument must be of type string. Received 1',
+  });
+  t.deepEqual(limiter.check('k', 3), { allowed: false, retryAfterMs: Infinity }, 'a cost above the burst never passes');
+  void sync.close();
+});

@@ -1,0 +1,27 @@
+/** What a synced quota or limiter does while its node's view is stale. */
+import { invalidType } from '../errors.js';
+
+/**
+ * What a node does while its view is stale (no successful sync for `staleAfterMs`: Redis down,
+ * stopped or slow):
+ * - `'local'`: each node admits at most its share of the limit on its own, the limit divided by the
+ *   node count last seen in Redis (a `SyncedWindowQuota`: `limit / nodes` of its own requests per
+ *   window, and it still refuses what the last known global count refuses; a `SyncedLimiter`: a
+ *   bucket of `rate / nodes` and `burst / nodes` per key). The fleet stays within about the limit
+ *   when every node is cut off.
+ * - `'open'`: a `SyncedWindowQuota` decides on the last known global count plus this node's own
+ *   (the fleet can admit up to `nodes × limit` in a window); a `SyncedLimiter` admits everything.
+ * - `'closed'`: refuses every request until a sync succeeds.
+ */
+export type FailPolicy = 'local' | 'open' | 'closed';
+
+const FAIL_POLICIES: readonly FailPolicy[] = ['local', 'open', 'closed'];
+
+/** The `failPolicy` option, checked; defaults to `'local'`. */
+export function failPolicyOption(value: unknown): FailPolicy {
+  const policy = value ?? 'local';
+  if (!FAIL_POLICIES.includes(policy as FailPolicy)) {
+    throw invalidType('The "failPolicy" option', "one of 'local', 'open', 'closed'", policy);
+  }
+  return policy as FailPolicy;
+}

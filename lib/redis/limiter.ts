@@ -1,0 +1,339 @@
+/** Token-bucket quotas per key that hold across every node syncing them through Redis. */
+import { invalidType, outOfRange } from '../errors.js';
+import type { RequestLimiter } from '../http/quota.js';
+import { limitSpec, type LimiterDecision, type RateLimit } from '../quotas.js';
+import { integerOption, optionsObject } from '../options.js';
+import { SyncedCells } from './cells.js';
+import { syncOption } from './estimator.js';
+import { failPolicyOption, type FailPolicy } from './fail-policy.js';
+import type { LoanRequest } from './loan.js';
+import { nameOption, type RedisSync } from './sync.js';
+
+/** Longest lease: an hour, as the sync's other periods. */
+const MAX_LEASE_MS = 3_600_000;
+
+/**
+ * Tokens on loan plus tokens in a key's Redis bucket never pass `burst + LOAN_PERIODS × rate ×
+ * syncMs`. With every node asking each sync for what its demand needs, the bucket holds about one
+ * period's refill (`rate × syncMs`) just before each loan and about as much is out on loan: the
+ * second period of room keeps the cap from ever throwing refill away under full load (which would
+ * admit less than the rate) while sync periods stretch to twice `syncMs`.
+ */
+const LOAN_PERIODS = 2;
+
+/**
+ * Most keys one limiter asks loans for in one sync: about ten Redis operations each, so a sync
+ * stays within a few milliseconds of the server's time. Keys past it wait for the next sync, in
+ * turn (the least recently asked first); their demand keeps counting meanwhile.
+ */
+const MAX_LOANS = 1024;
+
+/**
+ * A key leaves (gives its tokens back and is forgotten) after this many syncs without a check.
+ * Until then it keeps its loan and its place, so a key checked now and then (less often than every
+ * sync) is admitted from its loan, not on credit again: credit is for keys new to the node.
+ */
+const IDLE_SYNCS = 10;
+
+/**
+ * Most keys one node keeps an account for: about 200 bytes each, 13 MB in all. Keys leave after
+ * {@link IDLE_SYNCS} idle syncs, but not while Redis is away (nothing reaches it), so a flood of
+ * new keys during an outage stops here.
+ */
+const MAX_ACCOUNTS = 65_536;
+
+/** Options of {@link SyncedLimiter}. */
+export interface SyncedLimiterOptions {
+  /** The {@link RedisSync} that carries it. Required. */
+  sync: RedisSync;
+  /** The limiter's name: nodes that give the same name share the buckets. Required; no `{` or `}`. */
+  name: string;
+  /**
+   * Every key's bucket, fleet-wide: `{ perSecond, burst }` or `{ amount, periodMs, burst }`, as a
+   * `Limiter`'s `RateLimit`; a check takes its `cost` in tokens. Required.
+   */
+  limit: RateLimit;
+  /** Keys with a bucket of their own size: `[key, RateLimit]` pairs, e.g. a `Map`. Defaults to none. */
+  keys?: Iterable<readonly [string, RateLimit]>;
+  /**
+   * How long a loan of tokens lasts without a successful sync: an integer in (`syncMs`,
+   * 3,600,000]. A node drops what it holds when its loan runs out; Redis writes the loan off then,
+   * so a crashed node's tokens come back to nobody and hold nothing up. Defaults to the sync's
+   * `staleAfterMs`, when the fail policy takes over.
+   */
+  leaseMs?: number;
+  /** What to do while Redis is unreachable; see {@link FailPolicy}. Defaults to `'local'`. */
+  failPolicy?: FailPolicy;
+}
+
+/** A bucket's parameters as the script takes them. */
+interface Bucket {
+  /** Tokens per millisecond. */
+  readonly rate: number;
+  readonly burst: number;
+  readonly cap: number;
+  /** How long the Redis key lives after a sync: a lease, then the time to refill (0: for ever). */
+  readonly ttlMs: number;
+}
+
+/** What this node knows of one key. */
+interface Account {
+  readonly key: string;
+  readonly bucket: Bucket;
+  /** Tokens this node holds: lent by Redis, less what it admitted (negative: borrowed on credit). */
+  held: number;
+  /** Cost checked (admitted or not) since the last loan request: the demand the share follows. */
+  demand: number;
+  /** Loan requests in a row with no demand: at {@link IDLE_SYNCS} the key leaves. */
+  idle: number;
+  /** `performance.now()` after which the loan is void (0: no loan). */
+  expiresAt: number;
+  /** The `'local'` fail policy's own bucket: tokens and when they were counted. */
+  localTokens: number;
+  localAt: number;
+}
+
+/**
+ * A token-bucket limiter whose per-key quotas hold for the whole fleet, Doorman-style: each node
+ * holds a loan of tokens per active key from the key's bucket in Redis, checks against it locally
+ * (no network on a check) and, every `syncMs`, in the sync's one script call, tells Redis what it
+ * holds and asks for its last period's demand; Redis lends it a share of the bucket in proportion
+ * to that demand, so a node alone gets the whole quota from its first sync and busy nodes split
+ * it by their traffic. A node that has synced once may also take up to `burst / nodes` on credit
+ * before a key's loan comes, so a key's first requests are not refused while a loan is on its way
+ * (only then: once Redis has answered, a node admits only what it was lent); the debt is paid from
+ * the next loans. A node that has never synced admits nothing. Pass it to `tokenBucket` (or
+ * `tokenBucketHook`) as `limiter`. Keys are strings; one dimension: a check takes its `cost` in
+ * tokens.
+ *
+ * # The bound
+ * Redis refills a key's bucket at `rate` up to `burst`, and never lets the tokens in the bucket
+ * plus the tokens on loan pass `cap = burst + 2 × rate × syncMs`. Every admission spends a token a
+ * node held or borrowed; a node's credit is at most `burst / nodes`. So over any window of `t` ms
+ * the whole fleet admits at most what was in the bucket or on loan when it began, plus the refill
+ * over it, plus the debts run up in it:
+ *
+ *     burst + rate × t + slack,  slack = burst + 2 × rate × syncMs
+ *
+ * whatever the node count (`n` nodes each borrowing `burst / n` add `burst`, with `n` as each last
+ * saw it in Redis: nodes that have not yet seen the others can borrow more), the round trips and
+ * the clock offsets between nodes (the refill runs on Redis's clock). Waiting out a loan's lease on
+ * the node's clock from before the request was sent, the node drops its tokens before Redis
+ * writes them off. The fleet admits less than the rate when `burst < rate × syncMs` (the bucket
+ * overflows between syncs), for keys past the 1,024 a sync carries, and for a node whose share is
+ * below a request's cost. Staleness (`sync.staleness`): a loan reflects the demand of the last
+ * sync period. Past `staleAfterMs` the {@link FailPolicy} applies: `'local'` enforces `rate /
+ * nodes` and `burst / nodes` per key on each node, within the bound when every node is cut off
+ * and up to `rate / nodes` above it per node cut off alone.
+ */
+export class SyncedLimiter implements RequestLimiter {
+  /** Milliseconds a loan lasts without a successful sync. */
+  readonly leaseMs: number;
+  /** What a stale node does. */
+  readonly failPolicy: FailPolicy;
+  readonly #sync: RedisSync;
+  readonly #base: string;
+  readonly #bucket: Bucket;
+  readonly #buckets = new Map<string, Bucket>();
+  readonly #accounts = new Map<string, Account>();
+  /** Registers the node in the limiter's registry, so `sync.nodes` counts it. */
+  readonly #presence: SyncedCells;
+  #closed = false;
+
+  constructor(options: SyncedLimiterOptions) {
+    const o = optionsObject(options);
+    this.#sync = syncOption(o.sync);
+    const name = nameOption('name', o.name);
+    this.leaseMs = integerOption('leaseMs', o.leaseMs, this.#sync.syncMs + 1, MAX_LEASE_MS, this.#sync.staleAfterMs);
+    this.failPolicy = failPolicyOption(o.failPolicy);
+    this.#bucket = this.#parse('The "limit" option', o.limit);
+    if (o.keys !== undefined) {
+      if (typeof o.keys !== 'object' || o.keys === null || typeof o.keys[Symbol.iterator] !== 'function') {
+        throw invalidType('The "keys" option', 'an iterable of [key, RateLimit] pairs', o.keys);
+      }
+      let i = 0;
+      for (const entry of o.keys) {
+        if (!Array.isArray(entry) || typeof entry[0] !== 'string') {
+          throw invalidType(`The "keys[${i}]" option`, 'a [string, RateLimit] pair', entry);
+        }
+        this.#buckets.set(entry[0], this.#parse(`The "keys[${i}][1]" option`, entry[1]));
+        i++;
+      }
+    }
+    this.#base = `${this.#sync.prefix}:{${name}}`;
+    const presenceTtlMs = this.leaseMs;
+    this.#presence = new SyncedCells(0, `${this.#base}:p`, `${this.#base}:nodes`, () => presenceTtlMs);
+    this.#sync.add(this);
+  }
+
+  /**
+   * Checks one request costing `cost` tokens (a safe integer >= 0; defaults to 1) for `key` and
+   * takes them from this node's loan (or its credit) if it has them. Never waits on Redis. A
+   * refusal's `retryAfterMs` is an estimate: the next sync, or the time the fleet's rate takes to
+   * make the missing tokens, whichever is longer; `Infinity` when `cost` is above the burst or the
+   * bucket never refills.
+   */
+  check(key: string, cost = 1): LimiterDecision {
+    if (typeof key !== 'string') throw invalidType('The "key" argument', 'of type string', key);
+    if (typeof cost !== 'number') throw invalidType('The "cost" argument', 'of type number', cost);
+    if (!Number.isSafeInteger(cost) || cost < 0) throw outOfRange('The "cost" argument', 'a safe integer >= 0', cost);
+    if (this.#closed) return refusal(Infinity);
+    const account = this.#account(key);
+    if (account === undefined) return refusal(this.#sync.syncMs);
+    const { bucket } = account;
+    account.demand += cost;
+    if (cost > bucket.burst) return refusal(Infinity);
+    const now = performance.now();
+    if (this.#sync.stale) return this.#stale(account, cost, now);
+    // A loan past its lease is void (Redis writes it off); a debt is not. Credit is for a key with
+    // no loan yet (once Redis has answered, the node admits only what it was lent), and only on a
+    // node that knows the node count: a node that has never synced takes none.
+    let credit = 0;
+    if (now > account.expiresAt) {
+      account.held = Math.min(0, account.held);
+      if (this.#sync.synced) credit = bucket.burst / this.#sync.nodes;
+    }
+    if (account.held - cost >= -credit) {
+      account.held -= cost;
+      return ALLOWED;
+    }
+    if (bucket.rate === 0) return refusal(Infinity);
+    return refusal(Math.max(this.#sync.syncMs, (cost - account.held - credit) / bucket.rate));
+  }
+
+  /** @internal The presence entry, for the node count. */
+  entries(): SyncedCells[] {
+    return [this.#presence];
+  }
+
+  /**
+   * @internal One loan request per known key, up to {@link MAX_LOANS}. A key idle for
+   * {@link IDLE_SYNCS} syncs gives its tokens back and is forgotten.
+   */
+  loans(): LoanRequest[] {
+    if (this.#closed) {
+      const leaving = [...this.#accounts.values()].map((account) => this.#request(account, true));
+      this.#accounts.clear();
+      this.#sync.remove(this);
+      return leaving;
+    }
+    const taken: Account[] = [];
+    for (const account of this.#accounts.values()) {
+      if (taken.length === MAX_LOANS) break;
+      taken.push(account);
+    }
+    return taken.map((account) => {
+      const request = this.#request(account);
+      // The keys asked for go to the back of the line; a key that leaves is forgotten.
+      this.#accounts.delete(account.key);
+      if (request.want >= 0) this.#accounts.set(account.key, account);
+      return request;
+    });
+  }
+
+  /**
+   * Gives back every key's tokens at the next sync (`await sync.flush()` or `sync.close()`), so
+   * the other nodes get the whole quota at once, and stops syncing. Later checks refuse.
+   */
+  close(): void {
+    this.#closed = true;
+  }
+
+  /** The loan request for `account`; a key with no demand and no debt (or `leave`) leaves. */
+  #request(account: Account, leave = false): LoanRequest {
+    const { bucket } = account;
+    const now = performance.now();
+    if (now > account.expiresAt) account.held = Math.min(0, account.held);
+    const held = account.held;
+    const { demand, idle } = account;
+    account.idle = demand === 0 ? idle + 1 : 0;
+    const leaving = leave || (account.idle >= IDLE_SYNCS && held >= 0);
+    const want = leaving ? -1 : Math.max(0, demand - held);
+    account.demand = 0;
+    return {
+      key: `${this.#base}:b:${account.key}`,
+      rate: bucket.rate,
+      burst: bucket.burst,
+      cap: bucket.cap,
+      leaseMs: this.leaseMs,
+      ttlMs: bucket.ttlMs,
+      held,
+      want,
+      lent: (tokens, sentAt) => {
+        if (leaving) return;
+        // A reply later than the lease (counted from before the request left) is void: Redis may
+        // already have written the loan off.
+        if (performance.now() > sentAt + this.leaseMs) return;
+        account.held += tokens;
+        account.expiresAt = sentAt + this.leaseMs;
+      },
+      // A failed sync tells Redis nothing: the demand counts in the next one, and idle syncs are
+      // counted only when they reach Redis. A key that left is gone (its loan lapses in Redis).
+      failed: () => {
+        account.demand += demand;
+        account.idle = idle;
+      },
+    };
+  }
+
+  /**
+   * The key's account, made on its first check. With {@link MAX_ACCOUNTS} held, the least recently
+   * synced one makes room if it owes nothing (its tokens lapse in Redis); if it owes, forgetting
+   * its debt would admit it twice, so the new key is refused (`undefined`) until keys leave.
+   */
+  #account(key: string): Account | undefined {
+    let account = this.#accounts.get(key);
+    if (account === undefined) {
+      if (this.#accounts.size >= MAX_ACCOUNTS) {
+        const oldest = this.#accounts.values().next().value as Account;
+        if (oldest.held < 0) return undefined;
+        this.#accounts.delete(oldest.key);
+      }
+      const bucket = this.#buckets.get(key) ?? this.#bucket;
+      const share = bucket.burst / this.#sync.nodes;
+      account = {
+        key,
+        bucket,
+        held: 0,
+        demand: 0,
+        idle: 0,
+        expiresAt: 0,
+        localTokens: share,
+        localAt: performance.now(),
+      };
+      this.#accounts.set(key, account);
+    }
+    return account;
+  }
+
+  /** A check while the sync is stale, by the fail policy. */
+  #stale(account: Account, cost: number, now: number): LimiterDecision {
+    if (this.failPolicy === 'open') return ALLOWED;
+    if (this.failPolicy === 'closed') return refusal(this.#sync.syncMs);
+    const nodes = this.#sync.nodes;
+    const { rate, burst } = account.bucket;
+    const elapsed = Math.max(0, now - account.localAt);
+    account.localTokens = Math.min(burst / nodes, account.localTokens + (elapsed * rate) / nodes);
+    account.localAt = now;
+    if (account.localTokens >= cost) {
+      account.localTokens -= cost;
+      return ALLOWED;
+    }
+    if (rate === 0) return refusal(Infinity);
+    return refusal(((cost - account.localTokens) * nodes) / rate);
+  }
+
+  #parse(what: string, limit: unknown): Bucket {
+    const spec = limitSpec(what, limit);
+    const rate = (spec.amount * 1e6) / spec.periodNs;
+    const cap = spec.burst + LOAN_PERIODS * rate * this.#sync.syncMs;
+    const ttlMs = rate === 0 ? 0 : Math.ceil(this.leaseMs + spec.burst / rate);
+    return { rate, burst: spec.burst, cap, ttlMs };
+  }
+}
+
+const ALLOWED: LimiterDecision = Object.freeze({ allowed: true });
+
+function refusal(retryAfterMs: number): LimiterDecision {
+  return { allowed: false, retryAfterMs };
+}

@@ -1,0 +1,27 @@
+/**
+ * What a synced limiter asks of a sync for one key: the tokens it holds and wants, and the
+ * bucket's parameters, which the script needs since Redis keeps only the bucket's state. See the
+ * bucket entry in script.ts.
+ */
+export interface LoanRequest {
+  /** The bucket's Redis key. */
+  readonly key: string;
+  /** Tokens added per millisecond. */
+  readonly rate: number;
+  /** The tokens a new bucket starts with. */
+  readonly burst: number;
+  /** The most tokens in the bucket and on loan together. */
+  readonly cap: number;
+  /** Milliseconds the loan lasts unless renewed. */
+  readonly leaseMs: number;
+  /** Milliseconds the bucket's key lives after this sync (0: for ever). */
+  readonly ttlMs: number;
+  /** Tokens this node holds now (negative: borrowed on credit). */
+  readonly held: number;
+  /** Tokens it asks for, or −1 to give back what it holds and leave the bucket. */
+  readonly want: number;
+  /** Takes in the tokens lent, after a successful sync sent at `sentAt` (`performance.now()`). */
+  lent(tokens: number, sentAt: number): void;
+  /** The sync failed: what the request reported (its demand) must go with the next one. */
+  failed(): void;
+}
