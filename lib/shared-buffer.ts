@@ -21,7 +21,7 @@
  * @module
  */
 import { crc32 } from '../fallback/crc32.js';
-import { invalidType, outOfRange, withCode, type KeepcountError } from './errors.js';
+import { invalidType, withCode, type KeepcountError } from './errors.js';
 import { MAX_COUNTERS, MAX_HASHES } from './limits.js';
 
 /** "KCSHARED", the first eight bytes of a segment file and of a shared buffer. */
@@ -116,10 +116,12 @@ export function readBuffer(buffer: unknown, expected: Partial<BufferLayout> & { 
   }
   const length = buffer.byteLength;
   if (length < HEADER_BYTES || length % 8 !== 0) {
-    throw outOfRange(
-      'The "buffer" argument',
-      `a multiple of 8 bytes long, at least the ${HEADER_BYTES} of the header (made by createSharedBuffer)`,
-      `a SharedArrayBuffer of ${length} bytes`,
+    throw withCode(
+      new RangeError(
+        `The "buffer" argument must be a multiple of 8 bytes long, at least the ${HEADER_BYTES} of the header ` +
+          `(made by createSharedBuffer). Received a SharedArrayBuffer of ${length} bytes`,
+      ),
+      'ERR_OUT_OF_RANGE',
     );
   }
   // A copy: the header never changes, but a buffer that is not ours might, while we read it.
