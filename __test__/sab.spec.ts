@@ -285,6 +285,12 @@ test(title('bad buffers and options are refused with the same errors on both bac
     code: 'ERR_OUT_OF_RANGE',
     message: 'The "hashes" option must be an integer in [1, 32]. Received 33',
   });
+  // The buffer keeps the interval in 64-bit nanoseconds: 584 years at most.
+  throwsShape(t, () => Rate.createSharedBuffer({ intervalMs: 18446744073710 }), {
+    instanceOf: RangeError,
+    code: 'ERR_OUT_OF_RANGE',
+    message: 'The "intervalMs" option must be an integer in [1, 18446744073709]. Received 18446744073710',
+  });
   throwsShape(t, () => Rate.createSharedBuffer({} as { intervalMs: number }), {
     instanceOf: TypeError,
     code: 'ERR_INVALID_ARG_TYPE',

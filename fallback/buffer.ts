@@ -169,8 +169,8 @@ export class BufferRate implements RateCore {
       new AtomicEstimator(hashes, slots, seed, counters, FIRST_COUNTER),
       new AtomicEstimator(hashes, slots, seed, counters, FIRST_COUNTER + n),
     ];
-    const ns = BigInt(intervalMs) * 1_000_000n;
-    this.intervalNs = ns > U64_MAX ? U64_MAX : ns;
+    // Within 64 bits: `lib/rate.ts` limits a buffer rate's interval to 2^64 − 1 ns.
+    this.intervalNs = BigInt(intervalMs) * 1_000_000n;
     this.k0 = Number(BigInt.asUintN(32, seed));
     this.k1 = Number(BigInt.asUintN(32, seed >> 32n));
   }

@@ -20,6 +20,11 @@ import {
 
 /** Longest interval: 2^52 ms, so twice it is still exact. */
 const MAX_INTERVAL_MS = 4503599627370496;
+/**
+ * Longest interval of a rate in a `SharedArrayBuffer`, whose header and interval word count
+ * nanoseconds in 64 bits: `floor((2^64 − 1) / 10^6)` ms, 584 years.
+ */
+const MAX_BUFFER_INTERVAL_MS = 18446744073709;
 
 /** Options of {@link Rate}. */
 export interface RateOptions {
@@ -55,7 +60,10 @@ export interface SharedRateOptions extends SharedCreation {
 
 /** Options of {@link Rate.createSharedBuffer}. */
 export interface SharedBufferRateOptions {
-  /** As {@link RateOptions.intervalMs}. Required. */
+  /**
+   * Length of one counting interval in milliseconds: an integer in [1, 18446744073709] (the
+   * buffer counts nanoseconds in 64 bits). Required.
+   */
   intervalMs: number;
   /** As {@link RateOptions.hashes}. Defaults to 4. */
   hashes?: number;
@@ -191,7 +199,7 @@ export class Rate {
    */
   static createSharedBuffer(options: SharedBufferRateOptions): SharedArrayBuffer {
     const o = optionsObject(options);
-    const intervalMs = integerOption('intervalMs', o.intervalMs, 1, MAX_INTERVAL_MS);
+    const intervalMs = integerOption('intervalMs', o.intervalMs, 1, MAX_BUFFER_INTERVAL_MS);
     const { hashes, slots } = shapeOptions(o.hashes, o.slots, DEFAULT_SHAPE);
     return createBuffer({ kind: 'rate', hashes, slots, seed: seedOption(o.seed), intervalMs });
   }

@@ -40,7 +40,6 @@ export const RATE_WORD = 8;
 const MAX_PROCESSES = 1024;
 /** Nanoseconds per millisecond: the header keeps a rate's interval in nanoseconds. */
 const NANOS_PER_MS = 1_000_000n;
-const U64_MAX = 2n ** 64n - 1n;
 
 /** What a buffer holds: the kind codes of layout.rs. */
 export type BufferKind = 'estimator' | 'rate';
@@ -58,11 +57,8 @@ export interface BufferLayout {
   intervalMs: number;
 }
 
-/** A rate's interval in nanoseconds, saturating as the binding's `u64` does. */
-function intervalNanos(intervalMs: number): bigint {
-  const ns = BigInt(intervalMs) * NANOS_PER_MS;
-  return ns > U64_MAX ? U64_MAX : ns;
-}
+/** A rate's interval in nanoseconds; `lib/rate.ts` keeps it within 64 bits. */
+const intervalNanos = (intervalMs: number): bigint => BigInt(intervalMs) * NANOS_PER_MS;
 
 /** Bytes of a buffer holding `kind` with sketches of `hashes × slots`. */
 export function bufferBytes(kind: BufferKind, hashes: number, slots: number): number {
@@ -176,8 +172,8 @@ export function readBuffer(buffer: unknown, expected: Partial<BufferLayout> & { 
     throw mismatch('slots', `${slots}`, `${expected.slots}`);
   if (expected.seed !== undefined && expected.seed !== seed) throw mismatch('seed', `${seed}`, `${expected.seed}`);
   if (code === 2) {
-    if (intervalNs % NANOS_PER_MS !== 0n || found.intervalMs > 2 ** 52) {
-      throw corrupt('layout', `interval ${intervalNs} ns is not a whole number of milliseconds up to 2^52`);
+    if (intervalNs % NANOS_PER_MS !== 0n) {
+      throw corrupt('layout', `interval ${intervalNs} ns is not a whole number of milliseconds`);
     }
     if (expected.intervalMs !== undefined && intervalNanos(expected.intervalMs) !== intervalNs) {
       throw mismatch('interval', `${intervalNs} ns`, `${intervalNanos(expected.intervalMs)} ns`);

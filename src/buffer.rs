@@ -50,6 +50,7 @@ impl Lent {
         let mut kind = sys::TypedarrayType::int8_array;
         let mut length = 0usize;
         let mut data = ptr::null_mut();
+        let mut buffer = ptr::null_mut();
         let mut offset = 0usize;
         // SAFETY: live handles of this call; out-pointers valid. napi_get_typedarray_info accepts
         // arrays over a SharedArrayBuffer, and fails (napi_invalid_arg) for anything else.
@@ -60,15 +61,27 @@ impl Lent {
                 &mut kind,
                 &mut length,
                 &mut data,
-                ptr::null_mut(),
+                &mut buffer,
                 &mut offset,
             )
         };
-        if status != sys::Status::napi_ok || kind != sys::TypedarrayType::bigint64_array {
-            return Err(Failure::invalid_type(
+        let refuse = || {
+            Failure::invalid_type(
                 "The \"counters\" argument",
-                "a BigInt64Array",
-            ));
+                "a BigInt64Array over a SharedArrayBuffer",
+            )
+        };
+        if status != sys::Status::napi_ok || kind != sys::TypedarrayType::bigint64_array {
+            return Err(refuse());
+        }
+        // An ordinary ArrayBuffer can be detached (transferred) and its memory freed while the
+        // array is alive; a SharedArrayBuffer cannot, and is the one kind napi_is_arraybuffer
+        // does not accept.
+        let mut detachable = true;
+        // SAFETY: as above.
+        let status = unsafe { sys::napi_is_arraybuffer(raw_env, buffer, &mut detachable) };
+        if status != sys::Status::napi_ok || detachable {
+            return Err(refuse());
         }
         let start = NonNull::new(data.cast::<u8>())
             .filter(|start| (start.as_ptr() as usize).is_multiple_of(8))
@@ -160,7 +173,8 @@ impl BufferRate {
                     clock.clone(),
                 )
             }?;
-            let memory = External::report(env, 2 * shape.counters() * size_of::<i64>());
+            // The counters are the buffer's, which V8 already counts: only the struct is ours.
+            let memory = External::report(env, size_of_val(&sketches));
             Ok(Self {
                 sketches: Some(sketches),
                 clock,

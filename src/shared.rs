@@ -140,7 +140,8 @@ impl SharedEstimator {
             // and close(); the slab's copy goes when the slot is vacated, which happens first);
             // JavaScript reaches the memory only through Atomics.
             let sketch = unsafe { shared::lend_estimator(lent.start, lent.len, shape, seed) }?;
-            let memory = External::report(env, sketch.memory_bytes());
+            // The counters are the buffer's, which V8 already counts: only the struct is ours.
+            let memory = External::report(env, size_of_val(&sketch));
             let sketch = Rc::new(sketch);
             let slot = Slot::new(&SHARED_SKETCHES, Rc::clone(&sketch))?;
             // Shapes are within 2^27: both fit in u32.
