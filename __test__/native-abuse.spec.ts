@@ -16,7 +16,7 @@ interface Line {
 const REASONS = ['short', 'magic', 'version', 'flags', 'shape', 'length', 'checksum'];
 /** Cases with valid input, which must return. */
 const VALID =
-  /^(incr key (detached Uint8Array|1 MB string|lone surrogates)|counterIndexes key detached Uint8Array|merge itself|register (NaN|-?Infinity|-1|1e\+308)|letExit before keepAlive|drain|fast .* \(valid\))$/;
+  /^(lend (estimator|rate) a valid SharedArrayBuffer|incr key (detached Uint8Array|1 MB string|lone surrogates)|counterIndexes key detached Uint8Array|merge itself|register (NaN|-?Infinity|-1|1e\+308)|letExit before keepAlive|drain|fast .* \(valid\))$/;
 
 test(title('every bad input to the native classes is a JavaScript error, never an abort'), async (t) => {
   const child = await runFixture('native-abuse.ts');

@@ -267,11 +267,13 @@ for (const b of node.backends) {
 
 // Issue 14: each shared case against its process-local twin, and the cluster check per check.
 const sharedSuite = suite('shared-ipv4-uniform');
-for (const c of sharedSuite.cases.filter((x) => x.name.endsWith(', shared)'))) {
-  const localNs = ns(sharedSuite, c.name.replace(', shared)', ', local)'));
+for (const c of sharedSuite.cases.filter((x) => /, (shared|SharedArrayBuffer)\)$/.test(x.name))) {
+  const [, what, backendName, where] = /^keepcount (.*) \((\w+), (\w+)\)$/.exec(c.name)!;
+  const localNs = ns(sharedSuite, `keepcount ${what} (${backendName}, local)`);
   if (localNs === undefined) continue;
+  const across = where === 'shared' ? 'between processes' : 'in a SharedArrayBuffer';
   targets.push({
-    what: `${c.name.replace(' (native, shared)', '')}: shared between processes vs process-local (native)`,
+    what: `${what} (${backendName}): shared ${across} vs process-local`,
     goal: '≤ 1.2× the cost',
     measured: `${c.ns.toFixed(1)} vs ${localNs.toFixed(1)} ns: ${(c.ns / localNs).toFixed(2)}×`,
     met: c.ns <= 1.2 * localNs,

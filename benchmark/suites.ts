@@ -481,9 +481,10 @@ function heavy(backends: LoadedBackend[], v: Variant): Suite {
 }
 
 /**
- * Issue 14: the same calls on counters shared between processes (a segment in `/dev/shm`) and on
- * process-local ones, native only (the fallback cannot share). The segments are unlinked as soon
- * as they are open: the mappings stay valid and nothing is left behind.
+ * Issue 14: the same calls on counters shared between processes (a segment in `/dev/shm`, native
+ * only: the fallback cannot share) or between worker threads (a `SharedArrayBuffer`, both backends)
+ * and on process-local ones. The segments are unlinked as soon as they are open: the mappings stay
+ * valid and nothing is left behind.
  */
 function shared(backends: LoadedBackend[], v: Variant, checkDraws: number): Suite {
   const s = stream(v.keys, v.draws).map(String);
@@ -495,20 +496,30 @@ function shared(backends: LoadedBackend[], v: Variant, checkDraws: number): Suit
     unlink(name(what));
     return opened;
   };
+  for (const b of backends) {
+    // Issue 14 item 3: counters in a SharedArrayBuffer (what worker threads share) against local ones.
+    const { Estimator, Rate } = b.api;
+    const local = new Estimator({ seed: SEED });
+    const inBuffer = Estimator.fromSharedBuffer(Estimator.createSharedBuffer({ seed: SEED }));
+    const localRate = new Rate({ intervalMs: 1000, seed: SEED });
+    const rateInBuffer = Rate.fromSharedBuffer(Rate.createSharedBuffer({ intervalMs: 1000, seed: SEED }));
+    cases.push(syncCase(`keepcount Estimator.incr (${b.name}, local)`, s, (k) => local.incr(k)));
+    cases.push(syncCase(`keepcount Estimator.incr (${b.name}, SharedArrayBuffer)`, s, (k) => inBuffer.incr(k)));
+    cases.push(syncCase(`keepcount Rate.observe (${b.name}, local)`, s, (k) => localRate.observe(k)));
+    cases.push(syncCase(`keepcount Rate.observe (${b.name}, SharedArrayBuffer)`, s, (k) => rateInBuffer.observe(k)));
+  }
   if (native !== undefined) {
     const { Estimator, Rate, Inflight } = native.api;
     const local = new Estimator({ seed: SEED });
     const sharedEst = open('est', (n) => Estimator.openShared(n, { seed: SEED }), Estimator.unlink);
-    const localRate = new Rate({ intervalMs: 1000, seed: SEED });
     const sharedRate = open('rate', (n) => Rate.openShared(n, { intervalMs: 1000, seed: SEED }), Rate.unlink);
     const localInflight = new Inflight({ seed: SEED });
     const sharedInflight = open('inflight', (n) => Inflight.openShared(n, { seed: SEED }), Estimator.unlink);
+    const localRate = new Rate({ intervalMs: 1000, seed: SEED });
     const [localLimiter, sharedLimiter] = limiters(native.api, v.keys.map(String));
-    cases.push(syncCase('keepcount Estimator.incr (native, local)', s, (k) => local.incr(k)));
     cases.push(syncCase('keepcount Estimator.incr (native, shared)', s, (k) => sharedEst.incr(k)));
     cases.push(syncCase('keepcount Estimator.get (native, local)', s, (k) => local.get(k)));
     cases.push(syncCase('keepcount Estimator.get (native, shared)', s, (k) => sharedEst.get(k)));
-    cases.push(syncCase('keepcount Rate.observe (native, local)', s, (k) => localRate.observe(k)));
     cases.push(syncCase('keepcount Rate.observe (native, shared)', s, (k) => sharedRate.observe(k)));
     // What a rate-limit check costs: a count and the time left in the window.
     cases.push(syncCase('keepcount Rate.observeWindow (native, local)', s, (k) => localRate.observeWindow(k).count));
@@ -524,11 +535,22 @@ function shared(backends: LoadedBackend[], v: Variant, checkDraws: number): Suit
   }
   return {
     id: `shared-${v.id}`,
-    title: `Shared between processes vs process-local, ${v.title}`,
+    title: `Shared between processes or worker threads vs process-local, ${v.title}`,
     reference: 'keepcount Estimator.incr (native, local)',
     cases,
     check() {
-      if (native === undefined) return 'native backend unavailable: nothing to compare';
+      // One buffer, counted in by every backend in turn: each gives the local sketch's estimates.
+      const buffer = backends[0]!.api.Estimator.createSharedBuffer({ seed: SEED });
+      const inBuffers = backends.map((b) => b.api.Estimator.fromSharedBuffer(buffer));
+      const reference = new backends[0]!.api.Estimator({ seed: SEED });
+      for (let i = 0; i < checkDraws; i++) {
+        const k = s[i]!;
+        const expected = reference.incr(k);
+        const got = inBuffers[i % inBuffers.length]!.incr(k);
+        assert(got === expected, `a SharedArrayBuffer sketch and a local one disagree on ${k}`);
+      }
+      const buffers = `${checkDraws} draws: SharedArrayBuffer sketches (${backends.map((b) => b.name).join(' and ')} alternating on one buffer) give the local one's estimates`;
+      if (native === undefined) return `${buffers}; native backend unavailable: no segment to compare`;
       const { Estimator } = native.api;
       const local = new Estimator({ seed: SEED });
       const sharedEst = open('check', (n) => Estimator.openShared(n, { seed: SEED }), Estimator.unlink);
@@ -540,7 +562,7 @@ function shared(backends: LoadedBackend[], v: Variant, checkDraws: number): Suit
       }
       sharedEst.close();
       sharedLimiter.close();
-      return `${checkDraws} draws: the shared sketch gives the local one's estimates; both limiters admit every check`;
+      return `${buffers}; the shared segment's sketch gives the local one's estimates; both limiters admit every check`;
     },
   };
 }

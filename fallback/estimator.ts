@@ -85,9 +85,15 @@ export class FallbackEstimator implements EstimatorCore {
   }
 
   merge(other: EstimatorCore): void {
-    const theirs = (other as FallbackEstimator).counters;
     const ours = this.counters;
-    for (let i = 0; i < ours.length; i++) ours[i] = saturate(ours[i]! + theirs[i]!);
+    if (other instanceof FallbackEstimator) {
+      const theirs = other.counters;
+      for (let i = 0; i < ours.length; i++) ours[i] = saturate(ours[i]! + theirs[i]!);
+      return;
+    }
+    // A shared buffer's sketch: its i64 counters, each converted to the nearest number.
+    const theirs = other as unknown as { counter(i: number): bigint };
+    for (let i = 0; i < ours.length; i++) ours[i] = saturate(ours[i]! + Number(theirs.counter(i)));
   }
 
   /** Nothing to do: the counters are a `Float64Array` the collector frees with this core, which

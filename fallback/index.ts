@@ -1,5 +1,6 @@
 /** The pure-TypeScript backend: same API and bit-identical results as the native one. */
 import type { Backend } from '../lib/core.js';
+import { AtomicEstimator, BufferRate } from './buffer.js';
 import { FallbackEstimator } from './estimator.js';
 import { FallbackHeavy } from './heavy/index.js';
 import { FallbackLimiter } from './limiter.js';
@@ -20,4 +21,8 @@ export const fallbackBackend: Backend = {
   Heavy: FallbackHeavy,
   ticker: fallbackTicker,
   shared: null,
+  buffers: {
+    estimator: (counters, hashes, slots, seed) => new AtomicEstimator(hashes, slots, seed, counters),
+    rate: (counters, intervalMs, hashes, slots, seed) => new BufferRate(counters, intervalMs, hashes, slots, seed),
+  },
 };

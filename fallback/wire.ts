@@ -51,6 +51,23 @@ export function encode(hashes: number, slots: number, seed: bigint, counters: Fl
   return bytes;
 }
 
+/** Encodes a sketch whose counters are i64s, read one by one with `counter` (a shared buffer's). */
+export function encodeWords(hashes: number, slots: number, seed: bigint, counter: (i: number) => bigint): Uint8Array {
+  const bytes = new Uint8Array(serializedBytes(hashes, slots));
+  const view = new DataView(bytes.buffer);
+  view.setUint32(0, MAGIC, true);
+  view.setUint16(4, FORMAT_VERSION, true);
+  view.setUint16(6, 0, true);
+  view.setUint32(8, hashes, true);
+  view.setUint32(12, slots, true);
+  view.setBigUint64(16, seed, true);
+  const n = hashes * slots;
+  for (let i = 0, at = HEADER_BYTES; i < n; i++, at += COUNTER_BYTES) view.setBigInt64(at, counter(i), true);
+  const end = bytes.length - CHECKSUM_BYTES;
+  view.setUint32(end, crc32(bytes, end), true);
+  return bytes;
+}
+
 /** A decoded sketch, or the first check it fails. */
 export type Decoded = { hashes: number; slots: number; seed: bigint; counters: Float64Array } | CorruptReason;
 

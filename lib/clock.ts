@@ -44,6 +44,18 @@ export class ManualClock implements Clock {
   }
 }
 
+/**
+ * The default clock of rates over a `SharedArrayBuffer`: the process's monotonic clock
+ * (`process.hrtime`, `CLOCK_MONOTONIC` on Linux), whose origin every worker thread shares, unlike
+ * `performance.now()`, which starts with each thread.
+ */
+export const hostClock: Clock = {
+  now: () => {
+    const [seconds, nanoseconds] = process.hrtime();
+    return seconds * 1e3 + nanoseconds / 1e6;
+  },
+};
+
 /** Returns `clock` if it has a `now()` method. */
 export function validateClock(clock: unknown): Clock {
   if (typeof clock !== 'object' || clock === null || typeof (clock as Clock).now !== 'function') {
@@ -61,10 +73,14 @@ export class Stopwatch {
   readonly #clock: Clock;
   readonly #origin: number;
 
-  /** Starts now on `clock` (an option value: `undefined` means the monotonic clock). */
-  constructor(clock: unknown) {
-    this.#clock = clock === undefined ? monotonicClock : validateClock(clock);
-    this.#origin = this.#read();
+  /**
+   * Starts now on `clock` (an option value: `undefined` means `fallback`, by default the
+   * monotonic clock); `fromOrigin` measures from the clock's own origin instead, for clocks that
+   * several threads share.
+   */
+  constructor(clock: unknown, fallback: Clock = monotonicClock, fromOrigin = false) {
+    this.#clock = clock === undefined ? fallback : validateClock(clock);
+    this.#origin = fromOrigin ? 0 : this.#read();
   }
 
   /** Milliseconds since construction, never negative (fractions kept). */

@@ -338,6 +338,24 @@ export interface SharedLimiterCore {
   close(): void;
 }
 
+/**
+ * Sketches and rates over a `SharedArrayBuffer` that `lib/shared-buffer.ts` laid out and checked:
+ * `counters` is a `BigInt64Array` over the whole buffer, header included, and every thread that
+ * makes a core over the same buffer counts in the same memory. Both backends take the same
+ * buffers and give the same answers on them.
+ */
+export interface BufferBackend {
+  /** A sketch over the buffer's counters; the buffer holds one of this shape and seed. */
+  estimator(counters: BigInt64Array, hashes: number, slots: number, seed: bigint): EstimatorCore;
+  /**
+   * A rate over the buffer's two sketches and interval word. Unlike {@link RateCore}'s usual time
+   * base, `nowMs` is whole milliseconds on a clock every thread sharing the buffer reads from the
+   * same origin (`lib/rate.ts` passes the `clock` option's reading, by default `process.hrtime`);
+   * the interval word keeps `trunc(nowMs × 10^6)` nanoseconds.
+   */
+  rate(counters: BigInt64Array, intervalMs: number, hashes: number, slots: number, seed: bigint): RateCore;
+}
+
 /** What `Inflight` needs of its counters: an {@link EstimatorCore}, or a shared in-flight core. */
 export type InflightCore = Pick<EstimatorCore, 'incr' | 'get'>;
 
@@ -353,4 +371,6 @@ export interface Backend {
   readonly ticker: Ticker;
   /** Cross-process segments; `null` where the backend cannot share memory between processes. */
   readonly shared: SharedBackend | null;
+  /** Sketches and rates in a `SharedArrayBuffer`, shared by worker threads. */
+  readonly buffers: BufferBackend;
 }

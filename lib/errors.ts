@@ -8,11 +8,11 @@
  *   a safe integer or a bigint outside i64.
  * - `ERR_KEEPCOUNT_MISMATCH` (`Error`): `merge` of sketches whose hashes, slots or seed differ; or
  *   `openShared` of a segment that exists with another kind, shape, seed or interval, or for
- *   `Limiter.openShared` another quota, best-effort quota or capacity (the message names the first
- *   field that differs).
+ *   `Limiter.openShared` another quota, best-effort quota or capacity, or `fromSharedBuffer`
+ *   options that differ from the buffer's (the message names the first field that differs).
  * - `ERR_KEEPCOUNT_CORRUPT` (`Error`): `Estimator.deserialize` input that is not a valid version-2
- *   sketch, or an `openShared` segment file whose header is damaged or not keepcount's; the message
- *   says which check failed.
+ *   sketch, or an `openShared` segment file or a `fromSharedBuffer` buffer whose header is damaged
+ *   or not keepcount's; the message says which check failed.
  * - `ERR_KEEPCOUNT_IO` (`Error`): the system refused a shared segment's file or directory (missing
  *   directory, permissions, a symlink in its place); the message has the path and the system's
  *   reason.

@@ -5,8 +5,9 @@ import type { EstimatorCore, Key } from './core.js';
 import { invalidType, outOfRange, withCode } from './errors.js';
 import { validateKey, isUint8Array } from './keys.js';
 import { MAX_COUNTERS, MAX_HASHES, serializedBytes } from './limits.js';
-import { countArgument, optionsObject, seedOption, shapeOptions } from './options.js';
+import { countArgument, integerOption, optionsObject, seedOption, shapeOptions } from './options.js';
 import { corruptError } from './corrupt.js';
+import { createBuffer, readBuffer } from './shared-buffer.js';
 import {
   sharedBackend,
   sharedDir,
@@ -59,6 +60,19 @@ export interface SharedEstimatorOptions extends SharedCreation {
    * random default would differ per process). Keep it secret as you would a key.
    */
   seed: bigint | number;
+}
+
+/**
+ * What {@link Estimator.fromSharedBuffer} checks the buffer against: each field given must equal
+ * the buffer's, or `ERR_KEEPCOUNT_MISMATCH`; a field left out is taken from the buffer.
+ */
+export interface SharedBufferEstimatorOptions {
+  /** The rows the buffer must have. */
+  hashes?: number;
+  /** The counters per row the buffer must have. */
+  slots?: number;
+  /** The seed the buffer must have. */
+  seed?: bigint | number;
 }
 
 /** pingora-limits Inflight's shape: 4 hashes keep lookups cheap, 8192 slots keep collisions rare. */
@@ -169,6 +183,50 @@ export class Estimator {
     const mode = sharedMode(o);
     const shared = sharedBackend('Estimator.openShared');
     return new Estimator(new Adopted(shared.openEstimator(n, hashes, slots, seed, dir, mode)));
+  }
+
+  /**
+   * A `SharedArrayBuffer` holding an empty sketch of the given shape and seed (a random one by
+   * default; it is stored in the buffer), `128 + 8 × hashes × slots` bytes: pass it to worker
+   * threads (`postMessage`, `workerData`) and make an `Estimator` over it in each with
+   * {@link Estimator.fromSharedBuffer}. Throws `RangeError` for a shape outside the limits.
+   */
+  static createSharedBuffer(options?: EstimatorOptions): SharedArrayBuffer {
+    const o = optionsObject(options);
+    const { hashes, slots } = shapeOptions(o.hashes, o.slots, DEFAULT_SHAPE);
+    return createBuffer({ kind: 'estimator', hashes, slots, seed: seedOption(o.seed), intervalMs: 0 });
+  }
+
+  /**
+   * A sketch whose counters are `buffer`'s, made by {@link Estimator.createSharedBuffer}: every
+   * worker thread that makes one over the same buffer counts in the same memory, without copying
+   * and without locks (atomic operations on either backend; the two backends can share a buffer
+   * and give the same answers). Its shape and seed come from the buffer; any given in `options`
+   * must match (`ERR_KEEPCOUNT_MISMATCH` names the first that differs).
+   *
+   * Throws `TypeError` unless `buffer` is a `SharedArrayBuffer`, `RangeError` if it is too short
+   * to hold a header, `ERR_KEEPCOUNT_CORRUPT` if it was not made by `createSharedBuffer` (header
+   * magic, version, checksum, layout or length). `close()` lets go of the buffer in this thread;
+   * the counts stay for the others.
+   *
+   * @example
+   * ```ts
+   * const buffer = Estimator.createSharedBuffer({ seed: 42n });
+   * const worker = new Worker('./count.js', { workerData: buffer });
+   * // In count.js: const hits = Estimator.fromSharedBuffer(workerData); hits.incr(ip);
+   * Estimator.fromSharedBuffer(buffer).get(ip); // every thread's increments
+   * ```
+   */
+  static fromSharedBuffer(buffer: SharedArrayBuffer, options?: SharedBufferEstimatorOptions): Estimator {
+    const o = optionsObject(options);
+    const layout = readBuffer(buffer, {
+      kind: 'estimator',
+      hashes: o.hashes === undefined ? undefined : integerOption('hashes', o.hashes, 1, MAX_HASHES),
+      slots: o.slots === undefined ? undefined : integerOption('slots', o.slots, 1, MAX_COUNTERS),
+      seed: o.seed === undefined ? undefined : seedOption(o.seed),
+    });
+    const counters = new BigInt64Array(buffer);
+    return new Estimator(new Adopted(active.buffers.estimator(counters, layout.hashes, layout.slots, layout.seed)));
   }
 
   /**

@@ -10,7 +10,13 @@ import type { BackendName } from './core.js';
 export type { BackendName, Key } from './core.js';
 export { ManualClock, type Clock } from './clock.js';
 export { TimeoutError, type ErrorCode, type KeepcountError } from './errors.js';
-export { Estimator, type ErrorBoundsOptions, type EstimatorOptions, type SharedEstimatorOptions } from './estimator.js';
+export {
+  Estimator,
+  type ErrorBoundsOptions,
+  type EstimatorOptions,
+  type SharedBufferEstimatorOptions,
+  type SharedEstimatorOptions,
+} from './estimator.js';
 export {
   HeavyHitters,
   type HeavyHittersOptions,
@@ -36,7 +42,15 @@ export {
   type QuotaInfo,
   type RateLimit,
 } from './limiter.js';
-export { proportionalRate, Rate, type RateComponents, type RateOptions, type SharedRateOptions } from './rate.js';
+export {
+  proportionalRate,
+  Rate,
+  type FromSharedBufferRateOptions,
+  type RateComponents,
+  type RateOptions,
+  type SharedBufferRateOptions,
+  type SharedRateOptions,
+} from './rate.js';
 export type { SharedCreation, SharedPlacement } from './shared.js';
 export { SharedLimiter, type SharedLimiterOptions, type SharedLimiterStats } from './shared-limiter.js';
 export { pauseForFork, sleep, timeout, timeoutSignal, unpause } from './timeout.js';

@@ -25,6 +25,7 @@
 import type * as Binding from '../binding.js';
 import type {
   Backend,
+  BufferBackend,
   CorruptReason,
   EstimatorCore,
   HeavyCore,
@@ -320,6 +321,49 @@ const shared: SharedBackend = {
   },
 };
 
+/**
+ * The native {@link RateCore} over a `SharedArrayBuffer` (`src/buffer.rs`): `nowMs` is the shared
+ * clock's reading. Not on a fast path; `observeInWindow` takes two calls, as the fallback's.
+ */
+class NativeBufferRate implements RateCore {
+  constructor(
+    private readonly native: Binding.BufferRate,
+    private readonly intervalMs: number,
+  ) {}
+
+  observe(key: Key, events: number, nowMs: number): number {
+    return this.native.observe(key, events, nowMs);
+  }
+
+  observeInWindow(key: Key, events: number, nowMs: number, window: Float64Array): number {
+    const count = this.native.observe(key, events, nowMs);
+    window[0] = Math.round(this.native.sample(key, nowMs).currentIntervalFraction * this.intervalMs);
+    return count;
+  }
+
+  previousCount(key: Key, nowMs: number): number {
+    return this.native.sample(key, nowMs).prevSamples;
+  }
+
+  sample(key: Key, nowMs: number): RateSample {
+    return this.native.sample(key, nowMs);
+  }
+
+  close(): void {
+    this.native.close();
+  }
+}
+
+/** The native {@link BufferBackend}: the binding holds a reference to the array, so the memory outlives its use. */
+const buffers: BufferBackend = {
+  estimator(counters, hashes, slots, seed) {
+    return new NativeSharedEstimator(binding.SharedEstimator.lend(counters, hashes, slots, seed));
+  },
+  rate(counters, intervalMs, hashes, slots, seed) {
+    return new NativeBufferRate(binding.BufferRate.lend(counters, intervalMs, hashes, slots, seed), intervalMs);
+  },
+};
+
 /** The native {@link RateCore}: `observe` calls the binding's fast paths, as {@link NativeEstimator} does. */
 class NativeRate implements RateCore {
   private readonly native: Binding.Rate;
@@ -557,4 +601,5 @@ export const backend: Backend = {
   Heavy: NativeHeavy,
   ticker: new NativeTicker(),
   shared,
+  buffers,
 };

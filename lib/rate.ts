@@ -2,10 +2,12 @@
 import { closedRate, dispose, isClosed } from './closed.js';
 import { active } from './backend.js';
 import type { Key, RateCore } from './core.js';
-import { Stopwatch, type Clock } from './clock.js';
+import { hostClock, Stopwatch, type Clock } from './clock.js';
 import { invalidType } from './errors.js';
 import { validateKey } from './keys.js';
 import { countArgument, integerOption, optionsObject, seedOption, shapeOptions } from './options.js';
+import { MAX_COUNTERS, MAX_HASHES } from './limits.js';
+import { createBuffer, readBuffer } from './shared-buffer.js';
 import {
   sharedBackend,
   sharedDir,
@@ -18,6 +20,11 @@ import {
 
 /** Longest interval: 2^52 ms, so twice it is still exact. */
 const MAX_INTERVAL_MS = 4503599627370496;
+/**
+ * Longest interval of a rate in a `SharedArrayBuffer`, whose header and interval word count
+ * nanoseconds in 64 bits: `floor((2^64 − 1) / 10^6)` ms, 584 years.
+ */
+const MAX_BUFFER_INTERVAL_MS = 18446744073709;
 
 /** Options of {@link Rate}. */
 export interface RateOptions {
@@ -51,6 +58,35 @@ export interface SharedRateOptions extends SharedCreation {
   seed: bigint | number;
 }
 
+/** Options of {@link Rate.createSharedBuffer}. */
+export interface SharedBufferRateOptions {
+  /**
+   * Length of one counting interval in milliseconds: an integer in [1, 18446744073709] (the
+   * buffer counts nanoseconds in 64 bits). Required.
+   */
+  intervalMs: number;
+  /** As {@link RateOptions.hashes}. Defaults to 4. */
+  hashes?: number;
+  /** As {@link RateOptions.slots}. Defaults to 1024. */
+  slots?: number;
+  /** As {@link RateOptions.seed}: stored in the buffer. Defaults to a random seed. */
+  seed?: bigint | number;
+}
+
+/**
+ * Options of {@link Rate.fromSharedBuffer}: each of `intervalMs`, `hashes`, `slots` and `seed`
+ * given must equal the buffer's (`ERR_KEEPCOUNT_MISMATCH`); one left out is taken from the buffer.
+ */
+export interface FromSharedBufferRateOptions extends Partial<SharedBufferRateOptions> {
+  /**
+   * Where time comes from: an object whose `now()` returns milliseconds **on a time base every
+   * thread sharing the buffer agrees on** (the interval's start is stored in the buffer); a
+   * {@link ManualClock} per thread, advanced alike, in tests. Defaults to the process's monotonic
+   * clock (`process.hrtime`), which all worker threads share.
+   */
+  clock?: Clock;
+}
+
 /** Default shape of each of a rate's two sketches: pingora-limits' `Rate`. */
 const DEFAULT_SHAPE = { hashes: 4, slots: 1024 };
 
@@ -62,6 +98,8 @@ class Adopted {
   constructor(
     readonly core: RateCore,
     readonly intervalMs: number,
+    /** Reads the time the core takes; `undefined` for shared segments, which read the host's clock. */
+    readonly stopwatch?: Stopwatch,
   ) {}
 }
 
@@ -118,7 +156,7 @@ export class Rate {
     if (options instanceof Adopted) {
       this.intervalMs = options.intervalMs;
       this.#core = options.core;
-      this.#stopwatch = new Stopwatch(undefined);
+      this.#stopwatch = options.stopwatch ?? new Stopwatch(undefined);
       return;
     }
     const o = optionsObject(options);
@@ -152,6 +190,54 @@ export class Rate {
     const mode = sharedMode(o);
     const core = sharedBackend('Rate.openShared').openRate(n, intervalMs, hashes, slots, seed, dir, mode);
     return new Rate(new Adopted(core, intervalMs));
+  }
+
+  /**
+   * A `SharedArrayBuffer` holding an empty rate (two sketches and the interval's state),
+   * `128 + 16 × hashes × slots` bytes, for worker threads to share with
+   * {@link Rate.fromSharedBuffer}. Throws as the constructor for bad options.
+   */
+  static createSharedBuffer(options: SharedBufferRateOptions): SharedArrayBuffer {
+    const o = optionsObject(options);
+    const intervalMs = integerOption('intervalMs', o.intervalMs, 1, MAX_BUFFER_INTERVAL_MS);
+    const { hashes, slots } = shapeOptions(o.hashes, o.slots, DEFAULT_SHAPE);
+    return createBuffer({ kind: 'rate', hashes, slots, seed: seedOption(o.seed), intervalMs });
+  }
+
+  /**
+   * A rate over `buffer`, made by {@link Rate.createSharedBuffer}: every worker thread that makes
+   * one over the same buffer counts in the same two sketches, and an interval ends once for all of
+   * them (whichever thread first sees it over claims the rotation with a compare-and-swap on a
+   * word in the buffer, as `Rate.openShared` does across processes). Errors as
+   * `Estimator.fromSharedBuffer`.
+   *
+   * @example
+   * ```ts
+   * const buffer = Rate.createSharedBuffer({ intervalMs: 1000 });
+   * new Worker('./count.js', { workerData: buffer });
+   * // In count.js: const perSecond = Rate.fromSharedBuffer(workerData); perSecond.observe(ip);
+   * Rate.fromSharedBuffer(buffer).rate(ip); // every thread's events of the last interval
+   * ```
+   */
+  static fromSharedBuffer(buffer: SharedArrayBuffer, options?: FromSharedBufferRateOptions): Rate {
+    const o = optionsObject(options);
+    const layout = readBuffer(buffer, {
+      kind: 'rate',
+      intervalMs:
+        o.intervalMs === undefined ? undefined : integerOption('intervalMs', o.intervalMs, 1, MAX_INTERVAL_MS),
+      hashes: o.hashes === undefined ? undefined : integerOption('hashes', o.hashes, 1, MAX_HASHES),
+      slots: o.slots === undefined ? undefined : integerOption('slots', o.slots, 1, MAX_COUNTERS),
+      seed: o.seed === undefined ? undefined : seedOption(o.seed),
+    });
+    const stopwatch = new Stopwatch(o.clock, hostClock, true);
+    const core = active.buffers.rate(
+      new BigInt64Array(buffer),
+      layout.intervalMs,
+      layout.hashes,
+      layout.slots,
+      layout.seed,
+    );
+    return new Rate(new Adopted(core, layout.intervalMs, stopwatch));
   }
 
   /** Removes the shared segment `name`; see `Estimator.unlink`. */

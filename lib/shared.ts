@@ -86,7 +86,8 @@ function unsupported(what: string): KeepcountError {
     new Error(
       `${what} needs the native backend: the TypeScript fallback cannot map memory shared between processes, ` +
         'and a per-process count would silently admit more than the limit. Build or install the native ' +
-        'addon (see "Backends and platforms" in the README); within one process, share one object.',
+        'addon (see "Backends and platforms" in the README); within one process, share one object, and across its ' +
+        'worker threads a SharedArrayBuffer (Estimator.createSharedBuffer and fromSharedBuffer, the same for Rate).',
     ),
     'ERR_KEEPCOUNT_UNSUPPORTED',
   );

@@ -25,6 +25,21 @@ impl CallerClock {
         self.0.store(now, Ordering::Relaxed);
         Ok(())
     }
+
+    /// Sets the reading to `now_ms` (finite, >= 0, fractions kept) as true nanoseconds,
+    /// `trunc(now_ms × 10^6)` saturating at `u64::MAX`, as the fallback computes it: for rates
+    /// over a `SharedArrayBuffer`, whose interval word holds nanoseconds (`crate::buffer`).
+    pub(crate) fn set_nanos_from_ms(&self, now_ms: f64) -> Result<()> {
+        if !(now_ms >= 0.0 && now_ms.is_finite()) {
+            return Err(crate::error::Failure::out_of_range(
+                "The \"nowMs\" argument",
+                "a finite number >= 0",
+            ));
+        }
+        // `as` truncates toward zero and saturates at u64::MAX.
+        self.0.store((now_ms * 1e6) as u64, Ordering::Relaxed);
+        Ok(())
+    }
 }
 
 impl Clock for CallerClock {

@@ -17,6 +17,7 @@
 //! from `lib/errors.ts` (or `ERR_KEEPCOUNT_INTERNAL` for a broken invariant of the binding).
 
 mod args;
+pub mod buffer;
 mod caller_clock;
 mod error;
 pub mod estimator;

@@ -10,6 +10,7 @@
 //! call would cost a shared check more than the check itself.
 
 use crate::args;
+use crate::buffer::Lent;
 use crate::error::{Failure, Result as Outcome, map_error};
 use crate::estimator::{Estimator, fast_path};
 use crate::keys;
@@ -75,6 +76,9 @@ pub struct SharedEstimator {
     hashes: u32,
     slots: u32,
     seed: u64,
+    /// The `SharedArrayBuffer` of a sketch made by [`SharedEstimator::lend`]; declared last, so
+    /// it is released after the sketch over its memory.
+    lent: Option<Lent>,
 }
 
 impl ObjectFinalize for SharedEstimator {
@@ -118,6 +122,48 @@ impl SharedEstimator {
                 hashes: shape.hashes() as u32,
                 slots: shape.slots() as u32,
                 seed,
+                lent: None,
+            })
+        })()
+        .map_err(|failure| map_error(env, failure))
+    }
+
+    /// A sketch over `counters`, a `BigInt64Array` over a `SharedArrayBuffer` that `lib/` laid out
+    /// for `hashes × slots` counters keyed by `seed` (see [`crate::buffer`]); worker threads that
+    /// lend the same buffer share its counters. `ERR_KEEPCOUNT_CORRUPT` /
+    /// `ERR_KEEPCOUNT_MISMATCH` if its header says otherwise.
+    #[napi(factory, catch_unwind)]
+    pub fn lend(
+        env: &Env,
+        #[napi(ts_arg_type = "BigInt64Array")] counters: Unknown,
+        hashes: f64,
+        slots: f64,
+        seed: BigInt,
+    ) -> Result<Self> {
+        (|| -> Outcome<Self> {
+            let shape = Shape::new(
+                args::dimension("The \"hashes\" argument", hashes)?,
+                args::dimension("The \"slots\" argument", slots)?,
+            )?;
+            let seed = args::seed(&seed)?;
+            let lent = Lent::take(env, counters)?;
+            // SAFETY: `lent` keeps the memory alive and is dropped after the sketch (field order,
+            // and close(); the slab's copy goes when the slot is vacated, which happens first);
+            // JavaScript reaches the memory only through Atomics.
+            let sketch = unsafe { shared::lend_estimator(lent.start, lent.len, shape, seed) }?;
+            // The counters are the buffer's, which V8 already counts: only the struct is ours.
+            let memory = External::report(env, size_of_val(&sketch));
+            let sketch = Rc::new(sketch);
+            let slot = Slot::new(&SHARED_SKETCHES, Rc::clone(&sketch))?;
+            // Shapes are within 2^27: both fit in u32.
+            Ok(Self {
+                sketch: Some(sketch),
+                slot,
+                memory,
+                hashes: shape.hashes() as u32,
+                slots: shape.slots() as u32,
+                seed,
+                lent: Some(lent),
             })
         })()
         .map_err(|failure| map_error(env, failure))
@@ -202,6 +248,7 @@ impl SharedEstimator {
         self.slot.vacate();
         // The slab held the only other reference: dropping ours unmaps the segment.
         self.sketch = None;
+        self.lent = None;
         self.memory.release(env);
     }
 }

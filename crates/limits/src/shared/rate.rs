@@ -152,8 +152,52 @@ impl<C: Clock> SharedRate<C> {
                 .store(start, Ordering::Relaxed);
         };
         let segment = Arc::new(Segment::open(name, layout, options, &initialise)?);
-        let sketch =
-            |index| Estimator::with_store(Counters::new(Arc::clone(&segment), index), shape, seed);
+        Self::over(segment, interval_nanos, clock)
+    }
+
+    /// A rate over `len` bytes at `start` that the caller lends, as
+    /// [`lend_estimator`](crate::shared::lend_estimator) lends a sketch: the header must name a
+    /// rate of this interval, shape and seed, and time comes from `clock`, which must count from
+    /// the same origin for every user of the memory. An interval word of 0 (a fresh buffer) is an
+    /// interval that started at the clock's origin, so the first call normally ends it.
+    ///
+    /// # Safety
+    /// As [`lend_estimator`](crate::shared::lend_estimator)'s.
+    pub unsafe fn lend(
+        start: std::ptr::NonNull<u8>,
+        len: usize,
+        interval: Duration,
+        shape: Shape,
+        seed: u64,
+        clock: C,
+    ) -> Result<Self, SharedError> {
+        let interval_nanos = u64::try_from(interval.as_nanos()).unwrap_or(u64::MAX);
+        if interval_nanos == 0 {
+            return Err(SharedError::ZeroInterval);
+        }
+        let layout = Layout {
+            kind: Kind::Rate,
+            shape,
+            seed,
+            interval_nanos,
+            processes: 0,
+            limiter: None,
+        };
+        // SAFETY: the caller's contract is Segment::lent's.
+        let segment = Arc::new(unsafe { Segment::lent(start, len, layout) }?);
+        Self::over(segment, interval_nanos, clock)
+    }
+
+    /// The rate whose sketches and interval word are in `segment`.
+    fn over(segment: Arc<Segment>, interval_nanos: u64, clock: C) -> Result<Self, SharedError> {
+        let layout = *segment.layout();
+        let sketch = |index| {
+            Estimator::with_store(
+                Counters::new(Arc::clone(&segment), index),
+                layout.shape,
+                layout.seed,
+            )
+        };
         Ok(Self {
             sketches: [sketch(0)?, sketch(1)?],
             segment,

@@ -11,6 +11,7 @@ use portable_atomic::AtomicU128;
 use std::fs::{self, File, OpenOptions};
 use std::io;
 use std::path::{Path, PathBuf};
+use std::ptr::NonNull;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -129,7 +130,39 @@ pub fn unlink(name: &str, options: &SharedOptions) -> Result<(), SharedError> {
     }
 }
 
-/// One process's mapping of a segment file.
+/// What errors name as the "path" of lent memory, which has none.
+pub(crate) const LENT_PATH: &str = "<shared buffer>";
+
+/// The bytes of a segment: a mapped file, or memory its owner lends (in the Node binding, a
+/// JavaScript `SharedArrayBuffer` that worker threads share).
+enum Memory {
+    Mapped(MmapRaw),
+    Lent { start: NonNull<u8>, len: usize },
+}
+
+// SAFETY: lent memory is only reached through atomics (as a mapping is), and whoever lent it
+// guarantees it outlives the segment (`Segment::lent`'s contract), whichever thread drops it.
+unsafe impl Send for Memory {}
+// SAFETY: as for Send: shared access is atomic access.
+unsafe impl Sync for Memory {}
+
+impl Memory {
+    fn as_ptr(&self) -> *mut u8 {
+        match self {
+            Self::Mapped(map) => map.as_mut_ptr(),
+            Self::Lent { start, .. } => start.as_ptr(),
+        }
+    }
+
+    fn len(&self) -> usize {
+        match self {
+            Self::Mapped(map) => map.len(),
+            Self::Lent { len, .. } => *len,
+        }
+    }
+}
+
+/// One process's mapping of a segment file, or memory lent to be used as one.
 ///
 /// # Safety of the mapping
 /// The mapping is shared with other processes, so Rust reaches it only through atomics
@@ -137,7 +170,7 @@ pub fn unlink(name: &str, options: &SharedOptions) -> Result<(), SharedError> {
 /// truncates the file while others map it makes their next access fault (`SIGBUS`): keepcount
 /// never does, and the file's mode keeps other users out.
 pub(crate) struct Segment {
-    map: MmapRaw,
+    map: Memory,
     layout: Layout,
     path: PathBuf,
 }
@@ -197,7 +230,33 @@ impl Segment {
         if len < HEADER_BYTES as u64 {
             return Err(corrupt(CorruptReason::Short));
         }
-        let map = map(&file, path)?;
+        Self::validated(Memory::Mapped(map(&file, path)?), path.into())
+    }
+
+    /// `len` bytes at `start`, lent by the caller, as a segment of `layout`: validated (magic,
+    /// version, header checksum, length equal to the layout's) and compared with `layout`, as an
+    /// opened file is. Errors name the memory [`LENT_PATH`].
+    ///
+    /// # Safety
+    /// `start` must be aligned to 8 bytes and valid for reads and writes of `len` bytes until the
+    /// segment is dropped, and every other access to those bytes while it lives must be atomic.
+    pub(crate) unsafe fn lent(
+        start: NonNull<u8>,
+        len: usize,
+        layout: Layout,
+    ) -> Result<Self, SharedError> {
+        debug_assert!((start.as_ptr() as usize).is_multiple_of(8));
+        if len < HEADER_BYTES {
+            return Err(SharedError::Corrupt {
+                path: LENT_PATH.into(),
+                reason: CorruptReason::Short,
+            });
+        }
+        Self::validated(Memory::Lent { start, len }, LENT_PATH.into())?.check(layout)
+    }
+
+    /// `map` (at least a header long) with its header validated.
+    fn validated(map: Memory, path: PathBuf) -> Result<Self, SharedError> {
         let mut header = [0u8; FIXED_BYTES];
         for (chunk, word) in header
             .chunks_exact_mut(8)
@@ -207,9 +266,13 @@ impl Segment {
             // named); a plain atomic read keeps a damaged file from being a data race.
             chunk.copy_from_slice(&word.load(Ordering::Acquire).to_ne_bytes());
         }
-        let (mut layout, _created) = Layout::decode(&header, len).map_err(corrupt)?;
+        let corrupt = |reason| SharedError::Corrupt {
+            path: path.clone(),
+            reason,
+        };
+        let (mut layout, _created) = Layout::decode(&header, map.len() as u64).map_err(corrupt)?;
         if layout.kind == Kind::Limiter {
-            // The length check above guarantees the block is inside the file.
+            // Layout::decode checked the length against the layout, block included.
             let mut block = [0u8; LIMITER_BLOCK_BYTES];
             for (chunk, word) in block.chunks_exact_mut(8).zip(region(
                 &map,
@@ -222,11 +285,7 @@ impl Segment {
             let block = LimiterLayout::decode(&block, layout.shape.slots()).map_err(corrupt)?;
             layout.limiter = Some(block);
         }
-        Ok(Self {
-            map,
-            layout,
-            path: path.into(),
-        })
+        Ok(Self { map, layout, path })
     }
 
     /// Builds the file under a temporary name and links it into place; `None` if another process
@@ -244,7 +303,7 @@ impl Segment {
         set_mode(file, options.mode).map_err(io)?;
         // set_len zero-fills: every counter starts at 0.
         file.set_len(layout.total_bytes() as u64).map_err(io)?;
-        let map = map(file, &temporary.path)?;
+        let map = Memory::Mapped(map(file, &temporary.path)?);
         let created = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX));
@@ -321,9 +380,10 @@ impl Segment {
         let start = HEADER_BYTES + index * len * 8;
         debug_assert!(start + len * 8 <= self.map.len());
         // SAFETY: the file is `total_bytes` long (checked when opened, set when created), and
-        // `index` is below the layout's sketch count, so the range is inside the mapping; the
-        // mapping is page-aligned so `start` (a multiple of 8) is aligned for AtomicI64, and the
-        // mapping lives as long as `self`. Every access through the slice is atomic.
+        // `index` is below the layout's sketch count, so the range is inside the mapping (lent
+        // memory: its length was checked against the layout); the mapping is page-aligned, lent
+        // memory aligned to 8, so `start` (a multiple of 8) is aligned for AtomicI64, and the
+        // memory lives as long as `self`. Every access through the slice is atomic.
         unsafe { std::slice::from_raw_parts(self.map.as_ptr().add(start).cast::<AtomicI64>(), len) }
     }
 
@@ -335,23 +395,24 @@ impl Segment {
         // while `self` is; accessed only atomically. `AtomicU128` has the size and alignment of
         // `u128`, and the caller checked that it is lock-free (a lock would be this process's
         // alone).
-        unsafe { AtomicU128::from_ptr(self.map.as_mut_ptr().add(offset).cast::<u128>()) }
+        unsafe { AtomicU128::from_ptr(self.map.as_ptr().add(offset).cast::<u128>()) }
     }
 }
 
 /// `count` 8-byte words of `map` from byte `offset` (a multiple of 8), anywhere in the mapping.
-fn region(map: &MmapRaw, offset: usize, count: usize) -> &[AtomicU64] {
+fn region(map: &Memory, offset: usize, count: usize) -> &[AtomicU64] {
     assert!(offset.is_multiple_of(8) && offset + count * 8 <= map.len());
     // SAFETY: as `words`.
     unsafe { std::slice::from_raw_parts(map.as_ptr().add(offset).cast::<AtomicU64>(), count) }
 }
 
 /// `count` 8-byte words of `map` from byte `offset`, as atomics.
-fn words(map: &MmapRaw, offset: usize, count: usize) -> &[AtomicU64] {
+fn words(map: &Memory, offset: usize, count: usize) -> &[AtomicU64] {
     assert!(offset.is_multiple_of(8) && offset + count * 8 <= HEADER_BYTES.min(map.len()));
-    // SAFETY: in bounds (asserted: callers pass constants within the header, and every mapping is
-    // at least a header long), aligned (page-aligned mapping, offset a multiple of 8), alive while
-    // `map` is borrowed; accessed only atomically.
+    // SAFETY: in bounds (asserted: callers pass constants within the header, and every segment is
+    // at least a header long), aligned (a page-aligned mapping, or lent memory aligned to 8 as
+    // `Segment::lent` requires; offset a multiple of 8), alive while `map` is borrowed; accessed
+    // only atomically.
     unsafe { std::slice::from_raw_parts(map.as_ptr().add(offset).cast::<AtomicU64>(), count) }
 }
 

@@ -1,0 +1,252 @@
+/**
+ * The fallback's sketches and rates over a `SharedArrayBuffer` (`lib/shared-buffer.ts` lays it
+ * out): the counters are the buffer's i64s, reached only through `Atomics` on a `BigInt64Array`,
+ * so worker threads count in the same memory as each other and as the native backend.
+ *
+ * {@link AtomicEstimator} mirrors `crates/limits/src/estimator.rs` on that memory: one atomic add
+ * per row, saturating at the i64 bounds as `add_saturating` does (the add is undone and redone as
+ * a compare-and-swap loop when it overflowed). {@link BufferRate} mirrors
+ * `crates/limits/src/shared/rate.rs`: the interval word, claimed and finished by
+ * compare-and-swap, so all threads end an interval once. BigInt arithmetic makes these slower than
+ * the default `Float64Array` sketch, which stays as it was.
+ */
+import type { EstimatorCore, Key, RateCore, RateSample } from '../lib/core.js';
+import { FIRST_COUNTER, RATE_WORD } from '../lib/shared-buffer.js';
+import { hashKey } from './hasher.js';
+import { Rows } from './rows.js';
+import { encodeWords } from './wire.js';
+
+const I64_MAX = 2n ** 63n - 1n;
+const I64_MIN = -(2n ** 63n);
+const U64_MAX = 2n ** 64n - 1n;
+/** 2^63 and above convert to `i64::MAX`, as the native `f64 as i64` does. */
+const I64_BOUND = 2 ** 63;
+
+/** `value` clamped to the i64 range. */
+const clampI64 = (value: bigint): bigint => (value > I64_MAX ? I64_MAX : value < I64_MIN ? I64_MIN : value);
+
+/** Adds `value` to `words[i]`, saturating at the i64 bounds; returns the new value (estimator.rs `add_saturating`). */
+function addSaturating(words: BigInt64Array, i: number, value: bigint): bigint {
+  const sum = Atomics.add(words, i, value) + value;
+  if (sum <= I64_MAX && sum >= I64_MIN) return sum;
+  // Overflowed: undo the wrapping add exactly, then saturate with compare-and-swap.
+  Atomics.sub(words, i, value);
+  for (;;) {
+    const seen = Atomics.load(words, i);
+    const next = clampI64(seen + value);
+    if (Atomics.compareExchange(words, i, seen, next) === seen) return next;
+  }
+}
+
+/** The fallback {@link EstimatorCore} over a buffer's counters from `first` on. */
+export class AtomicEstimator implements EstimatorCore {
+  private readonly k0: number;
+  private readonly k1: number;
+  private readonly rows: Rows;
+
+  constructor(
+    readonly hashes: number,
+    readonly slots: number,
+    readonly seed: bigint,
+    private readonly words: BigInt64Array,
+    private readonly first: number = FIRST_COUNTER,
+  ) {
+    this.k0 = Number(BigInt.asUintN(32, seed));
+    this.k1 = Number(BigInt.asUintN(32, seed >> 32n));
+    this.rows = new Rows(hashes, slots, this.k0, this.k1);
+  }
+
+  incr(key: Key, value: number): number {
+    const h = hashKey(key, this.k0, this.k1);
+    return this.incrHashed(h.h1, h.h2, value);
+  }
+
+  get(key: Key): number {
+    const h = hashKey(key, this.k0, this.k1);
+    return this.getHashed(h.h1, h.h2);
+  }
+
+  counterIndexes(key: Key): number[] {
+    const h = hashKey(key, this.k0, this.k1);
+    return Array.from(this.rows.locate(h.h1, h.h2));
+  }
+
+  /** Adds `value` to the key's counter in every row; the new estimate, as the nearest number to the i64. */
+  incrHashed(h1: number, h2: number, value: number): number {
+    const { words, first } = this;
+    const add = BigInt(value);
+    const indexes = this.rows.locate(h1, h2);
+    let min = I64_MAX;
+    for (let row = 0; row < indexes.length; row++) {
+      const c = addSaturating(words, first + indexes[row]!, add);
+      if (c < min) min = c;
+    }
+    return Number(min);
+  }
+
+  getHashed(h1: number, h2: number): number {
+    const { words, first } = this;
+    const indexes = this.rows.locate(h1, h2);
+    let min = I64_MAX;
+    for (let row = 0; row < indexes.length; row++) {
+      const c = Atomics.load(words, first + indexes[row]!);
+      if (c < min) min = c;
+    }
+    return Number(min);
+  }
+
+  reset(): void {
+    const end = this.first + this.hashes * this.slots;
+    for (let i = this.first; i < end; i++) Atomics.store(this.words, i, 0n);
+  }
+
+  /** Adds `other`'s counters (a `Float64Array` sketch's, or another buffer's), saturating. */
+  merge(other: EstimatorCore): void {
+    const read = counterReader(other);
+    const n = this.hashes * this.slots;
+    for (let i = 0; i < n; i++) addSaturating(this.words, this.first + i, read(i));
+  }
+
+  /** Counter `i` as an i64. */
+  counter(i: number): bigint {
+    return Atomics.load(this.words, this.first + i);
+  }
+
+  /** Nothing to free: the buffer lives as long as any thread holds it. */
+  close(): void {}
+
+  serialize(): Uint8Array {
+    return encodeWords(this.hashes, this.slots, this.seed, (i) => this.counter(i));
+  }
+}
+
+/** Reads `core`'s counters as i64s: an {@link AtomicEstimator}'s, or a `Float64Array` sketch's. */
+function counterReader(core: EstimatorCore): (i: number) => bigint {
+  if (core instanceof AtomicEstimator) return (i) => core.counter(i);
+  const counters = (core as unknown as { counters: Float64Array }).counters;
+  return (i) => {
+    const c = counters[i]!;
+    return c >= I64_BOUND ? I64_MAX : BigInt(c);
+  };
+}
+
+/** Bit 0 of the interval word: which sketch counts the current interval. */
+const FLAG = 1n;
+/** Bit 1: a rotation is under way. */
+const ROTATING = 2n;
+/** Bit 2: the previous interval's counts are stale. */
+const STALE = 4n;
+/** The bits that are not the start time. */
+const LOW_BITS = 7n;
+
+/** The interval word as one call saw it (rate.rs `View`). */
+interface View {
+  current: 0 | 1;
+  rotating: boolean;
+  stale: boolean;
+  /** Nanoseconds since the current interval started. */
+  past: bigint;
+}
+
+/** The fallback {@link RateCore} over a buffer: `nowMs` is on the clock all its threads share. */
+export class BufferRate implements RateCore {
+  private readonly word: BigUint64Array;
+  private readonly sketches: [AtomicEstimator, AtomicEstimator];
+  private readonly intervalNs: bigint;
+  private readonly k0: number;
+  private readonly k1: number;
+
+  constructor(
+    counters: BigInt64Array,
+    private readonly intervalMs: number,
+    hashes: number,
+    slots: number,
+    seed: bigint,
+  ) {
+    this.word = new BigUint64Array(counters.buffer);
+    const n = hashes * slots;
+    this.sketches = [
+      new AtomicEstimator(hashes, slots, seed, counters, FIRST_COUNTER),
+      new AtomicEstimator(hashes, slots, seed, counters, FIRST_COUNTER + n),
+    ];
+    // Within 64 bits: `lib/rate.ts` limits a buffer rate's interval to 2^64 − 1 ns.
+    this.intervalNs = BigInt(intervalMs) * 1_000_000n;
+    this.k0 = Number(BigInt.asUintN(32, seed));
+    this.k1 = Number(BigInt.asUintN(32, seed >> 32n));
+  }
+
+  observe(key: Key, events: number, nowMs: number): number {
+    const view = this.view(nowMs);
+    return this.sketches[view.current].incr(key, events);
+  }
+
+  /** Two steps, as the native adapter's: the count, then where the interval is. */
+  observeInWindow(key: Key, events: number, nowMs: number, window: Float64Array): number {
+    const count = this.observe(key, events, nowMs);
+    window[0] = Math.round(this.sample(key, nowMs).currentIntervalFraction * this.intervalMs);
+    return count;
+  }
+
+  previousCount(key: Key, nowMs: number): number {
+    return this.sample(key, nowMs).prevSamples;
+  }
+
+  sample(key: Key, nowMs: number): RateSample {
+    const view = this.view(nowMs);
+    const h = hashKey(key, this.k0, this.k1);
+    const [current, other] = [this.sketches[view.current], this.sketches[1 - view.current]!];
+    let prevSamples: number;
+    let currSamples: number;
+    if (view.rotating) {
+      // The interval that just ended is still in the current sketch; the new one has seen nothing.
+      prevSamples = view.stale ? 0 : current.getHashed(h.h1, h.h2);
+      currSamples = 0;
+    } else {
+      prevSamples = view.stale ? 0 : other.getHashed(h.h1, h.h2);
+      currSamples = current.getHashed(h.h1, h.h2);
+    }
+    const currentIntervalFraction = Number(view.past % this.intervalNs) / Number(this.intervalNs);
+    return { prevSamples, currSamples, currentIntervalFraction };
+  }
+
+  /** Nothing to free: the buffer lives as long as any thread holds it. */
+  close(): void {}
+
+  /** rate.rs `view`: ends the interval if it is over (taking over a stalled rotation); never waits. */
+  private view(nowMs: number): View {
+    // trunc(nowMs × 10^6) saturating at 2^64 − 1, as the binding's `f64 as u64`.
+    const scaled = nowMs * 1e6;
+    const now = scaled >= 2 ** 64 ? U64_MAX : BigInt(Math.trunc(scaled));
+    for (;;) {
+      const seen = Atomics.load(this.word, RATE_WORD);
+      const start = seen & ~LOW_BITS;
+      const view: View = {
+        current: Number(seen & FLAG) as 0 | 1,
+        rotating: (seen & ROTATING) !== 0n,
+        stale: (seen & STALE) !== 0n,
+        // A start in the future (another clock's origin) reads as long past.
+        past: now >= start ? now - start : U64_MAX,
+      };
+      if (view.past < this.intervalNs) return view;
+      let claimed: bigint;
+      if (view.rotating) {
+        // Stalled for a whole interval: take the rotation over, same sketches, same staleness.
+        claimed = (now & ~LOW_BITS) | (seen & LOW_BITS);
+      } else {
+        const twice = this.intervalNs * 2n;
+        const stale = view.past >= (twice > U64_MAX ? U64_MAX : twice) ? STALE : 0n;
+        claimed = (now & ~LOW_BITS) | (seen & FLAG) | ROTATING | stale;
+      }
+      // Of all threads that read `seen`, exactly one claims the rotation.
+      if (Atomics.compareExchange(this.word, RATE_WORD, seen, claimed) === seen) this.rotate(claimed);
+    }
+  }
+
+  /** Clears the sketch that becomes current, then publishes the new interval (unless taken over). */
+  private rotate(claimed: bigint): void {
+    const current = Number(claimed & FLAG);
+    this.sketches[1 - current]!.reset();
+    const finished = (claimed & ~(ROTATING | FLAG)) | ((claimed & FLAG) ^ FLAG);
+    Atomics.compareExchange(this.word, RATE_WORD, claimed, finished);
+  }
+}
