@@ -100,6 +100,10 @@ test(title('bad keys, counts, shapes and merges throw the classes and codes of l
   expect('fast sharedInflightIncrStr handle of class shared sketch', 'TypeError', 'ERR_INVALID_ARG_TYPE');
   expect('fast sharedInflightIncrKey key symbol', 'TypeError', 'ERR_INVALID_ARG_TYPE');
   expect('fast sharedRateObserveStr handle tag +6', 'TypeError', 'ERR_INVALID_ARG_TYPE');
+  expect('fast bufferRateObserveStr now -1', 'RangeError', 'ERR_OUT_OF_RANGE');
+  expect('fast bufferRateObserveInWindowNum window Float32Array', 'TypeError', 'ERR_INVALID_ARG_TYPE');
+  expect('fast bufferRateObserveKey handle of class shared rate', 'TypeError', 'ERR_INVALID_ARG_TYPE');
+  expect('fast sharedRateObserveStr handle of class buffer', 'TypeError', 'ERR_INVALID_ARG_TYPE');
   t.like(byName.get('deserialize flipped'), { outcome: 'returned', value: 'checksum' });
   t.like(byName.get('deserialize huge shape'), { outcome: 'returned', value: 'shape' });
 });

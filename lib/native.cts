@@ -74,6 +74,8 @@ const { sharedRateObserveStr, sharedRateObserveNum, sharedRateObserveKey } = fas
 const { sharedRateObserveInWindowStr, sharedRateObserveInWindowNum, sharedRateObserveInWindowKey } = fast;
 const { sharedInflightIncrStr, sharedInflightIncrNum, sharedInflightIncrKey } = fast;
 const { sharedCheckStr, sharedCheckNum, sharedCheckKey } = fast;
+const { bufferRateObserveStr, bufferRateObserveNum, bufferRateObserveKey } = fast;
+const { bufferRateObserveInWindowStr, bufferRateObserveInWindowNum, bufferRateObserveInWindowKey } = fast;
 const { limiterCheckStr, limiterCheckNum, limiterCheckKey } = binding.limiterFastPaths();
 const { heavyIncrStr, heavyIncrNum, heavyIncrKey } = fast;
 
@@ -323,22 +325,26 @@ const shared: SharedBackend = {
 
 /**
  * The native {@link RateCore} over a `SharedArrayBuffer` (`src/buffer.rs`): `nowMs` is the shared
- * clock's reading. Not on a fast path; `observeInWindow` takes two calls, as the fallback's.
+ * clock's reading. `observe` and `observeInWindow` call the binding's fast paths, as
+ * {@link NativeRate}'s.
  */
 class NativeBufferRate implements RateCore {
-  constructor(
-    private readonly native: Binding.BufferRate,
-    private readonly intervalMs: number,
-  ) {}
+  private readonly handle: number;
+
+  constructor(private readonly native: Binding.BufferRate) {
+    this.handle = native.handle;
+  }
 
   observe(key: Key, events: number, nowMs: number): number {
-    return this.native.observe(key, events, nowMs);
+    if (typeof key === 'string') return bufferRateObserveStr(this.handle, key, events, nowMs);
+    if (typeof key === 'number') return bufferRateObserveNum(this.handle, key, events, nowMs);
+    return bufferRateObserveKey(this.handle, key, events, nowMs);
   }
 
   observeInWindow(key: Key, events: number, nowMs: number, window: Float64Array): number {
-    const count = this.native.observe(key, events, nowMs);
-    window[0] = Math.round(this.native.sample(key, nowMs).currentIntervalFraction * this.intervalMs);
-    return count;
+    if (typeof key === 'string') return bufferRateObserveInWindowStr(this.handle, key, events, nowMs, window);
+    if (typeof key === 'number') return bufferRateObserveInWindowNum(this.handle, key, events, nowMs, window);
+    return bufferRateObserveInWindowKey(this.handle, key, events, nowMs, window);
   }
 
   previousCount(key: Key, nowMs: number): number {
@@ -360,7 +366,7 @@ const buffers: BufferBackend = {
     return new NativeSharedEstimator(binding.SharedEstimator.lend(counters, hashes, slots, seed));
   },
   rate(counters, intervalMs, hashes, slots, seed) {
-    return new NativeBufferRate(binding.BufferRate.lend(counters, intervalMs, hashes, slots, seed), intervalMs);
+    return new NativeBufferRate(binding.BufferRate.lend(counters, intervalMs, hashes, slots, seed));
   },
 };
 

@@ -1,7 +1,8 @@
 //! Sketches and rates over a JavaScript `SharedArrayBuffer`, which worker threads pass to each
 //! other to share counters without copying: [`Lent`] holds the buffer's memory for the crate's
 //! `shared::lend_estimator` / `SharedRate::lend`, and [`BufferRate`] is the rate over it (the
-//! sketch is a `SharedEstimator` made by `SharedEstimator.lend`, on the shared fast paths).
+//! sketch is a `SharedEstimator` made by `SharedEstimator.lend`, on the shared fast paths; the
+//! rate's `observe` and `observeInWindow` are [`FAST_PATHS`] of their own).
 //!
 //! `lib/shared-buffer.ts` lays the buffer out as a segment file (header, then counters) and
 //! validates it with the same messages on both backends before calling here; the crate checks the
@@ -19,13 +20,22 @@ use crate::error::{Failure, Result as Outcome, map_error};
 use crate::keys;
 use crate::memory::External;
 use crate::rate::RateSample;
+use crate::raw::{self, Callback, Slab, Slot};
 use keepcount_limits::Shape;
 use keepcount_limits::shared::SharedRate;
 use napi::bindgen_prelude::{BigInt, ObjectFinalize, Unknown};
 use napi::{Env, JsValue, Result, sys};
 use napi_derive::napi;
+use std::cell::RefCell;
+use std::ffi::CStr;
 use std::ptr::{self, NonNull};
+use std::rc::Rc;
 use std::time::Duration;
+
+thread_local! {
+    /// This thread's buffer rates, by handle, for the fast paths.
+    static BUFFER_RATES: RefCell<Slab<Inner>> = const { RefCell::new(Slab::new(8)) };
+}
 
 /// Longest interval `lib/rate.ts` accepts: 2^52 ms.
 const MAX_INTERVAL_MS: u64 = 1 << 52;
@@ -118,12 +128,18 @@ impl Drop for Lent {
 /// package's `Rate.fromSharedBuffer`; this class takes only validated input.
 #[napi(custom_finalize)]
 pub struct BufferRate {
-    /// `None` once closed; dropped before `lent`.
-    sketches: Option<SharedRate<CallerClock>>,
-    clock: CallerClock,
+    /// `None` once closed; dropped before `lent`, as is the slab's reference (`slot`).
+    inner: Option<Rc<Inner>>,
+    slot: Slot<Inner>,
     memory: External,
     /// The buffer's memory; declared last so it is released after the sketches.
     lent: Option<Lent>,
+}
+
+/// The sketches over the buffer and the clock they read.
+struct Inner {
+    sketches: SharedRate<CallerClock>,
+    clock: CallerClock,
 }
 
 impl ObjectFinalize for BufferRate {
@@ -175,9 +191,11 @@ impl BufferRate {
             }?;
             // The counters are the buffer's, which V8 already counts: only the struct is ours.
             let memory = External::report(env, size_of_val(&sketches));
+            let inner = Rc::new(Inner { sketches, clock });
+            let slot = Slot::new(&BUFFER_RATES, Rc::clone(&inner))?;
             Ok(Self {
-                sketches: Some(sketches),
-                clock,
+                inner: Some(inner),
+                slot,
                 memory,
                 lent: Some(lent),
             })
@@ -226,10 +244,18 @@ impl BufferRate {
         .map_err(|failure| map_error(env, failure))
     }
 
+    /// This rate's handle for the fast paths ([`FAST_PATHS`]), valid while this object lives.
+    #[napi(getter)]
+    pub fn handle(&self) -> f64 {
+        self.slot.handle()
+    }
+
     /// Lets go of the buffer now (other threads keep counting in it). Idempotent.
     #[napi(catch_unwind)]
     pub fn close(&mut self, env: &Env) {
-        self.sketches = None;
+        // The slab's reference first: the sketches must be gone before the memory is let go.
+        self.slot.vacate();
+        self.inner = None;
         self.lent = None;
         self.memory.release(env);
     }
@@ -238,9 +264,85 @@ impl BufferRate {
 impl BufferRate {
     /// The sketches, with the clock set to `now_ms`.
     fn at(&self, now_ms: f64) -> Outcome<&SharedRate<CallerClock>> {
-        self.clock.set_nanos_from_ms(now_ms)?;
-        self.sketches
-            .as_ref()
-            .ok_or_else(|| Failure::internal("the buffer rate was closed"))
+        self.inner
+            .as_deref()
+            .ok_or_else(|| Failure::internal("the buffer rate was closed"))?
+            .at(now_ms)
     }
 }
+
+impl Inner {
+    fn at(&self, now_ms: f64) -> Outcome<&SharedRate<CallerClock>> {
+        self.clock.set_nanos_from_ms(now_ms)?;
+        Ok(&self.sketches)
+    }
+}
+
+/// `BufferRate.observe(handle, key, events, nowMs)` and `observeInWindow(handle, key, events,
+/// nowMs, window)` as raw functions, as the heap rate's (`crate::rate::FAST_PATHS`): `window[0]`
+/// receives the whole milliseconds elapsed in the interval. Exported by `fastPaths()`.
+pub(crate) const FAST_PATHS: [(&CStr, Callback); 6] = [
+    (c"bufferRateObserveStr", observe_str),
+    (c"bufferRateObserveNum", observe_num),
+    (c"bufferRateObserveKey", observe_key),
+    (c"bufferRateObserveInWindowStr", observe_in_window_str),
+    (c"bufferRateObserveInWindowNum", observe_in_window_num),
+    (c"bufferRateObserveInWindowKey", observe_in_window_key),
+];
+
+/// Defines the raw callback `$name(handle, key, events, nowMs)` or, with `in_window`, `$name(handle,
+/// key, events, nowMs, window)`, hashing its key with `$hash`; checks its arguments in
+/// `BufferRate.observe`'s order.
+macro_rules! fast_observe {
+    ($name:ident, $hash:path) => {
+        unsafe extern "C" fn $name(
+            env: sys::napi_env,
+            info: sys::napi_callback_info,
+        ) -> sys::napi_value {
+            // SAFETY: this callback's handles.
+            unsafe {
+                raw::call(env, info, |&[handle, key, events, now_ms]| {
+                    let inner = raw::resolve(env, handle, &BUFFER_RATES)?;
+                    let events = raw::number(env, events, "The \"events\" argument")?;
+                    let events = args::count("The \"events\" argument", events)?;
+                    let now_ms = raw::number(env, now_ms, "The \"nowMs\" argument")?;
+                    let sketches = inner.at(now_ms)?;
+                    let key = $hash(env, key, |k| sketches.hash_key(k))?;
+                    Ok(sketches.observe_hash(key, events) as f64)
+                })
+            }
+        }
+    };
+    ($name:ident, $hash:path, in_window) => {
+        unsafe extern "C" fn $name(
+            env: sys::napi_env,
+            info: sys::napi_callback_info,
+        ) -> sys::napi_value {
+            // SAFETY: this callback's handles.
+            unsafe {
+                raw::call(env, info, |&[handle, key, events, now_ms, window]| {
+                    let inner = raw::resolve(env, handle, &BUFFER_RATES)?;
+                    let events = raw::number(env, events, "The \"events\" argument")?;
+                    let events = args::count("The \"events\" argument", events)?;
+                    let now_ms = raw::number(env, now_ms, "The \"nowMs\" argument")?;
+                    let window = raw::first_f64(env, window, "The \"window\" argument")?;
+                    let sketches = inner.at(now_ms)?;
+                    let key = $hash(env, key, |k| sketches.hash_key(k))?;
+                    let (count, past) = sketches.observe_hash_in_interval(key, events);
+                    // SAFETY: checked by first_f64, and still within this call. Whole
+                    // milliseconds, below the 2^52 ms interval: exact in a double, and the
+                    // interval's end stays at least 1 ms away.
+                    window.write((past / NANOS_PER_MS) as f64);
+                    Ok(count as f64)
+                })
+            }
+        }
+    };
+}
+
+fast_observe!(observe_str, keys::with_str_key);
+fast_observe!(observe_num, keys::with_number_key);
+fast_observe!(observe_key, keys::hash_key);
+fast_observe!(observe_in_window_str, keys::with_str_key, in_window);
+fast_observe!(observe_in_window_num, keys::with_number_key, in_window);
+fast_observe!(observe_in_window_key, keys::hash_key, in_window);

@@ -63,15 +63,15 @@ pub(crate) type Callback =
 /// `NAPI_AUTO_LENGTH`: the name is NUL-terminated.
 const AUTO_LENGTH: isize = -1;
 
-/// Generations wrap below 2^18, so a handle (`(generation × 8 + tag) × 2^32 + index`) stays
+/// Generations wrap below 2^17, so a handle (`(generation × 16 + tag) × 2^32 + index`) stays
 /// below 2^53.
-const GENERATIONS: u32 = 1 << 18;
-/// Distinct tags, one per type: the low three bits of a handle's high word.
-const TAGS: u32 = 8;
+const GENERATIONS: u32 = 1 << 17;
+/// Distinct tags, one per type: the low four bits of a handle's high word.
+const TAGS: u32 = 16;
 
 /// The objects of one type on this thread, by handle.
 pub(crate) struct Slab<T> {
-    /// In [0, 4), distinct per type: a handle of one type never names an object of another.
+    /// In [0, 16), distinct per type: a handle of one type never names an object of another.
     tag: u32,
     entries: Vec<Entry<T>>,
     /// Indices of empty entries.
@@ -85,8 +85,9 @@ struct Entry<T> {
 }
 
 impl<T> Slab<T> {
-    /// An empty slab whose handles carry `tag` (in [0, 8): 0 sketches, 1 rates, 2 limiters, 3 heavy
-    /// hitters, 4 shared sketches, 5 shared limiters, 6 shared rates, 7 shared in-flight counts).
+    /// An empty slab whose handles carry `tag` (in [0, 16): 0 sketches, 1 rates, 2 limiters, 3 heavy
+    /// hitters, 4 shared sketches, 5 shared limiters, 6 shared rates, 7 shared in-flight counts,
+    /// 8 rates over a `SharedArrayBuffer`).
     pub(crate) const fn new(tag: u32) -> Self {
         Self {
             tag: tag % TAGS,
