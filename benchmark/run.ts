@@ -51,15 +51,21 @@ function bindingProfile(): string {
   const addon = override ?? readdirSync(root).find((f) => f.endsWith('.node'));
   if (addon === undefined) return 'none: only the fallback is timed (run `npm run build`)';
   const bytes = readFileSync(override ?? join(root, addon));
+  // `napi build --platform` builds for an explicit target triple, so look there as well.
+  const dirs = (profile: string): string[] => [join(root, 'target', profile), join(root, 'target', triple, profile)];
   for (const profile of ['release', 'debug']) {
-    try {
-      if (readFileSync(join(root, 'target', profile, 'libkeepcount.so')).equals(bytes)) return `${profile} (${addon})`;
-    } catch {
-      // That profile was never built.
+    for (const dir of dirs(profile)) {
+      try {
+        if (readFileSync(join(dir, 'libkeepcount.so')).equals(bytes)) return `${profile} (${addon})`;
+      } catch {
+        // That profile was never built there.
+      }
     }
   }
   return `unknown build (${addon})`;
 }
+/** The Rust target this machine builds for (x86_64-linux-gnu only, for now). */
+const triple = 'x86_64-unknown-linux-gnu';
 const addon = bindingProfile();
 if (!quick && !addon.startsWith('release')) {
   console.error(`WARNING: native addon is ${addon}; build it with \`npm run build\` for meaningful figures`);
