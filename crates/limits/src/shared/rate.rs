@@ -93,6 +93,23 @@ pub struct SharedRate<C: Clock = HostClock> {
     clock: C,
 }
 
+/// The layout of a rate segment, and its interval in nanoseconds (never 0).
+fn rate_layout(interval: Duration, shape: Shape, seed: u64) -> Result<(Layout, u64), SharedError> {
+    let interval_nanos = u64::try_from(interval.as_nanos()).unwrap_or(u64::MAX);
+    if interval_nanos == 0 {
+        return Err(SharedError::ZeroInterval);
+    }
+    let layout = Layout {
+        kind: Kind::Rate,
+        shape,
+        seed,
+        interval_nanos,
+        processes: 0,
+        limiter: None,
+    };
+    Ok((layout, interval_nanos))
+}
+
 /// The interval word as one call saw it.
 #[derive(Debug, Clone, Copy)]
 struct View {
@@ -131,18 +148,7 @@ impl<C: Clock> SharedRate<C> {
         options: &SharedOptions,
         clock: C,
     ) -> Result<Self, SharedError> {
-        let interval_nanos = u64::try_from(interval.as_nanos()).unwrap_or(u64::MAX);
-        if interval_nanos == 0 {
-            return Err(SharedError::ZeroInterval);
-        }
-        let layout = Layout {
-            kind: Kind::Rate,
-            shape,
-            seed,
-            interval_nanos,
-            processes: 0,
-            limiter: None,
-        };
+        let (layout, interval_nanos) = rate_layout(interval, shape, seed)?;
         // A new segment's interval starts now, counted in the first sketch. Relaxed: the segment
         // is not yet visible to any other process.
         let initialise = |segment: &Segment| {
@@ -171,18 +177,7 @@ impl<C: Clock> SharedRate<C> {
         seed: u64,
         clock: C,
     ) -> Result<Self, SharedError> {
-        let interval_nanos = u64::try_from(interval.as_nanos()).unwrap_or(u64::MAX);
-        if interval_nanos == 0 {
-            return Err(SharedError::ZeroInterval);
-        }
-        let layout = Layout {
-            kind: Kind::Rate,
-            shape,
-            seed,
-            interval_nanos,
-            processes: 0,
-            limiter: None,
-        };
+        let (layout, interval_nanos) = rate_layout(interval, shape, seed)?;
         // SAFETY: the caller's contract is Segment::lent's.
         let segment = Arc::new(unsafe { Segment::lent(start, len, layout) }?);
         Self::over(segment, interval_nanos, clock)
