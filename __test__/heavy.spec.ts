@@ -1,5 +1,5 @@
 import test from 'ava';
-import { Estimator, HeavyHitters, ManualClock } from '../lib/index.js';
+import { Estimator, HeavyHitters, ManualClock, type Clock } from '../lib/index.js';
 import { throwsShape, title } from './helpers.js';
 
 /** A deterministic generator for the streams below. */
@@ -38,7 +38,7 @@ function zipf(s: number, keys: number, events: number, seed: number): number[] {
 }
 
 // A clock that moves only when told: a loaded machine must not end an interval mid-test.
-const small = (clock = new ManualClock()) =>
+const small = (clock: Clock = new ManualClock()) =>
   new HeavyHitters({ intervalMs: 1000, threshold: 20, capacity: 256, hashes: 3, slots: 64, seed: 17, clock });
 
 test(title('every key’s bounds contain its true count, and tracked keys are exact within the threshold'), (t) => {
@@ -94,6 +94,40 @@ test(title('the previous interval is one call, and two idle intervals empty both
   t.is(heavy.intervalRemainingMs(), 1000);
   clock.advance(2000);
   t.deepEqual(heavy.top(5, 'previous'), []);
+});
+
+test(title('incrWindow counts as incr and tells what is left of the interval, from one clock read'), (t) => {
+  const manual = new ManualClock();
+  let reads = 0;
+  const clock = {
+    now: () => {
+      reads++;
+      return manual.now();
+    },
+  };
+  const heavy = small(clock);
+  const twin = small();
+  const before = reads;
+  for (let i = 1; i <= 50; i++) {
+    t.deepEqual(heavy.incrWindow('flood'), { count: twin.incr('flood'), resetMs: 1000 });
+  }
+  t.is(reads - before, 50);
+  manual.advance(400);
+  t.deepEqual(heavy.incrWindow('flood', 3), { count: heavy.count('flood').lower, resetMs: 600 });
+  // An ended interval is replaced by the call: a whole interval is left, and the key starts afresh.
+  manual.advance(600);
+  t.deepEqual(heavy.incrWindow('flood'), { count: 1, resetMs: 1000 });
+  t.is(heavy.intervalRemainingMs(), 1000);
+  throwsShape(t, () => heavy.incrWindow('flood', 0), {
+    instanceOf: RangeError,
+    code: 'ERR_OUT_OF_RANGE',
+    message: /The "value" argument must be an integer in \[1, 4294967295\]/,
+  });
+  throwsShape(t, () => heavy.incrWindow({} as never), {
+    instanceOf: TypeError,
+    code: 'ERR_INVALID_ARG_TYPE',
+    message: /The "key" argument/,
+  });
 });
 
 test(title('a full table refuses entry, and the overflow is visible in stats'), (t) => {

@@ -124,6 +124,38 @@ test(
   },
 );
 
+test.serial(title('KeepcountStore reads Date.now() once per increment, and dates the reset from it'), async (t) => {
+  // Serial: Date is faked and Date.now spied on for this test alone.
+  mock.timers.enable({ apis: ['Date'], now: 5_000 });
+  const fake = Date.now;
+  let reads = 0;
+  Date.now = () => {
+    reads++;
+    return fake();
+  };
+  t.teardown(() => {
+    Date.now = fake;
+    mock.timers.reset();
+  });
+  for (const heavyHitters of [true, false]) {
+    const store = new KeepcountStore({ heavyHitters });
+    store.init({ windowMs: 1000, limit: 1000 });
+    mock.timers.tick(250);
+    reads = 0;
+    const ends = new Set<number>();
+    for (let i = 1; i <= 20; i++) {
+      const info = await store.increment('client');
+      t.is(info.totalHits, i);
+      ends.add(info.resetTime!.getTime());
+    }
+    t.is(reads, 20, `heavyHitters: ${heavyHitters}`);
+    // Time stands still: one window end, within a window of now (5,250 ms).
+    t.is(ends.size, 1);
+    const [end] = ends;
+    t.true(end! > 5_250 && end! <= 6_250, `resetTime ${end}`);
+  }
+});
+
 test.serial(
   title('the shared window: at most 2 × limit in any windowMs span, a first window as short as 1 ms'),
   async (t) => {

@@ -144,6 +144,21 @@ export class HeavyHitters {
   }
 
   /**
+   * {@link incr}, also telling how long the current interval still runs: the `count` {@link incr}
+   * returns and `resetMs`, {@link intervalRemainingMs} at the same instant. One clock read for
+   * both, where `incr` then `intervalRemainingMs` take two: what a fixed-window quota reports on
+   * every request.
+   */
+  incrWindow(key: Key, value = 1): { count: number; resetMs: number } {
+    const k = validateKey(key);
+    const v = valueArgument(value);
+    const now = this.#elapsed();
+    const r = this.#core.incr(k, v, now);
+    // `#elapsed` has started a new interval if the last one ended, so `now` lies in the current one.
+    return { count: r >= 0 ? r : -1 - r, resetMs: this.intervalMs - (now - this.#intervalStart) };
+  }
+
+  /**
    * Takes back `value` (defaults to 1) counted for `key` in the current interval, e.g. a request
    * that should not have counted. A tracked key's exact count drops (not below 0); the sketch is
    * never decreased, so an untracked key's estimate stays as it is (still an upper bound).

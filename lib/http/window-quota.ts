@@ -209,8 +209,12 @@ export class WindowQuota {
     let count: number;
     let resetMs: number;
     if (counts instanceof HeavyHitters) {
-      count = cost > 0 ? counts.incr(key, cost) : this.#heavyCount(counts, key);
-      resetMs = counts.intervalRemainingMs();
+      if (cost > 0) {
+        ({ count, resetMs } = counts.incrWindow(key, cost));
+      } else {
+        count = this.#heavyCount(counts, key);
+        resetMs = counts.intervalRemainingMs();
+      }
     } else {
       ({ count, resetMs } = counts.observeWindow(key, cost));
     }

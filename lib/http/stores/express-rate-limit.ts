@@ -33,7 +33,7 @@ import type { HeavyTalker } from '../../core.js';
 import { invalidType, withCode } from '../../errors.js';
 import type { Rate } from '../../rate.js';
 import { WindowQuota, type HeavyHitterSettings } from '../window-quota.js';
-import { dateClock, storeQuota, wholeWindowMs } from './window.js';
+import { DateReading, storeQuota, wholeWindowMs } from './window.js';
 
 /** express-rate-limit's `ClientRateLimitInfo`. */
 export interface ClientRateLimitInfo {
@@ -93,6 +93,8 @@ export class KeepcountStore {
   #quota: WindowQuota | undefined;
   /** express-rate-limit's `limit`, kept for {@link resetAll}. */
   #limit: unknown;
+  /** The quota's clock when it is `Date.now()` (the default), whose last reading dates resets. */
+  #date: DateReading | undefined;
 
   constructor(options: KeepcountStoreOptions = {}) {
     if (typeof options !== 'object' || options === null)
@@ -103,12 +105,14 @@ export class KeepcountStore {
 
   /** Called by express-rate-limit with its options; takes `windowMs` and a numeric `limit` from them. */
   init(options: { windowMs: number; limit?: unknown }): void {
-    const { clients, hashes, slots, seed, clock = dateClock, heavyHitters, rate } = this.#options;
+    const { clients, hashes, slots, seed, clock, heavyHitters, rate } = this.#options;
     const windowMs = wholeWindowMs('The "windowMs" option', options.windowMs);
     this.#limit = options.limit;
     // Deciding is express-rate-limit's business: the store only counts.
     const quota = storeQuota(heavyHitters, options.limit, rate);
-    this.#quota = new WindowQuota({ ...quota, windowMs, clients, hashes, slots, seed, clock });
+    // A given rate keeps its own (monotonic) clock, and the `clock` option is ignored then.
+    this.#date = clock === undefined && rate === undefined ? new DateReading() : undefined;
+    this.#quota = new WindowQuota({ ...quota, windowMs, clients, hashes, slots, seed, clock: clock ?? this.#date });
   }
 
   /** Counts a hit for `key`. */
@@ -159,8 +163,9 @@ export class KeepcountStore {
     this.init({ windowMs: quota.windowMs, limit: this.#limit });
   }
 
+  /** `Date.now()` plus `resetMs`, which the quota has just measured at the reading it remembers. */
   #resetTime(resetMs: number): Date {
-    return new Date(Date.now() + resetMs);
+    return new Date((this.#date?.last ?? Date.now()) + resetMs);
   }
 
   #ready(): WindowQuota {

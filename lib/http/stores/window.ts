@@ -16,6 +16,21 @@ import type { HeavyHitterSettings, WindowQuotaOptions } from '../window-quota.js
  */
 export const dateClock: Clock = { now: () => Date.now() };
 
+/**
+ * {@link dateClock} remembering its last reading. express-rate-limit wants a `resetTime` date:
+ * `Date.now()` plus what is left of the window. The window was judged at a reading of this very
+ * clock a moment before, so the store adds to that reading instead of calling `Date.now()` again:
+ * one clock read per request instead of two, and a reset time consistent with the count.
+ */
+export class DateReading implements Clock {
+  /** The last value {@link now} returned (0 before the first). */
+  last = 0;
+
+  now(): number {
+    return (this.last = Date.now());
+  }
+}
+
 /** Longest window: `WindowQuota`'s 2^52 ms. */
 const MAX_WINDOW_MS = 2 ** 52;
 
