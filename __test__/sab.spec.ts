@@ -65,6 +65,23 @@ test(title('four worker threads incrementing one key reach the exact total, and 
   await Promise.all(all.map((w) => w.stop()));
 });
 
+test(title('a buffer sketch returns the number nearest its i64 counter, past 2^53 and up to saturation'), (t) => {
+  const sketch = Estimator.fromSharedBuffer(Estimator.createSharedBuffer({ hashes: 2, slots: 8, seed: 5n }));
+  const step = Number.MAX_SAFE_INTEGER;
+  let exact = 0n;
+  // Through 2^53, where numbers stop being exact, to the i64 bound (1,024 steps of 2^53 − 1) and on.
+  for (let i = 1; i <= 1100; i++) {
+    exact += BigInt(step);
+    if (exact > 2n ** 63n - 1n) exact = 2n ** 63n - 1n;
+    t.is(sketch.incr('k', step), Number(exact), `step ${i}`);
+  }
+  for (let i = 1; i <= 2200; i++) {
+    exact -= BigInt(step);
+    if (exact < -(2n ** 63n)) exact = -(2n ** 63n);
+    t.is(sketch.incr('k', -step), Number(exact), `step back ${i}`);
+  }
+});
+
 test(title('the native and the fallback backend count in one buffer and give the same answers'), async (t) => {
   const buffer = Estimator.createSharedBuffer({ hashes: 3, slots: 256, seed: 0xfeedn });
   const [native, fallback] = await start({ buffer, kind: 'estimator' }, ['native', 'fallback']);

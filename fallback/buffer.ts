@@ -25,9 +25,25 @@ const I64_BOUND = 2 ** 63;
 /** `value` clamped to the i64 range. */
 const clampI64 = (value: bigint): bigint => (value > I64_MAX ? I64_MAX : value < I64_MIN ? I64_MIN : value);
 
+/**
+ * 2^53: a counter strictly within ±2^53 converts to a number exactly, and adding a safe integer
+ * to it cannot overflow an i64, so the sum is done in numbers (no BigInt arithmetic, which
+ * allocates). The sum of two exact integers rounds once, to the nearest number of the exact sum:
+ * what `Number(counter + value)` gives.
+ */
+const EXACT = 2 ** 53;
+
 /** Adds `value` to `words[i]`, saturating at the i64 bounds; returns the new value (estimator.rs `add_saturating`). */
 function addSaturating(words: BigInt64Array, i: number, value: bigint): bigint {
-  const sum = Atomics.add(words, i, value) + value;
+  return settle(words, i, Atomics.add(words, i, value), value);
+}
+
+/**
+ * The new value of `words[i]` after a wrapping `Atomics.add` of `value` that found `old` there:
+ * `old + value`, or when that overflowed the i64, the add undone and redone saturating.
+ */
+function settle(words: BigInt64Array, i: number, old: bigint, value: bigint): bigint {
+  const sum = old + value;
   if (sum <= I64_MAX && sum >= I64_MIN) return sum;
   // Overflowed: undo the wrapping add exactly, then saturate with compare-and-swap.
   Atomics.sub(words, i, value);
@@ -76,23 +92,27 @@ export class AtomicEstimator implements EstimatorCore {
     const { words, first } = this;
     const add = BigInt(value);
     const indexes = this.rows.locate(h1, h2);
-    let min = I64_MAX;
+    // Minimum of the rounded counters = the rounded minimum: rounding to numbers keeps order.
+    let min = Infinity;
     for (let row = 0; row < indexes.length; row++) {
-      const c = addSaturating(words, first + indexes[row]!, add);
+      const i = first + indexes[row]!;
+      const old = Atomics.add(words, i, add);
+      const exact = Number(old);
+      const c = exact > -EXACT && exact < EXACT ? exact + value : Number(settle(words, i, old, add));
       if (c < min) min = c;
     }
-    return Number(min);
+    return min;
   }
 
   getHashed(h1: number, h2: number): number {
     const { words, first } = this;
     const indexes = this.rows.locate(h1, h2);
-    let min = I64_MAX;
+    let min = Infinity;
     for (let row = 0; row < indexes.length; row++) {
-      const c = Atomics.load(words, first + indexes[row]!);
+      const c = Number(Atomics.load(words, first + indexes[row]!));
       if (c < min) min = c;
     }
-    return Number(min);
+    return min;
   }
 
   reset(): void {
@@ -153,6 +173,8 @@ export class BufferRate implements RateCore {
   private readonly word: BigUint64Array;
   private readonly sketches: [AtomicEstimator, AtomicEstimator];
   private readonly intervalNs: bigint;
+  /** `intervalNs` as a number; `Infinity` from 2^53 on, above any time {@link current} reads in numbers. */
+  private readonly intervalNsNumber: number;
   private readonly k0: number;
   private readonly k1: number;
 
@@ -171,13 +193,13 @@ export class BufferRate implements RateCore {
     ];
     // Within 64 bits: `lib/rate.ts` limits a buffer rate's interval to 2^64 − 1 ns.
     this.intervalNs = BigInt(intervalMs) * 1_000_000n;
+    this.intervalNsNumber = intervalMs * 1e6 < EXACT ? intervalMs * 1e6 : Infinity;
     this.k0 = Number(BigInt.asUintN(32, seed));
     this.k1 = Number(BigInt.asUintN(32, seed >> 32n));
   }
 
   observe(key: Key, events: number, nowMs: number): number {
-    const view = this.view(nowMs);
-    return this.sketches[view.current].incr(key, events);
+    return this.sketches[this.current(nowMs)].incr(key, events);
   }
 
   /** Two steps, as the native adapter's: the count, then where the interval is. */
@@ -211,6 +233,23 @@ export class BufferRate implements RateCore {
 
   /** Nothing to free: the buffer lives as long as any thread holds it. */
   close(): void {}
+
+  /**
+   * Which sketch counts now: {@link view}'s `current`, read in numbers while the interval word,
+   * the time and the interval are all below 2^53 ns (104 days), where numbers are exact and the
+   * comparison is the same; BigInt arithmetic allocates, and this runs on every `observe`.
+   */
+  private current(nowMs: number): 0 | 1 {
+    const now = Math.trunc(nowMs * 1e6);
+    const seen = Number(Atomics.load(this.word, RATE_WORD));
+    if (seen < EXACT && now < EXACT) {
+      const low = seen % 8;
+      const start = seen - low;
+      // An interval still running: its flag, as `view` reads it (an ended one is view's to end).
+      if (now >= start && now - start < this.intervalNsNumber) return (low & 1) as 0 | 1;
+    }
+    return this.view(nowMs).current;
+  }
 
   /** rate.rs `view`: ends the interval if it is over (taking over a stalled rotation); never waits. */
   private view(nowMs: number): View {
