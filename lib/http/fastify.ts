@@ -150,7 +150,7 @@ export function upstreamLimitHook(options: UpstreamLimitHookOptions): OnRequestH
   const hook: OnRequestHook = async (request, reply) => {
     const u = upstream(request);
     talkers?.incr(u);
-    const slot = limit.acquire(u);
+    const slot = limit.enter(u);
     if (!slot.allowed) {
       if (onLimit !== undefined) await onLimit(request, reply, slot);
       else

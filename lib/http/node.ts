@@ -263,7 +263,7 @@ export function upstreamLimit<
     try {
       const u = upstream(req);
       talkers?.incr(u);
-      slot = limit.acquire(u);
+      slot = limit.enter(u);
     } catch (error) {
       return fail(res, next, error);
     }
