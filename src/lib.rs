@@ -38,7 +38,7 @@ use napi_derive::napi;
 /// `Estimator.incr`/`get` ([`estimator::FAST_PATHS`]), `Rate.observe`/`observeInWindow`
 /// ([`rate::FAST_PATHS`]), `HeavyHitters.incr` ([`heavy::FAST_PATHS`]) and
 /// `SharedEstimator.incr`/`get`, `SharedRate.observe`/`observeInWindow`, `SharedInflight.incr` and
-/// `SharedLimiter.check` ([`shared::FAST_PATHS`]), and `BufferRate.observe`/`observeInWindow`
+/// `SharedLimiter.check` ([`shared::fast_paths`]), and `BufferRate.observe`/`observeInWindow`
 /// ([`buffer::FAST_PATHS`]). A fresh set per call; `lib/native.cts` takes one per environment.
 #[napi(
     catch_unwind,
@@ -49,7 +49,7 @@ pub fn fast_paths(env: &Env) -> Result<Object<'_>> {
         .into_iter()
         .chain(rate::FAST_PATHS)
         .chain(heavy::FAST_PATHS)
-        .chain(shared::FAST_PATHS)
+        .chain(shared::fast_paths())
         .chain(buffer::FAST_PATHS)
         .collect();
     // SAFETY: this call's env.

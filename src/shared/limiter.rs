@@ -1,0 +1,183 @@
+//! `SharedLimiter`: per-key token buckets over a shared segment, on the host's monotonic clock,
+//! and its raw `check`.
+
+use super::{closed, options};
+use crate::args;
+use crate::error::{Result as Outcome, map_error};
+use crate::keys;
+use crate::limiter::{self, QuotaSpec};
+use crate::memory::External;
+use crate::raw::{self, Callback, Slab, Slot};
+use keepcount_limits::shared::SharedLimiter as Buckets;
+use napi::bindgen_prelude::{BigInt, ObjectFinalize, Unknown};
+use napi::{Env, Result};
+use napi_derive::napi;
+use std::cell::RefCell;
+use std::ffi::CStr;
+use std::rc::Rc;
+
+thread_local! {
+    /// This thread's shared limiters, by handle, for the fast paths.
+    static SHARED_LIMITERS: RefCell<Slab<Buckets>> = const { RefCell::new(Slab::new(5)) };
+}
+
+/// Per-key token buckets over the shared segment `name`, on the host's monotonic clock (the
+/// crate's `shared::SharedLimiter`). Use the package's `Limiter.openShared`; this class takes only
+/// validated input.
+#[napi(custom_finalize)]
+pub struct SharedLimiter {
+    /// `None` once closed.
+    limiter: Option<Rc<Buckets>>,
+    slot: Slot<Buckets>,
+    memory: External,
+}
+
+/// How full a shared limiter's key table is.
+#[napi(object)]
+pub struct SharedLimiterStats {
+    /// Keys in the table.
+    pub keys: u32,
+    /// The most keys the table takes.
+    pub capacity: u32,
+    /// Checks sent to the best-effort bucket because the table was full, by every process.
+    pub overflow: f64,
+}
+
+impl ObjectFinalize for SharedLimiter {
+    fn finalize(mut self, env: Env) -> Result<()> {
+        self.memory.release(&env);
+        Ok(())
+    }
+}
+
+#[napi]
+impl SharedLimiter {
+    /// Opens (creating if needed) segment `name`: a bucket under `quota` for each of up to
+    /// `capacity` keys (in [1, 2^22]), `bestEffort` for keys beyond, key identities under `seed`;
+    /// errors as `SharedEstimator.open`, and `ERR_KEEPCOUNT_UNSUPPORTED` on a CPU without
+    /// lock-free 128-bit atomics.
+    #[napi(factory, catch_unwind)]
+    #[allow(clippy::too_many_arguments)]
+    pub fn open(
+        env: &Env,
+        name: String,
+        quota: QuotaSpec,
+        best_effort: QuotaSpec,
+        capacity: u32,
+        seed: BigInt,
+        dir: Option<String>,
+        mode: u32,
+    ) -> Result<Self> {
+        (|| -> Outcome<Self> {
+            let limiter = Buckets::open(
+                &name,
+                limiter::quota(&quota)?,
+                limiter::quota(&best_effort)?,
+                capacity,
+                args::seed(&seed)?,
+                &options(dir, mode),
+            )?;
+            // Report the mapping's size, as the sketches do: what the table can reach.
+            let memory = External::report(env, limiter.memory_bytes());
+            let limiter = Rc::new(limiter);
+            let slot = Slot::new(&SHARED_LIMITERS, Rc::clone(&limiter))?;
+            Ok(Self {
+                limiter: Some(limiter),
+                slot,
+                memory,
+            })
+        })()
+        .map_err(|failure| map_error(env, failure))
+    }
+
+    /// Checks one request costing `cost` units (a safe integer) for `key`: 0 if admitted, else
+    /// the milliseconds until it would be, `Infinity` if never.
+    #[napi(catch_unwind)]
+    pub fn check(
+        &self,
+        env: &Env,
+        #[napi(ts_arg_type = "string | number | bigint | Uint8Array")] key: Unknown,
+        cost: f64,
+    ) -> Result<f64> {
+        (|| -> Outcome<f64> {
+            let cost = args::integer("The \"cost\" argument", cost, 0, limiter::MAX_SAFE)?;
+            let buckets = self.limiter()?;
+            limiter::with_key(env, key, |key| {
+                limiter::decision_ms(buckets.check(key, cost))
+            })
+        })()
+        .map_err(|failure| map_error(env, failure))
+    }
+
+    /// This limiter's handle for the fast paths ([`FAST_PATHS`]), valid while this object lives.
+    #[napi(getter)]
+    pub fn handle(&self) -> f64 {
+        self.slot.handle()
+    }
+
+    /// How full the key table is, and how many checks overflowed it.
+    #[napi(catch_unwind)]
+    pub fn stats(&self, env: &Env) -> Result<SharedLimiterStats> {
+        self.limiter()
+            .map(|limiter| {
+                let stats = limiter.stats();
+                SharedLimiterStats {
+                    keys: stats.keys,
+                    capacity: stats.capacity,
+                    // Exact below 2^53 checks.
+                    overflow: stats.overflow as f64,
+                }
+            })
+            .map_err(|failure| map_error(env, failure))
+    }
+
+    /// Unmaps the segment from this process now. Idempotent.
+    #[napi(catch_unwind)]
+    pub fn close(&mut self, env: &Env) {
+        self.slot.vacate();
+        // The slab held the only other reference: dropping ours unmaps the segment.
+        self.limiter = None;
+        self.memory.release(env);
+    }
+}
+
+impl SharedLimiter {
+    fn limiter(&self) -> Outcome<&Buckets> {
+        self.limiter.as_deref().ok_or_else(closed)
+    }
+}
+
+/// `SharedLimiter.check` taking the limiter's handle, then `(key, cost)`, as the local limiter's
+/// (`crate::limiter::FAST_PATHS`).
+pub(super) const FAST_PATHS: [(&CStr, Callback); 3] = [
+    (c"sharedCheckStr", check_str),
+    (c"sharedCheckNum", check_num),
+    (c"sharedCheckKey", check_key),
+];
+
+/// Defines the raw callback `$name(handle, key, cost)` reading its key with `$read`
+/// (`keys::with_str_key`, `with_number_key` or `with_key`).
+macro_rules! fast_check {
+    ($name:ident, $read:path) => {
+        unsafe extern "C" fn $name(
+            env: napi::sys::napi_env,
+            info: napi::sys::napi_callback_info,
+        ) -> napi::sys::napi_value {
+            // SAFETY: this callback's handles.
+            unsafe {
+                raw::call(env, info, |&[handle, key, cost]| {
+                    let buckets = raw::resolve(env, handle, &SHARED_LIMITERS)?;
+                    let cost = raw::number(env, cost, "The \"cost\" argument")?;
+                    let cost = args::integer("The \"cost\" argument", cost, 0, limiter::MAX_SAFE)?;
+                    $read(env, key, |key| {
+                        key.with_stored(|key| limiter::decision_ms(buckets.check(key, cost)))
+                    })
+                })
+            }
+        }
+    };
+}
+
+fast_check!(check_str, keys::with_str_key);
+fast_check!(check_num, keys::with_number_key);
+fast_check!(check_key, keys::with_key);

@@ -1,0 +1,228 @@
+//! `SharedRate`: pingora-limits' `Rate` over a shared segment, on the host's monotonic clock, and
+//! its raw `observe` / `observeInWindow`.
+
+use super::{closed, options};
+use crate::args;
+use crate::error::{Result as Outcome, map_error};
+use crate::keys;
+use crate::memory::External;
+use crate::rate::RateSample;
+use crate::raw::{self, Callback, Slab, Slot};
+use keepcount_limits::Shape;
+use keepcount_limits::shared::SharedRate as Sketches;
+use napi::bindgen_prelude::{BigInt, ObjectFinalize, Unknown};
+use napi::{Env, JsValue, Result, sys};
+use napi_derive::napi;
+use std::cell::RefCell;
+use std::ffi::CStr;
+use std::rc::Rc;
+use std::time::Duration;
+
+thread_local! {
+    /// This thread's shared rates, by handle, for the fast paths.
+    static SHARED_RATES: RefCell<Slab<Sketches>> = const { RefCell::new(Slab::new(6)) };
+}
+
+/// Longest interval `lib/rate.ts` accepts: 2^52 ms.
+const MAX_INTERVAL_MS: u64 = 1 << 52;
+
+/// pingora-limits' `Rate` over the shared segment `name`, on the host's monotonic clock. Use the
+/// package's `Rate.openShared`; this class takes only validated input.
+#[napi(custom_finalize)]
+pub struct SharedRate {
+    /// `None` once closed.
+    sketches: Option<Rc<Sketches>>,
+    slot: Slot<Sketches>,
+    memory: External,
+}
+
+impl ObjectFinalize for SharedRate {
+    fn finalize(mut self, env: Env) -> Result<()> {
+        self.memory.release(&env);
+        Ok(())
+    }
+}
+
+#[napi]
+impl SharedRate {
+    /// Opens (creating if needed) the shared rate `name` over intervals of `intervalMs` (an
+    /// integer in [1, 2^52]) with two sketches of `hashes × slots` keyed by `seed`; errors as
+    /// `SharedEstimator.open`.
+    #[napi(factory, catch_unwind)]
+    #[allow(clippy::too_many_arguments)]
+    pub fn open(
+        env: &Env,
+        name: String,
+        interval_ms: f64,
+        hashes: f64,
+        slots: f64,
+        seed: BigInt,
+        dir: Option<String>,
+        mode: u32,
+    ) -> Result<Self> {
+        (|| -> Outcome<Self> {
+            let interval_ms = args::integer(
+                "The \"intervalMs\" argument",
+                interval_ms,
+                1,
+                MAX_INTERVAL_MS,
+            )?;
+            let shape = Shape::new(
+                args::dimension("The \"hashes\" argument", hashes)?,
+                args::dimension("The \"slots\" argument", slots)?,
+            )?;
+            let sketches = Sketches::open(
+                &name,
+                Duration::from_millis(interval_ms),
+                shape,
+                args::seed(&seed)?,
+                &options(dir, mode),
+            )?;
+            let memory = External::report(env, 2 * shape.counters() * size_of::<i64>());
+            let sketches = Rc::new(sketches);
+            let slot = Slot::new(&SHARED_RATES, Rc::clone(&sketches))?;
+            Ok(Self {
+                sketches: Some(sketches),
+                slot,
+                memory,
+            })
+        })()
+        .map_err(|failure| map_error(env, failure))
+    }
+
+    /// Adds `events` (a safe integer) to `key` in the host's current interval; returns the
+    /// key's count there.
+    #[napi(catch_unwind)]
+    pub fn observe(
+        &self,
+        env: &Env,
+        #[napi(ts_arg_type = "string | number | bigint | Uint8Array")] key: Unknown,
+        events: f64,
+    ) -> Result<f64> {
+        (|| -> Outcome<f64> {
+            let events = args::count("The \"events\" argument", events)?;
+            let sketches = self.sketches()?;
+            // SAFETY: live handles of this call.
+            let key = unsafe { keys::hash_key(env.raw(), key.raw(), |k| sketches.hash_key(k)) }?;
+            Ok(sketches.observe_hash(key, events) as f64)
+        })()
+        .map_err(|failure| map_error(env, failure))
+    }
+
+    /// `key`'s count in the previous interval; 0 if two or more intervals passed.
+    #[napi(catch_unwind)]
+    pub fn previous_count(
+        &self,
+        env: &Env,
+        #[napi(ts_arg_type = "string | number | bigint | Uint8Array")] key: Unknown,
+    ) -> Result<f64> {
+        self.sample(env, key).map(|sample| sample.prev_samples)
+    }
+
+    /// pingora's `rate_with` components for `key`, now.
+    #[napi(catch_unwind)]
+    pub fn sample(
+        &self,
+        env: &Env,
+        #[napi(ts_arg_type = "string | number | bigint | Uint8Array")] key: Unknown,
+    ) -> Result<RateSample> {
+        (|| -> Outcome<RateSample> {
+            let sketches = self.sketches()?;
+            // SAFETY: live handles of this call.
+            let key = unsafe { keys::hash_key(env.raw(), key.raw(), |k| sketches.hash_key(k)) }?;
+            Ok(sketches.rate_with_hash(key, |parts| RateSample {
+                prev_samples: parts.prev_samples as f64,
+                curr_samples: parts.curr_samples as f64,
+                current_interval_fraction: parts.current_interval_fraction,
+            }))
+        })()
+        .map_err(|failure| map_error(env, failure))
+    }
+
+    /// This rate's handle for the fast paths ([`FAST_PATHS`]), valid while this object lives.
+    #[napi(getter)]
+    pub fn handle(&self) -> f64 {
+        self.slot.handle()
+    }
+
+    /// Unmaps the segment from this process now. Idempotent.
+    #[napi(catch_unwind)]
+    pub fn close(&mut self, env: &Env) {
+        self.slot.vacate();
+        // The slab held the only other reference: dropping ours unmaps the segment.
+        self.sketches = None;
+        self.memory.release(env);
+    }
+}
+
+impl SharedRate {
+    fn sketches(&self) -> Outcome<&Sketches> {
+        self.sketches.as_deref().ok_or_else(closed)
+    }
+}
+
+/// `SharedRate.observe(handle, key, events)` and `observeInWindow(handle, key, events, window)` as
+/// raw functions, as the heap rate's (`crate::rate::FAST_PATHS`) without `nowMs`: `window[0]`
+/// receives the whole milliseconds elapsed in the host's interval, so a `WindowQuota` on a shared
+/// rate makes one call per request.
+pub(super) const FAST_PATHS: [(&CStr, Callback); 6] = [
+    (c"sharedRateObserveStr", observe_str),
+    (c"sharedRateObserveNum", observe_num),
+    (c"sharedRateObserveKey", observe_key),
+    (c"sharedRateObserveInWindowStr", observe_in_window_str),
+    (c"sharedRateObserveInWindowNum", observe_in_window_num),
+    (c"sharedRateObserveInWindowKey", observe_in_window_key),
+];
+
+/// Defines the raw callback `$name(handle, key, events)` (`observe`) or, with `in_window`,
+/// `$name(handle, key, events, window)`, hashing its key with `$hash`; checks its arguments in
+/// `SharedRate.observe`'s order.
+macro_rules! fast_observe {
+    ($name:ident, $hash:path) => {
+        unsafe extern "C" fn $name(
+            env: sys::napi_env,
+            info: sys::napi_callback_info,
+        ) -> sys::napi_value {
+            // SAFETY: this callback's handles.
+            unsafe {
+                raw::call(env, info, |&[handle, key, events]| {
+                    let sketches = raw::resolve(env, handle, &SHARED_RATES)?;
+                    let events = raw::number(env, events, "The \"events\" argument")?;
+                    let events = args::count("The \"events\" argument", events)?;
+                    let key = $hash(env, key, |k| sketches.hash_key(k))?;
+                    Ok(sketches.observe_hash(key, events) as f64)
+                })
+            }
+        }
+    };
+    ($name:ident, $hash:path, in_window) => {
+        unsafe extern "C" fn $name(
+            env: sys::napi_env,
+            info: sys::napi_callback_info,
+        ) -> sys::napi_value {
+            // SAFETY: this callback's handles.
+            unsafe {
+                raw::call(env, info, |&[handle, key, events, window]| {
+                    let sketches = raw::resolve(env, handle, &SHARED_RATES)?;
+                    let events = raw::number(env, events, "The \"events\" argument")?;
+                    let events = args::count("The \"events\" argument", events)?;
+                    let key = $hash(env, key, |k| sketches.hash_key(k))?;
+                    let window = raw::first_f64(env, window, "The \"window\" argument")?;
+                    let (count, past) = sketches.observe_hash_in_interval(key, events);
+                    // SAFETY: checked by first_f64, and still within this call. Whole
+                    // milliseconds, below the 2^52 ms interval: exact in a double, and the
+                    // interval's end stays at least 1 ms away.
+                    window.write((past / 1_000_000) as f64);
+                    Ok(count as f64)
+                })
+            }
+        }
+    };
+}
+
+fast_observe!(observe_str, keys::with_str_key);
+fast_observe!(observe_num, keys::with_number_key);
+fast_observe!(observe_key, keys::hash_key);
+fast_observe!(observe_in_window_str, keys::with_str_key, in_window);
+fast_observe!(observe_in_window_num, keys::with_number_key, in_window);
+fast_observe!(observe_in_window_key, keys::hash_key, in_window);
