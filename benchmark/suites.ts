@@ -67,6 +67,11 @@ function rate(backends: LoadedBackend[], v: Variant, checkDraws: number): Suite 
   backends.forEach((b, i) =>
     cases.push(syncCase(`keepcount Rate.observe ${label(b)}`, s, (k) => rates[i]!.observe(k))),
   );
+  // The floor under any one-call-per-key design: fetch the key string, hash it, one counter.
+  const floors = backends.map((b) => new b.api.Estimator({ hashes: 1, slots: 1, seed: SEED }));
+  backends.forEach((b, i) =>
+    cases.push(syncCase(`keepcount Estimator.get, 1 × 1 (the floor) ${label(b)}`, s, (k) => floors[i]!.get(k))),
+  );
   cases.push(asyncCase('rate-limiter-flexible RateLimiterMemory.consume', s, (k) => rlf.consume(k, 1)));
   cases.push(asyncCase('express-rate-limit MemoryStore.increment', s, (k) => store.increment(k)));
   return {
