@@ -205,12 +205,15 @@ for (const b of node.backends) {
     });
   }
   const observe = ns(rate, `keepcount Rate.observe (${b})`)!;
+  const callFloor = ns(rate, `keepcount Estimator.get, 1 × 1 (the floor) (${b})`)!;
   const rlf = ns(rate, 'rate-limiter-flexible')!;
   targets.push({
     what: `Rate.observe (${b}) vs RateLimiterMemory.consume, uniform IPv4`,
-    goal: '≥ 20× faster',
-    measured: `${observe.toFixed(1)} vs ${rlf.toFixed(1)} ns: ${(rlf / observe).toFixed(1)}×`,
-    met: rlf / observe >= 20,
+    goal: '≥ 10× faster (issue 16)',
+    measured:
+      `${observe.toFixed(1)} vs ${rlf.toFixed(1)} ns: ${(rlf / observe).toFixed(1)}×; one call that only fetches ` +
+      `and hashes the key costs ${callFloor.toFixed(1)} ns (${(rlf / callFloor).toFixed(1)}×)`,
+    met: rlf / observe >= 10,
   });
   const bare = ns(timeouts, 'bare await')!;
   const floor = ns(timeouts, 'new Promise + then')!;
