@@ -133,6 +133,28 @@ test(title('consume and current report the same exact milliseconds until the win
   }
 });
 
+test(title('count() counts as consume() does without deciding'), (t) => {
+  for (const heavyHitters of [{ threshold: 2 }, false]) {
+    const clock = new ManualClock();
+    const counted = new WindowQuota({ limit: 3, windowMs: 10, clock, heavyHitters });
+    const consumed = new WindowQuota({ limit: 3, windowMs: 10, clock, heavyHitters });
+    const outcomes = { allowed: 0, refused: 0 };
+    for (let i = 0; i < 6; i++) {
+      clock.advance(1);
+      const { count, resetMs, allowed } = consumed.consume('a', 2);
+      outcomes[allowed ? 'allowed' : 'refused']++;
+      t.deepEqual(counted.count('a', 2), { count, resetMs });
+    }
+    // A zero cost reads without counting, as consume(key, 0).
+    const { count, allowed } = consumed.consume('a', 0);
+    outcomes[allowed ? 'allowed' : 'refused']++;
+    t.deepEqual(counted.count('a', 0), { count, resetMs: 4 });
+    t.true(outcomes.refused > 0);
+    t.deepEqual(consumed.decisions(), outcomes);
+    t.deepEqual(counted.decisions(), { allowed: 0, refused: 0 });
+  }
+});
+
 test(title('a quota counts in a given Rate over its window, and refuses a mismatched one'), (t) => {
   const clock = new ManualClock();
   const rate = new Rate({ intervalMs: 1000, clock, seed: 1 });

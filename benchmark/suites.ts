@@ -74,6 +74,12 @@ function rate(backends: LoadedBackend[], v: Variant, checkDraws: number): Suite 
   );
   cases.push(asyncCase('rate-limiter-flexible RateLimiterMemory.consume', s, (k) => rlf.consume(k, 1)));
   cases.push(asyncCase('express-rate-limit MemoryStore.increment', s, (k) => store.increment(k)));
+  // The same store interface on keepcount (express-rate-limit awaits it as it awaits MemoryStore's).
+  backends.forEach((b) => {
+    const ours = new b.http.KeepcountStore({ seed: SEED });
+    ours.init({ windowMs: 1000, limit: HUGE });
+    cases.push(asyncCase(`keepcount KeepcountStore.increment ${label(b)}`, s, (k) => ours.increment(k)));
+  });
   return {
     id: `rate-${v.id}`,
     title: `Rate limiting, ${v.title}`,

@@ -205,19 +205,7 @@ export class WindowQuota {
 
   /** Counts one request (or `cost`) for `key` and decides on it. */
   consume(key: string, cost = 1): RateLimitDecision {
-    const counts = this.#counts;
-    let count: number;
-    let resetMs: number;
-    if (counts instanceof HeavyHitters) {
-      if (cost > 0) {
-        ({ count, resetMs } = counts.incrWindow(key, cost));
-      } else {
-        count = this.#heavyCount(counts, key);
-        resetMs = counts.intervalRemainingMs();
-      }
-    } else {
-      ({ count, resetMs } = counts.observeWindow(key, cost));
-    }
+    const { count, resetMs } = this.count(key, cost);
     const allowed = count <= this.limit;
     if (allowed) this.#allowed++;
     else this.#refused++;
@@ -231,6 +219,18 @@ export class WindowQuota {
       windowMs: this.windowMs,
       key,
     };
+  }
+
+  /**
+   * Counts one request (or `cost`) for `key` without deciding: its count in the current window
+   * (the number {@link consume} compares with `limit`) and the milliseconds until the window ends.
+   * For callers that decide themselves, as the express-rate-limit and Fastify stores' packages do.
+   */
+  count(key: string, cost = 1): { count: number; resetMs: number } {
+    const counts = this.#counts;
+    if (!(counts instanceof HeavyHitters)) return counts.observeWindow(key, cost);
+    if (cost > 0) return counts.incrWindow(key, cost);
+    return { count: this.#heavyCount(counts, key), resetMs: counts.intervalRemainingMs() };
   }
 
   /** Adds `delta` (possibly negative: a refund) to `key`'s count in the current window. */

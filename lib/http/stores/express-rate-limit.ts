@@ -117,7 +117,7 @@ export class KeepcountStore {
 
   /** Counts a hit for `key`. */
   increment(key: string): ClientRateLimitInfo {
-    const { count, resetMs } = this.#ready().consume(this.prefix + key);
+    const { count, resetMs } = this.#ready().count(this.prefix + key);
     return { totalHits: count, resetTime: this.#resetTime(resetMs) };
   }
 

@@ -115,7 +115,7 @@ export function keepcountFastifyStore(options: KeepcountFastifyStoreOptions = {}
     incr(key: string, callback: FastifyStoreCallback, timeWindow: number): void {
       let result;
       try {
-        const { count, resetMs } = this.#quota(timeWindow).consume(key);
+        const { count, resetMs } = this.#quota(timeWindow).count(key);
         result = { current: count, ttl: resetMs };
       } catch (error) {
         return callback(error as Error);
