@@ -33,6 +33,9 @@ const clampI64 = (value: bigint): bigint => (value > I64_MAX ? I64_MAX : value <
  */
 const EXACT = 2 ** 53;
 
+/** The usual increment, converted once. */
+const ONE = 1n;
+
 /** Adds `value` to `words[i]`, saturating at the i64 bounds; returns the new value (estimator.rs `add_saturating`). */
 function addSaturating(words: BigInt64Array, i: number, value: bigint): bigint {
   return settle(words, i, Atomics.add(words, i, value), value);
@@ -90,7 +93,7 @@ export class AtomicEstimator implements EstimatorCore {
   /** Adds `value` to the key's counter in every row; the new estimate, as the nearest number to the i64. */
   incrHashed(h1: number, h2: number, value: number): number {
     const { words, first } = this;
-    const add = BigInt(value);
+    const add = value === 1 ? ONE : BigInt(value);
     const indexes = this.rows.locate(h1, h2);
     // Minimum of the rounded counters = the rounded minimum: rounding to numbers keeps order.
     let min = Infinity;
