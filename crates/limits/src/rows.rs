@@ -97,10 +97,37 @@ pub struct Rows {
     derived: [RowFunction; MAX_HASHES - DIRECT_ROWS],
     hashes: usize,
     slots: u64,
-    /// `64 − k` when `slots = 2^k` with `k ≥ 1`: a column is then the top `k` bits of a 64-bit
-    /// value whose high half is the row's word. `None` for other widths, and for 1 slot, where
-    /// the shift would be the whole width.
-    top_bits_shift: Option<u32>,
+    /// Which path [`Rows::for_each_index`] takes, decided once here rather than from `hashes`
+    /// and `slots` on every call.
+    path: Path,
+}
+
+/// How [`Rows::for_each_index`] computes a shape's columns.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Path {
+    /// 3 rows `2^k` wide, `k ≥ 1`, in a straight line; the value is `64 − k`: a column is then
+    /// the top `k` bits of a 64-bit value whose high half is the row's word.
+    ThreeRowsShift(u32),
+    /// 4 rows `2^k` wide, as above.
+    FourRowsShift(u32),
+    /// Any other shape (1 slot included, where the shift would be the whole width): a loop over
+    /// the rows with Lemire's multiplication.
+    Loop,
+}
+
+impl Path {
+    fn for_shape(shape: Shape) -> Self {
+        let slots = shape.slots();
+        if !slots.is_power_of_two() || slots == 1 {
+            return Self::Loop;
+        }
+        let shift = 64 - slots.trailing_zeros();
+        match shape.hashes() {
+            3 => Self::ThreeRowsShift(shift),
+            4 => Self::FourRowsShift(shift),
+            _ => Self::Loop,
+        }
+    }
 }
 
 impl Rows {
@@ -122,13 +149,11 @@ impl Rows {
                 b: word(2),
             };
         }
-        let slots = shape.slots();
         Self {
             derived,
             hashes: shape.hashes(),
-            slots: slots as u64,
-            top_bits_shift: (slots.is_power_of_two() && slots > 1)
-                .then(|| 64 - slots.trailing_zeros()),
+            slots: shape.slots() as u64,
+            path: Path::for_shape(shape),
         }
     }
 
@@ -158,10 +183,10 @@ impl Rows {
     /// 2026-11-23): 11.1 ns per `incr` with the loop, 10.1 ns with the straight line.
     #[inline(always)]
     pub fn for_each_index(&self, key: KeyHash, f: impl FnMut(usize)) {
-        match (self.hashes, self.top_bits_shift) {
-            (3, Some(shift)) => self.fixed_rows::<3>(key, shift, f),
-            (4, Some(shift)) => self.fixed_rows::<4>(key, shift, f),
-            _ => self.any_rows(key, f),
+        match self.path {
+            Path::ThreeRowsShift(shift) => self.fixed_rows::<3>(key, shift, f),
+            Path::FourRowsShift(shift) => self.fixed_rows::<4>(key, shift, f),
+            Path::Loop => self.any_rows(key, f),
         }
     }
 
