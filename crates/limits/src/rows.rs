@@ -175,12 +175,13 @@ impl Rows {
     /// # Performance
     /// An `incr` waits on the chain hash → columns → atomic adds, so the columns take the
     /// shortest path there is. Sketches of 3 or 4 rows of a power-of-two width (pingora's blog
-    /// shape 3 × 1024, the default 4 × 8192) take a straight line: every column is computed
-    /// before the first counter is touched, and Lemire's `(word · 2^k) >> 32` for `slots = 2^k`
-    /// is computed as the equal `word >> (32 − k)`, one shift instead of a 3-cycle
+    /// shape 3 × 1024, the Node API's default 4 × 8192) take a straight line: every column is
+    /// computed before the first counter is touched, and Lemire's `(word · 2^k) >> 32` for
+    /// `slots = 2^k` is computed as the equal `word >> (32 − k)`, one shift instead of a 3-cycle
     /// multiplication and a shift. Other shapes loop over the rows with the multiplication; the
-    /// columns are the same. Measured on the crate bench's 3 × 1024 loop (AMD EPYC, Zen 3,
-    /// 2026-11-23): 11.1 ns per `incr` with the loop, 10.1 ns with the straight line.
+    /// columns are the same. Measured in a copy of the crate bench's loop, 3 × 1024, one thread,
+    /// best of 7 rounds (AMD EPYC, Zen 3, 2026-11-23): 11.1 ns per `incr` with the loop, 10.1 ns
+    /// with the straight line.
     #[inline(always)]
     pub fn for_each_index(&self, key: KeyHash, f: impl FnMut(usize)) {
         match self.path {
