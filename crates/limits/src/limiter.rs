@@ -313,10 +313,7 @@ impl<K: Hash + Eq, C: Clock> Limiter<K, C> {
         // Held to the end: the slot found through it is not reused while the guard lives.
         let table = self.table.load();
         let costs = [1, cost];
-        let found = self
-            .find(&table, self.hasher.hash_one(key), key)
-            .and_then(|id| Some((id, self.slots.get(id)?)));
-        let wait = match found {
+        let wait = match self.find_slot(&table, self.hasher.hash_one(key), key) {
             Some((id, slot)) => {
                 let mut guard = slot.lock();
                 let quota_id = guard.quota_id();
@@ -365,9 +362,7 @@ impl<K: Hash + Eq, C: Clock> Limiter<K, C> {
         Q: Hash + Eq + ?Sized,
     {
         let table = self.table.load();
-        let slot = self
-            .slots
-            .get(self.find(&table, self.hasher.hash_one(key), key)?)?;
+        let (_, slot) = self.find_slot(&table, self.hasher.hash_one(key), key)?;
         let guard = slot.lock();
         // SAFETY: we hold the lock of a slot referring to the id.
         let interned = unsafe { self.quotas.get(guard.quota_id())?.get() };
@@ -401,14 +396,29 @@ impl<K: Hash + Eq, C: Clock> Limiter<K, C> {
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
     {
-        table.find(hash, |id| {
-            self.slots.get(id).is_some_and(|slot| {
+        self.find_slot(table, hash, key).map(|(id, _)| id)
+    }
+
+    /// The slot index of `key` in `table` and the slot, which the key comparison has already
+    /// reached: looking it up again by index would cost a check another arena lookup.
+    #[inline]
+    fn find_slot<Q>(&self, table: &Table, hash: u64, key: &Q) -> Option<(u32, &Slot<K>)>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        let mut found = None;
+        let id = table.find(hash, |id| {
+            let slot = self.slots.get(id).filter(|slot| {
                 // SAFETY: every index in a table (published, or being built by the writer, which
                 // wrote its key first) names a slot whose key is written and stays unchanged
                 // while a table naming it can be read.
                 unsafe { slot.key() }.borrow() == key
-            })
-        })
+            });
+            found = slot;
+            slot.is_some()
+        })?;
+        Some((id, found?))
     }
 
     /// Slot `id`'s wide cell if its quota is `wide`. Writers allocate the cell before giving a

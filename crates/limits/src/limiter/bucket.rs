@@ -180,6 +180,7 @@ pub(crate) type Governed<'a> = (&'a mut State, &'a Quota);
 
 /// Admits `costs` against `own` and, when given, `overall`, both refilled to `now`: all or
 /// nothing. The wait is the longest over every limited dimension of both buckets.
+#[inline]
 pub(crate) fn admit(
     own: Governed<'_>,
     overall: Option<Governed<'_>>,
