@@ -320,13 +320,13 @@ impl<K: Hash + Eq, C: Clock> Limiter<K, C> {
                 // SAFETY: we hold the lock of a slot referring to `quota_id`. Ids are interned
                 // before any slot refers to them, so the cell always exists; DENY_ALL only keeps
                 // this panic-free.
-                let Interned { quota, wide } = self.quotas.get(quota_id).map_or_else(
-                    || Interned::new(Quota::DENY_ALL),
-                    |cell| unsafe { cell.get() },
-                );
-                let high = self.high(id, wide);
+                let Interned { quota, wide } = self
+                    .quotas
+                    .get(quota_id)
+                    .map_or(&Interned::DENY_ALL, |cell| unsafe { cell.get() });
+                let high = self.high(id, *wide);
                 let mut state = guard.read(high);
-                let wait = self.admit_with_overall((&mut state, &quota), now, costs);
+                let wait = self.admit_with_overall((&mut state, quota), now, costs);
                 guard.write(state, quota_id, high);
                 wait
             }
@@ -366,7 +366,9 @@ impl<K: Hash + Eq, C: Clock> Limiter<K, C> {
         let guard = slot.lock();
         // SAFETY: we hold the lock of a slot referring to the id.
         let interned = unsafe { self.quotas.get(guard.quota_id())?.get() };
-        Some(interned.quota)
+        let quota = interned.quota;
+        drop(guard);
+        Some(quota)
     }
 
     /// The best-effort quota.

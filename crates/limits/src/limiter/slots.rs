@@ -284,6 +284,12 @@ pub(crate) struct Interned {
 }
 
 impl Interned {
+    /// [`Quota::DENY_ALL`], interned: what a check falls back to if a quota id had no cell.
+    pub(crate) const DENY_ALL: Self = Self {
+        quota: Quota::DENY_ALL,
+        wide: false,
+    };
+
     pub(crate) fn new(quota: Quota) -> Self {
         let wide = quota
             .dimensions()
@@ -308,14 +314,16 @@ impl Default for QuotaCell {
 }
 
 impl QuotaCell {
-    /// The quota.
+    /// The quota, by reference: a check copies none of its 56 bytes.
     ///
     /// # Safety
-    /// The caller holds the lock of a slot referring to this cell's id.
+    /// The caller holds the lock of a slot referring to this cell's id, and drops the reference
+    /// before releasing the lock.
     #[inline]
-    pub(crate) unsafe fn get(&self) -> Interned {
-        // SAFETY: per the contract, no write is concurrent.
-        unsafe { *self.0.get() }
+    pub(crate) unsafe fn get(&self) -> &Interned {
+        // SAFETY: per the contract, no write is concurrent while the caller holds the lock (and
+        // so the reference: it lives no longer than the caller's borrow of the guard's slot).
+        unsafe { &*self.0.get() }
     }
 
     /// Stores `quota`.
@@ -393,6 +401,13 @@ mod tests {
         assert_eq!(guard.read(Some(&wide)), state);
         assert_eq!(guard.quota_id(), 3);
         assert_eq!(guard.read(None).tokens, [u128::from(u64::MAX - 5), 7]);
+    }
+
+    #[test]
+    fn the_interned_deny_all_is_what_interning_gives() {
+        let interned = Interned::new(Quota::DENY_ALL);
+        assert_eq!(Interned::DENY_ALL.quota, interned.quota);
+        assert_eq!(Interned::DENY_ALL.wide, interned.wide);
     }
 
     #[test]
