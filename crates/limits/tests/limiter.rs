@@ -465,6 +465,63 @@ fn table_replacement_under_load_keeps_state_and_gives_no_extra_tokens() {
     assert_eq!(limiter.len(), 3);
 }
 
+/// Keys with heap storage come and go while other threads look them up: every removal frees a
+/// slot that the next insertion reuses for another key, dropping the old key's `String`. A
+/// lookup that could still reach a slot after the update returned would see another key's
+/// quota (each key's burst is its number), or compare against a freed string.
+#[test]
+fn lookups_racing_slot_reuse_never_see_another_keys_bucket() {
+    const KEYS: u64 = 64;
+    const THREADS: usize = 2;
+    const ROUNDS: u64 = 3_000;
+    let (_, limiter) = manual::<String>(Quota::DENY_ALL);
+    let quota = |i: u64| requests(0, i + 1);
+    limiter
+        .replace_keys((0..KEYS).map(|i| (format!("key-{i}"), quota(i))))
+        .unwrap();
+    let limiter = Arc::new(limiter);
+    let stop = Arc::new(AtomicBool::new(false));
+    let started = Arc::new(Barrier::new(THREADS + 1));
+    let workers: Vec<_> = (0..THREADS)
+        .map(|t| {
+            let (limiter, stop, started) = (limiter.clone(), stop.clone(), started.clone());
+            thread::spawn(move || {
+                started.wait();
+                let mut seen = 0u64;
+                let mut i = t as u64;
+                while !stop.load(Ordering::Relaxed) {
+                    let key = format!("key-{}", i % KEYS);
+                    if let Some(found) = limiter.quota(key.as_str()) {
+                        assert_eq!(found, quota(i % KEYS), "{key}");
+                        seen += 1;
+                    }
+                    let _ = limiter.check_one(key.as_str());
+                    i = i.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1);
+                }
+                seen
+            })
+        })
+        .collect();
+    started.wait();
+    for round in 0..ROUNDS {
+        let (a, b) = (round % KEYS, (round * 7 + 3) % KEYS);
+        if a == b {
+            continue;
+        }
+        // Remove two keys and add them back in the other order, so each lands in the slot the
+        // other just left.
+        limiter.remove(format!("key-{a}").as_str()).unwrap();
+        limiter.remove(format!("key-{b}").as_str()).unwrap();
+        limiter.insert(format!("key-{a}"), quota(a)).unwrap();
+        limiter.insert(format!("key-{b}"), quota(b)).unwrap();
+    }
+    stop.store(true, Ordering::Relaxed);
+    for worker in workers {
+        assert!(worker.join().unwrap() > 0);
+    }
+    assert_eq!(limiter.len(), KEYS as usize);
+}
+
 #[test]
 fn a_reused_slot_starts_full_and_keeps_nothing_of_its_last_key() {
     let (_, limiter) = manual(Quota::DENY_ALL);
