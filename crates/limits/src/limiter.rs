@@ -149,11 +149,16 @@
 //! - **Time on one key.** Of the 47 ns, the clock took about 20 when `MonotonicClock` was
 //!   `Instant` (a vDSO `clock_gettime`; governor reads the TSC): [`check_at`](Limiter::check_at)
 //!   with the caller's reading costs ~27 ns. `MonotonicClock` now reads the TSC too (`quanta`),
-//!   and one hot key on one thread went from 0.61× governor's speed to 1.05× in one run of this
-//!   bench (2026-11-23, shared 2-vCPU VM under load 9; two threads: 0.83×, a million keys: 0.86×
-//!   and 0.82×, where the cache misses below dominate). The rest is four atomic
-//!   read-modify-writes: the `arc-swap` load and its release, the slot's lock and unlock. A
-//!   spinlock released by a plain store was tried for the last one and measured no faster.
+//!   scaled from a raw origin; with the slot handed back by the key comparison, the quota read in
+//!   place and arenas of plain published pointers, a hot-key check went from 367 instructions to
+//!   about 310 (callgrind; governor 286). In the run inside `npm run bench` on 2026-11-23 (load
+//!   1.2–2.4) governor took 1.44× keepcount's time on one hot key and 1.11× on two threads, and
+//!   keepcount 1.2× governor's over a million keys (0.83× and 0.84× its speed), where the misses
+//!   above dominate. What remains on one key is four atomic read-modify-writes: the `arc-swap`
+//!   load and its release, the slot's lock and unlock. A spinlock released by a plain store was
+//!   tried for the last one and measured no faster; a hand-written per-thread reader record in
+//!   place of `arc-swap` saved one of them on a hot key but nothing over many keys, and a
+//!   well-kept crate is worth more here than our own reclamation code.
 
 mod bucket;
 mod decision;
