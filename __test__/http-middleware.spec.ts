@@ -1,7 +1,7 @@
 import test from 'ava';
 import express from 'express';
 import { Agent, createServer, request, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
-import { HeavyHitters, Inflight, Limiter, ManualClock, sleep } from '../lib/index.js';
+import { HeavyHitters, Limiter, ManualClock, sleep } from '../lib/index.js';
 import {
   ipKey,
   isDeadlineError,
@@ -308,36 +308,6 @@ for (const [name, serve] of Object.entries(frameworks)) {
     t.true(performance.now() - started < 3000, 'the deadline, not the upstream, ended it');
   });
 }
-
-test(
-  title('UpstreamLimit.enter counts in without a guard; its release is idempotent and a refusal holds nothing'),
-  (t) => {
-    const limit = new UpstreamLimit({ max: 2 });
-    const [a, b, over] = [limit.enter('origin'), limit.enter('origin'), limit.enter('origin')];
-    t.deepEqual([a.allowed, b.allowed, over.allowed], [true, true, false]);
-    t.deepEqual([a.count, b.count, over.count], [1, 2, 3]);
-    t.is(limit.inflight.get('origin'), 2, 'the refused one left at once');
-    over.release();
-    a.release();
-    a.release();
-    t.is(limit.inflight.get('origin'), 1, 'releasing twice, or a refused slot, takes nothing more');
-    b.release();
-    t.is(limit.inflight.get('origin'), 0);
-    t.deepEqual(limit.decisions(), { allowed: 2, refused: 1 });
-    // A counter with only incr and get is acquired through its guards.
-    const inflight = new Inflight();
-    const guarded = new UpstreamLimit({
-      max: 1,
-      inflight: { incr: (key: string) => inflight.incr(key), get: (key: string) => inflight.get(key) },
-    });
-    const slot = guarded.enter('origin');
-    t.is(guarded.enter('origin').allowed, false);
-    t.is(inflight.get('origin'), 1);
-    slot.release();
-    slot.release();
-    t.is(inflight.get('origin'), 0);
-  },
-);
 
 test(title('withDeadline rejects with TimeoutError even when the call ignores the signal'), async (t) => {
   const error = await t.throwsAsync(withDeadline(20, () => sleep(2000)));

@@ -1,0 +1,35 @@
+/** `UpstreamLimit` on its own, without a server: what the HTTP adapters build on. */
+import test from 'ava';
+import { Inflight } from '../lib/index.js';
+import { UpstreamLimit } from '../lib/http/index.js';
+import { title } from './helpers.js';
+
+test(
+  title('UpstreamLimit.enter counts in without a guard; its release is idempotent and a refusal holds nothing'),
+  (t) => {
+    const limit = new UpstreamLimit({ max: 2 });
+    const [a, b, over] = [limit.enter('origin'), limit.enter('origin'), limit.enter('origin')];
+    t.deepEqual([a.allowed, b.allowed, over.allowed], [true, true, false]);
+    t.deepEqual([a.count, b.count, over.count], [1, 2, 3]);
+    t.is(limit.inflight.get('origin'), 2, 'the refused one left at once');
+    over.release();
+    a.release();
+    a.release();
+    t.is(limit.inflight.get('origin'), 1, 'releasing twice, or a refused slot, takes nothing more');
+    b.release();
+    t.is(limit.inflight.get('origin'), 0);
+    t.deepEqual(limit.decisions(), { allowed: 2, refused: 1 });
+    // A counter with only incr and get is acquired through its guards.
+    const inflight = new Inflight();
+    const guarded = new UpstreamLimit({
+      max: 1,
+      inflight: { incr: (key: string) => inflight.incr(key), get: (key: string) => inflight.get(key) },
+    });
+    const slot = guarded.enter('origin');
+    t.is(guarded.enter('origin').allowed, false);
+    t.is(inflight.get('origin'), 1);
+    slot.release();
+    slot.release();
+    t.is(inflight.get('origin'), 0);
+  },
+);
