@@ -48,11 +48,14 @@ export class UpstreamLimit {
   /** Acquisitions allowed and refused since construction, for metrics. */
   #allowed = 0;
   #refused = 0;
+  /** The counter when it counts in and out without guards, for {@link enter}; decided once. */
+  readonly #pairs: InflightPairs | undefined;
 
   constructor(options: UpstreamLimitOptions) {
     const o = optionsObject(options);
     this.max = integerOption('max', o.max, 1, Number.MAX_SAFE_INTEGER);
     this.inflight = inflightOption(o.inflight);
+    this.#pairs = hasPairs(this.inflight) ? this.inflight : undefined;
   }
 
   /** Counts a call to `key` in; see {@link UpstreamSlot}. */
@@ -75,8 +78,8 @@ export class UpstreamLimit {
    * either backend. A counter with only `incr` and `get` is acquired as by {@link acquire}.
    */
   enter(key: string): UpstreamSlot {
-    const counter = this.inflight;
-    if (!hasPairs(counter)) return this.acquire(key);
+    const counter = this.#pairs;
+    if (counter === undefined) return this.acquire(key);
     const count = counter.enter(key);
     const allowed = count <= this.max;
     let held = allowed;
