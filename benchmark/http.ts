@@ -6,7 +6,8 @@
  * (32 connections, a fresh client address in `X-Forwarded-For` on every request, so the limiter
  * sees as many distinct clients as requests), and records requests per second, p99 latency and the
  * server's RSS growth over the run. Setups are interleaved round by round (each round starts every
- * setup afresh) and each figure is the median over rounds. Server and load generator share the
+ * setup afresh) and each figure is the median over rounds; a ratio between two setups is the median
+ * of their ratios within each round. Server and load generator share the
  * machine's cores, as they would on one host; the report says how many there were.
  */
 import { fork } from 'node:child_process';
@@ -21,6 +22,8 @@ export interface HttpCase {
   setup: string;
   /** Median requests per second over rounds. */
   rps: number;
+  /** Requests per second in each round, in round order: ratios pair setups within a round. */
+  roundRps: number[];
   /** Median p99 latency in ms. */
   p99: number;
   /** Median server RSS growth over a run, bytes. */
@@ -119,8 +122,11 @@ async function runOnce(setup: string, seconds: number): Promise<Run> {
 const median = (xs: number[]): number => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)]!;
 
 export async function runHttp(quick: boolean): Promise<HttpResults> {
-  const seconds = quick ? 1 : 6;
-  const rounds = quick ? 1 : 2;
+  // Five short rounds rather than two long ones: the load on a shared VM drifts over minutes, so
+  // ratios are taken within a round (see `relativeRps` in report.ts) and their median drops the
+  // rounds a neighbour's burst spoiled.
+  const seconds = quick ? 1 : 4;
+  const rounds = quick ? 1 : 5;
   const names = Object.keys(SETUPS);
   const runs = new Map<string, Run[]>(names.map((n) => [n, []]));
   for (let round = 0; round < rounds; round++) {
@@ -141,6 +147,7 @@ export async function runHttp(quick: boolean): Promise<HttpResults> {
       return {
         setup,
         rps: median(r.map((x) => x.rps)),
+        roundRps: r.map((x) => x.rps),
         p99: median(r.map((x) => x.p99)),
         rssGrowth: median(r.map((x) => x.rssGrowth)),
         requests: median(r.map((x) => x.requests)),

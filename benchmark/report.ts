@@ -59,16 +59,22 @@ function suiteTable(s: SuiteResult): string {
   return lines.join('\n');
 }
 
-/** Requests per second of the bare server of `setup`'s framework (`node-none` for `node-…`). */
-export function baselineRps(http: HttpResults, setup: string): number {
-  const base = `${setup.split('-')[0]}-none`;
-  return http.cases.find((c) => c.setup === base)?.rps ?? NaN;
+/**
+ * Throughput of `setup` relative to `base` (by default the bare server of its framework:
+ * `node-none` for `node-…`): the median of their ratios within each round, so a round the whole
+ * machine ran slow in cancels out instead of landing on one side of the ratio.
+ */
+export function relativeRps(http: HttpResults, setup: string, base = `${setup.split('-')[0]}-none`): number {
+  const rounds = (name: string): number[] => http.cases.find((c) => c.setup === name)?.roundRps ?? [];
+  const [ours, theirs] = [rounds(setup), rounds(base)];
+  const ratios = ours.map((r, i) => r / theirs[i]!).sort((a, b) => a - b);
+  return ratios.length === 0 || ratios.length !== theirs.length ? NaN : ratios[Math.floor(ratios.length / 2)]!;
 }
 
 function httpTable(http: HttpResults): string {
   const lines = [
     `${http.connections} connections, a fresh client address per request, ${http.seconds} s per run after a warm-up, ` +
-      `median of ${http.rounds} interleaved round(s); server and load generator (autocannon, its own process) share ` +
+      `median of ${http.rounds} interleaved round(s) (× bare server: the median of the ratios within a round); server and load generator (autocannon, its own process) share ` +
       `the machine's ${http.cores} cores. Every limiter admits everything: the figures are the cost of counting and ` +
       'deciding, with rate-limit headers on.',
     '',
@@ -77,7 +83,7 @@ function httpTable(http: HttpResults): string {
   ];
   for (const c of http.cases) {
     lines.push(
-      `| ${c.setup} | ${c.rps.toFixed(0)} | ${(c.rps / baselineRps(http, c.setup)).toFixed(2)} | ${c.p99} | ` +
+      `| ${c.setup} | ${c.rps.toFixed(0)} | ${relativeRps(http, c.setup).toFixed(2)} | ${c.p99} | ` +
         `${fmtBytes(c.rssGrowth)} | ${c.requests.toLocaleString('en-US')} | ${c.non2xx} |`,
     );
   }
@@ -118,7 +124,7 @@ export function chart(node: NodeResults, http: HttpResults): string {
   y += rowH + 2;
   const axisY = y;
   for (const c of http.cases) {
-    const ratio = c.rps / baselineRps(http, c.setup);
+    const ratio = relativeRps(http, c.setup);
     const w = Math.max(1, (Math.min(ratio, 1.2) / 1.2) * barW);
     const ours = /-(rateLimit|tokenBucket|upstreamLimit|erl-keepcount|frl-keepcount)$/.test(c.setup);
     parts.push(

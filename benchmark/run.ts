@@ -14,7 +14,7 @@ import { SUITE_IDS } from './suites.js';
 import type { HttpResults } from './http.js';
 import type { ClusterResults } from './cluster.js';
 import type { RedisResults } from './redis.js';
-import { baselineRps, chart, markdown, type CargoRun, type Machine, type Target } from './report.js';
+import { chart, relativeRps, markdown, type CargoRun, type Machine, type Target } from './report.js';
 
 const root = join(__dirname, '..');
 const { values } = parseArgs({ options: { quick: { type: 'boolean', default: false } } });
@@ -215,6 +215,15 @@ for (const b of node.backends) {
       `and hashes the key costs ${callFloor.toFixed(1)} ns (${(rlf / callFloor).toFixed(1)}×)`,
     met: rlf / observe >= 10,
   });
+  // Issue 16 asks for an honest target where its own is out of reach: observe cannot cost less
+  // than the one call under it, so 10× needs the floor ≥ 10× first; what observe adds on top
+  // (clock read, rows, rotation check) is what keepcount controls.
+  targets.push({
+    what: `Rate.observe (${b}), honest target: the work on top of the one-call floor`,
+    goal: '≤ 1.5× the floor call',
+    measured: `${observe.toFixed(1)} vs ${callFloor.toFixed(1)} ns: ${(observe / callFloor).toFixed(2)}×`,
+    met: observe <= 1.5 * callFloor,
+  });
   const bare = ns(timeouts, 'bare await')!;
   const floor = ns(timeouts, 'new Promise + then')!;
   const tmo = ns(timeouts, `keepcount timeout(p, 5000) (${b})`)!;
@@ -226,6 +235,14 @@ for (const b of node.backends) {
       `a bare new Promise + then already costs ${((floor - bare) / bare).toFixed(2)} awaits over it`,
     met: tmo - bare <= bare,
   });
+  // Honest target: a wrapper that returns its own promise pays `new Promise` + `then` (the floor
+  // row); keepcount's bookkeeping on top (the waiter's slot, its settle handlers) is one await.
+  targets.push({
+    what: `timeout() (${b}), honest target: the bookkeeping over new Promise + then`,
+    goal: `≤ one bare await (${bare.toFixed(1)} ns)`,
+    measured: `${tmo.toFixed(1)} − ${floor.toFixed(1)} = ${(tmo - floor).toFixed(1)} ns (${((tmo - floor) / bare).toFixed(2)} awaits)`,
+    met: tmo - floor <= bare,
+  });
   const pt = ns(timeouts, 'p-timeout')!;
   const as = ns(timeouts, 'AbortSignal.timeout')!;
   targets.push({
@@ -233,6 +250,29 @@ for (const b of node.backends) {
     goal: '≥ 10× cheaper',
     measured: `${tmo.toFixed(0)} vs ${pt.toFixed(0)} / ${as.toFixed(0)} ns: ${(pt / tmo).toFixed(1)}× / ${(as / tmo).toFixed(1)}×`,
     met: pt / tmo >= 10 && as / tmo >= 10,
+  });
+}
+
+const inflightSuite = suite('inflight-ipv4-uniform');
+for (const b of node.backends) {
+  const pair = ns(inflightSuite, `keepcount Inflight.enter + leave (${b})`)!;
+  const map = ns(inflightSuite, 'Map<key, number> incr + release')!;
+  const twoCalls = ns(inflightSuite, `keepcount Estimator.get twice, 1 × 1 (the floor) (${b})`)!;
+  targets.push({
+    what: `Inflight enter + leave (${b}) vs a Map counter's incr + release, uniform IPv4`,
+    goal: 'no slower (issue 16)',
+    measured:
+      `${pair.toFixed(1)} vs ${map.toFixed(1)} ns: ${(pair / map).toFixed(2)}×; two calls that only fetch and hash ` +
+      `the key cost ${twoCalls.toFixed(1)} ns (${(twoCalls / map).toFixed(2)}×)`,
+    met: pair <= map,
+  });
+  // Honest target: counts outside the JS heap (shareable, bounded memory) need a call in and a
+  // call out, each fetching and hashing the key: the floor row.
+  targets.push({
+    what: `Inflight enter + leave (${b}), honest target: the work on top of the two-call floor`,
+    goal: '≤ 1.25× the two calls',
+    measured: `${pair.toFixed(1)} vs ${twoCalls.toFixed(1)} ns: ${(pair / twoCalls).toFixed(2)}×`,
+    met: pair <= 1.25 * twoCalls,
   });
 }
 
@@ -300,10 +340,9 @@ if (clusterRun.skipped === undefined) {
   });
 }
 
-const relative = (setup: string): number => http.cases.find((c) => c.setup === setup)!.rps / baselineRps(http, setup);
 for (const framework of ['node', 'express']) {
   for (const limiter of ['rateLimit', 'tokenBucket', 'upstreamLimit']) {
-    const r = relative(`${framework}-${limiter}`);
+    const r = relativeRps(http, `${framework}-${limiter}`);
     targets.push({
       what: `${framework} ${limiter}, end to end, vs the bare server`,
       goal: '≥ 0.95× the throughput',
@@ -315,21 +354,23 @@ for (const framework of ['node', 'express']) {
 const rps = (setup: string): number => http.cases.find((c) => c.setup === setup)!.rps;
 const storeCall = ns(rate, `keepcount KeepcountStore.increment (${node.backends[0]})`)!;
 const memoryCall = ns(rate, 'express-rate-limit MemoryStore.increment')!;
+const erlRatio = relativeRps(http, 'express-erl-keepcount', 'express-erl-memory');
+const frlRatio = relativeRps(http, 'fastify-frl-keepcount', 'fastify-frl-local');
 targets.push({
   what: 'express-rate-limit with KeepcountStore vs MemoryStore, end to end',
   goal: '≥ 1.1× the throughput',
   measured:
     `${rps('express-erl-keepcount').toFixed(0)} vs ${rps('express-erl-memory').toFixed(0)} req/s: ` +
-    `${(rps('express-erl-keepcount') / rps('express-erl-memory')).toFixed(2)}×; per increment, awaited, ` +
+    `${erlRatio.toFixed(2)}× (median of per-round ratios); per increment, awaited, ` +
     `${storeCall.toFixed(0)} vs ${memoryCall.toFixed(0)} ns (${(memoryCall / storeCall).toFixed(1)}×), of a ` +
     `${(1e6 / rps('express-erl-memory')).toFixed(0)} µs request`,
-  met: rps('express-erl-keepcount') >= 1.1 * rps('express-erl-memory'),
+  met: erlRatio >= 1.1,
 });
 targets.push({
   what: "@fastify/rate-limit with keepcount's store vs its local store, end to end",
   goal: '≥ 1.0× the throughput',
-  measured: `${rps('fastify-frl-keepcount').toFixed(0)} vs ${rps('fastify-frl-local').toFixed(0)} req/s: ${(rps('fastify-frl-keepcount') / rps('fastify-frl-local')).toFixed(2)}×`,
-  met: rps('fastify-frl-keepcount') >= rps('fastify-frl-local'),
+  measured: `${rps('fastify-frl-keepcount').toFixed(0)} vs ${rps('fastify-frl-local').toFixed(0)} req/s: ${frlRatio.toFixed(2)}× (median of per-round ratios)`,
+  met: frlRatio >= 1.0,
 });
 
 for (const ours of redis.sequential.filter((c) => c.name.startsWith('keepcount'))) {

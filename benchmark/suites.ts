@@ -138,6 +138,17 @@ function inflight(backends: LoadedBackend[], v: Variant, checkDraws: number): Su
       }),
     ),
   );
+  // The floor under any design whose counts live outside JS: two calls (in, out) that each only
+  // fetch and hash the key.
+  const floors = backends.map((b) => new b.api.Estimator({ hashes: 1, slots: 1, seed: SEED }));
+  backends.forEach((b, i) =>
+    cases.push(
+      syncCase(`keepcount Estimator.get twice, 1 × 1 (the floor) ${label(b)}`, s, (k) => {
+        floors[i]!.get(k);
+        floors[i]!.get(k);
+      }),
+    ),
+  );
   cases.push(
     syncCase('Map<key, number> incr + release', s, (k) => {
       mapIncr(k);
