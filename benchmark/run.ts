@@ -329,12 +329,13 @@ for (const c of sharedSuite.cases.filter((x) => /, (shared|SharedArrayBuffer)\)$
   });
 }
 if (clusterRun.skipped === undefined) {
-  const { keepcountNs, rlfAwaitedNs, rlfPipelinedNs, workers } = clusterRun as Required<ClusterResults>;
+  const { keepcountNs, keepcountRounds, rlfAwaitedNs, rlfPipelinedNs, workers } =
+    clusterRun as Required<ClusterResults>;
   targets.push({
     what: `rateLimit check on a shared Rate vs RateLimiterCluster.consume, ${workers} node:cluster workers`,
     goal: '≥ 100× cheaper',
     measured:
-      `${keepcountNs.toFixed(0)} vs ${rlfAwaitedNs.toFixed(0)} ns awaited (${(rlfAwaitedNs / keepcountNs).toFixed(0)}×), ` +
+      `${keepcountNs.toFixed(0)} (median of ${keepcountRounds.map((x) => x.toFixed(0)).join(' / ')}) vs ${rlfAwaitedNs.toFixed(0)} ns awaited (${(rlfAwaitedNs / keepcountNs).toFixed(0)}×), ` +
       `${rlfPipelinedNs.toFixed(0)} ns with 64 in flight (${(rlfPipelinedNs / keepcountNs).toFixed(0)}×)`,
     met: rlfAwaitedNs >= 100 * keepcountNs,
   });
