@@ -4,6 +4,7 @@
  * ratios are taken against (the harness is in `case.ts`, the shared-memory suite in
  * `shared-suite.ts`).
  */
+import LocalStore from '@fastify/rate-limit/store/LocalStore.js';
 import { CountMinSketch, TopK } from 'bloom-filters';
 import { MemoryStore } from 'express-rate-limit';
 import { TokenBucket } from 'limiter';
@@ -79,6 +80,14 @@ function rate(backends: LoadedBackend[], v: Variant, checkDraws: number): Suite 
     const ours = new b.http.KeepcountStore({ seed: SEED });
     ours.init({ windowMs: 1000, limit: HUGE });
     cases.push(asyncCase(`keepcount KeepcountStore.increment ${label(b)}`, s, (k) => ours.increment(k)));
+  });
+  // @fastify/rate-limit's store interface: a callback per increment, as the plugin calls it.
+  const local = new LocalStore(false, false);
+  const done = (): void => {};
+  cases.push(syncCase('@fastify/rate-limit LocalStore.incr', s, (k) => local.incr(k, done, 1000, HUGE)));
+  backends.forEach((b) => {
+    const ours = new (b.http.keepcountFastifyStore({ seed: SEED }))({});
+    cases.push(syncCase(`keepcount Fastify store incr ${label(b)}`, s, (k) => ours.incr(k, done, 1000, HUGE)));
   });
   return {
     id: `rate-${v.id}`,
