@@ -31,6 +31,32 @@ export function shared(backends: LoadedBackend[], v: Variant, checkDraws: number
     cases.push(syncCase(`keepcount Rate.observe (${b.name}, local)`, s, (k) => localRate.observe(k)));
     cases.push(syncCase(`keepcount Rate.observe (${b.name}, SharedArrayBuffer)`, s, (k) => rateInBuffer.observe(k)));
   }
+  // What a SharedArrayBuffer sketch pays that a Float64Array one does not, with nothing else
+  // around it: four atomic adds on i64s (each a locked instruction, its result a BigInt) against
+  // four plain adds, on counters as scattered as a 4 × 8192 sketch's.
+  const columns = Array.from(v.draws, (i) => (i * 2654435761) >>> 19);
+  const atomics = new BigInt64Array(new SharedArrayBuffer(4 * 8192 * 8));
+  const plain = new Float64Array(4 * 8192);
+  cases.push(
+    syncCase('four Atomics.add on a SharedArrayBuffer (the floor of its extra cost)', columns, (c) => {
+      let min = Infinity;
+      for (let row = 0; row < 4; row++) {
+        const n = Number(Atomics.add(atomics, row * 8192 + c, 1n)) + 1;
+        if (n < min) min = n;
+      }
+      return min;
+    }),
+  );
+  cases.push(
+    syncCase('four += on a Float64Array', columns, (c) => {
+      let min = Infinity;
+      for (let row = 0; row < 4; row++) {
+        const n = (plain[row * 8192 + c]! += 1);
+        if (n < min) min = n;
+      }
+      return min;
+    }),
+  );
   if (native !== undefined) {
     const { Estimator, Rate, Inflight } = native.api;
     const local = new Estimator({ seed: SEED });
