@@ -17,10 +17,10 @@
 use crate::args;
 use crate::caller_clock::CallerClock;
 use crate::error::{Failure, Result as Outcome, map_error};
+use crate::held::Held;
 use crate::keys;
-use crate::memory::External;
 use crate::rate::RateSample;
-use crate::raw::{self, Callback, Slab, Slot};
+use crate::raw::{self, Callback, Slab};
 use keepcount_limits::Shape;
 use keepcount_limits::shared::SharedRate;
 use napi::bindgen_prelude::{BigInt, ObjectFinalize, Unknown};
@@ -29,7 +29,6 @@ use napi_derive::napi;
 use std::cell::RefCell;
 use std::ffi::CStr;
 use std::ptr::{self, NonNull};
-use std::rc::Rc;
 use std::time::Duration;
 
 thread_local! {
@@ -128,10 +127,8 @@ impl Drop for Lent {
 /// package's `Rate.fromSharedBuffer`; this class takes only validated input.
 #[napi(custom_finalize)]
 pub struct BufferRate {
-    /// `None` once closed; dropped before `lent`, as is the slab's reference (`slot`).
-    inner: Option<Rc<Inner>>,
-    slot: Slot<Inner>,
-    memory: External,
+    /// Dropped before `lent`, with the slab's reference.
+    inner: Held<Inner>,
     /// The buffer's memory; declared last so it is released after the sketches.
     lent: Option<Lent>,
 }
@@ -144,7 +141,7 @@ struct Inner {
 
 impl ObjectFinalize for BufferRate {
     fn finalize(mut self, env: Env) -> Result<()> {
-        self.memory.release(&env);
+        self.inner.close(&env);
         Ok(())
     }
 }
@@ -190,13 +187,9 @@ impl BufferRate {
                 )
             }?;
             // The counters are the buffer's, which V8 already counts: only the struct is ours.
-            let memory = External::report(env, size_of_val(&sketches));
-            let inner = Rc::new(Inner { sketches, clock });
-            let slot = Slot::new(&BUFFER_RATES, Rc::clone(&inner))?;
+            let bytes = size_of_val(&sketches);
             Ok(Self {
-                inner: Some(inner),
-                slot,
-                memory,
+                inner: Held::new(env, &BUFFER_RATES, Inner { sketches, clock }, bytes)?,
                 lent: Some(lent),
             })
         })()
@@ -247,27 +240,22 @@ impl BufferRate {
     /// This rate's handle for the fast paths ([`FAST_PATHS`]), valid while this object lives.
     #[napi(getter)]
     pub fn handle(&self) -> f64 {
-        self.slot.handle()
+        self.inner.handle()
     }
 
     /// Lets go of the buffer now (other threads keep counting in it). Idempotent.
     #[napi(catch_unwind)]
     pub fn close(&mut self, env: &Env) {
-        // The slab's reference first: the sketches must be gone before the memory is let go.
-        self.slot.vacate();
-        self.inner = None;
+        // The sketches first (the slab's reference too): they must be gone before the memory.
+        self.inner.close(env);
         self.lent = None;
-        self.memory.release(env);
     }
 }
 
 impl BufferRate {
     /// The sketches, with the clock set to `now_ms`.
     fn at(&self, now_ms: f64) -> Outcome<&SharedRate<CallerClock>> {
-        self.inner
-            .as_deref()
-            .ok_or_else(|| Failure::internal("the buffer rate was closed"))?
-            .at(now_ms)
+        self.inner.get()?.at(now_ms)
     }
 }
 
@@ -290,59 +278,33 @@ pub(crate) const FAST_PATHS: [(&CStr, Callback); 6] = [
     (c"bufferRateObserveInWindowKey", observe_in_window_key),
 ];
 
-/// Defines the raw callback `$name(handle, key, events, nowMs)` or, with `in_window`, `$name(handle,
-/// key, events, nowMs, window)`, hashing its key with `$hash`; checks its arguments in
-/// `BufferRate.observe`'s order.
-macro_rules! fast_observe {
-    ($name:ident, $hash:path) => {
-        unsafe extern "C" fn $name(
-            env: sys::napi_env,
-            info: sys::napi_callback_info,
-        ) -> sys::napi_value {
-            // SAFETY: this callback's handles.
-            unsafe {
-                raw::call(env, info, |&[handle, key, events, now_ms]| {
-                    let inner = raw::resolve(env, handle, &BUFFER_RATES)?;
-                    let events = raw::number(env, events, "The \"events\" argument")?;
-                    let events = args::count("The \"events\" argument", events)?;
-                    let now_ms = raw::number(env, now_ms, "The \"nowMs\" argument")?;
-                    let sketches = inner.at(now_ms)?;
-                    let key = $hash(env, key, |k| sketches.hash_key(k))?;
-                    Ok(sketches.observe_hash(key, events) as f64)
-                })
-            }
-        }
-    };
-    ($name:ident, $hash:path, in_window) => {
-        unsafe extern "C" fn $name(
-            env: sys::napi_env,
-            info: sys::napi_callback_info,
-        ) -> sys::napi_value {
-            // SAFETY: this callback's handles.
-            unsafe {
-                raw::call(env, info, |&[handle, key, events, now_ms, window]| {
-                    let inner = raw::resolve(env, handle, &BUFFER_RATES)?;
-                    let events = raw::number(env, events, "The \"events\" argument")?;
-                    let events = args::count("The \"events\" argument", events)?;
-                    let now_ms = raw::number(env, now_ms, "The \"nowMs\" argument")?;
-                    let window = raw::first_f64(env, window, "The \"window\" argument")?;
-                    let sketches = inner.at(now_ms)?;
-                    let key = $hash(env, key, |k| sketches.hash_key(k))?;
-                    let (count, past) = sketches.observe_hash_in_interval(key, events);
-                    // SAFETY: checked by first_f64, and still within this call. Whole
-                    // milliseconds, below the 2^52 ms interval: exact in a double, and the
-                    // interval's end stays at least 1 ms away.
-                    window.write((past / NANOS_PER_MS) as f64);
-                    Ok(count as f64)
-                })
-            }
-        }
-    };
+raw::per_key_type! {
+    [observe_str, observe_num, observe_key],
+    |env, read, [handle, key, events, now_ms]| {
+        let inner = raw::resolve(env, handle, &BUFFER_RATES)?;
+        let events = raw::number(env, events, "The \"events\" argument")?;
+        let events = args::count("The \"events\" argument", events)?;
+        let now_ms = raw::number(env, now_ms, "The \"nowMs\" argument")?;
+        let sketches = inner.at(now_ms)?;
+        let key = read(env, key, |k| sketches.hash_key(k))?;
+        Ok(sketches.observe_hash(key, events) as f64)
+    }
 }
 
-fast_observe!(observe_str, keys::with_str_key);
-fast_observe!(observe_num, keys::with_number_key);
-fast_observe!(observe_key, keys::hash_key);
-fast_observe!(observe_in_window_str, keys::with_str_key, in_window);
-fast_observe!(observe_in_window_num, keys::with_number_key, in_window);
-fast_observe!(observe_in_window_key, keys::hash_key, in_window);
+raw::per_key_type! {
+    [observe_in_window_str, observe_in_window_num, observe_in_window_key],
+    |env, read, [handle, key, events, now_ms, window]| {
+        let inner = raw::resolve(env, handle, &BUFFER_RATES)?;
+        let events = raw::number(env, events, "The \"events\" argument")?;
+        let events = args::count("The \"events\" argument", events)?;
+        let now_ms = raw::number(env, now_ms, "The \"nowMs\" argument")?;
+        let window = raw::first_f64(env, window, "The \"window\" argument")?;
+        let sketches = inner.at(now_ms)?;
+        let key = read(env, key, |k| sketches.hash_key(k))?;
+        let (count, past) = sketches.observe_hash_in_interval(key, events);
+        // SAFETY: checked by first_f64, and still within this call. Whole milliseconds, below
+        // the 2^52 ms interval: exact in a double, and the interval's end stays at least 1 ms away.
+        window.write((past / NANOS_PER_MS) as f64);
+        Ok(count as f64)
+    }
+}

@@ -225,49 +225,35 @@ pub(crate) const FAST_PATHS: [(&CStr, Callback); 6] = [
     (c"estimatorGetKey", get_key),
 ];
 
-/// Defines the raw callback `$name(handle, key, value)` (incr) or `$name(handle, key)` (get)
-/// on the sketches of `$slab`, hashing its key with `$hash` (`keys::with_str_key`,
-/// `with_number_key` or `hash_key`). Also used for the shared sketches of [`crate::shared`].
-macro_rules! fast_path {
-    ($name:ident, $slab:ident, incr, $hash:path) => {
-        unsafe extern "C" fn $name(
-            env: napi::sys::napi_env,
-            info: napi::sys::napi_callback_info,
-        ) -> napi::sys::napi_value {
-            // SAFETY: this callback's handles.
-            unsafe {
-                crate::raw::call(env, info, |&[handle, key, value]| {
-                    let sketch = crate::raw::resolve(env, handle, &$slab)?;
-                    let value = crate::raw::number(env, value, "The \"value\" argument")?;
-                    let value = crate::args::count("The \"value\" argument", value)?;
-                    let key = $hash(env, key, |k| sketch.hash_key(k))?;
-                    // Exact for estimates within ±2^53, the documented range.
-                    Ok(sketch.incr_hash(key, value) as f64)
-                })
+/// Defines `incr(handle, key, value)` or `get(handle, key)` on the sketches of `$slab` as raw
+/// callbacks, one per key type ([`raw::per_key_type`](crate::raw::per_key_type)). Also used for
+/// the shared sketches and in-flight counts of [`crate::shared`].
+macro_rules! sketch_fast_paths {
+    ($slab:ident, incr: [$($name:ident),*]) => {
+        $crate::raw::per_key_type! {
+            [$($name),*],
+            |env, read, [handle, key, value]| {
+                let sketch = $crate::raw::resolve(env, handle, &$slab)?;
+                let value = $crate::raw::number(env, value, "The \"value\" argument")?;
+                let value = $crate::args::count("The \"value\" argument", value)?;
+                let key = read(env, key, |k| sketch.hash_key(k))?;
+                // Exact for estimates within ±2^53, the documented range.
+                Ok(sketch.incr_hash(key, value) as f64)
             }
         }
     };
-    ($name:ident, $slab:ident, get, $hash:path) => {
-        unsafe extern "C" fn $name(
-            env: napi::sys::napi_env,
-            info: napi::sys::napi_callback_info,
-        ) -> napi::sys::napi_value {
-            // SAFETY: this callback's handles.
-            unsafe {
-                crate::raw::call(env, info, |&[handle, key]| {
-                    let sketch = crate::raw::resolve(env, handle, &$slab)?;
-                    let key = $hash(env, key, |k| sketch.hash_key(k))?;
-                    Ok(sketch.get_hash(key) as f64)
-                })
+    ($slab:ident, get: [$($name:ident),*]) => {
+        $crate::raw::per_key_type! {
+            [$($name),*],
+            |env, read, [handle, key]| {
+                let sketch = $crate::raw::resolve(env, handle, &$slab)?;
+                let key = read(env, key, |k| sketch.hash_key(k))?;
+                Ok(sketch.get_hash(key) as f64)
             }
         }
     };
 }
-pub(crate) use fast_path;
+pub(crate) use sketch_fast_paths;
 
-fast_path!(incr_str, SKETCHES, incr, keys::with_str_key);
-fast_path!(incr_num, SKETCHES, incr, keys::with_number_key);
-fast_path!(incr_key, SKETCHES, incr, keys::hash_key);
-fast_path!(get_str, SKETCHES, get, keys::with_str_key);
-fast_path!(get_num, SKETCHES, get, keys::with_number_key);
-fast_path!(get_key, SKETCHES, get, keys::hash_key);
+sketch_fast_paths!(SKETCHES, incr: [incr_str, incr_num, incr_key]);
+sketch_fast_paths!(SKETCHES, get: [get_str, get_num, get_key]);

@@ -13,9 +13,9 @@
 use crate::args;
 use crate::caller_clock::CallerClock;
 use crate::error::{Failure, Result as Outcome, map_error};
+use crate::held::Held;
 use crate::keys::{self, Key, Stored};
-use crate::memory::External;
-use crate::raw::{self, Callback, Slab, Slot};
+use crate::raw::{self, Callback, Slab};
 use keepcount_limits::Shape;
 use keepcount_limits::hash::KeyHash;
 use keepcount_limits::heavy::{
@@ -23,11 +23,10 @@ use keepcount_limits::heavy::{
     Window,
 };
 use napi::bindgen_prelude::{BigInt, Either, Either3, ObjectFinalize, Uint8Array, Unknown};
-use napi::{Env, JsValue, Result, sys};
+use napi::{Env, JsValue, Result};
 use napi_derive::napi;
 use std::cell::RefCell;
 use std::ffi::CStr;
-use std::rc::Rc;
 use std::time::Duration;
 
 /// Longest interval `lib/heavy.ts` accepts: 2^52 ms, as for `Rate`.
@@ -56,17 +55,13 @@ struct Inner {
 /// package's `HeavyHitters`; this class takes only validated input.
 #[napi(custom_finalize)]
 pub struct HeavyHitters {
-    /// `None` once closed.
-    inner: Option<Rc<Inner>>,
-    /// The object's entry in [`HEAVIES`], emptied when this object is collected or closed.
-    slot: Slot<Inner>,
-    /// The sketches and the table at capacity, reported to V8 (see [`crate::memory`]).
-    memory: External,
+    /// Reported to V8 as its sketches and its tables at capacity.
+    inner: Held<Inner>,
 }
 
 impl ObjectFinalize for HeavyHitters {
     fn finalize(mut self, env: Env) -> Result<()> {
-        self.memory.release(&env);
+        self.inner.close(&env);
         Ok(())
     }
 }
@@ -141,13 +136,9 @@ impl HeavyHitters {
                 Windows::with_clock(settings, Duration::from_nanos(interval), now.clone())
                     .map_err(config_failure)?;
             let sketches = 2 * shape.hashes() * shape.slots() * size_of::<i64>();
-            let memory = External::report(env, sketches + 2 * capacity * ENTRY_BYTES);
-            let inner = Rc::new(Inner { windows, now });
-            let slot = Slot::new(&HEAVIES, Rc::clone(&inner))?;
+            let bytes = sketches + 2 * capacity * ENTRY_BYTES;
             Ok(Self {
-                inner: Some(inner),
-                slot,
-                memory,
+                inner: Held::new(env, &HEAVIES, Inner { windows, now }, bytes)?,
             })
         })()
         .map_err(|failure| map_error(env, failure))
@@ -156,16 +147,13 @@ impl HeavyHitters {
     /// Frees both summaries now (`lib/` refuses every later call). Idempotent.
     #[napi(catch_unwind)]
     pub fn close(&mut self, env: &Env) {
-        // The slab held the only other reference: dropping ours frees the summaries.
-        self.slot.vacate();
-        self.inner = None;
-        self.memory.release(env);
+        self.inner.close(env);
     }
 
     /// This object's handle for the fast paths ([`FAST_PATHS`]), valid while it lives.
     #[napi(getter)]
     pub fn handle(&self) -> f64 {
-        self.slot.handle()
+        self.inner.handle()
     }
 
     /// Counts `value` for `key`: its exact count if it is tracked after this, else `−1 − estimate`.
@@ -213,7 +201,7 @@ impl HeavyHitters {
     pub fn top(&self, env: &Env, n: f64, window: u32, now_ms: f64) -> Result<Vec<HeavyTalker>> {
         (|| -> Outcome<Vec<HeavyTalker>> {
             let n = args::integer("The \"n\" argument", n, 0, MAX_CAPACITY as u64)? as usize;
-            let inner = self.inner()?;
+            let inner = self.inner.get()?;
             inner.now.set(now_ms)?;
             inner
                 .windows
@@ -297,12 +285,6 @@ impl HeavyHitters {
 }
 
 impl HeavyHitters {
-    fn inner(&self) -> Outcome<&Inner> {
-        self.inner
-            .as_deref()
-            .ok_or_else(|| Failure::internal("heavy hitters used after close()"))
-    }
-
     /// Converts `key` and `value`, sets the clock, and calls `f` with the key's stored form and
     /// hash.
     fn with_key<R>(
@@ -315,7 +297,7 @@ impl HeavyHitters {
     ) -> Result<R> {
         (|| -> Outcome<R> {
             let value = value_argument(value)?;
-            let inner = self.inner()?;
+            let inner = self.inner.get()?;
             inner.now.set(now_ms)?;
             // SAFETY: live handles of this call; the closure runs no JavaScript.
             unsafe {
@@ -343,7 +325,7 @@ impl HeavyHitters {
         f: impl FnOnce(&Summary<Vec<u8>>) -> Outcome<R>,
     ) -> Result<R> {
         (|| -> Outcome<R> {
-            let inner = self.inner()?;
+            let inner = self.inner.get()?;
             inner.now.set(now_ms)?;
             f(if window == 0 {
                 inner.windows.current()
@@ -440,34 +422,19 @@ pub(crate) const FAST_PATHS: [(&CStr, Callback); 3] = [
     (c"heavyIncrKey", incr_key),
 ];
 
-/// Defines the raw callback `$name(handle, key, value, nowMs)` reading its key with `$read`
-/// (`keys::with_str_key`, `with_number_key` or `with_key`); checks its arguments in `incr`'s order.
-macro_rules! fast_incr {
-    ($name:ident, $read:path) => {
-        unsafe extern "C" fn $name(
-            env: sys::napi_env,
-            info: sys::napi_callback_info,
-        ) -> sys::napi_value {
-            // SAFETY: this callback's handles.
-            unsafe {
-                raw::call(env, info, |&[handle, key, value, now_ms]| {
-                    let inner = raw::resolve(env, handle, &HEAVIES)?;
-                    let value = raw::number(env, value, "The \"value\" argument")?;
-                    let value = value_argument(value)?;
-                    let now_ms = raw::number(env, now_ms, "The \"nowMs\" argument")?;
-                    inner.now.set(now_ms)?;
-                    $read(env, key, |k| {
-                        k.with_stored(|stored| {
-                            let hash = inner.windows.hash_key(stored);
-                            incr_result(&inner.windows, hash, stored, value)
-                        })
-                    })
-                })
-            }
-        }
-    };
+raw::per_key_type! {
+    [incr_str, incr_num, incr_key],
+    |env, read, [handle, key, value, now_ms]| {
+        let inner = raw::resolve(env, handle, &HEAVIES)?;
+        let value = raw::number(env, value, "The \"value\" argument")?;
+        let value = value_argument(value)?;
+        let now_ms = raw::number(env, now_ms, "The \"nowMs\" argument")?;
+        inner.now.set(now_ms)?;
+        read(env, key, |k| {
+            k.with_stored(|stored| {
+                let hash = inner.windows.hash_key(stored);
+                incr_result(&inner.windows, hash, stored, value)
+            })
+        })
+    }
 }
-
-fast_incr!(incr_str, keys::with_str_key);
-fast_incr!(incr_num, keys::with_number_key);
-fast_incr!(incr_key, keys::with_key);

@@ -22,6 +22,7 @@ mod caller_clock;
 mod error;
 pub mod estimator;
 pub mod heavy;
+mod held;
 mod keys;
 pub mod limiter;
 mod memory;

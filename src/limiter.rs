@@ -20,7 +20,7 @@ use keepcount_limits::clock::ManualClock;
 use keepcount_limits::limiter::{Decision, Limit, Limiter as Core, LimiterError, Quota};
 use napi::bindgen_prelude::Object;
 use napi::bindgen_prelude::Unknown;
-use napi::{Env, JsValue, Result, sys};
+use napi::{Env, JsValue, Result};
 use napi_derive::napi;
 use std::cell::RefCell;
 use std::ffi::CStr;
@@ -241,33 +241,16 @@ pub(crate) const FAST_PATHS: [(&CStr, Callback); 3] = [
     (c"limiterCheckKey", check_key),
 ];
 
-/// Defines the raw callback `$name(handle, key, cost, nowMs)` reading its key with `$read`
-/// (`keys::with_str_key`, `with_number_key` or `with_key`).
-macro_rules! fast_check {
-    ($name:ident, $read:path) => {
-        unsafe extern "C" fn $name(
-            env: sys::napi_env,
-            info: sys::napi_callback_info,
-        ) -> sys::napi_value {
-            // SAFETY: this callback's handles.
-            unsafe {
-                raw::call(env, info, |&[handle, key, cost, now_ms]| {
-                    let core = raw::resolve(env, handle, &LIMITERS)?;
-                    let cost = raw::number(env, cost, "The \"cost\" argument")?;
-                    let cost = args::integer("The \"cost\" argument", cost, 0, MAX_SAFE)?;
-                    let now = nanos(raw::number(env, now_ms, "The \"nowMs\" argument")?);
-                    $read(env, key, |key| {
-                        key.with_stored(|key| wait_ms(&core, key, cost, now))
-                    })
-                })
-            }
-        }
-    };
+raw::per_key_type! {
+    [check_str, check_num, check_key],
+    |env, read, [handle, key, cost, now_ms]| {
+        let core = raw::resolve(env, handle, &LIMITERS)?;
+        let cost = raw::number(env, cost, "The \"cost\" argument")?;
+        let cost = args::integer("The \"cost\" argument", cost, 0, MAX_SAFE)?;
+        let now = nanos(raw::number(env, now_ms, "The \"nowMs\" argument")?);
+        read(env, key, |key| key.with_stored(|key| wait_ms(&core, key, cost, now)))
+    }
 }
-
-fast_check!(check_str, keys::with_str_key);
-fast_check!(check_num, keys::with_number_key);
-fast_check!(check_key, keys::with_key);
 
 /// Nanoseconds of `now_ms`: `as` truncates toward zero and saturates (NaN and negatives to 0),
 /// which `nanosFromMs` in `fallback/limiter.ts` mirrors.

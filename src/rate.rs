@@ -16,7 +16,7 @@ use crate::memory::External;
 use crate::raw::{self, Callback, Slab, Slot};
 use keepcount_limits::rate::{Rate as Sketches, RateComponents};
 use napi::bindgen_prelude::{BigInt, ObjectFinalize, Unknown};
-use napi::{Env, JsValue, Result, sys};
+use napi::{Env, JsValue, Result};
 use napi_derive::napi;
 use std::cell::RefCell;
 use std::ffi::CStr;
@@ -216,63 +216,33 @@ pub(crate) const FAST_PATHS: [(&CStr, Callback); 6] = [
     (c"rateObserveInWindowKey", observe_in_window_key),
 ];
 
-/// Defines the raw callback `$name(handle, key, events, nowMs)` hashing its key with `$hash` (one
-/// of `keys::with_str_key`, `with_number_key` or `hash_key`); checks its arguments in `Rate.observe`'s order.
-macro_rules! fast_observe {
-    ($name:ident, $hash:path) => {
-        unsafe extern "C" fn $name(
-            env: sys::napi_env,
-            info: sys::napi_callback_info,
-        ) -> sys::napi_value {
-            // SAFETY: this callback's handles.
-            unsafe {
-                raw::call(env, info, |&[handle, key, events, now_ms]| {
-                    let inner = raw::resolve(env, handle, &RATES)?;
-                    let events = raw::number(env, events, "The \"events\" argument")?;
-                    let events = args::count("The \"events\" argument", events)?;
-                    let key = $hash(env, key, |k| inner.sketches.hash_key(k))?;
-                    let now_ms = raw::number(env, now_ms, "The \"nowMs\" argument")?;
-                    inner.set_now(now_ms)?;
-                    Ok(inner.sketches.observe_hash(key, events) as f64)
-                })
-            }
-        }
-    };
+raw::per_key_type! {
+    [observe_str, observe_num, observe_key],
+    |env, read, [handle, key, events, now_ms]| {
+        let inner = raw::resolve(env, handle, &RATES)?;
+        let events = raw::number(env, events, "The \"events\" argument")?;
+        let events = args::count("The \"events\" argument", events)?;
+        let key = read(env, key, |k| inner.sketches.hash_key(k))?;
+        let now_ms = raw::number(env, now_ms, "The \"nowMs\" argument")?;
+        inner.set_now(now_ms)?;
+        Ok(inner.sketches.observe_hash(key, events) as f64)
+    }
 }
 
-fast_observe!(observe_str, keys::with_str_key);
-fast_observe!(observe_num, keys::with_number_key);
-fast_observe!(observe_key, keys::hash_key);
-
-/// Defines the raw callback `$name(handle, key, events, nowMs, window)`: `observe` that writes the
-/// milliseconds elapsed in the current interval to `window[0]`; checks its arguments in order.
-macro_rules! fast_observe_in_window {
-    ($name:ident, $hash:path) => {
-        unsafe extern "C" fn $name(
-            env: sys::napi_env,
-            info: sys::napi_callback_info,
-        ) -> sys::napi_value {
-            // SAFETY: this callback's handles.
-            unsafe {
-                raw::call(env, info, |&[handle, key, events, now_ms, window]| {
-                    let inner = raw::resolve(env, handle, &RATES)?;
-                    let events = raw::number(env, events, "The \"events\" argument")?;
-                    let events = args::count("The \"events\" argument", events)?;
-                    let key = $hash(env, key, |k| inner.sketches.hash_key(k))?;
-                    let now_ms = raw::number(env, now_ms, "The \"nowMs\" argument")?;
-                    let window = raw::first_f64(env, window, "The \"window\" argument")?;
-                    inner.set_now(now_ms)?;
-                    let (count, elapsed) = inner.sketches.observe_hash_in_interval(key, events);
-                    // SAFETY: checked by first_f64, and still within this call. Milliseconds
-                    // below the 2^52 ms interval: exact in a double.
-                    window.write(elapsed as f64);
-                    Ok(count as f64)
-                })
-            }
-        }
-    };
+raw::per_key_type! {
+    [observe_in_window_str, observe_in_window_num, observe_in_window_key],
+    |env, read, [handle, key, events, now_ms, window]| {
+        let inner = raw::resolve(env, handle, &RATES)?;
+        let events = raw::number(env, events, "The \"events\" argument")?;
+        let events = args::count("The \"events\" argument", events)?;
+        let key = read(env, key, |k| inner.sketches.hash_key(k))?;
+        let now_ms = raw::number(env, now_ms, "The \"nowMs\" argument")?;
+        let window = raw::first_f64(env, window, "The \"window\" argument")?;
+        inner.set_now(now_ms)?;
+        let (count, elapsed) = inner.sketches.observe_hash_in_interval(key, events);
+        // SAFETY: checked by first_f64, and still within this call. Milliseconds below the
+        // 2^52 ms interval: exact in a double.
+        window.write(elapsed as f64);
+        Ok(count as f64)
+    }
 }
-
-fast_observe_in_window!(observe_in_window_str, keys::with_str_key);
-fast_observe_in_window!(observe_in_window_num, keys::with_number_key);
-fast_observe_in_window!(observe_in_window_key, keys::hash_key);

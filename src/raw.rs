@@ -272,6 +272,38 @@ pub(crate) unsafe fn call<const N: usize>(
     ptr::null_mut()
 }
 
+/// Defines one fast path three times, once per way of reading its key: `$str` for string keys
+/// (`keys::with_str_key`), `$num` for number keys (`keys::with_number_key`) and `$any` for any key
+/// (`keys::with_key`), so that `lib/native.cts` can skip the binding's type dispatch when it knows
+/// the key's type. Each is a raw [`Callback`] that reads the arguments `[$arg, …]` and runs
+/// `$body` through [`call`], with `$env` the callback's environment and `$read` the key reader.
+///
+/// ```text
+/// raw::per_key_type!([incr_str, incr_num, incr_key], |env, read, [handle, key]| {
+///     let sketch = raw::resolve(env, handle, &SKETCHES)?;
+///     let key = read(env, key, |k| sketch.hash_key(k))?;
+///     Ok(sketch.incr_hash(key, 1) as f64)
+/// });
+/// ```
+macro_rules! per_key_type {
+    ([$str:ident, $num:ident, $any:ident $(,)?], |$env:ident, $read:ident, [$($arg:ident),* $(,)?]| $body:block) => {
+        $crate::raw::per_key_type!(@one $str, with_str_key, |$env, $read, [$($arg),*]| $body);
+        $crate::raw::per_key_type!(@one $num, with_number_key, |$env, $read, [$($arg),*]| $body);
+        $crate::raw::per_key_type!(@one $any, with_key, |$env, $read, [$($arg),*]| $body);
+    };
+    (@one $name:ident, $reader:ident, |$env:ident, $read:ident, [$($arg:ident),*]| $body:block) => {
+        unsafe extern "C" fn $name(
+            $env: napi::sys::napi_env,
+            info: napi::sys::napi_callback_info,
+        ) -> napi::sys::napi_value {
+            use $crate::keys::$reader as $read;
+            // SAFETY: this callback's handles.
+            unsafe { $crate::raw::call($env, info, |&[$($arg),*]| $body) }
+        }
+    };
+}
+pub(crate) use per_key_type;
+
 /// A number argument as `f64`, or a `TypeError` naming `what`.
 ///
 /// # Safety

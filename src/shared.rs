@@ -19,7 +19,7 @@ pub use inflight::SharedInflight;
 pub use limiter::{SharedLimiter, SharedLimiterStats};
 pub use rate::SharedRate;
 
-use crate::error::{Failure, map_error};
+use crate::error::map_error;
 use crate::raw::Callback;
 use keepcount_limits::shared::{self, SharedOptions};
 use napi::{Env, Result};
@@ -33,11 +33,6 @@ fn options(dir: Option<String>, mode: u32) -> SharedOptions {
         Some(dir) => options.dir(dir),
         None => options,
     }
-}
-
-/// The failure of calling a method after `close()` (`lib/` never does).
-fn closed() -> Failure {
-    Failure::internal("the shared segment was closed")
 }
 
 /// Removes segment `name`'s file from `dir` (default: `/dev/shm` on Linux). Processes that have

@@ -1,14 +1,14 @@
 //! `SharedEstimator`: a count-min sketch whose counters live in a shared segment (or, lent, in a
 //! `SharedArrayBuffer`), and its raw `incr` / `get`.
 
-use super::{closed, options};
+use super::options;
 use crate::args;
 use crate::buffer::Lent;
 use crate::error::{Result as Outcome, map_error};
-use crate::estimator::{Estimator, fast_path};
+use crate::estimator::{Estimator, sketch_fast_paths};
+use crate::held::Held;
 use crate::keys;
-use crate::memory::External;
-use crate::raw::{Callback, Slab, Slot};
+use crate::raw::{Callback, Slab};
 use keepcount_limits::Shape;
 use keepcount_limits::estimator::Estimator as Sketch;
 use keepcount_limits::shared::{self, Counters};
@@ -17,7 +17,6 @@ use napi::{Env, JsValue, Result};
 use napi_derive::napi;
 use std::cell::RefCell;
 use std::ffi::CStr;
-use std::rc::Rc;
 
 /// A sketch over a shared segment's counters.
 type SharedSketch = Sketch<Counters>;
@@ -32,11 +31,7 @@ thread_local! {
 /// input.
 #[napi(custom_finalize)]
 pub struct SharedEstimator {
-    /// `None` once closed.
-    sketch: Option<Rc<SharedSketch>>,
-    slot: Slot<SharedSketch>,
-    /// The mapping, reported to V8 (see [`crate::memory`]) so dropped objects are collected.
-    memory: External,
+    sketch: Held<SharedSketch>,
     hashes: u32,
     slots: u32,
     seed: u64,
@@ -47,7 +42,7 @@ pub struct SharedEstimator {
 
 impl ObjectFinalize for SharedEstimator {
     fn finalize(mut self, env: Env) -> Result<()> {
-        self.memory.release(&env);
+        self.sketch.close(&env);
         Ok(())
     }
 }
@@ -75,14 +70,10 @@ impl SharedEstimator {
             )?;
             let seed = args::seed(&seed)?;
             let sketch = shared::open_estimator(&name, shape, seed, &options(dir, mode))?;
-            let memory = External::report(env, sketch.memory_bytes());
-            let sketch = Rc::new(sketch);
-            let slot = Slot::new(&SHARED_SKETCHES, Rc::clone(&sketch))?;
+            let bytes = sketch.memory_bytes();
             // Shapes are within 2^27: both fit in u32.
             Ok(Self {
-                sketch: Some(sketch),
-                slot,
-                memory,
+                sketch: Held::new(env, &SHARED_SKETCHES, sketch, bytes)?,
                 hashes: shape.hashes() as u32,
                 slots: shape.slots() as u32,
                 seed,
@@ -116,14 +107,10 @@ impl SharedEstimator {
             // JavaScript reaches the memory only through Atomics.
             let sketch = unsafe { shared::lend_estimator(lent.start, lent.len, shape, seed) }?;
             // The counters are the buffer's, which V8 already counts: only the struct is ours.
-            let memory = External::report(env, size_of_val(&sketch));
-            let sketch = Rc::new(sketch);
-            let slot = Slot::new(&SHARED_SKETCHES, Rc::clone(&sketch))?;
+            let bytes = size_of_val(&sketch);
             // Shapes are within 2^27: both fit in u32.
             Ok(Self {
-                sketch: Some(sketch),
-                slot,
-                memory,
+                sketch: Held::new(env, &SHARED_SKETCHES, sketch, bytes)?,
                 hashes: shape.hashes() as u32,
                 slots: shape.slots() as u32,
                 seed,
@@ -154,7 +141,7 @@ impl SharedEstimator {
     /// This sketch's handle for the fast paths ([`FAST_PATHS`]), valid while this object lives.
     #[napi(getter)]
     pub fn handle(&self) -> f64 {
-        self.slot.handle()
+        self.sketch.handle()
     }
 
     /// The row-major positions of `key`'s counters, one per row (docs/format.md §3).
@@ -165,7 +152,7 @@ impl SharedEstimator {
         #[napi(ts_arg_type = "string | number | bigint | Uint8Array")] key: Unknown,
     ) -> Result<Vec<u32>> {
         (|| -> Outcome<Vec<u32>> {
-            let sketch = self.sketch()?;
+            let sketch = self.sketch.get()?;
             // SAFETY: live handles of this call.
             let key = unsafe { keys::hash_key(env.raw(), key.raw(), |k| sketch.hash_key(k)) }?;
             let mut indexes = Vec::with_capacity(sketch.hashes());
@@ -181,7 +168,8 @@ impl SharedEstimator {
     /// Zeroes every counter, for every process.
     #[napi(catch_unwind)]
     pub fn reset(&self, env: &Env) -> Result<()> {
-        self.sketch()
+        self.sketch
+            .get()
             .map(|sketch| sketch.reset())
             .map_err(|failure| map_error(env, failure))
     }
@@ -191,7 +179,7 @@ impl SharedEstimator {
     #[napi(catch_unwind)]
     pub fn merge(&self, env: &Env, other: &Estimator) -> Result<()> {
         (|| -> Outcome<()> {
-            other.merge_into(self.sketch()?)?;
+            other.merge_into(self.sketch.get()?)?;
             Ok(())
         })()
         .map_err(|failure| map_error(env, failure))
@@ -200,7 +188,8 @@ impl SharedEstimator {
     /// The version-2 serialized form (docs/format.md §5) of the counters as they are now.
     #[napi(catch_unwind)]
     pub fn serialize(&self, env: &Env) -> Result<Uint8Array> {
-        self.sketch()
+        self.sketch
+            .get()
             .map(|sketch| Uint8Array::new(sketch.to_bytes()))
             .map_err(|failure| map_error(env, failure))
     }
@@ -209,17 +198,9 @@ impl SharedEstimator {
     /// Idempotent.
     #[napi(catch_unwind)]
     pub fn close(&mut self, env: &Env) {
-        self.slot.vacate();
-        // The slab held the only other reference: dropping ours unmaps the segment.
-        self.sketch = None;
+        // The sketch first: the lent buffer's memory must outlive it.
+        self.sketch.close(env);
         self.lent = None;
-        self.memory.release(env);
-    }
-}
-
-impl SharedEstimator {
-    fn sketch(&self) -> Outcome<&SharedSketch> {
-        self.sketch.as_deref().ok_or_else(closed)
     }
 }
 
@@ -234,9 +215,5 @@ pub(super) const FAST_PATHS: [(&CStr, Callback); 6] = [
     (c"sharedGetKey", get_key),
 ];
 
-fast_path!(incr_str, SHARED_SKETCHES, incr, keys::with_str_key);
-fast_path!(incr_num, SHARED_SKETCHES, incr, keys::with_number_key);
-fast_path!(incr_key, SHARED_SKETCHES, incr, keys::hash_key);
-fast_path!(get_str, SHARED_SKETCHES, get, keys::with_str_key);
-fast_path!(get_num, SHARED_SKETCHES, get, keys::with_number_key);
-fast_path!(get_key, SHARED_SKETCHES, get, keys::hash_key);
+sketch_fast_paths!(SHARED_SKETCHES, incr: [incr_str, incr_num, incr_key]);
+sketch_fast_paths!(SHARED_SKETCHES, get: [get_str, get_num, get_key]);

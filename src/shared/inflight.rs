@@ -1,13 +1,13 @@
 //! `SharedInflight`: in-flight counts over a shared segment whose dead processes' contributions
 //! survivors take back, and its raw `incr`.
 
-use super::{closed, options};
+use super::options;
 use crate::args;
 use crate::error::{Result as Outcome, map_error};
-use crate::estimator::fast_path;
+use crate::estimator::sketch_fast_paths;
+use crate::held::Held;
 use crate::keys;
-use crate::memory::External;
-use crate::raw::{Callback, Slab, Slot};
+use crate::raw::{Callback, Slab};
 use keepcount_limits::Shape;
 use keepcount_limits::shared::SharedInflight as Inflight;
 use napi::bindgen_prelude::{BigInt, ObjectFinalize, Unknown};
@@ -15,7 +15,6 @@ use napi::{Env, JsValue, Result};
 use napi_derive::napi;
 use std::cell::RefCell;
 use std::ffi::CStr;
-use std::rc::Rc;
 
 thread_local! {
     /// This thread's shared in-flight counts, by handle, for the fast paths.
@@ -27,15 +26,13 @@ thread_local! {
 /// package's `Inflight.openShared`; this class takes only validated input.
 #[napi(custom_finalize)]
 pub struct SharedInflight {
-    /// `None` once closed (dropping the last reference gives back what this process still holds).
-    inflight: Option<Rc<Inflight>>,
-    slot: Slot<Inflight>,
-    memory: External,
+    /// Dropping it (on close) gives back what this process still holds.
+    inflight: Held<Inflight>,
 }
 
 impl ObjectFinalize for SharedInflight {
     fn finalize(mut self, env: Env) -> Result<()> {
-        self.memory.release(&env);
+        self.inflight.close(&env);
         Ok(())
     }
 }
@@ -65,13 +62,9 @@ impl SharedInflight {
             let seed = args::seed(&seed)?;
             let inflight = Inflight::open(&name, shape, seed, processes, &options(dir, mode))?;
             // The total and this process's contribution are the sketches it touches.
-            let memory = External::report(env, 2 * shape.counters() * size_of::<i64>());
-            let inflight = Rc::new(inflight);
-            let slot = Slot::new(&SHARED_INFLIGHTS, Rc::clone(&inflight))?;
+            let bytes = 2 * shape.counters() * size_of::<i64>();
             Ok(Self {
-                inflight: Some(inflight),
-                slot,
-                memory,
+                inflight: Held::new(env, &SHARED_INFLIGHTS, inflight, bytes)?,
             })
         })()
         .map_err(|failure| map_error(env, failure))
@@ -88,7 +81,7 @@ impl SharedInflight {
     ) -> Result<f64> {
         (|| -> Outcome<f64> {
             let value = args::count("The \"value\" argument", value)?;
-            let inflight = self.inflight()?;
+            let inflight = self.inflight.get()?;
             // SAFETY: live handles of this call.
             let key = unsafe { keys::hash_key(env.raw(), key.raw(), |k| inflight.hash_key(k)) }?;
             Ok(inflight.incr_hash(key, value) as f64)
@@ -104,7 +97,7 @@ impl SharedInflight {
         #[napi(ts_arg_type = "string | number | bigint | Uint8Array")] key: Unknown,
     ) -> Result<f64> {
         (|| -> Outcome<f64> {
-            let inflight = self.inflight()?;
+            let inflight = self.inflight.get()?;
             // SAFETY: live handles of this call.
             let key = unsafe { keys::hash_key(env.raw(), key.raw(), |k| inflight.hash_key(k)) }?;
             Ok(inflight.get_hash(key) as f64)
@@ -118,29 +111,20 @@ impl SharedInflight {
     pub fn reclaim(&self) -> u32 {
         // At most 1024 slots.
         self.inflight
-            .as_ref()
+            .get_open()
             .map_or(0, |inflight| inflight.reclaim() as u32)
     }
 
     /// This object's handle for the fast paths ([`FAST_PATHS`]), valid while it lives.
     #[napi(getter)]
     pub fn handle(&self) -> f64 {
-        self.slot.handle()
+        self.inflight.handle()
     }
 
     /// Gives back what this process still holds and frees its slot now. Idempotent.
     #[napi(catch_unwind)]
     pub fn close(&mut self, env: &Env) {
-        self.slot.vacate();
-        // The slab held the only other reference: dropping ours gives the counts back.
-        self.inflight = None;
-        self.memory.release(env);
-    }
-}
-
-impl SharedInflight {
-    fn inflight(&self) -> Outcome<&Inflight> {
-        self.inflight.as_deref().ok_or_else(closed)
+        self.inflight.close(env);
     }
 }
 
@@ -151,16 +135,4 @@ pub(super) const FAST_PATHS: [(&CStr, Callback); 3] = [
     (c"sharedInflightIncrKey", inflight_incr_key),
 ];
 
-fast_path!(
-    inflight_incr_str,
-    SHARED_INFLIGHTS,
-    incr,
-    keys::with_str_key
-);
-fast_path!(
-    inflight_incr_num,
-    SHARED_INFLIGHTS,
-    incr,
-    keys::with_number_key
-);
-fast_path!(inflight_incr_key, SHARED_INFLIGHTS, incr, keys::hash_key);
+sketch_fast_paths!(SHARED_INFLIGHTS, incr: [inflight_incr_str, inflight_incr_num, inflight_incr_key]);

@@ -1,20 +1,18 @@
 //! `SharedLimiter`: per-key token buckets over a shared segment, on the host's monotonic clock,
 //! and its raw `check`.
 
-use super::{closed, options};
+use super::options;
 use crate::args;
 use crate::error::{Result as Outcome, map_error};
-use crate::keys;
+use crate::held::Held;
 use crate::limiter::{self, QuotaSpec};
-use crate::memory::External;
-use crate::raw::{self, Callback, Slab, Slot};
+use crate::raw::{self, Callback, Slab};
 use keepcount_limits::shared::SharedLimiter as Buckets;
 use napi::bindgen_prelude::{BigInt, ObjectFinalize, Unknown};
 use napi::{Env, Result};
 use napi_derive::napi;
 use std::cell::RefCell;
 use std::ffi::CStr;
-use std::rc::Rc;
 
 thread_local! {
     /// This thread's shared limiters, by handle, for the fast paths.
@@ -26,10 +24,7 @@ thread_local! {
 /// validated input.
 #[napi(custom_finalize)]
 pub struct SharedLimiter {
-    /// `None` once closed.
-    limiter: Option<Rc<Buckets>>,
-    slot: Slot<Buckets>,
-    memory: External,
+    limiter: Held<Buckets>,
 }
 
 /// How full a shared limiter's key table is.
@@ -45,7 +40,7 @@ pub struct SharedLimiterStats {
 
 impl ObjectFinalize for SharedLimiter {
     fn finalize(mut self, env: Env) -> Result<()> {
-        self.memory.release(&env);
+        self.limiter.close(&env);
         Ok(())
     }
 }
@@ -78,13 +73,9 @@ impl SharedLimiter {
                 &options(dir, mode),
             )?;
             // Report the mapping's size, as the sketches do: what the table can reach.
-            let memory = External::report(env, limiter.memory_bytes());
-            let limiter = Rc::new(limiter);
-            let slot = Slot::new(&SHARED_LIMITERS, Rc::clone(&limiter))?;
+            let bytes = limiter.memory_bytes();
             Ok(Self {
-                limiter: Some(limiter),
-                slot,
-                memory,
+                limiter: Held::new(env, &SHARED_LIMITERS, limiter, bytes)?,
             })
         })()
         .map_err(|failure| map_error(env, failure))
@@ -101,7 +92,7 @@ impl SharedLimiter {
     ) -> Result<f64> {
         (|| -> Outcome<f64> {
             let cost = args::integer("The \"cost\" argument", cost, 0, limiter::MAX_SAFE)?;
-            let buckets = self.limiter()?;
+            let buckets = self.limiter.get()?;
             limiter::with_key(env, key, |key| {
                 limiter::decision_ms(buckets.check(key, cost))
             })
@@ -112,13 +103,14 @@ impl SharedLimiter {
     /// This limiter's handle for the fast paths ([`FAST_PATHS`]), valid while this object lives.
     #[napi(getter)]
     pub fn handle(&self) -> f64 {
-        self.slot.handle()
+        self.limiter.handle()
     }
 
     /// How full the key table is, and how many checks overflowed it.
     #[napi(catch_unwind)]
     pub fn stats(&self, env: &Env) -> Result<SharedLimiterStats> {
-        self.limiter()
+        self.limiter
+            .get()
             .map(|limiter| {
                 let stats = limiter.stats();
                 SharedLimiterStats {
@@ -134,16 +126,7 @@ impl SharedLimiter {
     /// Unmaps the segment from this process now. Idempotent.
     #[napi(catch_unwind)]
     pub fn close(&mut self, env: &Env) {
-        self.slot.vacate();
-        // The slab held the only other reference: dropping ours unmaps the segment.
-        self.limiter = None;
-        self.memory.release(env);
-    }
-}
-
-impl SharedLimiter {
-    fn limiter(&self) -> Outcome<&Buckets> {
-        self.limiter.as_deref().ok_or_else(closed)
+        self.limiter.close(env);
     }
 }
 
@@ -155,29 +138,12 @@ pub(super) const FAST_PATHS: [(&CStr, Callback); 3] = [
     (c"sharedCheckKey", check_key),
 ];
 
-/// Defines the raw callback `$name(handle, key, cost)` reading its key with `$read`
-/// (`keys::with_str_key`, `with_number_key` or `with_key`).
-macro_rules! fast_check {
-    ($name:ident, $read:path) => {
-        unsafe extern "C" fn $name(
-            env: napi::sys::napi_env,
-            info: napi::sys::napi_callback_info,
-        ) -> napi::sys::napi_value {
-            // SAFETY: this callback's handles.
-            unsafe {
-                raw::call(env, info, |&[handle, key, cost]| {
-                    let buckets = raw::resolve(env, handle, &SHARED_LIMITERS)?;
-                    let cost = raw::number(env, cost, "The \"cost\" argument")?;
-                    let cost = args::integer("The \"cost\" argument", cost, 0, limiter::MAX_SAFE)?;
-                    $read(env, key, |key| {
-                        key.with_stored(|key| limiter::decision_ms(buckets.check(key, cost)))
-                    })
-                })
-            }
-        }
-    };
+raw::per_key_type! {
+    [check_str, check_num, check_key],
+    |env, read, [handle, key, cost]| {
+        let buckets = raw::resolve(env, handle, &SHARED_LIMITERS)?;
+        let cost = raw::number(env, cost, "The \"cost\" argument")?;
+        let cost = args::integer("The \"cost\" argument", cost, 0, limiter::MAX_SAFE)?;
+        read(env, key, |key| key.with_stored(|key| limiter::decision_ms(buckets.check(key, cost))))
+    }
 }
-
-fast_check!(check_str, keys::with_str_key);
-fast_check!(check_num, keys::with_number_key);
-fast_check!(check_key, keys::with_key);

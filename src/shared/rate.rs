@@ -1,21 +1,20 @@
 //! `SharedRate`: pingora-limits' `Rate` over a shared segment, on the host's monotonic clock, and
 //! its raw `observe` / `observeInWindow`.
 
-use super::{closed, options};
+use super::options;
 use crate::args;
 use crate::error::{Result as Outcome, map_error};
+use crate::held::Held;
 use crate::keys;
-use crate::memory::External;
 use crate::rate::RateSample;
-use crate::raw::{self, Callback, Slab, Slot};
+use crate::raw::{self, Callback, Slab};
 use keepcount_limits::Shape;
 use keepcount_limits::shared::SharedRate as Sketches;
 use napi::bindgen_prelude::{BigInt, ObjectFinalize, Unknown};
-use napi::{Env, JsValue, Result, sys};
+use napi::{Env, JsValue, Result};
 use napi_derive::napi;
 use std::cell::RefCell;
 use std::ffi::CStr;
-use std::rc::Rc;
 use std::time::Duration;
 
 thread_local! {
@@ -30,15 +29,12 @@ const MAX_INTERVAL_MS: u64 = 1 << 52;
 /// package's `Rate.openShared`; this class takes only validated input.
 #[napi(custom_finalize)]
 pub struct SharedRate {
-    /// `None` once closed.
-    sketches: Option<Rc<Sketches>>,
-    slot: Slot<Sketches>,
-    memory: External,
+    sketches: Held<Sketches>,
 }
 
 impl ObjectFinalize for SharedRate {
     fn finalize(mut self, env: Env) -> Result<()> {
-        self.memory.release(&env);
+        self.sketches.close(&env);
         Ok(())
     }
 }
@@ -78,13 +74,9 @@ impl SharedRate {
                 args::seed(&seed)?,
                 &options(dir, mode),
             )?;
-            let memory = External::report(env, 2 * shape.counters() * size_of::<i64>());
-            let sketches = Rc::new(sketches);
-            let slot = Slot::new(&SHARED_RATES, Rc::clone(&sketches))?;
+            let bytes = 2 * shape.counters() * size_of::<i64>();
             Ok(Self {
-                sketches: Some(sketches),
-                slot,
-                memory,
+                sketches: Held::new(env, &SHARED_RATES, sketches, bytes)?,
             })
         })()
         .map_err(|failure| map_error(env, failure))
@@ -101,7 +93,7 @@ impl SharedRate {
     ) -> Result<f64> {
         (|| -> Outcome<f64> {
             let events = args::count("The \"events\" argument", events)?;
-            let sketches = self.sketches()?;
+            let sketches = self.sketches.get()?;
             // SAFETY: live handles of this call.
             let key = unsafe { keys::hash_key(env.raw(), key.raw(), |k| sketches.hash_key(k)) }?;
             Ok(sketches.observe_hash(key, events) as f64)
@@ -127,7 +119,7 @@ impl SharedRate {
         #[napi(ts_arg_type = "string | number | bigint | Uint8Array")] key: Unknown,
     ) -> Result<RateSample> {
         (|| -> Outcome<RateSample> {
-            let sketches = self.sketches()?;
+            let sketches = self.sketches.get()?;
             // SAFETY: live handles of this call.
             let key = unsafe { keys::hash_key(env.raw(), key.raw(), |k| sketches.hash_key(k)) }?;
             Ok(sketches.rate_with_hash(key, |parts| RateSample {
@@ -142,22 +134,13 @@ impl SharedRate {
     /// This rate's handle for the fast paths ([`FAST_PATHS`]), valid while this object lives.
     #[napi(getter)]
     pub fn handle(&self) -> f64 {
-        self.slot.handle()
+        self.sketches.handle()
     }
 
     /// Unmaps the segment from this process now. Idempotent.
     #[napi(catch_unwind)]
     pub fn close(&mut self, env: &Env) {
-        self.slot.vacate();
-        // The slab held the only other reference: dropping ours unmaps the segment.
-        self.sketches = None;
-        self.memory.release(env);
-    }
-}
-
-impl SharedRate {
-    fn sketches(&self) -> Outcome<&Sketches> {
-        self.sketches.as_deref().ok_or_else(closed)
+        self.sketches.close(env);
     }
 }
 
@@ -174,55 +157,29 @@ pub(super) const FAST_PATHS: [(&CStr, Callback); 6] = [
     (c"sharedRateObserveInWindowKey", observe_in_window_key),
 ];
 
-/// Defines the raw callback `$name(handle, key, events)` (`observe`) or, with `in_window`,
-/// `$name(handle, key, events, window)`, hashing its key with `$hash`; checks its arguments in
-/// `SharedRate.observe`'s order.
-macro_rules! fast_observe {
-    ($name:ident, $hash:path) => {
-        unsafe extern "C" fn $name(
-            env: sys::napi_env,
-            info: sys::napi_callback_info,
-        ) -> sys::napi_value {
-            // SAFETY: this callback's handles.
-            unsafe {
-                raw::call(env, info, |&[handle, key, events]| {
-                    let sketches = raw::resolve(env, handle, &SHARED_RATES)?;
-                    let events = raw::number(env, events, "The \"events\" argument")?;
-                    let events = args::count("The \"events\" argument", events)?;
-                    let key = $hash(env, key, |k| sketches.hash_key(k))?;
-                    Ok(sketches.observe_hash(key, events) as f64)
-                })
-            }
-        }
-    };
-    ($name:ident, $hash:path, in_window) => {
-        unsafe extern "C" fn $name(
-            env: sys::napi_env,
-            info: sys::napi_callback_info,
-        ) -> sys::napi_value {
-            // SAFETY: this callback's handles.
-            unsafe {
-                raw::call(env, info, |&[handle, key, events, window]| {
-                    let sketches = raw::resolve(env, handle, &SHARED_RATES)?;
-                    let events = raw::number(env, events, "The \"events\" argument")?;
-                    let events = args::count("The \"events\" argument", events)?;
-                    let key = $hash(env, key, |k| sketches.hash_key(k))?;
-                    let window = raw::first_f64(env, window, "The \"window\" argument")?;
-                    let (count, past) = sketches.observe_hash_in_interval(key, events);
-                    // SAFETY: checked by first_f64, and still within this call. Whole
-                    // milliseconds, below the 2^52 ms interval: exact in a double, and the
-                    // interval's end stays at least 1 ms away.
-                    window.write((past / 1_000_000) as f64);
-                    Ok(count as f64)
-                })
-            }
-        }
-    };
+raw::per_key_type! {
+    [observe_str, observe_num, observe_key],
+    |env, read, [handle, key, events]| {
+        let sketches = raw::resolve(env, handle, &SHARED_RATES)?;
+        let events = raw::number(env, events, "The \"events\" argument")?;
+        let events = args::count("The \"events\" argument", events)?;
+        let key = read(env, key, |k| sketches.hash_key(k))?;
+        Ok(sketches.observe_hash(key, events) as f64)
+    }
 }
 
-fast_observe!(observe_str, keys::with_str_key);
-fast_observe!(observe_num, keys::with_number_key);
-fast_observe!(observe_key, keys::hash_key);
-fast_observe!(observe_in_window_str, keys::with_str_key, in_window);
-fast_observe!(observe_in_window_num, keys::with_number_key, in_window);
-fast_observe!(observe_in_window_key, keys::hash_key, in_window);
+raw::per_key_type! {
+    [observe_in_window_str, observe_in_window_num, observe_in_window_key],
+    |env, read, [handle, key, events, window]| {
+        let sketches = raw::resolve(env, handle, &SHARED_RATES)?;
+        let events = raw::number(env, events, "The \"events\" argument")?;
+        let events = args::count("The \"events\" argument", events)?;
+        let key = read(env, key, |k| sketches.hash_key(k))?;
+        let window = raw::first_f64(env, window, "The \"window\" argument")?;
+        let (count, past) = sketches.observe_hash_in_interval(key, events);
+        // SAFETY: checked by first_f64, and still within this call. Whole milliseconds, below
+        // the 2^52 ms interval: exact in a double, and the interval's end stays at least 1 ms away.
+        window.write((past / 1_000_000) as f64);
+        Ok(count as f64)
+    }
+}
