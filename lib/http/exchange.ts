@@ -41,5 +41,7 @@ export function onExchangeEnd(req: IncomingMessage, res: ServerResponse, done: (
     done();
   };
   waiting.add(end);
-  res.once('close', end);
+  // `on`, not `once`: `end` takes itself off either way, and `once` would wrap it in two more
+  // objects per request.
+  res.on('close', end);
 }

@@ -1,0 +1,74 @@
+/**
+ * `onExchangeEnd` on a real server: the end of every exchange is reported exactly once, on every
+ * path it can end by, and nothing of it stays behind on the response or the connection.
+ */
+import test from 'ava';
+import { Agent, createServer, request, type IncomingMessage, type ServerResponse } from 'node:http';
+import { onExchangeEnd } from '../lib/http/exchange.js';
+import { abortAfter, close, deferred, eventually, listen, pipelineAndLeave } from './http-client.js';
+import { title } from './helpers.js';
+
+/** A server that reports each exchange's end in `ends` (by request path) and holds `/hang` open. */
+async function serve(arrived: () => void) {
+  const ends = new Map<string, number>();
+  const responses: ServerResponse[] = [];
+  const server = createServer((req: IncomingMessage, res: ServerResponse) => {
+    const path = req.url ?? '';
+    onExchangeEnd(req, res, () => ends.set(path, (ends.get(path) ?? 0) + 1));
+    responses.push(res);
+    if (path.startsWith('/hang')) arrived();
+    else res.end('ok');
+  });
+  return { server, ends, responses, port: await listen(server) };
+}
+
+/** `count` GETs one after another on one kept-alive connection. */
+async function sequential(port: number, count: number): Promise<void> {
+  const agent = new Agent({ keepAlive: true, maxSockets: 1 });
+  for (let i = 0; i < count; i++) {
+    await new Promise<void>((resolve, reject) => {
+      const req = request({ host: '127.0.0.1', port, path: `/${i}`, agent }, (res) => {
+        res.resume().on('end', resolve);
+      });
+      req.on('error', reject).end();
+    });
+  }
+  agent.destroy();
+}
+
+test(title('onExchangeEnd reports each exchange once: finished, aborted, or queued behind a pipeline'), async (t) => {
+  let seen = 0;
+  const hung = deferred();
+  const { server, ends, responses, port } = await serve(() => {
+    if (++seen === 1) hung.resolve();
+  });
+  try {
+    // Finished exchanges on one kept-alive connection: one end each, no listener left on them.
+    await sequential(port, 5);
+    t.true(await eventually(() => ends.size === 5));
+    t.deepEqual([...ends.values()], [1, 1, 1, 1, 1]);
+    t.true(
+      responses.every((res) => res.listenerCount('close') === 0),
+      'no close listener left behind',
+    );
+
+    // A client that leaves mid-response.
+    await abortAfter(port, '/hang-abort', hung.promise);
+    t.true(await eventually(() => ends.get('/hang-abort') === 1));
+
+    // A pipelining client that leaves: the queued exchanges end with the connection.
+    const queued = deferred();
+    const before = seen;
+    const check = setInterval(() => seen > before && queued.resolve(), 5);
+    await pipelineAndLeave(port, '/hang-pipelined', 4, queued.promise);
+    clearInterval(check);
+    t.true(await eventually(() => ends.get('/hang-pipelined') === 4), `ended ${ends.get('/hang-pipelined')} of 4`);
+
+    // Nothing ends twice, however long we wait.
+    await new Promise((resolve) => setTimeout(resolve, 50));
+    t.true([...ends.values()].every((n) => n === 1 || n === 4));
+    t.is(ends.get('/hang-abort'), 1);
+  } finally {
+    await close(server);
+  }
+});
