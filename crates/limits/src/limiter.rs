@@ -164,6 +164,7 @@ mod bucket;
 mod decision;
 mod error;
 mod index;
+mod pages;
 mod quota;
 mod slots;
 mod update;

@@ -11,6 +11,7 @@
 //! alone, without rehashing keys. A table is immutable once published; writers build a new one.
 
 use super::LimiterError;
+use super::pages::Pages;
 
 /// An entry: tag in the high 32 bits, slot index + 1 in the low 32 bits; 0 is empty.
 type Entry = u64;
@@ -23,7 +24,8 @@ const MAX_BITS: u32 = 32;
 /// Slot indexes by key hash.
 #[derive(Clone)]
 pub(crate) struct Index {
-    entries: Box<[Entry]>,
+    /// Huge-page backed from 2 MB (256K entries) on: see `pages.rs`.
+    entries: Pages<Entry>,
     /// log2 of `entries.len()`.
     bits: u32,
     len: usize,
@@ -44,7 +46,7 @@ impl Index {
     /// An empty table.
     pub(crate) fn new() -> Self {
         Self {
-            entries: vec![EMPTY; 1 << MIN_BITS].into_boxed_slice(),
+            entries: Pages::from_fn(1 << MIN_BITS, |_| EMPTY),
             bits: MIN_BITS,
             len: 0,
         }
@@ -54,7 +56,7 @@ impl Index {
     pub(crate) fn with_capacity(len: usize) -> Result<Self, LimiterError> {
         let bits = bits_for(len)?;
         Ok(Self {
-            entries: vec![EMPTY; 1 << bits].into_boxed_slice(),
+            entries: Pages::from_fn(1 << bits, |_| EMPTY),
             bits,
             len: 0,
         })
@@ -128,7 +130,7 @@ impl Index {
         if bits > MAX_BITS {
             return Err(LimiterError::TooManyKeys);
         }
-        let old = std::mem::replace(&mut self.entries, vec![EMPTY; 1 << bits].into_boxed_slice());
+        let old = std::mem::replace(&mut self.entries, Pages::from_fn(1 << bits, |_| EMPTY));
         self.bits = bits;
         for &entry in old.iter().filter(|&&e| e != EMPTY) {
             self.place(entry);
