@@ -10,6 +10,8 @@
 //! home of an entry is its tag's top `bits`: growing and deleting move entries by their tags
 //! alone, without rehashing keys. A table is immutable once published; writers build a new one.
 
+use std::sync::atomic::{AtomicPtr, AtomicU32, Ordering};
+
 use super::LimiterError;
 use super::pages::Pages;
 
@@ -185,6 +187,44 @@ impl Index {
             .iter()
             .filter(|&&e| e != EMPTY)
             .map(|&e| (e as u32).wrapping_sub(1))
+    }
+}
+
+/// Where the current table's entries start and how far to shift a hash for its home: a copy,
+/// for prefetching only. The two may be from different tables while one is being published;
+/// then a prefetch lands elsewhere, which costs a cache line and nothing else.
+#[derive(Default)]
+pub(crate) struct Hint {
+    entries: AtomicPtr<Entry>,
+    shift: AtomicU32,
+}
+
+impl Hint {
+    /// Points the hint at `table`. Writer only.
+    pub(crate) fn publish(&self, table: &Index) {
+        // Relaxed: a hint orders nothing; a stale one only prefetches a useless line.
+        self.entries
+            .store(table.entries.as_ptr().cast_mut(), Ordering::Relaxed);
+        self.shift.store(64 - table.bits, Ordering::Relaxed);
+    }
+
+    /// Starts loading the line where the probe for `hash` begins, so that its cache miss overlaps
+    /// the table load through `arc-swap` (whose locked exchange holds back every later load).
+    #[inline]
+    pub(crate) fn prefetch(&self, hash: u64) {
+        // Relaxed: see `publish`.
+        let entries = self.entries.load(Ordering::Relaxed);
+        let home = (hash >> self.shift.load(Ordering::Relaxed)) as usize;
+        let at = entries.wrapping_add(home).cast::<i8>();
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: a prefetch is a hint: it never faults and reads nothing into the program, so
+        // any address is allowed, including one past a table or in a freed one. SSE, which the
+        // intrinsic needs, is part of x86-64.
+        unsafe {
+            std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(at)
+        };
+        #[cfg(not(target_arch = "x86_64"))]
+        let _ = at;
     }
 }
 

@@ -6,7 +6,8 @@
 //! Keeping the key in the slot lets the table (`index.rs`) be 8-byte entries of a hash tag and a
 //! slot index; the key comparison and the bucket update then share the slot's lines. Over a
 //! million keys neither array stays cached, so a check misses twice, on its table entry and then
-//! on its slot (see the limiter's performance notes).
+//! on its slot (see the limiter's performance notes); chunks of 2 MB or more are on huge pages
+//! (`pages.rs`), so neither miss also walks the page tables.
 //!
 //! # Reuse rules (upheld by [`Limiter`](super::Limiter)'s writer, relied on here)
 //! - A slot's key is written only while no published table refers to the slot (a new slot, or
