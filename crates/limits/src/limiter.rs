@@ -146,24 +146,27 @@
 //!   with an 8 MB last-level cache: 1.85 read misses a check against 0.94). Two changes made
 //!   those misses cheaper without removing either. The two arrays (16 MB and 40 MB) were far
 //!   beyond the TLB's reach on 4 KB pages, so each miss came with a page walk; they are now on
-//!   2 MB pages (`madvise(MADV_HUGEPAGE)`, `pages.rs`; Linux's default THP mode `madvise` waits
-//!   for it; governor's maps are not advised). And a check starts loading its table entry's line
-//!   before it loads the table through `arc-swap`, whose locked exchange held every later load
-//!   back: a relaxed copy of where the current table is (`index::Hint`) gives the address, and a
-//!   stale copy only prefetches a useless line. Crate bench, 2026-11-23, 2-core VM at load 2–6
-//!   from other work, binaries before and after each change run alternately; governor's time
-//!   over ours on 1M keys, one thread / two threads, one bench run each:
+//!   2 MB pages (`madvise(MADV_HUGEPAGE)`, `pages.rs`: in THP mode `madvise`, the default on many
+//!   distributions, nothing is unless asked, and governor's maps are not). And a check starts
+//!   loading its table entry's line before it loads the table through `arc-swap`, whose locked
+//!   exchange held every later load back: a relaxed copy of where the current table is
+//!   (`index::Hint`) gives the address, and a stale copy only prefetches a useless line. Crate
+//!   bench, 2026-11-23, 2-core VM at load 1.4–6 from other work, binaries before and after each
+//!   change run alternately; governor's time over ours on 1M keys, one thread / two threads, one
+//!   bench run each:
 //!
 //!   | build | runs |
 //!   |---|---|
-//!   | before both | 0.80/0.81, 0.69/0.57, 0.76/0.74, 0.76/0.92 |
+//!   | before both | 0.80/0.81, 0.69/0.57, 0.76/0.74, 0.76/0.92, 0.67/0.70, 0.74/0.68 |
 //!   | huge pages | 1.29/1.19, 1.10/1.39, 1.06/0.85, 0.88/0.78, 0.85/0.74, 0.96/0.70 |
-//!   | huge pages and prefetch | 1.09/1.06, 1.25/1.42 |
+//!   | huge pages and prefetch | 1.09/1.06, 1.25/1.42, 1.23/1.07, 1.35/1.11 |
 //!
 //!   A check on its own (no contender between runs, 8M checks): 402–463 ns before, 329–387 with
 //!   huge pages, 227–364 with the prefetch as well (6 alternating pairs, faster in every pair).
-//!   The hot key is unchanged (38–46 ns either way). The misses themselves remain, so the lead
-//!   over governor is small and noisy. Tried and dropped: prefetching a slot's second cache line
+//!   The hot key is unchanged (35–46 ns either way); on a quiet machine (load 1.5) one thread on
+//!   it is level with governor before and after (0.97–1.00×, 3 interleaved runs of 7 rounds
+//!   each), two threads 1.00–1.25×. The misses themselves remain, so the lead over governor on
+//!   many keys is modest and noisy. Tried and dropped: prefetching a slot's second cache line
 //!   before its key comparison (40-byte slots straddle lines half the time), again with huge
 //!   pages; 64-byte-aligned slots (83 bytes a key: ~5% faster alone, not worth 40% more
 //!   memory); a table of 4-byte entries (11-bit tags; 8 MB, 50 bytes a key: no faster alone).
@@ -227,7 +230,8 @@ type Table = Index;
 ///
 /// # Performance
 /// A check is one hash, a prefetch of its table entry, one clock reading, one wait-free table
-/// load, one probe of a table of 8-byte entries, and one uncontended lock of the key's slot (plus one with an overall quota).
+/// load, one probe of a table of 8-byte entries, and one uncontended lock of the key's slot
+/// (plus one with an overall quota).
 /// Updates copy the table of indexes: `O(keys)` each, so load many changes at once with
 /// [`replace_keys`](Self::replace_keys).
 ///
