@@ -155,21 +155,23 @@
 //!   change run alternately; governor's time over ours on 1M keys, one thread / two threads, one
 //!   bench run each:
 //!
-//!   | build | runs |
-//!   |---|---|
-//!   | before both | 0.80/0.81, 0.69/0.57, 0.76/0.74, 0.76/0.92, 0.67/0.70, 0.74/0.68 |
-//!   | huge pages | 1.29/1.19, 1.10/1.39, 1.06/0.85, 0.88/0.78, 0.85/0.74, 0.96/0.70 |
-//!   | huge pages and prefetch | 1.09/1.06, 1.25/1.42, 1.23/1.07, 1.35/1.11 |
+//!   - before both: 0.80/0.81, 0.69/0.57, 0.76/0.74, 0.76/0.92, 0.67/0.70, 0.74/0.68;
+//!   - huge pages: 1.29/1.19, 1.10/1.39, 1.06/0.85, 0.88/0.78, 0.85/0.74, 0.96/0.70;
+//!   - huge pages and prefetch: 1.09/1.06, 1.25/1.42, 1.23/1.07, 1.35/1.11, 0.94/0.94, 1.20/1.18,
+//!     1.35/0.99, 1.12/1.04.
 //!
 //!   A check on its own (no contender between runs, 8M checks): 402–463 ns before, 329–387 with
 //!   huge pages, 227–364 with the prefetch as well (6 alternating pairs, faster in every pair).
-//!   The hot key is unchanged (35–46 ns either way); on a quiet machine (load 1.5) one thread on
-//!   it is level with governor before and after (0.97–1.00×, 3 interleaved runs of 7 rounds
-//!   each), two threads 1.00–1.25×. The misses themselves remain, so the lead over governor on
-//!   many keys is modest and noisy. Tried and dropped: prefetching a slot's second cache line
-//!   before its key comparison (40-byte slots straddle lines half the time), again with huge
-//!   pages; 64-byte-aligned slots (83 bytes a key: ~5% faster alone, not worth 40% more
-//!   memory); a table of 4-byte entries (11-bit tags; 8 MB, 50 bytes a key: no faster alone).
+//!   So over a million keys keepcount is now ahead of governor in most runs (medians of the 8:
+//!   1.22× on one thread, 1.06× on two) but not in all: the misses themselves remain. The hot
+//!   key is unchanged (35–46 ns either way) and, at load 1.3–2.8, one thread on it is level with
+//!   governor or slightly behind, before these changes and after (0.75–1.03× before, 0.76–1.51×
+//!   after, medians 0.98× and 0.96×; 3 interleaved runs of 7 rounds each in a separate harness:
+//!   0.97–1.00× both), two threads ahead (1.08–1.76× after). Tried and dropped: prefetching a
+//!   slot's second cache line before its key comparison (40-byte slots straddle lines half the
+//!   time), again with huge pages and with the table prefetch; 64-byte-aligned slots (83 bytes
+//!   a key: ~5% faster alone, not worth 40% more memory); a table of 4-byte entries (11-bit
+//!   tags; 8 MB, 50 bytes a key: no faster alone).
 //!   Holding buckets inline would save a miss but means moving them when the table is rebuilt,
 //!   which readers that never block would have to follow; dashmap's readers take a shard lock
 //!   that its writers hold.
