@@ -63,6 +63,8 @@
 //! in the table and once on its slot, which holds both the key it compares and the bucket it
 //! updates. Quotas are interned: slots name them by id, ids are reference-counted by the writer
 //! and reused once no slot names them; the best-effort and overall buckets hold theirs inline.
+//! The table and every slot chunk of 2 MB or more sit on transparent huge pages (`pages.rs`), so
+//! those two misses are not also two page-table walks.
 //!
 //! Readers never wait for writers: [`check`](Limiter::check) loads the current table with
 //! `arc-swap` (lock-free: no lock, no retry loop), probes it and takes the key's own slot lock.
@@ -139,13 +141,40 @@
 //!   per-key quotas in two dimensions) and the table 16.8 bytes a key at a million keys (2^21
 //!   entries of 8 bytes; it grows by doubling, so this is its emptiest).
 //! - **Time over many keys.** A check misses the cache twice, on the table entry and on the slot
-//!   (`perf annotate`: ~40% and ~50% of its cycles), and the two arrays (16 MB and 42 MB) are far
-//!   beyond the TLB's reach. Governor's dashmap holds the state inline behind 2 MB of control
-//!   bytes that stay cached, so it misses about once. Prefetching a slot's second cache line
-//!   before its key comparison (40-byte slots straddle lines half the time) was tried and
-//!   measured no faster. Holding buckets inline would mean moving
-//!   them when the table is rebuilt, which readers that never block could not follow; dashmap's
-//!   readers take a shard lock that its writers hold.
+//!   (`perf annotate`: ~43% and ~47% of its cycles), where governor's dashmap holds the state
+//!   inline behind 2 MB of control bytes that stay cached, so it misses about once (callgrind
+//!   with an 8 MB last-level cache: 1.85 read misses a check against 0.94). Two changes made
+//!   those misses cheaper without removing either. The two arrays (16 MB and 40 MB) were far
+//!   beyond the TLB's reach on 4 KB pages, so each miss came with a page walk; they are now on
+//!   2 MB pages (`madvise(MADV_HUGEPAGE)`, `pages.rs`: in THP mode `madvise`, the default on many
+//!   distributions, nothing is unless asked, and governor's maps are not). And a check starts
+//!   loading its table entry's line before it loads the table through `arc-swap`, whose locked
+//!   exchange held every later load back: a relaxed copy of where the current table is
+//!   (`index::Hint`) gives the address, and a stale copy only prefetches a useless line. Crate
+//!   bench, 2026-11-23, 2-core VM at load 1.4–6 from other work, binaries before and after each
+//!   change run alternately; governor's time over ours on 1M keys, one thread / two threads, one
+//!   bench run each:
+//!
+//!   - before both: 0.80/0.81, 0.69/0.57, 0.76/0.74, 0.76/0.92, 0.67/0.70, 0.74/0.68;
+//!   - huge pages: 1.29/1.19, 1.10/1.39, 1.06/0.85, 0.88/0.78, 0.85/0.74, 0.96/0.70;
+//!   - huge pages and prefetch: 1.09/1.06, 1.25/1.42, 1.23/1.07, 1.35/1.11, 0.94/0.94, 1.20/1.18,
+//!     1.35/0.99, 1.12/1.04.
+//!
+//!   A check on its own (no contender between runs, 8M checks): 402–463 ns before, 329–387 with
+//!   huge pages, 227–364 with the prefetch as well (6 alternating pairs, faster in every pair).
+//!   So over a million keys keepcount is now ahead of governor in most runs (medians of the 8:
+//!   1.22× on one thread, 1.06× on two) but not in all: the misses themselves remain. The hot
+//!   key is unchanged (35–46 ns either way) and, at load 1.3–2.8, one thread on it is level with
+//!   governor or slightly behind, before these changes and after (0.75–1.03× before, 0.76–1.51×
+//!   after, medians 0.98× and 0.96×; 3 interleaved runs of 7 rounds each in a separate harness:
+//!   0.97–1.00× both), two threads ahead (1.08–1.76× after). Tried and dropped: prefetching a
+//!   slot's second cache line before its key comparison (40-byte slots straddle lines half the
+//!   time), again with huge pages and with the table prefetch; 64-byte-aligned slots (83 bytes
+//!   a key: ~5% faster alone, not worth 40% more memory); a table of 4-byte entries (11-bit
+//!   tags; 8 MB, 50 bytes a key: no faster alone).
+//!   Holding buckets inline would save a miss but means moving them when the table is rebuilt,
+//!   which readers that never block would have to follow; dashmap's readers take a shard lock
+//!   that its writers hold.
 //! - **Time on one key.** Of the 47 ns, the clock took about 20 when `MonotonicClock` was
 //!   `Instant` (a vDSO `clock_gettime`; governor reads the TSC): [`check_at`](Limiter::check_at)
 //!   with the caller's reading costs ~27 ns. `MonotonicClock` now reads the TSC too (`quanta`),
@@ -164,6 +193,7 @@ mod bucket;
 mod decision;
 mod error;
 mod index;
+mod pages;
 mod quota;
 mod slots;
 mod update;
@@ -171,6 +201,7 @@ mod writer;
 
 use std::borrow::Borrow;
 use std::hash::{BuildHasher, Hash};
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use arc_swap::ArcSwap;
@@ -200,8 +231,9 @@ type Table = Index;
 /// no time passing.
 ///
 /// # Performance
-/// A check is one clock reading, one wait-free table load, one hash and probe of a table of
-/// 8-byte entries, and one uncontended lock of the key's slot (plus one with an overall quota).
+/// A check is one hash, a prefetch of its table entry, one clock reading, one wait-free table
+/// load, one probe of a table of 8-byte entries, and one uncontended lock of the key's slot
+/// (plus one with an overall quota).
 /// Updates copy the table of indexes: `O(keys)` each, so load many changes at once with
 /// [`replace_keys`](Self::replace_keys).
 ///
@@ -212,6 +244,9 @@ type Table = Index;
 /// that changes the key set waits for the checks still reading the previous table.
 pub struct Limiter<K, C = MonotonicClock> {
     table: ArcSwap<Table>,
+    /// Where the current table's entries are, for prefetching a check's probe before it loads
+    /// the table through `arc-swap`.
+    hint: index::Hint,
     /// Keyed buckets, by slot index. A slot outlives every table that names it (module docs).
     slots: Arena<Slot<K>>,
     /// Interned quotas of keyed buckets, by quota id.
@@ -250,8 +285,12 @@ impl<K: Hash + Eq, C: Clock> Limiter<K, C> {
     /// starts full as of the clock's reading now.
     pub fn with_clock(best_effort: Quota, clock: C) -> Self {
         let now = clock.now_nanos();
+        let table = Arc::new(Table::new());
+        let hint = index::Hint::default();
+        hint.publish(&table);
         Self {
-            table: ArcSwap::from_pointee(Table::new()),
+            table: ArcSwap::new(table),
+            hint,
             slots: Arena::new(),
             quotas: Arena::new(),
             wide: Arena::new(),
@@ -289,8 +328,10 @@ impl<K: Hash + Eq, C: Clock> Limiter<K, C> {
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
     {
+        let hash = self.hasher.hash_one(key);
+        self.hint.prefetch(hash);
         // Read the clock before touching any shared state: a slow clock then delays no one.
-        self.check_at(key, cost, self.clock.now_nanos())
+        self.check_hashed(key, hash, cost, self.clock.now_nanos())
     }
 
     /// [`check`](Self::check) at clock reading `now`.
@@ -315,10 +356,22 @@ impl<K: Hash + Eq, C: Clock> Limiter<K, C> {
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
     {
+        let hash = self.hasher.hash_one(key);
+        self.hint.prefetch(hash);
+        self.check_hashed(key, hash, cost, now)
+    }
+
+    /// [`check_at`](Self::check_at) for a key whose hash is `hash`.
+    #[inline]
+    fn check_hashed<Q>(&self, key: &Q, hash: u64, cost: u64, now: u64) -> Decision
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
         // Held to the end: the slot found through it is not reused while the guard lives.
         let table = self.table.load();
         let costs = [1, cost];
-        let wait = match self.find_slot(&table, self.hasher.hash_one(key), key) {
+        let wait = match self.find_slot(&table, hash, key) {
             Some((id, slot)) => {
                 let mut guard = slot.lock();
                 let quota_id = guard.quota_id();

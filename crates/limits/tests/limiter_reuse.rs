@@ -184,3 +184,54 @@ fn slots_are_reused_only_after_checks_on_old_tables_finish() {
         );
     }
 }
+
+/// Checks prefetch their probe through a hint of where the current table is, read without
+/// synchronization, before they load the table itself. Here the table alternates between 8
+/// entries and 2^18 (2 MB, on huge pages) while threads check: hints go stale across growth and
+/// shrinkage and point into freed tables, and every check must still find its key's one bucket.
+#[test]
+fn checks_find_their_bucket_while_the_table_grows_and_shrinks_under_them() {
+    const THREADS: usize = 2;
+    const REPLACEMENTS: u64 = 12;
+    const BURST: u64 = 1_000_000;
+    // 2^18 entries: more than 98,304 keys keep a table under 3/4 full no smaller.
+    const MANY: u64 = 100_000;
+    let (_, limiter) = manual::<u64>(Quota::DENY_ALL);
+    let table = |many: bool| {
+        let extra = if many { MANY } else { 2 };
+        (0..=extra).map(|key| (key, requests(0, if key == 0 { BURST } else { 1 })))
+    };
+    limiter.replace_keys(table(true)).unwrap();
+    let limiter = Arc::new(limiter);
+    let stop = Arc::new(AtomicBool::new(false));
+    let started = Arc::new(Barrier::new(THREADS + 1));
+    let workers: Vec<_> = (0..THREADS)
+        .map(|_| {
+            let (limiter, stop, started) = (limiter.clone(), stop.clone(), started.clone());
+            thread::spawn(move || {
+                started.wait();
+                let mut admitted = 0u64;
+                while !stop.load(Ordering::Relaxed) {
+                    admitted += u64::from(limiter.check_one(&0).is_allowed());
+                    // Unknown: the best-effort bucket, which denies all.
+                    assert!(!limiter.check_one(&u64::MAX).is_allowed());
+                }
+                admitted
+            })
+        })
+        .collect();
+    started.wait();
+    for i in 0..REPLACEMENTS {
+        limiter.replace_keys(table(i % 2 == 1)).unwrap();
+    }
+    stop.store(true, Ordering::Relaxed);
+    let admitted: u64 = workers.into_iter().map(|w| w.join().unwrap()).sum();
+    // Key 0 kept its one bucket through every table: with the clock frozen it admits its burst
+    // once, whatever the threads took and the rest here.
+    let rest = (0..BURST)
+        .filter(|_| limiter.check_one(&0).is_allowed())
+        .count() as u64;
+    assert_eq!(admitted + rest, BURST);
+    assert!(admitted > 0, "no check ran during the replacements");
+    assert_eq!(limiter.len() as u64, MANY + 1);
+}

@@ -10,7 +10,10 @@
 //! home of an entry is its tag's top `bits`: growing and deleting move entries by their tags
 //! alone, without rehashing keys. A table is immutable once published; writers build a new one.
 
+use std::sync::atomic::{AtomicPtr, AtomicU32, Ordering};
+
 use super::LimiterError;
+use super::pages::Pages;
 
 /// An entry: tag in the high 32 bits, slot index + 1 in the low 32 bits; 0 is empty.
 type Entry = u64;
@@ -23,7 +26,8 @@ const MAX_BITS: u32 = 32;
 /// Slot indexes by key hash.
 #[derive(Clone)]
 pub(crate) struct Index {
-    entries: Box<[Entry]>,
+    /// Huge-page backed from 2 MB (256K entries) on: see `pages.rs`.
+    entries: Pages<Entry>,
     /// log2 of `entries.len()`.
     bits: u32,
     len: usize,
@@ -44,7 +48,7 @@ impl Index {
     /// An empty table.
     pub(crate) fn new() -> Self {
         Self {
-            entries: vec![EMPTY; 1 << MIN_BITS].into_boxed_slice(),
+            entries: Pages::from_fn(1 << MIN_BITS, |_| EMPTY),
             bits: MIN_BITS,
             len: 0,
         }
@@ -54,7 +58,7 @@ impl Index {
     pub(crate) fn with_capacity(len: usize) -> Result<Self, LimiterError> {
         let bits = bits_for(len)?;
         Ok(Self {
-            entries: vec![EMPTY; 1 << bits].into_boxed_slice(),
+            entries: Pages::from_fn(1 << bits, |_| EMPTY),
             bits,
             len: 0,
         })
@@ -128,7 +132,7 @@ impl Index {
         if bits > MAX_BITS {
             return Err(LimiterError::TooManyKeys);
         }
-        let old = std::mem::replace(&mut self.entries, vec![EMPTY; 1 << bits].into_boxed_slice());
+        let old = std::mem::replace(&mut self.entries, Pages::from_fn(1 << bits, |_| EMPTY));
         self.bits = bits;
         for &entry in old.iter().filter(|&&e| e != EMPTY) {
             self.place(entry);
@@ -183,6 +187,44 @@ impl Index {
             .iter()
             .filter(|&&e| e != EMPTY)
             .map(|&e| (e as u32).wrapping_sub(1))
+    }
+}
+
+/// Where the current table's entries start and how far to shift a hash for its home: a copy,
+/// for prefetching only. The two may be from different tables while one is being published;
+/// then a prefetch lands elsewhere, which costs a cache line and nothing else.
+#[derive(Default)]
+pub(crate) struct Hint {
+    entries: AtomicPtr<Entry>,
+    shift: AtomicU32,
+}
+
+impl Hint {
+    /// Points the hint at `table`. Writer only.
+    pub(crate) fn publish(&self, table: &Index) {
+        // Relaxed: a hint orders nothing; a stale one only prefetches a useless line.
+        self.entries
+            .store(table.entries.as_ptr().cast_mut(), Ordering::Relaxed);
+        self.shift.store(64 - table.bits, Ordering::Relaxed);
+    }
+
+    /// Starts loading the line where the probe for `hash` begins, so that its cache miss overlaps
+    /// the table load through `arc-swap` (whose locked exchange holds back every later load).
+    #[inline]
+    pub(crate) fn prefetch(&self, hash: u64) {
+        // Relaxed: see `publish`.
+        let entries = self.entries.load(Ordering::Relaxed);
+        let home = (hash >> self.shift.load(Ordering::Relaxed)) as usize;
+        let at = entries.wrapping_add(home).cast::<i8>();
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: a prefetch is a hint: it never faults and reads nothing into the program, so
+        // any address is allowed, including one past a table or in a freed one. SSE, which the
+        // intrinsic needs, is part of x86-64.
+        unsafe {
+            std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(at)
+        };
+        #[cfg(not(target_arch = "x86_64"))]
+        let _ = at;
     }
 }
 

@@ -6,7 +6,8 @@
 //! Keeping the key in the slot lets the table (`index.rs`) be 8-byte entries of a hash tag and a
 //! slot index; the key comparison and the bucket update then share the slot's lines. Over a
 //! million keys neither array stays cached, so a check misses twice, on its table entry and then
-//! on its slot (see the limiter's performance notes).
+//! on its slot (see the limiter's performance notes); chunks of 2 MB or more are on huge pages
+//! (`pages.rs`), so neither miss also walks the page tables.
 //!
 //! # Reuse rules (upheld by [`Limiter`](super::Limiter)'s writer, relied on here)
 //! - A slot's key is written only while no published table refers to the slot (a new slot, or
@@ -25,6 +26,7 @@ use parking_lot::RawMutex;
 use parking_lot::lock_api::RawMutex as _;
 
 use super::bucket::State;
+use super::pages::Pages;
 use super::quota::Quota;
 
 /// Chunk `c` holds `2^(c + FIRST_CHUNK_BITS)` entries: 32 first, so a limiter with a handful of
@@ -43,7 +45,8 @@ const CHUNKS: usize = 28;
 /// null test and an offset: no `OnceLock` state to test and no slice length to check, which on
 /// a hot-key check (two lookups) were a tenth of the arena's cost.
 pub(crate) struct Arena<T> {
-    /// Chunk `c`: null, or `2^(c + FIRST_CHUNK_BITS)` entries leaked from a `Box<[T]>`.
+    /// Chunk `c`: null, or `2^(c + FIRST_CHUNK_BITS)` entries given up by a [`Pages`] (huge-page
+    /// backed from 2 MB on).
     chunks: [AtomicPtr<T>; CHUNKS],
     /// Owns `T`s (for `Send`, `Sync` and drop checking) as the boxed chunks would.
     _owns: PhantomData<Box<[T]>>,
@@ -113,9 +116,9 @@ impl<T: Default> Arena<T> {
         let cell = self.chunks.get(chunk)?;
         // Relaxed: only the writer stores chunk pointers, and it is this thread.
         if cell.load(Ordering::Relaxed).is_null() {
-            let entries: Box<[T]> = (0..chunk_len(chunk)).map(|_| T::default()).collect();
+            let entries = Pages::from_fn(chunk_len(chunk), |_| T::default());
             // Release: readers that load the pointer see the entries initialized.
-            cell.store(Box::into_raw(entries).cast::<T>(), Ordering::Release);
+            cell.store(entries.into_raw(), Ordering::Release);
         }
         self.get(id)
     }
@@ -126,9 +129,8 @@ impl<T> Drop for Arena<T> {
         for (chunk, entries) in self.chunks.iter_mut().enumerate() {
             let entries = *entries.get_mut();
             if !entries.is_null() {
-                let slice = ptr::slice_from_raw_parts_mut(entries, chunk_len(chunk));
-                // SAFETY: leaked from a `Box<[T]>` of that length by `get_or_alloc`, once.
-                drop(unsafe { Box::from_raw(slice) });
+                // SAFETY: given up by `Pages::into_raw` with this length in `get_or_alloc`, once.
+                drop(unsafe { Pages::from_raw(entries, chunk_len(chunk)) });
             }
         }
     }

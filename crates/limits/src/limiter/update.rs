@@ -329,7 +329,9 @@ impl<K: Hash + Eq, C: Clock> Limiter<K, C> {
 
     /// Publishes `next` as the table and returns once no check reads the previous one.
     fn publish(&self, next: Table) {
-        let mut old = self.table.swap(Arc::new(next));
+        let next = Arc::new(next);
+        self.hint.publish(&next);
+        let mut old = self.table.swap(next);
         // `swap` has turned every check's borrowed snapshot of the old table into a counted
         // reference, so the old table is ours alone once the count drops to one: the checks that
         // still hold it finish within a lookup and a bucket update. Waiting here, not dropping a
