@@ -1,12 +1,18 @@
 /**
  * Loads keepcount's public API once per backend in one process, so both are timed side by side:
- * `lib/backend.ts` picks its backend from `KEEPCOUNT_BACKEND` when first evaluated, so the TypeScript
- * sources under `lib/` and `fallback/` are evaluated twice, once per setting. The native binding
- * itself is loaded once and shared. Returns only the backends that load.
+ * `lib/backend.ts` picks its backend from `KEEPCOUNT_BACKEND` when first evaluated, so the
+ * package's modules are evaluated twice, once per setting. The native binding itself is loaded
+ * once and shared. Returns only the backends that load.
+ *
+ * The modules are the built package (`dist/cjs`, what `npm run build` writes and users import),
+ * not `lib/` through tsx: tsx compiles with esbuild's `keepNames`, which wraps every function a
+ * call creates in a `__name(…)` call (`Object.defineProperty` on the fresh closure), a cost the
+ * published code does not have. Run `npm run build` (or `build:ts`) after changing `lib/`.
  */
 import { createRequire } from 'node:module';
 import { join, sep } from 'node:path';
 
+/** Types from the sources, which the built modules are compiled from. */
 export type Api = typeof import('../lib/index.js');
 export type HttpApi = typeof import('../lib/http/index.js');
 /** What the bench reaches beyond the public API: the backend's ticker, for the N-API call cost. */
@@ -25,9 +31,9 @@ export interface LoadedBackend {
   limiter: Record<string, unknown> | undefined;
 }
 
-const root = join(__dirname, '..');
+const built = join(__dirname, '..', 'dist', 'cjs');
 const nodeRequire = createRequire(__filename);
-const ours = [join(root, 'lib') + sep, join(root, 'fallback') + sep];
+const ours = [join(built, 'lib') + sep, join(built, 'fallback') + sep];
 
 function forgetSources(): void {
   for (const id of Object.keys(nodeRequire.cache)) {
@@ -40,13 +46,13 @@ function load(name: 'native' | 'fallback'): LoadedBackend {
   process.env.KEEPCOUNT_BACKEND = name;
   try {
     forgetSources();
-    const api = nodeRequire('../lib/index.ts') as Api;
-    const http = nodeRequire('../lib/http/index.ts') as HttpApi;
-    const backend = nodeRequire('../lib/backend.ts') as BackendModule;
-    const redis = nodeRequire('../lib/redis/index.ts') as RedisApi;
+    const api = nodeRequire(join(built, 'lib/index.js')) as Api;
+    const http = nodeRequire(join(built, 'lib/http/index.js')) as HttpApi;
+    const backend = nodeRequire(join(built, 'lib/backend.js')) as BackendModule;
+    const redis = nodeRequire(join(built, 'lib/redis/index.js')) as RedisApi;
     let limiter: Record<string, unknown> | undefined;
     try {
-      limiter = nodeRequire('../lib/limiter.ts') as Record<string, unknown>;
+      limiter = nodeRequire(join(built, 'lib/limiter.js')) as Record<string, unknown>;
     } catch (error) {
       if ((error as { code?: string }).code !== 'MODULE_NOT_FOUND') throw error;
     }

@@ -19,9 +19,11 @@ import cluster from 'node:cluster';
 import { writeFileSync } from 'node:fs';
 import { parseArgs } from 'node:util';
 import { RateLimiterCluster, RateLimiterClusterMaster } from 'rate-limiter-flexible';
-import { backend, Rate } from '../lib/index.js';
-import { WindowQuota } from '../lib/http/index.js';
 import { makeKeys } from './data.js';
+import { keepcount, keepcountHttp } from './package.js';
+
+const { backend, Rate } = keepcount;
+const { WindowQuota } = keepcountHttp;
 
 export interface ClusterResults {
   workers: number;

@@ -14,9 +14,12 @@ import express from 'express';
 import { rateLimit as expressRateLimit } from 'express-rate-limit';
 import fastifyRateLimit from '@fastify/rate-limit';
 import Fastify from 'fastify';
-import { Limiter } from '../lib/index.js';
-import { KeepcountStore, keepcountFastifyStore, rateLimit, tokenBucket, upstreamLimit } from '../lib/http/index.js';
+import type { Limiter as LimiterType } from '../lib/index.js';
 import type { Middleware } from '../lib/http/index.js';
+import { keepcount, keepcountHttp } from './package.js';
+
+const { Limiter } = keepcount;
+const { KeepcountStore, keepcountFastifyStore, rateLimit, tokenBucket, upstreamLimit } = keepcountHttp;
 
 /** Far above what one run can send: every request is admitted. */
 const LIMIT = 1_000_000_000;
@@ -72,7 +75,7 @@ function fastifyServer(register: (app: ReturnType<typeof Fastify>) => Promise<vo
   };
 }
 
-const openLimiter = (): Limiter => new Limiter({ bestEffort: { requests: { perSecond: LIMIT, burst: LIMIT } } });
+const openLimiter = (): LimiterType => new Limiter({ bestEffort: { requests: { perSecond: LIMIT, burst: LIMIT } } });
 
 /** The setups by name: `<framework>-<limiter>`; `-none` is each framework's baseline. */
 export const SETUPS: Record<string, Setup> = {

@@ -24,9 +24,9 @@ import { Redis } from 'ioredis';
 import { RedisStore } from 'rate-limit-redis';
 import { RateLimiterRedis } from 'rate-limiter-flexible';
 import type { Options as ErlOptions } from 'express-rate-limit';
-import * as keepcountRedis from '../lib/redis/index.js';
 import { startRedis } from '../tools/redis-server.js';
 import { makeKeys, prng, stream } from './data.js';
+import { keepcountRedis } from './package.js';
 
 type RedisApi = typeof keepcountRedis;
 
