@@ -282,8 +282,7 @@ raw::per_key_type! {
     [observe_str, observe_num, observe_key],
     |env, read, [handle, key, events, now_ms]| {
         let inner = raw::resolve(env, handle, &BUFFER_RATES)?;
-        let events = raw::number(env, events, "The \"events\" argument")?;
-        let events = args::count("The \"events\" argument", events)?;
+        let events = raw::count(env, events, "The \"events\" argument")?;
         let now_ms = raw::number(env, now_ms, "The \"nowMs\" argument")?;
         let sketches = inner.at(now_ms)?;
         let key = read(env, key, |k| sketches.hash_key(k))?;
@@ -295,8 +294,7 @@ raw::per_key_type! {
     [observe_in_window_str, observe_in_window_num, observe_in_window_key],
     |env, read, [handle, key, events, now_ms, window]| {
         let inner = raw::resolve(env, handle, &BUFFER_RATES)?;
-        let events = raw::number(env, events, "The \"events\" argument")?;
-        let events = args::count("The \"events\" argument", events)?;
+        let events = raw::count(env, events, "The \"events\" argument")?;
         let now_ms = raw::number(env, now_ms, "The \"nowMs\" argument")?;
         let window = raw::first_f64(env, window, "The \"window\" argument")?;
         let sketches = inner.at(now_ms)?;

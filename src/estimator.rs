@@ -234,8 +234,7 @@ macro_rules! sketch_fast_paths {
             [$($name),*],
             |env, read, [handle, key, value]| {
                 let sketch = $crate::raw::resolve(env, handle, &$slab)?;
-                let value = $crate::raw::number(env, value, "The \"value\" argument")?;
-                let value = $crate::args::count("The \"value\" argument", value)?;
+                let value = $crate::raw::count(env, value, "The \"value\" argument")?;
                 let key = read(env, key, |k| sketch.hash_key(k))?;
                 // Exact for estimates within ±2^53, the documented range.
                 Ok(sketch.incr_hash(key, value) as f64)

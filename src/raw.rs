@@ -318,6 +318,22 @@ pub(crate) unsafe fn number(env: sys::napi_env, value: sys::napi_value, what: &s
     }
 }
 
+/// A count argument (`events`, `value`): a safe integer, else a `TypeError` (not a number) or a
+/// `RangeError`, naming `what`.
+///
+/// # Safety
+/// `env` and `value` must be live handles of the current call.
+#[inline(always)]
+pub(crate) unsafe fn count(
+    env: sys::napi_env,
+    value: sys::napi_value,
+    what: &str,
+) -> Result<isize> {
+    // SAFETY: caller contract.
+    let number = unsafe { number(env, value, what) }?;
+    crate::args::count(what, number)
+}
+
 /// Element 0 of `value`, a `Float64Array` of length >= 1: where a fast path that returns two
 /// numbers writes the second, without allocating an object for them. Otherwise a `TypeError`
 /// naming `what`. Checked before the call changes anything, written at its end.

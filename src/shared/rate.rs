@@ -161,8 +161,7 @@ raw::per_key_type! {
     [observe_str, observe_num, observe_key],
     |env, read, [handle, key, events]| {
         let sketches = raw::resolve(env, handle, &SHARED_RATES)?;
-        let events = raw::number(env, events, "The \"events\" argument")?;
-        let events = args::count("The \"events\" argument", events)?;
+        let events = raw::count(env, events, "The \"events\" argument")?;
         let key = read(env, key, |k| sketches.hash_key(k))?;
         Ok(sketches.observe_hash(key, events) as f64)
     }
@@ -172,8 +171,7 @@ raw::per_key_type! {
     [observe_in_window_str, observe_in_window_num, observe_in_window_key],
     |env, read, [handle, key, events, window]| {
         let sketches = raw::resolve(env, handle, &SHARED_RATES)?;
-        let events = raw::number(env, events, "The \"events\" argument")?;
-        let events = args::count("The \"events\" argument", events)?;
+        let events = raw::count(env, events, "The \"events\" argument")?;
         let key = read(env, key, |k| sketches.hash_key(k))?;
         let window = raw::first_f64(env, window, "The \"window\" argument")?;
         let (count, past) = sketches.observe_hash_in_interval(key, events);
