@@ -75,6 +75,17 @@ pub struct RateSample {
     pub current_interval_fraction: f64,
 }
 
+/// The crate's `rate_with` components as JavaScript gets them: counts below 2^53 are exact.
+impl From<RateComponents> for RateSample {
+    fn from(parts: RateComponents) -> Self {
+        Self {
+            prev_samples: parts.prev_samples as f64,
+            curr_samples: parts.curr_samples as f64,
+            current_interval_fraction: parts.current_interval_fraction,
+        }
+    }
+}
+
 #[napi]
 impl Rate {
     /// A rate over intervals of `intervalMs` (an integer in [1, 2^52]) with two sketches of
@@ -172,11 +183,7 @@ impl Rate {
         #[napi(ts_arg_type = "string | number | bigint | Uint8Array")] key: Unknown,
         now_ms: f64,
     ) -> Result<RateSample> {
-        self.components(env, key, now_ms).map(|parts| RateSample {
-            prev_samples: parts.prev_samples as f64,
-            curr_samples: parts.curr_samples as f64,
-            current_interval_fraction: parts.current_interval_fraction,
-        })
+        self.components(env, key, now_ms).map(RateSample::from)
     }
 }
 

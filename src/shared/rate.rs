@@ -122,11 +122,7 @@ impl SharedRate {
             let sketches = self.sketches.get()?;
             // SAFETY: live handles of this call.
             let key = unsafe { keys::hash_key(env.raw(), key.raw(), |k| sketches.hash_key(k)) }?;
-            Ok(sketches.rate_with_hash(key, |parts| RateSample {
-                prev_samples: parts.prev_samples as f64,
-                curr_samples: parts.curr_samples as f64,
-                current_interval_fraction: parts.current_interval_fraction,
-            }))
+            Ok(sketches.rate_with_hash(key, RateSample::from))
         })()
         .map_err(|failure| map_error(env, failure))
     }
