@@ -3,6 +3,7 @@
 //! napi's own integer getters would wrap or truncate those silently.
 
 use crate::error::{Failure, Result};
+use keepcount_limits::Shape;
 use napi::bindgen_prelude::BigInt;
 
 /// The largest integer a `number` represents exactly (`Number.MAX_SAFE_INTEGER`).
@@ -31,6 +32,14 @@ fn not_in_range(what: &str, min: u64, max: u64) -> Failure {
 pub(crate) fn dimension(what: &str, value: f64) -> Result<usize> {
     // u32::MAX bounds it on every target; the shape limits are far lower.
     integer(what, value, 1, u64::from(u32::MAX)).map(|n| n as usize)
+}
+
+/// The sketch shape of the `hashes` and `slots` arguments: each a dimension, then the pair within
+/// the format's limits (docs/format.md §4).
+pub(crate) fn shape(hashes: f64, slots: f64) -> Result<Shape> {
+    let hashes = dimension("The \"hashes\" argument", hashes)?;
+    let slots = dimension("The \"slots\" argument", slots)?;
+    Ok(Shape::new(hashes, slots)?)
 }
 
 /// A count (`value`, `events`): a safe integer, negative allowed, as `isize`.

@@ -21,7 +21,6 @@ use crate::held::Held;
 use crate::keys;
 use crate::rate::RateSample;
 use crate::raw::{self, Callback, Slab};
-use keepcount_limits::Shape;
 use keepcount_limits::shared::SharedRate;
 use napi::bindgen_prelude::{BigInt, ObjectFinalize, Unknown};
 use napi::{Env, JsValue, Result, sys};
@@ -167,10 +166,7 @@ impl BufferRate {
                 1,
                 MAX_INTERVAL_MS,
             )?;
-            let shape = Shape::new(
-                args::dimension("The \"hashes\" argument", hashes)?,
-                args::dimension("The \"slots\" argument", slots)?,
-            )?;
+            let shape = args::shape(hashes, slots)?;
             let seed = args::seed(&seed)?;
             let lent = Lent::take(env, counters)?;
             let clock = CallerClock::default();

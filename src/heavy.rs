@@ -16,7 +16,6 @@ use crate::error::{Failure, Result as Outcome, map_error};
 use crate::held::Held;
 use crate::keys::{self, Key, Stored};
 use crate::raw::{self, Callback, Slab};
-use keepcount_limits::Shape;
 use keepcount_limits::hash::KeyHash;
 use keepcount_limits::heavy::{
     ConfigError, Count, HeavyHitters as Windows, MAX_CAPACITY, Settings, Standing, Stats, Summary,
@@ -114,10 +113,7 @@ impl HeavyHitters {
                 1,
                 MAX_INTERVAL_MS,
             )?;
-            let shape = Shape::new(
-                args::dimension("The \"hashes\" argument", hashes)?,
-                args::dimension("The \"slots\" argument", slots)?,
-            )?;
+            let shape = args::shape(hashes, slots)?;
             let threshold =
                 args::integer("The \"threshold\" argument", threshold, 1, MAX_THRESHOLD)?;
             let capacity = args::integer(

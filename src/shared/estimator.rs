@@ -9,7 +9,6 @@ use crate::estimator::{Estimator, sketch_fast_paths};
 use crate::held::Held;
 use crate::keys;
 use crate::raw::{Callback, Slab};
-use keepcount_limits::Shape;
 use keepcount_limits::estimator::Estimator as Sketch;
 use keepcount_limits::shared::{self, Counters};
 use napi::bindgen_prelude::{BigInt, ObjectFinalize, Uint8Array, Unknown};
@@ -64,10 +63,7 @@ impl SharedEstimator {
         mode: u32,
     ) -> Result<Self> {
         (|| -> Outcome<Self> {
-            let shape = Shape::new(
-                args::dimension("The \"hashes\" argument", hashes)?,
-                args::dimension("The \"slots\" argument", slots)?,
-            )?;
+            let shape = args::shape(hashes, slots)?;
             let seed = args::seed(&seed)?;
             let sketch = shared::open_estimator(&name, shape, seed, &options(dir, mode))?;
             let bytes = sketch.memory_bytes();
@@ -96,10 +92,7 @@ impl SharedEstimator {
         seed: BigInt,
     ) -> Result<Self> {
         (|| -> Outcome<Self> {
-            let shape = Shape::new(
-                args::dimension("The \"hashes\" argument", hashes)?,
-                args::dimension("The \"slots\" argument", slots)?,
-            )?;
+            let shape = args::shape(hashes, slots)?;
             let seed = args::seed(&seed)?;
             let lent = Lent::take(env, counters)?;
             // SAFETY: `lent` keeps the memory alive and is dropped after the sketch (field order,

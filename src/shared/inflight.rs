@@ -8,7 +8,6 @@ use crate::estimator::sketch_fast_paths;
 use crate::held::Held;
 use crate::keys;
 use crate::raw::{Callback, Slab};
-use keepcount_limits::Shape;
 use keepcount_limits::shared::SharedInflight as Inflight;
 use napi::bindgen_prelude::{BigInt, ObjectFinalize, Unknown};
 use napi::{Env, JsValue, Result};
@@ -55,10 +54,7 @@ impl SharedInflight {
         mode: u32,
     ) -> Result<Self> {
         (|| -> Outcome<Self> {
-            let shape = Shape::new(
-                args::dimension("The \"hashes\" argument", hashes)?,
-                args::dimension("The \"slots\" argument", slots)?,
-            )?;
+            let shape = args::shape(hashes, slots)?;
             let seed = args::seed(&seed)?;
             let inflight = Inflight::open(&name, shape, seed, processes, &options(dir, mode))?;
             // The total and this process's contribution are the sketches it touches.

@@ -8,7 +8,6 @@ use crate::held::Held;
 use crate::keys;
 use crate::rate::RateSample;
 use crate::raw::{self, Callback, Slab};
-use keepcount_limits::Shape;
 use keepcount_limits::shared::SharedRate as Sketches;
 use napi::bindgen_prelude::{BigInt, ObjectFinalize, Unknown};
 use napi::{Env, JsValue, Result};
@@ -63,10 +62,7 @@ impl SharedRate {
                 1,
                 MAX_INTERVAL_MS,
             )?;
-            let shape = Shape::new(
-                args::dimension("The \"hashes\" argument", hashes)?,
-                args::dimension("The \"slots\" argument", slots)?,
-            )?;
+            let shape = args::shape(hashes, slots)?;
             let sketches = Sketches::open(
                 &name,
                 Duration::from_millis(interval_ms),
