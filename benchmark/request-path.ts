@@ -1,0 +1,120 @@
+/**
+ * Where a limiter's time goes on Express's request path:
+ * `node --import=tsx benchmark/request-path.ts [--rounds 5] [--seconds 4]` (`npm run bench:request-path`).
+ *
+ * The end-to-end bench (`http.ts`) says how much throughput a limiter costs, but on a shared
+ * 2-core machine its ratios move by ±5% from run to run, too much to tell the parts of a 5% cost
+ * apart. This times each part inside a loaded server instead: each step of `request-path-server.ts`
+ * is the only middleware of an Express hello-world in its own process, driven by autocannon as in
+ * `http.ts` (32 connections, a fresh `X-Forwarded-For` address per request, a warm-up), with a
+ * `process.hrtime` timer around the step. Reported per step: the median over interleaved rounds of
+ * its mean microseconds per request (the empty step's, the timer itself, subtracted), and that as
+ * a share of the time the server's event loop was busy per request in the same run (parsing and
+ * I/O included): when the server's main thread is the bottleneck, as Express's is here, that share
+ * is the throughput the step costs.
+ */
+import { fork } from 'node:child_process';
+import { createRequire } from 'node:module';
+import { availableParallelism } from 'node:os';
+import { join } from 'node:path';
+import { parseArgs } from 'node:util';
+import autocannon from 'autocannon';
+import { STEPS } from './request-path-server.js';
+
+interface Timing {
+  stepNs: number;
+  restNs: number;
+  busyUs: number;
+  calls: number;
+}
+
+const CONNECTIONS = 32;
+
+async function timeStep(step: string, seconds: number): Promise<Timing> {
+  const child = fork(join(__dirname, 'request-path-server.ts'), [step], {
+    execArgv: ['--import=tsx'],
+    stdio: ['ignore', 'pipe', 'inherit', 'ipc'],
+  });
+  try {
+    const port = await new Promise<number>((resolve, reject) => {
+      let out = '';
+      child.stdout!.setEncoding('utf8').on('data', (chunk: string) => {
+        out += chunk;
+        const line = out.split('\n')[0];
+        if (out.includes('\n') && line !== undefined) resolve((JSON.parse(line) as { port: number }).port);
+      });
+      child.once('exit', (code) => reject(new Error(`step ${step} exited with ${code} before listening`)));
+    });
+    const ask = <T>(message: string): Promise<T> =>
+      new Promise((resolve) => {
+        child.once('message', (answer) => resolve(answer as T));
+        child.send(message);
+      });
+    let n = 0;
+    const drive = (duration: number): Promise<autocannon.Result> =>
+      autocannon({
+        url: `http://127.0.0.1:${port}/`,
+        connections: CONNECTIONS,
+        duration,
+        requests: [
+          {
+            setupRequest: (request) => {
+              const i = n++;
+              const address = `${10 + (i >>> 24)}.${(i >>> 16) & 0xff}.${(i >>> 8) & 0xff}.${i & 0xff}`;
+              request.headers = { ...request.headers, 'x-forwarded-for': address };
+              return request;
+            },
+          },
+        ],
+      });
+    await drive(Math.max(1, seconds / 4));
+    await ask('reset');
+    const result = await drive(seconds);
+    const timing = await ask<Timing>('timing');
+    if (result.non2xx + result.errors > 0) throw new Error(`step ${step}: ${result.non2xx} non-2xx answers`);
+    return timing;
+  } finally {
+    child.kill();
+  }
+}
+
+const median = (xs: number[]): number => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)]!;
+
+async function main(): Promise<void> {
+  const { values } = parseArgs({
+    options: { rounds: { type: 'string', default: '5' }, seconds: { type: 'string', default: '4' } },
+  });
+  const rounds = Number(values.rounds);
+  const seconds = Number(values.seconds);
+  const steps = Object.keys(STEPS);
+  const samples = new Map<string, { step: number[]; busy: number[] }>(steps.map((s) => [s, { step: [], busy: [] }]));
+  for (let round = 0; round < rounds; round++) {
+    const order = steps.map((_, i) => steps[(i + round) % steps.length]!);
+    for (const step of order) {
+      const t = await timeStep(step, seconds);
+      samples.get(step)!.step.push(t.stepNs / t.calls / 1000);
+      samples.get(step)!.busy.push(t.busyUs / t.calls);
+    }
+  }
+  const timer = median(samples.get('empty')!.step);
+  console.log(
+    `Express ${(createRequire(__filename)('express/package.json') as { version: string }).version}, node ${process.version}, ${availableParallelism()} cores shared by server and load generator; ` +
+      `${rounds} rounds of ${seconds} s, medians; the timer's own ${timer.toFixed(2)} µs subtracted.\n`,
+  );
+  console.log("| step | µs per request | share of the server's main thread per request | rounds (µs) |");
+  console.log('|---|---:|---:|---|');
+  for (const step of steps.filter((s) => s !== 'empty')) {
+    const { step: own, busy } = samples.get(step)!;
+    const us = median(own) - timer;
+    const share = (100 * us) / median(busy);
+    const all = own.map((x) => (x - timer).toFixed(1)).join(' / ');
+    console.log(`| ${step} | ${us.toFixed(1)} | ${share.toFixed(1)}% | ${all} |`);
+  }
+  const bare = median(samples.get('empty')!.busy);
+  console.log(`\nThe server's main thread per request with the empty step: ${bare.toFixed(0)} µs busy (median).`);
+}
+
+main().catch((error: unknown) => {
+  console.error(error);
+  process.exit(1);
+});
