@@ -10,13 +10,12 @@
  * of their ratios within each round. Server and load generator share the
  * machine's cores, as they would on one host; the report says how many there were.
  */
-import { fork } from 'node:child_process';
 import { writeFileSync } from 'node:fs';
 import { availableParallelism } from 'node:os';
 import { join } from 'node:path';
 import { parseArgs } from 'node:util';
-import autocannon from 'autocannon';
 import { SETUPS } from './http-server.js';
+import { addresses, CONNECTIONS, drive, startServer } from './load.js';
 
 export interface HttpCase {
   setup: string;
@@ -42,8 +41,6 @@ export interface HttpResults {
   cases: HttpCase[];
 }
 
-const CONNECTIONS = 32;
-
 interface Run {
   rps: number;
   p99: number;
@@ -52,61 +49,15 @@ interface Run {
   non2xx: number;
 }
 
-/** Starts `setup` in a child process and resolves with its port and a function reading its RSS. */
-async function start(setup: string): Promise<{ port: number; rss: () => Promise<number>; stop: () => void }> {
-  const child = fork(join(__dirname, 'http-server.ts'), [setup], {
-    execArgv: ['--import=tsx'],
-    stdio: ['ignore', 'pipe', 'inherit', 'ipc'],
-  });
-  const port = await new Promise<number>((resolve, reject) => {
-    let out = '';
-    child.stdout!.setEncoding('utf8').on('data', (chunk: string) => {
-      out += chunk;
-      const line = out.split('\n')[0];
-      if (out.includes('\n') && line !== undefined) resolve((JSON.parse(line) as { port: number }).port);
-    });
-    child.once('exit', (code) => reject(new Error(`server ${setup} exited with ${code} before listening`)));
-  });
-  const rss = (): Promise<number> =>
-    new Promise((resolve) => {
-      child.once('message', (m) => resolve(m as number));
-      child.send('rss');
-    });
-  return { port, rss, stop: () => child.kill() };
-}
-
-/** A fresh IPv4 address per request, in 10.0.0.0/8 then onwards: distinct for 2^32 requests. */
-function addresses(): () => string {
-  let n = 0;
-  return () => {
-    const i = n++;
-    return `${(10 + (i >>> 24)) & 0xff}.${(i >>> 16) & 0xff}.${(i >>> 8) & 0xff}.${i & 0xff}`;
-  };
-}
-
 async function runOnce(setup: string, seconds: number): Promise<Run> {
-  const server = await start(setup);
+  const server = await startServer(join(__dirname, 'http-server.ts'), setup);
   try {
     const next = addresses();
-    const drive = (duration: number): Promise<autocannon.Result> =>
-      autocannon({
-        url: `http://127.0.0.1:${server.port}/`,
-        connections: CONNECTIONS,
-        duration,
-        requests: [
-          {
-            setupRequest: (request) => {
-              request.headers = { ...request.headers, 'x-forwarded-for': next() };
-              return request;
-            },
-          },
-        ],
-      });
     // A short warm-up so the JIT has compiled the hot path before the measured run.
-    await drive(Math.max(1, seconds / 4));
-    const before = await server.rss();
-    const result = await drive(seconds);
-    const after = await server.rss();
+    await drive(server.port, Math.max(1, seconds / 4), next);
+    const before = await server.ask<number>('rss');
+    const result = await drive(server.port, seconds, next);
+    const after = await server.ask<number>('rss');
     return {
       rps: result.requests.average,
       p99: result.latency.p99,

@@ -13,12 +13,11 @@
  * I/O included): when the server's main thread is the bottleneck, as Express's is here, that share
  * is the throughput the step costs.
  */
-import { fork } from 'node:child_process';
 import { createRequire } from 'node:module';
 import { availableParallelism } from 'node:os';
 import { join } from 'node:path';
 import { parseArgs } from 'node:util';
-import autocannon from 'autocannon';
+import { addresses, drive, startServer } from './load.js';
 import { STEPS } from './request-path-server.js';
 
 interface Timing {
@@ -28,53 +27,18 @@ interface Timing {
   calls: number;
 }
 
-const CONNECTIONS = 32;
-
 async function timeStep(step: string, seconds: number): Promise<Timing> {
-  const child = fork(join(__dirname, 'request-path-server.ts'), [step], {
-    execArgv: ['--import=tsx'],
-    stdio: ['ignore', 'pipe', 'inherit', 'ipc'],
-  });
+  const server = await startServer(join(__dirname, 'request-path-server.ts'), step);
   try {
-    const port = await new Promise<number>((resolve, reject) => {
-      let out = '';
-      child.stdout!.setEncoding('utf8').on('data', (chunk: string) => {
-        out += chunk;
-        const line = out.split('\n')[0];
-        if (out.includes('\n') && line !== undefined) resolve((JSON.parse(line) as { port: number }).port);
-      });
-      child.once('exit', (code) => reject(new Error(`step ${step} exited with ${code} before listening`)));
-    });
-    const ask = <T>(message: string): Promise<T> =>
-      new Promise((resolve) => {
-        child.once('message', (answer) => resolve(answer as T));
-        child.send(message);
-      });
-    let n = 0;
-    const drive = (duration: number): Promise<autocannon.Result> =>
-      autocannon({
-        url: `http://127.0.0.1:${port}/`,
-        connections: CONNECTIONS,
-        duration,
-        requests: [
-          {
-            setupRequest: (request) => {
-              const i = n++;
-              const address = `${10 + (i >>> 24)}.${(i >>> 16) & 0xff}.${(i >>> 8) & 0xff}.${i & 0xff}`;
-              request.headers = { ...request.headers, 'x-forwarded-for': address };
-              return request;
-            },
-          },
-        ],
-      });
-    await drive(Math.max(1, seconds / 4));
-    await ask('reset');
-    const result = await drive(seconds);
-    const timing = await ask<Timing>('timing');
+    const next = addresses();
+    await drive(server.port, Math.max(1, seconds / 4), next);
+    await server.ask('reset');
+    const result = await drive(server.port, seconds, next);
+    const timing = await server.ask<Timing>('timing');
     if (result.non2xx + result.errors > 0) throw new Error(`step ${step}: ${result.non2xx} non-2xx answers`);
     return timing;
   } finally {
-    child.kill();
+    server.stop();
   }
 }
 
