@@ -19,6 +19,34 @@ fn manual<K: std::hash::Hash + Eq>(
     (clock.clone(), Limiter::with_clock(best_effort, clock))
 }
 
+/// Runs `check(thread, stop)` on `threads` threads and `update` on this one once they have all
+/// started, then tells them to stop and returns what each returned, in thread order: the race
+/// every test here sets up, a writer changing the table under checks that keep going until
+/// `stop` reads true.
+fn check_while<T: Send>(
+    threads: usize,
+    check: impl Fn(usize, &AtomicBool) -> T + Sync,
+    update: impl FnOnce(),
+) -> Vec<T> {
+    let stop = AtomicBool::new(false);
+    let started = Barrier::new(threads + 1);
+    thread::scope(|scope| {
+        let workers: Vec<_> = (0..threads)
+            .map(|t| {
+                let (check, stop, started) = (&check, &stop, &started);
+                scope.spawn(move || {
+                    started.wait();
+                    check(t, stop)
+                })
+            })
+            .collect();
+        started.wait();
+        update();
+        stop.store(true, Ordering::Relaxed);
+        workers.into_iter().map(|w| w.join().unwrap()).collect()
+    })
+}
+
 /// While one thread replaces the table over and over, others keep checking. The key that
 /// stays in every table keeps its single bucket: with the clock frozen it admits exactly its
 /// burst. The key that comes and goes gets a fresh full bucket each time it is added and
@@ -37,31 +65,24 @@ fn table_replacement_under_load_keeps_state_and_gives_no_extra_tokens() {
         keys
     };
     limiter.replace_keys(table(true)).unwrap();
-    let limiter = Arc::new(limiter);
-    let stop = Arc::new(AtomicBool::new(false));
-    let started = Arc::new(Barrier::new(THREADS + 1));
-    let workers: Vec<_> = (0..THREADS)
-        .map(|_| {
-            let (limiter, stop, started) = (limiter.clone(), stop.clone(), started.clone());
-            thread::spawn(move || {
-                started.wait();
-                let (mut stay, mut toggled) = (0u64, 0u64);
-                while !stop.load(Ordering::Relaxed) {
-                    stay += u64::from(limiter.check_one("stay").is_allowed());
-                    toggled += u64::from(limiter.check_one("toggled").is_allowed());
-                }
-                (stay, toggled)
-            })
-        })
-        .collect();
-    started.wait();
-    for i in 0..REPLACEMENTS {
-        limiter.replace_keys(table(i % 2 == 1)).unwrap();
-    }
-    stop.store(true, Ordering::Relaxed);
-    let (stay, toggled) = workers
+    let counts = check_while(
+        THREADS,
+        |_, stop| {
+            let (mut stay, mut toggled) = (0u64, 0u64);
+            while !stop.load(Ordering::Relaxed) {
+                stay += u64::from(limiter.check_one("stay").is_allowed());
+                toggled += u64::from(limiter.check_one("toggled").is_allowed());
+            }
+            (stay, toggled)
+        },
+        || {
+            for i in 0..REPLACEMENTS {
+                limiter.replace_keys(table(i % 2 == 1)).unwrap();
+            }
+        },
+    );
+    let (stay, toggled) = counts
         .into_iter()
-        .map(|w| w.join().unwrap())
         .fold((0, 0), |(a, b), (c, d)| (a + c, b + d));
     // Threads may not have drained "stay" yet; drain the rest here.
     let rest = (0..BURST)
@@ -87,45 +108,39 @@ fn lookups_racing_slot_reuse_never_see_another_keys_bucket() {
     limiter
         .replace_keys((0..KEYS).map(|i| (format!("key-{i}"), quota(i))))
         .unwrap();
-    let limiter = Arc::new(limiter);
-    let stop = Arc::new(AtomicBool::new(false));
-    let started = Arc::new(Barrier::new(THREADS + 1));
-    let workers: Vec<_> = (0..THREADS)
-        .map(|t| {
-            let (limiter, stop, started) = (limiter.clone(), stop.clone(), started.clone());
-            thread::spawn(move || {
-                started.wait();
-                let mut seen = 0u64;
-                let mut i = t as u64;
-                while !stop.load(Ordering::Relaxed) {
-                    let key = format!("key-{}", i % KEYS);
-                    if let Some(found) = limiter.quota(key.as_str()) {
-                        assert_eq!(found, quota(i % KEYS), "{key}");
-                        seen += 1;
-                    }
-                    let _ = limiter.check_one(key.as_str());
-                    i = i.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1);
+    let seen = check_while(
+        THREADS,
+        |t, stop| {
+            let mut seen = 0u64;
+            let mut i = t as u64;
+            while !stop.load(Ordering::Relaxed) {
+                let key = format!("key-{}", i % KEYS);
+                if let Some(found) = limiter.quota(key.as_str()) {
+                    assert_eq!(found, quota(i % KEYS), "{key}");
+                    seen += 1;
                 }
-                seen
-            })
-        })
-        .collect();
-    started.wait();
-    for round in 0..ROUNDS {
-        let (a, b) = (round % KEYS, (round * 7 + 3) % KEYS);
-        if a == b {
-            continue;
-        }
-        // Remove two keys and add them back in the other order, so each lands in the slot the
-        // other just left.
-        limiter.remove(format!("key-{a}").as_str()).unwrap();
-        limiter.remove(format!("key-{b}").as_str()).unwrap();
-        limiter.insert(format!("key-{a}"), quota(a)).unwrap();
-        limiter.insert(format!("key-{b}"), quota(b)).unwrap();
-    }
-    stop.store(true, Ordering::Relaxed);
-    for worker in workers {
-        assert!(worker.join().unwrap() > 0);
+                let _ = limiter.check_one(key.as_str());
+                i = i.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1);
+            }
+            seen
+        },
+        || {
+            for round in 0..ROUNDS {
+                let (a, b) = (round % KEYS, (round * 7 + 3) % KEYS);
+                if a == b {
+                    continue;
+                }
+                // Remove two keys and add them back in the other order, so each lands in the
+                // slot the other just left.
+                limiter.remove(format!("key-{a}").as_str()).unwrap();
+                limiter.remove(format!("key-{b}").as_str()).unwrap();
+                limiter.insert(format!("key-{a}"), quota(a)).unwrap();
+                limiter.insert(format!("key-{b}"), quota(b)).unwrap();
+            }
+        },
+    );
+    for seen in seen {
+        assert!(seen > 0);
     }
     assert_eq!(limiter.len(), KEYS as usize);
 }
@@ -147,34 +162,29 @@ fn slots_are_reused_only_after_checks_on_old_tables_finish() {
         added[key as usize].fetch_add(1, Ordering::Relaxed);
     }
     limiter.replace_keys(window(0)).unwrap();
-    let stop = AtomicBool::new(false);
-    let admitted: Vec<Vec<u64>> = thread::scope(|scope| {
-        let workers: Vec<_> = (0..THREADS)
-            .map(|t| {
-                let (limiter, stop) = (&limiter, &stop);
-                scope.spawn(move || {
-                    let mut mine = vec![0u64; KEYS as usize];
-                    let mut key = t as u32;
-                    while !stop.load(Ordering::Relaxed) {
-                        key = (key * 29 + 7) % KEYS;
-                        mine[key as usize] += u64::from(limiter.check_one(&key).is_allowed());
-                    }
-                    mine
-                })
-            })
-            .collect();
-        for round in 1..ROUNDS {
-            let previous: Vec<u32> = window(round - 1).map(|(k, _)| k).collect();
-            for (key, _) in window(round) {
-                if !previous.contains(&key) {
-                    added[key as usize].fetch_add(1, Ordering::Relaxed);
-                }
+    let admitted = check_while(
+        THREADS,
+        |t, stop| {
+            let mut mine = vec![0u64; KEYS as usize];
+            let mut key = t as u32;
+            while !stop.load(Ordering::Relaxed) {
+                key = (key * 29 + 7) % KEYS;
+                mine[key as usize] += u64::from(limiter.check_one(&key).is_allowed());
             }
-            limiter.replace_keys(window(round)).unwrap();
-        }
-        stop.store(true, Ordering::Relaxed);
-        workers.into_iter().map(|w| w.join().unwrap()).collect()
-    });
+            mine
+        },
+        || {
+            for round in 1..ROUNDS {
+                let previous: Vec<u32> = window(round - 1).map(|(k, _)| k).collect();
+                for (key, _) in window(round) {
+                    if !previous.contains(&key) {
+                        added[key as usize].fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+                limiter.replace_keys(window(round)).unwrap();
+            }
+        },
+    );
     for key in 0..KEYS as usize {
         let total: u64 = admitted.iter().map(|mine| mine[key]).sum();
         let added = added[key].load(Ordering::Relaxed);
@@ -202,30 +212,25 @@ fn checks_find_their_bucket_while_the_table_grows_and_shrinks_under_them() {
         (0..=extra).map(|key| (key, requests(0, if key == 0 { BURST } else { 1 })))
     };
     limiter.replace_keys(table(true)).unwrap();
-    let limiter = Arc::new(limiter);
-    let stop = Arc::new(AtomicBool::new(false));
-    let started = Arc::new(Barrier::new(THREADS + 1));
-    let workers: Vec<_> = (0..THREADS)
-        .map(|_| {
-            let (limiter, stop, started) = (limiter.clone(), stop.clone(), started.clone());
-            thread::spawn(move || {
-                started.wait();
-                let mut admitted = 0u64;
-                while !stop.load(Ordering::Relaxed) {
-                    admitted += u64::from(limiter.check_one(&0).is_allowed());
-                    // Unknown: the best-effort bucket, which denies all.
-                    assert!(!limiter.check_one(&u64::MAX).is_allowed());
-                }
-                admitted
-            })
-        })
-        .collect();
-    started.wait();
-    for i in 0..REPLACEMENTS {
-        limiter.replace_keys(table(i % 2 == 1)).unwrap();
-    }
-    stop.store(true, Ordering::Relaxed);
-    let admitted: u64 = workers.into_iter().map(|w| w.join().unwrap()).sum();
+    let admitted: u64 = check_while(
+        THREADS,
+        |_, stop| {
+            let mut admitted = 0u64;
+            while !stop.load(Ordering::Relaxed) {
+                admitted += u64::from(limiter.check_one(&0).is_allowed());
+                // Unknown: the best-effort bucket, which denies all.
+                assert!(!limiter.check_one(&u64::MAX).is_allowed());
+            }
+            admitted
+        },
+        || {
+            for i in 0..REPLACEMENTS {
+                limiter.replace_keys(table(i % 2 == 1)).unwrap();
+            }
+        },
+    )
+    .into_iter()
+    .sum();
     // Key 0 kept its one bucket through every table: with the clock frozen it admits its burst
     // once, whatever the threads took and the rest here.
     let rest = (0..BURST)
