@@ -180,7 +180,9 @@ pub(crate) type Governed<'a> = (&'a mut State, &'a Quota);
 
 /// Admits `costs` against `own` and, when given, `overall`, both refilled to `now`: all or
 /// nothing. The wait is the longest over every limited dimension of both buckets.
-#[inline]
+///
+/// Always inlined: it is the body of every check (see `Limiter::admit_with_overall`).
+#[inline(always)]
 pub(crate) fn admit(
     own: Governed<'_>,
     overall: Option<Governed<'_>>,
