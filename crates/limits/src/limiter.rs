@@ -180,14 +180,23 @@
 //!   with the caller's reading costs ~27 ns. `MonotonicClock` now reads the TSC too (`quanta`),
 //!   scaled from a raw origin; with the slot handed back by the key comparison, the quota read in
 //!   place and arenas of plain published pointers, a hot-key check went from 367 instructions to
-//!   about 310 (callgrind; governor 286). In the run inside `npm run bench` on 2026-11-23 (load
-//!   1.2–2.4) governor took 1.44× keepcount's time on one hot key and 1.11× on two threads, and
-//!   keepcount 1.2× governor's over a million keys (0.83× and 0.84× its speed), where the misses
-//!   above dominate. What remains on one key is four atomic read-modify-writes: the `arc-swap`
+//!   about 310 (callgrind over the whole program; governor 286). Counted over the check loop
+//!   alone (collection toggled on it), a check makes 316 with `admit` inlined by force, governor
+//!   243: the `arc-swap` load and release are about 60 of ours, the clock, the two arena lookups
+//!   and the two-dimension `u128` arithmetic most of the rest. In the run inside `npm run bench`
+//!   on 2026-11-23 (load 1.2–2.4) governor took 1.44× keepcount's time on one hot key and 1.11×
+//!   on two threads, and keepcount 1.2× governor's over a million keys (0.83× and 0.84× its
+//!   speed), where the misses above dominate. What remains on one key is four atomic read-modify-writes: the `arc-swap`
 //!   load and its release, the slot's lock and unlock. A spinlock released by a plain store was
 //!   tried for the last one and measured no faster; a hand-written per-thread reader record in
 //!   place of `arc-swap` saved one of them on a hot key but nothing over many keys, and a
-//!   well-kept crate is worth more here than our own reclamation code.
+//!   well-kept crate is worth more here than our own reclamation code. `crossbeam-epoch` in place
+//!   of `arc-swap` (one compare-and-swap on a thread-local word to pin, a plain store to unpin)
+//!   took a tight hot-key loop from 32 to 28.5 ns (governor 24.3 in the same process) but was not
+//!   kept: the crate bench could not tell it apart from `arc-swap` on any of its four rows, a
+//!   table replacement must then wait for the process-wide epoch to advance twice (the 8,000
+//!   replacements of `tests/limiter_reuse.rs` took 1–3 s against 0.6 s), and any thread pinned
+//!   for long anywhere in the process, by any crate, would hold every update back.
 
 mod bucket;
 mod decision;
