@@ -162,8 +162,10 @@
 //!
 //!   A check on its own (no contender between runs, 8M checks): 402–463 ns before, 329–387 with
 //!   huge pages, 227–364 with the prefetch as well (6 alternating pairs, faster in every pair).
-//!   So over a million keys keepcount is now ahead of governor in most runs (medians of the 8:
-//!   1.22× on one thread, 1.06× on two) but not in all: the misses themselves remain. The hot
+//!   So over a million keys keepcount is now ahead of governor in most runs on a busy machine
+//!   (medians of the 8: 1.22× on one thread, 1.06× on two) but not in all: the misses themselves
+//!   remain, and on a quiet one (load 0.1–0.5, three runs, 2026-11-23) governor is ahead in every
+//!   run (0.75–0.84× and 0.82–0.86×): what competes for the caches decides. The hot
 //!   key is unchanged (35–46 ns either way) and, at load 1.3–2.8, one thread on it is level with
 //!   governor or slightly behind, before these changes and after (0.75–1.03× before, 0.76–1.51×
 //!   after, medians 0.98× and 0.96×; 3 interleaved runs of 7 rounds each in a separate harness:
