@@ -260,7 +260,8 @@ export class RedisSync extends EventEmitter {
       entries.forEach((entry, k) => {
         const push = pushes[k] as Push;
         keys.push(entry.base, entry.registry);
-        args.push(seq, String(entry.since), String(entry.ttlMs()), String(entry.leaseMs), String(push.cells.length));
+        args.push(seq, String(entry.acked), String(entry.since), String(entry.ttlMs()), String(entry.leaseMs));
+        args.push(String(push.cells.length));
         push.cells.forEach((cell, j) => args.push(String(cell), push.values[j] as string));
       });
       for (const loan of loans) {
@@ -272,7 +273,7 @@ export class RedisSync extends EventEmitter {
       const { pulls, lent } = parseReply(reply, entries.length, loans.length);
       let nodes = 1;
       pulls.forEach((pull, k) => {
-        (entries[k] as SyncedCells).apply(pull);
+        (entries[k] as SyncedCells).apply(pull, Number(seq));
         nodes = Math.max(nodes, pull.nodes);
         this.#stats.cellsPulled += pull.cells.length;
       });
