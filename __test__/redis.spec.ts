@@ -8,7 +8,15 @@ import test from 'ava';
 import { rateLimit } from '../lib/http/index.js';
 import { Estimator } from '../lib/index.js';
 import { KeyHasher } from '../lib/redis/hasher.js';
-import { RedisSync, SyncedEstimator, SyncedRate, SyncedWindowQuota, type SendCommand } from '../lib/redis/index.js';
+import {
+  RedisSync,
+  SyncedEstimator,
+  SyncedInflight,
+  SyncedLimiter,
+  SyncedRate,
+  SyncedWindowQuota,
+  type SendCommand,
+} from '../lib/redis/index.js';
 import { runFixture, throwsShape, title } from './helpers.js';
 import { close, get, listen } from './http-client.js';
 import { clientNames, connectClient, type ClientName } from './redis-clients.js';
@@ -546,6 +554,40 @@ test(title('bad options are refused with keepcount error codes'), (t) => {
   });
   void sync.close();
 });
+
+test(
+  title('a second structure of one kind and name on one RedisSync is refused, even once the first is closed'),
+  (t) => {
+    // Both would push into this node's one contribution in Redis: one's counts would be lost.
+    const sync = new RedisSync({ sendCommand: async () => [], syncMs: 3_600_000 });
+    const seed = 7;
+    const limit = { perSecond: 1, burst: 1 };
+    const first = new SyncedEstimator({ sync, name: 'once', seed });
+    const again = (kind: string, make: () => unknown) =>
+      throwsShape(t, make, {
+        instanceOf: Error,
+        code: 'ERR_KEEPCOUNT_DUPLICATE_KEY',
+        message:
+          `A ${kind} named "once" was already made on this RedisSync: its counts in Redis are this node's, ` +
+          'and a second one would overwrite them. Share the first, or give the second its own RedisSync',
+      });
+    again('SyncedEstimator', () => new SyncedEstimator({ sync, name: 'once', seed }));
+    first.close();
+    again('SyncedEstimator', () => new SyncedEstimator({ sync, name: 'once', seed }));
+    // Other kinds of the same name keep keys of their own.
+    new SyncedWindowQuota({ sync, name: 'once', seed, limit: 1, windowMs: 1000 }).close();
+    again('SyncedRate (or SyncedWindowQuota)', () => new SyncedRate({ sync, name: 'once', seed, intervalMs: 1000 }));
+    new SyncedInflight({ sync, name: 'once', seed }).close();
+    again('SyncedInflight', () => new SyncedInflight({ sync, name: 'once', seed }));
+    new SyncedLimiter({ sync, name: 'once', limit }).close();
+    again('SyncedLimiter', () => new SyncedLimiter({ sync, name: 'once', limit }));
+    // Another sync is another node, with a contribution of its own.
+    const other = new RedisSync({ sendCommand: async () => [], syncMs: 3_600_000 });
+    new SyncedEstimator({ sync: other, name: 'once', seed }).close();
+    void sync.close();
+    void other.close();
+  },
+);
 
 test(title('synced sketches put every key where this backend’s Estimator does'), (t) => {
   const keys = ['', 'k0', '203.0.113.7', 'żółw 🐢', 0, 1, -1, 2 ** 53 - 1, 1n, -(2n ** 63n), new Uint8Array([1, 2, 3])];

@@ -107,6 +107,8 @@ export class RedisSync extends EventEmitter {
   readonly cluster: boolean;
   readonly #send: SendCommand;
   readonly #sources = new Set<SyncSource>();
+  /** The kind and name of every structure ever added, closed ones included: see {@link add}. */
+  readonly #claimed = new Set<string>();
   readonly #timer: NodeJS.Timeout;
   #seq = 0;
   #lastSuccess = performance.now();
@@ -166,8 +168,24 @@ export class RedisSync extends EventEmitter {
     return { ...this.#stats };
   }
 
-  /** @internal Structures register here; they are synced until {@link remove}d. */
-  add(source: SyncSource): void {
+  /**
+   * @internal Structures register here; they are synced until {@link remove}d. A node's counts
+   * in Redis are its cumulative contribution under its node id, so a second structure of the
+   * same `kind` and `name` on this sync, even after the first was closed, would overwrite them
+   * with its own, or see its pushes refused as stale: it is refused here.
+   */
+  add(source: SyncSource, kind: string, name: string): void {
+    const claim = `${kind}\n${name}`;
+    if (this.#claimed.has(claim)) {
+      throw withCode(
+        new Error(
+          `A ${kind} named "${name}" was already made on this RedisSync: its counts in Redis are this node's, ` +
+            'and a second one would overwrite them. Share the first, or give the second its own RedisSync',
+        ),
+        'ERR_KEEPCOUNT_DUPLICATE_KEY',
+      );
+    }
+    this.#claimed.add(claim);
     this.#sources.add(source);
   }
 
