@@ -511,6 +511,24 @@ test(
   },
 );
 
+test(title('close() called twice resolves both calls once the last sync is done, with its result'), async (t) => {
+  const replied: string[] = [];
+  const sync = new RedisSync({
+    sendCommand: async () => {
+      await sleep(50);
+      replied.push('reply');
+      throw new Error('no connection');
+    },
+    syncMs: 3_600_000,
+  });
+  const sketch = new SyncedEstimator({ sync, name: 'close-twice', seed: 7 });
+  sketch.incr('k');
+  // As two shutdown hooks would: the process may exit once either resolves.
+  const [first, second] = await Promise.all([sync.close(), sync.close().then((ok) => [ok, replied.length])]);
+  t.false(first);
+  t.deepEqual(second, [false, 1]);
+});
+
 test(title('a sender that throws synchronously fails the sync, never the caller'), async (t) => {
   const sync = new RedisSync({
     sendCommand: () => {

@@ -114,7 +114,7 @@ export class RedisSync extends EventEmitter {
   #lastSuccess = performance.now();
   #running: Promise<boolean> | undefined;
   #nodes = 1;
-  #closed = false;
+  #closing: Promise<boolean> | undefined;
   readonly #stats: SyncStats = {
     syncs: 0,
     failures: 0,
@@ -203,10 +203,17 @@ export class RedisSync extends EventEmitter {
     return this.#running;
   }
 
-  /** Stops the timer after one last sync; structures keep answering from their local state. */
-  async close(): Promise<boolean> {
-    if (this.#closed) return true;
-    this.#closed = true;
+  /**
+   * Stops the timer after one last sync; structures keep answering from their local state.
+   * Resolves with whether that sync succeeded; every call resolves with it once it is done, so a
+   * second shutdown hook cannot let the process exit before the last push.
+   */
+  close(): Promise<boolean> {
+    this.#closing ??= this.#close();
+    return this.#closing;
+  }
+
+  async #close(): Promise<boolean> {
     clearInterval(this.#timer);
     await this.#running;
     return this.flush();
