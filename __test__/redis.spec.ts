@@ -8,7 +8,15 @@ import test from 'ava';
 import { rateLimit } from '../lib/http/index.js';
 import { Estimator } from '../lib/index.js';
 import { KeyHasher } from '../lib/redis/hasher.js';
-import { RedisSync, SyncedEstimator, SyncedRate, SyncedWindowQuota, type SendCommand } from '../lib/redis/index.js';
+import {
+  RedisSync,
+  SyncedEstimator,
+  SyncedInflight,
+  SyncedLimiter,
+  SyncedRate,
+  SyncedWindowQuota,
+  type SendCommand,
+} from '../lib/redis/index.js';
 import { runFixture, throwsShape, title } from './helpers.js';
 import { close, get, listen } from './http-client.js';
 import { clientNames, connectClient, type ClientName } from './redis-clients.js';
@@ -172,6 +180,88 @@ test.serial(title('ioredis: a restart that loses the data is rebuilt from the no
     await server.stop();
   }
 });
+
+test.serial(
+  title('a restart from an older snapshot (or a lagging replica) is rebuilt from the nodes’ own counts'),
+  async (t) => {
+    const server = await startRedis();
+    const connection = await connectClient('ioredis', server.port);
+    const nodes = [0, 1].map(() => {
+      const sync = new RedisSync({ sendCommand: connection.send, syncMs: 3_600_000 });
+      return { sync, sketch: new SyncedEstimator({ sync, name: 'rollback', seed: 7 }) };
+    });
+    const [a, b] = nodes as [(typeof nodes)[0], (typeof nodes)[0]];
+    const flushBoth = async () => t.deepEqual([await a.sync.flush(), await b.sync.flush()], [true, true]);
+    try {
+      a.sketch.incr('k0', 5);
+      b.sketch.incr('k0', 1);
+      await flushBoth();
+      await connection.send(['SAVE']);
+      // Acknowledged after the snapshot: lost by the restart, which keeps the same incarnation.
+      a.sketch.incr('k0', 3);
+      a.sketch.incr('k1', 2);
+      b.sketch.incr('k2', 4);
+      await flushBoth();
+      await flushBoth();
+      await server.restart();
+      await flushBoth();
+      // Pushed under versions the nodes had already pulled past before the restart.
+      a.sketch.incr('k3');
+      await flushBoth();
+      await flushBoth();
+      t.deepEqual(await readTotals(server, 'ioredis', 'rollback'), [9, 2, 4, 1, ...Array(6).fill(0)]);
+      t.deepEqual(
+        ['k0', 'k1', 'k2', 'k3'].map((key) => b.sketch.get(key)),
+        [9, 2, 4, 1],
+      );
+    } finally {
+      for (const node of nodes) await node.sync.close();
+      await connection.close();
+      await server.stop();
+    }
+  },
+);
+
+test.serial(
+  title('a sketch whose keys Redis lost in part (evicted, deleted) is rebuilt, nothing counted twice'),
+  async (t) => {
+    const server = await startRedis();
+    const connection = await connectClient('ioredis', server.port);
+    try {
+      // What maxmemory eviction may take (each key alone), and the whole entry's metadata.
+      for (const lost of ['n:a', 'n:b', 'c', 'v', 'm']) {
+        const name = `partial-${lost}`;
+        const nodes = ['a', 'b'].map((nodeId) => {
+          const sync = new RedisSync({ sendCommand: connection.send, syncMs: 3_600_000, nodeId: `${name}-${nodeId}` });
+          return { sync, sketch: new SyncedEstimator({ sync, name, seed: 7 }) };
+        });
+        const [a, b] = nodes as [(typeof nodes)[0], (typeof nodes)[0]];
+        const flushBoth = async () => t.deepEqual([await a.sync.flush(), await b.sync.flush()], [true, true], lost);
+        a.sketch.incr('k0', 5);
+        b.sketch.incr('k0', 1);
+        await flushBoth();
+        const key = lost.startsWith('n:') ? `n:${name}-${lost.slice(2)}` : lost;
+        t.is(await connection.send(['DEL', `keepcount:{${name}}:e:${key}`]), 1, lost);
+        a.sketch.incr('k0', 3);
+        b.sketch.incr('k1', 2);
+        for (let i = 0; i < 3; i++) await flushBoth();
+        t.deepEqual(await readTotals(server, 'ioredis', name), [9, 2, ...Array(8).fill(0)], lost);
+        t.deepEqual(
+          nodes.map((node) => [node.sketch.get('k0'), node.sketch.get('k1')]),
+          [
+            [9, 2],
+            [9, 2],
+          ],
+          lost,
+        );
+        for (const node of nodes) await node.sync.close();
+      }
+    } finally {
+      await connection.close();
+      await server.stop();
+    }
+  },
+);
 
 test.serial(title('more cells than one sync carries arrive over the next syncs, none lost'), async (t) => {
   const server = await startRedis();
@@ -462,6 +552,24 @@ test(
   },
 );
 
+test(title('close() called twice resolves both calls once the last sync is done, with its result'), async (t) => {
+  const replied: string[] = [];
+  const sync = new RedisSync({
+    sendCommand: async () => {
+      await sleep(50);
+      replied.push('reply');
+      throw new Error('no connection');
+    },
+    syncMs: 3_600_000,
+  });
+  const sketch = new SyncedEstimator({ sync, name: 'close-twice', seed: 7 });
+  sketch.incr('k');
+  // As two shutdown hooks would: the process may exit once either resolves.
+  const [first, second] = await Promise.all([sync.close(), sync.close().then((ok) => [ok, replied.length])]);
+  t.false(first);
+  t.deepEqual(second, [false, 1]);
+});
+
 test(title('a sender that throws synchronously fails the sync, never the caller'), async (t) => {
   const sync = new RedisSync({
     sendCommand: () => {
@@ -505,6 +613,40 @@ test(title('bad options are refused with keepcount error codes'), (t) => {
   });
   void sync.close();
 });
+
+test(
+  title('a second structure of one kind and name on one RedisSync is refused, even once the first is closed'),
+  (t) => {
+    // Both would push into this node's one contribution in Redis: one's counts would be lost.
+    const sync = new RedisSync({ sendCommand: async () => [], syncMs: 3_600_000 });
+    const seed = 7;
+    const limit = { perSecond: 1, burst: 1 };
+    const first = new SyncedEstimator({ sync, name: 'once', seed });
+    const again = (kind: string, make: () => unknown) =>
+      throwsShape(t, make, {
+        instanceOf: Error,
+        code: 'ERR_KEEPCOUNT_DUPLICATE_KEY',
+        message:
+          `A ${kind} named "once" was already made on this RedisSync: its counts in Redis are this node's, ` +
+          'and a second one would overwrite them. Share the first, or give the second its own RedisSync',
+      });
+    again('SyncedEstimator', () => new SyncedEstimator({ sync, name: 'once', seed }));
+    first.close();
+    again('SyncedEstimator', () => new SyncedEstimator({ sync, name: 'once', seed }));
+    // Other kinds of the same name keep keys of their own.
+    new SyncedWindowQuota({ sync, name: 'once', seed, limit: 1, windowMs: 1000 }).close();
+    again('SyncedRate (or SyncedWindowQuota)', () => new SyncedRate({ sync, name: 'once', seed, intervalMs: 1000 }));
+    new SyncedInflight({ sync, name: 'once', seed }).close();
+    again('SyncedInflight', () => new SyncedInflight({ sync, name: 'once', seed }));
+    new SyncedLimiter({ sync, name: 'once', limit }).close();
+    again('SyncedLimiter', () => new SyncedLimiter({ sync, name: 'once', limit }));
+    // Another sync is another node, with a contribution of its own.
+    const other = new RedisSync({ sendCommand: async () => [], syncMs: 3_600_000 });
+    new SyncedEstimator({ sync: other, name: 'once', seed }).close();
+    void sync.close();
+    void other.close();
+  },
+);
 
 test(title('synced sketches put every key where this backend’s Estimator does'), (t) => {
   const keys = ['', 'k0', '203.0.113.7', 'żółw 🐢', 0, 1, -1, 2 ** 53 - 1, 1n, -(2n ** 63n), new Uint8Array([1, 2, 3])];

@@ -41,6 +41,11 @@ export class SyncedCells {
   readonly leaseMs: number;
   /** Version of the last pull: the next pull asks only for cells changed after it. */
   since = 0;
+  /**
+   * Sequence number of the last sync Redis replied it applied for this entry: Redis remembering
+   * less for this node means it went back in time (script.ts).
+   */
+  acked = 0;
   #incarnation: string | undefined;
   readonly #marked: Uint8Array;
   #dirty: number[] = [];
@@ -102,11 +107,13 @@ export class SyncedCells {
   }
 
   /**
-   * Takes in a pull. A new incarnation (Redis restarted without the data, the keys were deleted,
-   * or another node reaped this one's lease) drops what the others had and marks all of this node's counts to push again, so the
-   * fleet rebuilds the global sketch from the nodes' own.
+   * Takes in the pull of sync `seq`. A new incarnation (Redis restarted without the data or went
+   * back to older data, the keys were deleted, or another node reaped this one's lease) drops what
+   * the others had and marks all of this node's counts to push again, so the fleet rebuilds the
+   * global sketch from the nodes' own.
    */
-  apply(pull: Pull): void {
+  apply(pull: Pull, seq: number): void {
+    if (pull.applied) this.acked = seq;
     if (this.#incarnation !== undefined && this.#incarnation !== pull.incarnation) {
       this.others.fill(0);
       this.since = 0;

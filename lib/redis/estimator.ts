@@ -49,7 +49,7 @@ export class SyncedEstimator {
     this.#hasher = new KeyHasher(hashes, slots, o.seed);
     const base = `${this.#sync.prefix}:{${name}}`;
     this.#cells = new SyncedCells(hashes * slots, `${base}:e`, `${base}:nodes`);
-    this.#sync.add(this);
+    this.#sync.add(this, 'SyncedEstimator', name);
   }
 
   /** Adds `value` (a safe integer, may be negative; defaults to 1) to `key`; returns its new fleet-wide estimate. */

@@ -93,7 +93,7 @@ export class SyncedInflight implements InflightCounter {
       incr: (key, value) => this.#cells.add(this.#counters(key), value),
       get: (key) => this.#cells.estimate(this.#counters(key)),
     };
-    this.#sync.add(this);
+    this.#sync.add(this, 'SyncedInflight', name);
   }
 
   /**

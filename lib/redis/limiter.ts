@@ -163,7 +163,7 @@ export class SyncedLimiter implements RequestLimiter {
     this.#base = `${this.#sync.prefix}:{${name}}`;
     const presenceTtlMs = this.leaseMs;
     this.#presence = new SyncedCells(0, `${this.#base}:p`, `${this.#base}:nodes`, () => presenceTtlMs);
-    this.#sync.add(this);
+    this.#sync.add(this, 'SyncedLimiter', name);
   }
 
   /**

@@ -85,7 +85,7 @@ export class SyncedRate {
     const now = this.#index(this.#now());
     this.#previous = this.#window(now - 1);
     this.#current = this.#window(now);
-    this.#sync.add(this);
+    this.#sync.add(this, 'SyncedRate (or SyncedWindowQuota)', name);
   }
 
   /** Records `events` (a safe integer; defaults to 1) for `key`; returns its fleet-wide count in the current window. */

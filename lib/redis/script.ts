@@ -12,21 +12,35 @@
  *   touched, not to the sketch size or the request count;
  * - `B:m` hash: `v` the version counter, `i` the incarnation (the server time when the entry was
  *   made: a restart that lost the data makes a new one, and nodes push their whole contribution
- *   again), `s:<node>` the last sequence number applied from each node. A sequence number at or
- *   below it is a stale flush (one that a timeout gave up on and that arrived after a newer one)
- *   and is not applied, so an older cumulative value never overwrites a newer one.
+ *   again; see below for a loss of some keys), `s:<node>` the last sequence number applied from each node and `l:<node>` the one
+ *   that began the node's record (part of the incarnation the node is told). A sequence number
+ *   at or below `s:<node>` is a stale flush (one that a timeout gave up on and that arrived after
+ *   a newer one) and is not applied, so an older cumulative value never overwrites a newer one.
+ *   A node also sends the last sequence number Redis acknowledged applying for it: `s:<node>`
+ *   below that means Redis lost applied pushes but kept the entry (a restart from an older RDB
+ *   snapshot or append-only file, a failover to a replica that lagged), so contributions, counts
+ *   and versions went back in time under the same `i`. The node's record then begins anew, which
+ *   changes the incarnation it is told: it pushes its whole contribution again and pulls from
+ *   version 0, since the versions it had pulled past are being handed out again.
+ * Redis may lose one key of an entry and keep the others (maxmemory eviction takes keys one by
+ * one; an operator may delete one), and a node's cumulative push over a lost contribution would
+ * count it twice, over lost counts would count it once too few. So `B:c` and every `B:n:<node>`
+ * carry the incarnation in their field `i`, and `B:v` a member `i` (score 0, never pulled): an
+ * entry whose `B:m`, `B:c` or `B:v` is missing or of another incarnation, or whose syncing node
+ * has a sequence number but no contribution, begins a new incarnation (its counts and versions
+ * deleted), and a contribution of another incarnation counts as none. Every node then pushes its
+ * whole contribution again, as after a restart that lost everything.
  * A second key per entry, the structure's node registry, is a sorted set node → last sync time:
  * the live node count for the "each node enforces its share" fail policy.
  *
  * A leased entry (an in-flight count) also has `B:l`, a sorted set node → lease expiry (server
- * time), renewed by each of the node's applied syncs, and `l:<node>` in `B:m`, when the node's
- * lease began. Every sync first reaps the other nodes whose lease ran out: it subtracts their
- * contribution from `B:c` (as new versions, so every node pulls the change) and deletes it, so
- * the global count is the sum of the live nodes' contributions. A reaped node that comes back gets
- * a new lease start, which is part of the incarnation it is told, so it pushes its whole
- * contribution again. All of a leased entry's keys, every node's contribution included, get the
- * same expiry at each sync: they never expire one without the others.
- *
+ * time), renewed by each of the node's applied syncs. Every sync first reaps the other nodes whose
+ * lease ran out: it subtracts their contribution from `B:c` (as new versions, so every node pulls
+ * the change) and deletes it, so the global count is the sum of the live nodes' contributions. A
+ * reaped node that comes back begins a new record, which changes the incarnation it is told, so it
+ * pushes its whole contribution again. All of a leased entry's keys, every node's contribution
+ * included, get the same expiry at each sync: they never expire one without the others.
+
  * A pull returns at most `pull` cells per entry, in version order, and only whole versions: when
  * more are waiting it stops before the first version it cannot finish and reports the version
  * before it, so the next pull resumes there. One version is one node's push, at most MAX_PUSH
@@ -47,7 +61,8 @@
  *
  * KEYS: per cell entry its base and its registry, then one key per bucket entry. ARGV: node id,
  * registry lifetime (ms), pull limit, number of cell entries; then per cell entry: sequence
- * number, version last seen, lifetime in ms (0: none), lease in ms (0: none), cell count n, n
+ * number, the last sequence number Redis acknowledged applying (0: none), version last seen,
+ * lifetime in ms (0: none), lease in ms (0: none), cell count n, n
  * pairs of cell index and cumulative value; then per bucket entry: sequence number, rate (tokens
  * per ms), burst (the tokens of a new bucket), cap, lease in ms, lifetime in ms (0: none), tokens
  * held, tokens wanted (−1: leaving). Reply, per cell entry: applied (0/1), version, incarnation, live nodes, m,
@@ -63,14 +78,28 @@ local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local a, out = 5, {}
 local function number(x) return string.format('%.17g', x) end
-local function reap(base, counts, versions, meta, leases)
+local function incarnation(counts, versions, meta, mine, prior)
+  local i = redis.call('HGET', meta, 'i')
+  if i and redis.call('HGET', counts, 'i') == i and redis.call('ZSCORE', versions, 'i')
+    and (prior == 0 or redis.call('EXISTS', mine) == 1) then
+    return i
+  end
+  i = t[1] .. '.' .. t[2]
+  redis.call('DEL', counts, versions)
+  redis.call('HSET', meta, 'i', i)
+  redis.call('HSET', counts, 'i', i)
+  redis.call('ZADD', versions, 0, 'i')
+  return i
+end
+local function reap(base, counts, versions, meta, leases, i)
   for _, other in ipairs(redis.call('ZRANGEBYSCORE', leases, '-inf', '(' .. now)) do
     if other ~= node then
       local theirs = base .. ':n:' .. other
-      local held = redis.call('HGETALL', theirs)
+      local held = {}
+      if redis.call('HGET', theirs, 'i') == i then held = redis.call('HGETALL', theirs) end
       local version, chunk = 0, 0
       for j = 1, #held, 2 do
-        if held[j + 1] ~= '0' then
+        if held[j] ~= 'i' and held[j + 1] ~= '0' then
           if chunk == 0 then version = redis.call('HINCRBY', meta, 'v', 1) end
           chunk = (chunk + 1) % (pull / 2)
           redis.call('HINCRBY', counts, held[j], string.format('%d', -tonumber(held[j + 1])))
@@ -85,19 +114,23 @@ local function reap(base, counts, versions, meta, leases)
 end
 for k = 1, 2 * entries, 2 do
   local base, registry = KEYS[k], KEYS[k + 1]
-  local seq, since, ttl, lease, n = ARGV[a], tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3]), tonumber(ARGV[a + 4])
-  a = a + 5
+  local seq, acked, since, ttl, lease, n = ARGV[a], tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3]), tonumber(ARGV[a + 4]), tonumber(ARGV[a + 5])
+  a = a + 6
   local counts, versions, meta, mine, leases = base .. ':c', base .. ':v', base .. ':m', base .. ':n:' .. node, base .. ':l'
-  redis.call('HSETNX', meta, 'i', t[1] .. '.' .. t[2])
-  if lease > 0 then reap(base, counts, versions, meta, leases) end
+  local prior = tonumber(redis.call('HGET', meta, 's:' .. node) or '0')
+  local i = incarnation(counts, versions, meta, mine, prior)
+  if redis.call('HGET', mine, 'i') ~= i then
+    redis.call('DEL', mine)
+    redis.call('HSET', mine, 'i', i)
+  end
+  if lease > 0 then reap(base, counts, versions, meta, leases, i) end
   local applied = 0
-  if tonumber(seq) > tonumber(redis.call('HGET', meta, 's:' .. node) or '0') then
+  if tonumber(seq) > prior then
     applied = 1
     redis.call('HSET', meta, 's:' .. node, seq)
-    if lease > 0 then
-      redis.call('ZADD', leases, now + lease, node)
-      redis.call('HSETNX', meta, 'l:' .. node, t[1] .. '.' .. t[2])
-    end
+    if prior < acked then redis.call('HSET', meta, 'l:' .. node, seq) end
+    redis.call('HSETNX', meta, 'l:' .. node, seq)
+    if lease > 0 then redis.call('ZADD', leases, now + lease, node) end
     if n > 0 then
       local version = redis.call('HINCRBY', meta, 'v', 1)
       for j = a, a + 2 * n - 1, 2 do
@@ -131,11 +164,10 @@ for k = 1, 2 * entries, 2 do
     last = 2 * pull
     while last > 0 and changed[last] == cut do last = last - 2 end
   end
-  local incarnation = redis.call('HGET', meta, 'i')
-  if lease > 0 then incarnation = incarnation .. '/' .. (redis.call('HGET', meta, 'l:' .. node) or '') end
+  local told = i .. '/' .. (redis.call('HGET', meta, 'l:' .. node) or '')
   out[#out + 1] = applied
   out[#out + 1] = version
-  out[#out + 1] = incarnation
+  out[#out + 1] = told
   out[#out + 1] = redis.call('ZCARD', registry)
   out[#out + 1] = last / 2
   for j = 1, last, 2 do

@@ -107,12 +107,14 @@ export class RedisSync extends EventEmitter {
   readonly cluster: boolean;
   readonly #send: SendCommand;
   readonly #sources = new Set<SyncSource>();
+  /** The kind and name of every structure ever added, closed ones included: see {@link add}. */
+  readonly #claimed = new Set<string>();
   readonly #timer: NodeJS.Timeout;
   #seq = 0;
   #lastSuccess = performance.now();
   #running: Promise<boolean> | undefined;
   #nodes = 1;
-  #closed = false;
+  #closing: Promise<boolean> | undefined;
   readonly #stats: SyncStats = {
     syncs: 0,
     failures: 0,
@@ -166,8 +168,24 @@ export class RedisSync extends EventEmitter {
     return { ...this.#stats };
   }
 
-  /** @internal Structures register here; they are synced until {@link remove}d. */
-  add(source: SyncSource): void {
+  /**
+   * @internal Structures register here; they are synced until {@link remove}d. A node's counts
+   * in Redis are its cumulative contribution under its node id, so a second structure of the
+   * same `kind` and `name` on this sync, even after the first was closed, would overwrite them
+   * with its own, or see its pushes refused as stale: it is refused here.
+   */
+  add(source: SyncSource, kind: string, name: string): void {
+    const claim = `${kind}\n${name}`;
+    if (this.#claimed.has(claim)) {
+      throw withCode(
+        new Error(
+          `A ${kind} named "${name}" was already made on this RedisSync: its counts in Redis are this node's, ` +
+            'and a second one would overwrite them. Share the first, or give the second its own RedisSync',
+        ),
+        'ERR_KEEPCOUNT_DUPLICATE_KEY',
+      );
+    }
+    this.#claimed.add(claim);
     this.#sources.add(source);
   }
 
@@ -185,10 +203,17 @@ export class RedisSync extends EventEmitter {
     return this.#running;
   }
 
-  /** Stops the timer after one last sync; structures keep answering from their local state. */
-  async close(): Promise<boolean> {
-    if (this.#closed) return true;
-    this.#closed = true;
+  /**
+   * Stops the timer after one last sync; structures keep answering from their local state.
+   * Resolves with whether that sync succeeded; every call resolves with it once it is done, so a
+   * second shutdown hook cannot let the process exit before the last push.
+   */
+  close(): Promise<boolean> {
+    this.#closing ??= this.#close();
+    return this.#closing;
+  }
+
+  async #close(): Promise<boolean> {
     clearInterval(this.#timer);
     await this.#running;
     return this.flush();
@@ -260,7 +285,8 @@ export class RedisSync extends EventEmitter {
       entries.forEach((entry, k) => {
         const push = pushes[k] as Push;
         keys.push(entry.base, entry.registry);
-        args.push(seq, String(entry.since), String(entry.ttlMs()), String(entry.leaseMs), String(push.cells.length));
+        args.push(seq, String(entry.acked), String(entry.since), String(entry.ttlMs()), String(entry.leaseMs));
+        args.push(String(push.cells.length));
         push.cells.forEach((cell, j) => args.push(String(cell), push.values[j] as string));
       });
       for (const loan of loans) {
@@ -272,7 +298,7 @@ export class RedisSync extends EventEmitter {
       const { pulls, lent } = parseReply(reply, entries.length, loans.length);
       let nodes = 1;
       pulls.forEach((pull, k) => {
-        (entries[k] as SyncedCells).apply(pull);
+        (entries[k] as SyncedCells).apply(pull, Number(seq));
         nodes = Math.max(nodes, pull.nodes);
         this.#stats.cellsPulled += pull.cells.length;
       });
