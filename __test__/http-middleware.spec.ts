@@ -13,7 +13,7 @@ import {
   withDeadline,
   type Middleware,
 } from '../lib/http/index.js';
-import { title, type ErrorShape } from './helpers.js';
+import { rejectsShape, title, type ErrorShape } from './helpers.js';
 import { abortAfter, close, deferred, eventually, get, listen, parseField, pipelineAndLeave } from './http-client.js';
 
 type Handler = (req: IncomingMessage, res: ServerResponse) => void | Promise<void>;
@@ -578,4 +578,27 @@ test(title('end to end: under a flood of 2,048 addresses no client within its li
     seventh.every((s) => s === 429),
     'every flooder is refused by its 7th request',
   );
+});
+
+test(title('withDeadline rejects, never throws, for a bad signal option or one whose getter throws'), async (t) => {
+  /** The promise withDeadline returns, asserting that it returned one rather than throwing. */
+  const called = (options: { signal?: AbortSignal }): Promise<unknown> => {
+    let returned: Promise<unknown> = Promise.resolve();
+    t.notThrows(() => {
+      returned = withDeadline(1000, async () => 'called', options);
+    });
+    return returned;
+  };
+  await rejectsShape(t, called({ signal: 'abort' as unknown as AbortSignal }), {
+    instanceOf: TypeError,
+    code: 'ERR_INVALID_ARG_TYPE',
+    message: 'The "signal" option must be an AbortSignal. Received type string ("abort")',
+  });
+  const getterError = new Error('no signal');
+  const throwing = {
+    get signal(): AbortSignal {
+      throw getterError;
+    },
+  };
+  t.is(await t.throwsAsync(called(throwing)), getterError);
 });

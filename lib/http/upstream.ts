@@ -154,12 +154,17 @@ export function withDeadline<T>(
   options?: { signal?: AbortSignal },
 ): Promise<T> {
   let signal: AbortSignal;
+  // Every bad argument rejects, none throws: a caller's `.catch` or `try { await }` sees them all.
   try {
     signal = timeoutSignal(ms);
+    const caller: unknown = options?.signal;
+    if (caller !== undefined) {
+      if (!(caller instanceof AbortSignal)) throw invalidType('The "signal" option', 'an AbortSignal', caller);
+      signal = AbortSignal.any([signal, caller]);
+    }
   } catch (error) {
     return Promise.reject(error as Error);
   }
-  if (options?.signal !== undefined) signal = AbortSignal.any([signal, options.signal]);
   return timeout(
     Promise.resolve().then(() => call(signal)),
     ms,
