@@ -9,11 +9,11 @@ import express from 'express';
 import Fastify, { type FastifyInstance } from 'fastify';
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import { connect, type AddressInfo, type Socket } from 'node:net';
-import { Inflight } from '../lib/index.js';
-import { upstreamLimit, UpstreamLimit, type Middleware } from '../lib/http/index.js';
-import { upstreamLimitHook } from '../lib/http/fastify.js';
+import { Inflight, Limiter } from '../lib/index.js';
+import { rateLimit, tokenBucket, upstreamLimit, UpstreamLimit, type Middleware } from '../lib/http/index.js';
+import { rateLimitHook, tokenBucketHook, upstreamLimitHook, type OnRequestHook } from '../lib/http/fastify.js';
 import { title } from './helpers.js';
-import { close, eventually, listen } from './http-client.js';
+import { close, eventually, get, listen } from './http-client.js';
 
 /** Every unhandled rejection in this file; each test asserts none happened during it. */
 const unhandled: unknown[] = [];
@@ -273,3 +273,169 @@ for (const [name, serve] of Object.entries(frameworks)) {
     await noUnhandled(t);
   });
 }
+
+/** A failure a test expects, as `t.throws` takes it. */
+interface Failure {
+  instanceOf: new (...args: never[]) => Error;
+  code: string;
+  message: string | RegExp;
+}
+
+const promised = (name: string, received = 'an instance of Promise'): Failure => ({
+  instanceOf: TypeError,
+  code: 'ERR_INVALID_ARG_TYPE',
+  message: `The "${name}" option's result must be a value, not a promise: it is called synchronously on every request. Received ${received}`,
+});
+
+const thrown = (message: string): Failure => ({ instanceOf: Error, code: 'E_TEST', message });
+
+const fault = (message: string): Error => Object.assign(new Error(message), { code: 'E_TEST' });
+
+/** A thenable whose `then` throws, as a hostile key or callback might return. */
+const hostile = (): PromiseLike<string> => ({
+  then() {
+    throw fault('hostile then');
+  },
+});
+
+/**
+ * Careless options: callbacks that return promises (resolving or rejecting), hostile thenables, an
+ * `onLimit` that throws or rejects. Each path's request must fail with `error` and reach no handler.
+ */
+function carelessCases(limiter: Limiter): Record<string, { node: Middleware; hook: OnRequestHook; error: Failure }> {
+  const both = <O extends object>(
+    node: (options: O) => Middleware,
+    hook: (options: O) => OnRequestHook,
+    options: O,
+  ): { node: Middleware; hook: OnRequestHook } => ({ node: node(options), hook: hook(options) });
+  const rate = { limit: 5, windowMs: 60_000 };
+  const refuse = { limit: 0, windowMs: 60_000 };
+  const never = { limiter: new Limiter({ bestEffort: { requests: { perSecond: 0, burst: 0 } } }) };
+  const full = new UpstreamLimit({ max: 1 });
+  full.enter('default');
+  /* eslint-disable @typescript-eslint/no-explicit-any -- callers that ignore the types */
+  const async =
+    (value: unknown): any =>
+    () =>
+      Promise.resolve(value);
+  const rejects =
+    (message: string): any =>
+    () =>
+      Promise.reject(fault(message));
+  return {
+    '/rate-key-async': { ...both(rateLimit, rateLimitHook, { ...rate, key: async('k') }), error: promised('key') },
+    '/rate-key-rejects': {
+      ...both(rateLimit, rateLimitHook, { ...rate, key: rejects('no key') }),
+      error: promised('key'),
+    },
+    '/rate-key-hostile': {
+      ...both(rateLimit, rateLimitHook, { ...rate, key: hostile as any }),
+      error: promised('key', 'an instance of Object'),
+    },
+    '/rate-skip-async': {
+      ...both(rateLimit, rateLimitHook, { ...refuse, skip: async(true) }),
+      error: promised('skip'),
+    },
+    '/bucket-key-rejects': {
+      ...both(tokenBucket, tokenBucketHook, { limiter, key: rejects('no key') }),
+      error: promised('key'),
+    },
+    '/bucket-cost-async': {
+      ...both(tokenBucket, tokenBucketHook, { limiter, cost: async(1) }),
+      error: promised('cost'),
+    },
+    '/bucket-skip-rejects': {
+      ...both(tokenBucket, tokenBucketHook, { limiter, skip: rejects('no skip') }),
+      error: promised('skip'),
+    },
+    '/upstream-rejects': {
+      ...both(upstreamLimit, upstreamLimitHook, { max: 5, upstream: rejects('no upstream') }),
+      error: promised('upstream'),
+    },
+    '/rate-onlimit-throws': {
+      ...both(rateLimit, rateLimitHook, {
+        ...refuse,
+        onLimit: () => {
+          throw fault('onLimit threw');
+        },
+      }),
+      error: thrown('onLimit threw'),
+    },
+    '/rate-onlimit-rejects': {
+      ...both(rateLimit, rateLimitHook, { ...refuse, onLimit: rejects('onLimit rejected') }),
+      error: thrown('onLimit rejected'),
+    },
+    '/bucket-onlimit-rejects': {
+      ...both(tokenBucket, tokenBucketHook, { ...never, onLimit: rejects('onLimit rejected') }),
+      error: thrown('onLimit rejected'),
+    },
+    '/upstream-onlimit-rejects': {
+      ...both(upstreamLimit, upstreamLimitHook, { limit: full, onLimit: rejects('onLimit rejected') }),
+      error: thrown('onLimit rejected'),
+    },
+  };
+  /* eslint-enable @typescript-eslint/no-explicit-any */
+}
+
+test.serial(
+  title('careless callbacks fail the request through the framework error path, never by an unhandled rejection'),
+  async (t) => {
+    const limiter = new Limiter({ bestEffort: { requests: { perSecond: 100, burst: 100 } } });
+    const cases = carelessCases(limiter);
+    let admitted = 0;
+
+    // Express: the error reaches the error middleware.
+    const expressErrors: unknown[] = [];
+    const app = express();
+    for (const [path, { node }] of Object.entries(cases))
+      app.get(path, node, (_req, res) => void (admitted++, res.end()));
+    app.use((error: unknown, _req: express.Request, res: express.Response, _next: express.NextFunction) => {
+      expressErrors.push(error);
+      res.status(500).end('failed');
+    });
+    const expressServer = createServer(app);
+    // node:http with a `next` that takes no argument: the middleware answers 500 itself.
+    const nodeServer = createServer((req, res) => {
+      const node = cases[req.url ?? '']?.node;
+      if (node === undefined) return void res.writeHead(404).end();
+      node(req, res, () => void (admitted++, res.end()));
+    });
+    // Fastify: the error reaches the error handler.
+    const fastifyErrors: unknown[] = [];
+    const fastify = Fastify();
+    fastify.setErrorHandler(async (error, _request, reply) => {
+      fastifyErrors.push(error);
+      return reply.code(500).send('failed');
+    });
+    for (const [path, { hook }] of Object.entries(cases)) {
+      fastify.get(path, { onRequest: hook }, async () => (admitted++, 'admitted'));
+    }
+    await fastify.listen({ port: 0, host: '127.0.0.1' });
+    const ports = {
+      express: await listen(expressServer),
+      'node:http': await listen(nodeServer),
+      fastify: (fastify.server.address() as AddressInfo).port,
+    };
+    t.teardown(async () => {
+      await Promise.all([close(expressServer), close(nodeServer), fastify.close()]);
+    });
+
+    for (const [path, { error }] of Object.entries(cases)) {
+      for (const [name, port] of Object.entries(ports)) {
+        const reply = await get(port, path).catch((e: Error) => ({ status: 0, body: e.message }));
+        t.is(reply.status, 500, `${name} ${path}: ${reply.body}`);
+      }
+      for (const errors of [expressErrors, fastifyErrors]) {
+        t.throws(
+          () => {
+            throw errors.shift();
+          },
+          error,
+          path,
+        );
+      }
+      await noUnhandled(t);
+    }
+    t.is(admitted, 0, 'no failed request reached a handler');
+  },
+);

@@ -27,11 +27,12 @@ import type { UpstreamLimit, UpstreamLimitOptions, UpstreamSlot } from './upstre
 /**
  * A middleware's `next`: called with no argument to go on, with an error to fail the request.
  *
- * An error (a `key`, `cost`, `skip` or `upstream` function that throws, a cost the limiter refuses
- * such as `NaN`) goes to `next(error)` only when `next` declares a parameter, as Express's and
- * Connect's do: a `next` written `() => handle(req, res)` cannot tell an error from going on, so
- * the middleware answers `500 Internal Server Error` itself and does not call it. Either way an
- * error never admits the request.
+ * An error (a `key`, `cost`, `skip` or `upstream` function that throws or returns a promise, a cost
+ * the limiter refuses such as `NaN`, an `onLimit` that throws or whose promise rejects) goes to
+ * `next(error)` only when `next` declares a parameter, as Express's and Connect's do: a `next`
+ * written `() => handle(req, res)` cannot tell an error from going on, so the middleware answers
+ * `500 Internal Server Error` itself and does not call it. Either way an error never admits the
+ * request.
  */
 export type Next = (error?: unknown) => void;
 
@@ -48,6 +49,23 @@ function fail(res: ServerResponse, next: Next, error: unknown): void {
   res.statusCode = 500;
   res.setHeader('Content-Type', 'text/plain; charset=utf-8');
   res.end('Internal Server Error\n');
+}
+
+/**
+ * Runs a refusal handler (`onLimit`, called as `refusal`): an exception it throws, or the rejection
+ * of a promise it returns (an `async` handler), fails the request as {@link fail} does instead of
+ * escaping the middleware or going unhandled.
+ */
+function refuse(res: ServerResponse, next: Next, refusal: () => unknown): void {
+  let answered: unknown;
+  try {
+    answered = refusal();
+  } catch (error) {
+    return fail(res, next, error);
+  }
+  if (answered instanceof Promise) {
+    Promise.prototype.then.call(answered, undefined, (error: unknown) => fail(res, next, error));
+  }
 }
 
 /** A `(req, res, next)` middleware, usable with `app.use()` and from a node:http handler. */
@@ -130,7 +148,8 @@ export function rateLimit<Req extends IncomingMessage = IncomingMessage, Res ext
       return fail(res, next, error);
     }
     if (decision === undefined || decision.allowed) return next();
-    onLimit(req, res, decision);
+    const refused = decision;
+    refuse(res, next, () => onLimit(req, res, refused));
   };
   return withQuota(middleware, quota);
 }
@@ -212,7 +231,8 @@ export function tokenBucket<Req extends IncomingMessage = IncomingMessage, Res e
       return fail(res, next, error);
     }
     if (refusal === undefined) return next();
-    onLimit(req, res, refusal);
+    const refused = refusal;
+    refuse(res, next, () => onLimit(req, res, refused));
   };
   return withTalkers(middleware, talkers);
 }
@@ -267,7 +287,7 @@ export function upstreamLimit<
     } catch (error) {
       return fail(res, next, error);
     }
-    if (!slot.allowed) return onLimit(req, res, slot);
+    if (!slot.allowed) return refuse(res, next, () => onLimit(req, res, slot));
     onExchangeEnd(req, res, slot.release);
     next();
   };

@@ -94,6 +94,34 @@ function functionOption<F extends AnyFunction>(name: string, value: F | undefine
   return value;
 }
 
+/**
+ * An optional per-request function option (`key`, `skip`, `cost`, `upstream`), checked, and wrapped
+ * so that a result that is a promise or another thenable (an `async` function, say) fails the
+ * request with a TypeError naming the option instead of going on: the middleware decides
+ * synchronously, and would otherwise count a promise as a key, take it as "do not skip", or leave
+ * its rejection unhandled (which ends a Node process). A rejected native promise is marked handled
+ * first. Other results go on to the counter, which checks them.
+ */
+function perRequestOption<R, T>(name: string, value: ((request: R) => T) | undefined): ((request: R) => T) | undefined {
+  const fn = functionOption(name, value);
+  if (fn === undefined) return undefined;
+  return (request) => {
+    const result = fn(request);
+    if (typeof result === 'object' && result !== null && typeof (result as { then?: unknown }).then === 'function') {
+      if (result instanceof Promise) Promise.prototype.then.call(result, undefined, ignore);
+      throw invalidType(
+        `The "${name}" option's result`,
+        'a value, not a promise: it is called synchronously on every request',
+        result,
+      );
+    }
+    return result;
+  };
+}
+
+/** Swallows the rejection of a promise already reported as a misused result. */
+const ignore = (): void => undefined;
+
 /** A required number option, checked for type here and for range by the class it goes to. */
 function numberOption(name: string, value: number | undefined): number {
   if (typeof value !== 'number') throw invalidType(`The "${name}" option`, 'of type number', value);
@@ -118,8 +146,8 @@ export function rateLimitConfig<R, H extends AnyFunction>(
   const o = optionsObject(options);
   return {
     quota: windowQuota(o),
-    key: functionOption('key', o.key) ?? clientKey(o, raw),
-    skip: functionOption('skip', o.skip),
+    key: perRequestOption('key', o.key) ?? clientKey(o, raw),
+    skip: perRequestOption('skip', o.skip),
     onLimit: functionOption('onLimit', o.onLimit),
   };
 }
@@ -155,9 +183,9 @@ export function tokenBucketConfig<R, H extends AnyFunction>(
   const o = optionsObject(options);
   return {
     limiter: limiterOption(o.limiter),
-    key: functionOption('key', o.key) ?? clientKey(o, raw),
-    cost: functionOption('cost', o.cost) ?? (() => 1),
-    skip: functionOption('skip', o.skip),
+    key: perRequestOption('key', o.key) ?? clientKey(o, raw),
+    cost: perRequestOption('cost', o.cost) ?? (() => 1),
+    skip: perRequestOption('skip', o.skip),
     onLimit: functionOption('onLimit', o.onLimit),
     talkers: talkersOption(o.talkers),
   };
@@ -178,7 +206,7 @@ export function upstreamLimitConfig<R, H extends AnyFunction>(
   const o = optionsObject(options);
   return {
     limit: upstreamLimit(o),
-    upstream: functionOption('upstream', o.upstream) ?? (() => 'default'),
+    upstream: perRequestOption('upstream', o.upstream) ?? (() => 'default'),
     onLimit: functionOption('onLimit', o.onLimit),
     talkers: talkersOption(o.talkers),
   };
