@@ -439,3 +439,66 @@ test.serial(
     t.is(admitted, 0, 'no failed request reached a handler');
   },
 );
+
+test.serial(
+  title('a limit mounted after a handler that already sent the headers decides without them, never throws'),
+  async (t) => {
+    const refuseAll = new Limiter({ bestEffort: { requests: { perSecond: 0, burst: 0 } } });
+    const slowRefill = new Limiter({ bestEffort: { requests: { perSecond: 1, burst: 1 } } });
+    slowRefill.check('127.0.0.1');
+    const full = new UpstreamLimit({ max: 1 });
+    full.enter('default');
+    const chains: Record<string, { limit: Middleware; admitted: boolean }> = {
+      '/rate-allowed': { limit: rateLimit({ limit: 5, windowMs: 60_000 }), admitted: true },
+      '/rate-refused': { limit: rateLimit({ limit: 0, windowMs: 60_000 }), admitted: false },
+      '/bucket-allowed': { limit: tokenBucket({ limiter: new Limiter({ bestEffort: {} }) }), admitted: true },
+      '/bucket-never': { limit: tokenBucket({ limiter: refuseAll }), admitted: false },
+      '/bucket-later': { limit: tokenBucket({ limiter: slowRefill }), admitted: false },
+      '/upstream-allowed': { limit: upstreamLimit({ max: 5 }), admitted: true },
+      '/upstream-refused': { limit: upstreamLimit({ limit: full }), admitted: false },
+    };
+    let admitted = 0;
+    // Sends the status line, the headers and a first chunk, then goes on to the limit.
+    const early = (_req: IncomingMessage, res: ServerResponse): void => {
+      res.writeHead(200, { 'Content-Type': 'text/plain' });
+      res.write('early;');
+    };
+    const last = (_req: IncomingMessage, res: ServerResponse): void => {
+      admitted++;
+      res.end('handled');
+    };
+    const app = express();
+    for (const [path, { limit }] of Object.entries(chains)) {
+      app.get(path, (req, res, next) => (early(req, res), next()), limit, last);
+    }
+    const servers = {
+      'node:http': createServer((req, res) => {
+        const chain = chains[req.url ?? ''];
+        if (chain === undefined) return void res.writeHead(404).end();
+        early(req, res);
+        chain.limit(req, res, () => last(req, res));
+      }),
+      express: createServer(app),
+    };
+    for (const [name, server] of Object.entries(servers)) {
+      const port = await listen(server);
+      t.teardown(() => close(server));
+      for (const [path, chain] of Object.entries(chains)) {
+        const before = admitted;
+        const socket = await open(port);
+        const { text, closed } = record(socket);
+        socket.write(requestLine('GET', path, 'Connection: close\r\n'));
+        await closed;
+        // A refusal cannot be told once the headers are out: the connection ends, unflushed
+        // writes with it, so the client may see nothing at all.
+        if (chain.admitted) t.true(text().startsWith('HTTP/1.1 200 OK\r\n'), `${name} ${path}: ${text()}`);
+        t.true(text() === '' || text().startsWith('HTTP/1.1 200 OK\r\n'), `${name} ${path}: ${text()}`);
+        t.is(text().includes('handled'), chain.admitted, `${name} ${path}: the handler answered iff admitted`);
+        t.is(admitted - before, chain.admitted ? 1 : 0, `${name} ${path}`);
+        t.false(/ratelimit|retry-after/i.test(text()), `${name} ${path}: no header after the headers`);
+      }
+    }
+    t.is(full.inflight.get('default'), 1, 'the refused requests took no slot');
+    await noUnhandled(t);
+  },
+);

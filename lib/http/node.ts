@@ -68,6 +68,21 @@ function refuse(res: ServerResponse, next: Next, refusal: () => unknown): void {
   }
 }
 
+/**
+ * Answers a refusal with `status` and a short text body; when the headers are already sent (by a
+ * handler before the middleware) the refusal can no longer be told, so the connection ends, as in
+ * {@link fail}.
+ */
+function answer(res: ServerResponse, status: number, text: string): void {
+  if (res.headersSent) {
+    res.destroy();
+    return;
+  }
+  res.statusCode = status;
+  res.setHeader('Content-Type', 'text/plain; charset=utf-8');
+  res.end(text);
+}
+
 /** A `(req, res, next)` middleware, usable with `app.use()` and from a node:http handler. */
 export type Middleware<Req extends IncomingMessage = IncomingMessage, Res extends ServerResponse = ServerResponse> = (
   req: Req,
@@ -111,11 +126,7 @@ export interface RateLimitOptions<
   onLimit?: (req: Req, res: Res, decision: RateLimitDecision) => void;
 }
 
-const tooMany = (_req: IncomingMessage, res: ServerResponse): void => {
-  res.statusCode = 429;
-  res.setHeader('Content-Type', 'text/plain; charset=utf-8');
-  res.end('Too Many Requests\n');
-};
+const tooMany = (_req: IncomingMessage, res: ServerResponse): void => answer(res, 429, 'Too Many Requests\n');
 
 /**
  * Rate-limits requests: counts each (unless `skip`ped) under its key, sets `RateLimit-Policy` and
@@ -139,10 +150,13 @@ export function rateLimit<Req extends IncomingMessage = IncomingMessage, Res ext
     try {
       if (skip?.(req) !== true) {
         decision = quota.consume(key(req));
-        // The fields of rateLimitHeaders(), without its object and entries array per request.
-        res.setHeader('RateLimit-Policy', policyField(decision));
-        res.setHeader('RateLimit', rateLimitField(decision));
-        if (!decision.allowed) res.setHeader('Retry-After', retryAfterField(decision));
+        // The fields of rateLimitHeaders(), without its object and entries array per request; none
+        // once a handler before this one sent the headers (the decision stands without them).
+        if (!res.headersSent) {
+          res.setHeader('RateLimit-Policy', policyField(decision));
+          res.setHeader('RateLimit', rateLimitField(decision));
+          if (!decision.allowed) res.setHeader('Retry-After', retryAfterField(decision));
+        }
       }
     } catch (error) {
       return fail(res, next, error);
@@ -224,7 +238,7 @@ export function tokenBucket<Req extends IncomingMessage = IncomingMessage, Res e
         if (!decision.allowed) {
           refusal = { key: k, retryAfterMs: decision.retryAfterMs };
           const after = retryAfter(decision.retryAfterMs);
-          if (after !== undefined) res.setHeader('Retry-After', after);
+          if (after !== undefined && !res.headersSent) res.setHeader('Retry-After', after);
         }
       }
     } catch (error) {
@@ -256,10 +270,8 @@ export interface UpstreamLimitMiddlewareOptions<
 }
 
 const unavailable = (_req: IncomingMessage, res: ServerResponse): void => {
-  res.statusCode = 503;
-  res.setHeader('Retry-After', '1');
-  res.setHeader('Content-Type', 'text/plain; charset=utf-8');
-  res.end('Service Unavailable\n');
+  if (!res.headersSent) res.setHeader('Retry-After', '1');
+  answer(res, 503, 'Service Unavailable\n');
 };
 
 /**
