@@ -6,7 +6,7 @@
  */
 import test, { type ExecutionContext } from 'ava';
 import express from 'express';
-import Fastify, { type FastifyInstance } from 'fastify';
+import Fastify, { type FastifyInstance, type FastifyReply } from 'fastify';
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import { connect, type AddressInfo, type Socket } from 'node:net';
 import { Inflight, Limiter } from '../lib/index.js';
@@ -497,6 +497,80 @@ test.serial(
         t.is(admitted - before, chain.admitted ? 1 : 0, `${name} ${path}`);
         t.false(/ratelimit|retry-after/i.test(text()), `${name} ${path}: no header after the headers`);
       }
+    }
+    t.is(full.inflight.get('default'), 1, 'the refused requests took no slot');
+    await noUnhandled(t);
+  },
+);
+
+test.serial(
+  title('fastify: a refused request never reaches the route, whether onLimit sends late, never, or the client leaves'),
+  async (t) => {
+    const refuseAll = new Limiter({ bestEffort: { requests: { perSecond: 0, burst: 0 } } });
+    const full = new UpstreamLimit({ max: 1 });
+    full.enter('default');
+    let admitted = 0;
+    let refusals = 0;
+    const app = Fastify();
+    // Holds every response in onSend until its client is gone (`/leave-*`) or for a moment, as a
+    // compression or signing plugin would: `reply.sent` stays false meanwhile.
+    const gone = new Set<string>();
+    app.addHook('onSend', async (request) => {
+      if (request.url.startsWith('/leave-')) {
+        gone.add(request.url);
+        await new Promise((resolve) => request.raw.socket.once('close', resolve));
+      } else {
+        await new Promise((resolve) => setTimeout(resolve, 10));
+      }
+    });
+    const late = (_request: unknown, reply: FastifyReply): void => {
+      refusals++;
+      void reply.code(429).send('slow down');
+    };
+    const never = (): void => void refusals++;
+    const routes: Record<string, OnRequestHook> = {
+      '/rate-late': rateLimitHook({ limit: 0, windowMs: 60_000, onLimit: late }),
+      '/bucket-late': tokenBucketHook({ limiter: refuseAll, onLimit: late }),
+      '/upstream-late': upstreamLimitHook({ limit: full, onLimit: late }),
+      '/rate-never': rateLimitHook({ limit: 0, windowMs: 60_000, onLimit: never }),
+      '/bucket-never': tokenBucketHook({ limiter: refuseAll, onLimit: never }),
+      '/upstream-never': upstreamLimitHook({ limit: full, onLimit: never }),
+      '/leave-rate': rateLimitHook({ limit: 0, windowMs: 60_000 }),
+      '/leave-bucket': tokenBucketHook({ limiter: refuseAll }),
+      '/leave-upstream': upstreamLimitHook({ limit: full }),
+    };
+    for (const [path, onRequest] of Object.entries(routes)) {
+      app.get(path, { onRequest }, async () => (admitted++, 'admitted'));
+    }
+    await app.listen({ port: 0, host: '127.0.0.1' });
+    t.teardown(() => app.close());
+    const port = (app.server.address() as AddressInfo).port;
+
+    for (const path of ['/rate-late', '/bucket-late', '/upstream-late']) {
+      const reply = await get(port, path);
+      t.is(reply.status, 429, path);
+      t.is(reply.body, 'slow down', path);
+    }
+    for (const path of [
+      '/rate-never',
+      '/bucket-never',
+      '/upstream-never',
+      '/leave-rate',
+      '/leave-bucket',
+      '/leave-upstream',
+    ]) {
+      const before = refusals;
+      const socket = await open(port);
+      const { closed } = record(socket);
+      socket.write(requestLine('GET', path));
+      const leaving = path.startsWith('/leave-');
+      t.true(await eventually(() => (leaving ? gone.has(path) : refusals > before)), `${path} was refused`);
+      // A route reached would run within a few turns of the event loop; give it 50 ms.
+      await new Promise((resolve) => setTimeout(resolve, 50));
+      socket.destroy();
+      await closed;
+      await new Promise((resolve) => setTimeout(resolve, 50));
+      t.is(admitted, 0, `${path} never reached the route`);
     }
     t.is(full.inflight.get('default'), 1, 'the refused requests took no slot');
     await noUnhandled(t);

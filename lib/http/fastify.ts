@@ -24,6 +24,20 @@ const raw = (request: FastifyRequest): IncomingMessage => request.raw;
 /** An async `onRequest` hook. */
 export type OnRequestHook = (request: FastifyRequest, reply: FastifyReply) => Promise<void>;
 
+/**
+ * Ends a refused request's hook once its reply is over, so the request never goes on to the route.
+ * Fastify runs the route after an `onRequest` hook resolves unless `reply.sent`, which is false
+ * while a `send()` still runs async `onSend` hooks (compression, say) and for good when an `onLimit`
+ * never sends. Awaiting the reply (Fastify's `then`, what `return reply` in a hook does) waits for
+ * the response to end; if the connection closed first, nothing can be answered, and hijacking the
+ * reply stops Fastify there. An `onLimit` that never answers leaves the request waiting for its
+ * client or the server's timeouts, as with the node middleware.
+ */
+async function refused(reply: FastifyReply): Promise<void> {
+  await reply;
+  if (!reply.sent) reply.hijack();
+}
+
 /** Options of {@link rateLimitHook}: as the node middleware's, with Fastify's request and reply. */
 export interface RateLimitHookOptions extends Partial<WindowQuotaOptions> {
   /** A ready quota to count in; replaces `limit`/`windowMs`/... */
@@ -44,7 +58,10 @@ export interface RateLimitHookOptions extends Partial<WindowQuotaOptions> {
   key?: (request: FastifyRequest) => string;
   /** Requests to let through uncounted and without headers. Defaults to none. */
   skip?: (request: FastifyRequest) => boolean;
-  /** Answers a refused request (headers already set). Defaults to 429 with a short text body. */
+  /**
+   * Answers a refused request (headers already set) by sending or hijacking the reply; the request
+   * goes no further than the hook either way. Defaults to 429 with a short text body.
+   */
   onLimit?: (request: FastifyRequest, reply: FastifyReply, decision: RateLimitDecision) => unknown;
 }
 
@@ -64,7 +81,8 @@ export function rateLimitHook(options: RateLimitHookOptions): OnRequestHook & Qu
     reply.headers(rateLimitHeaders(decision));
     if (decision.allowed) return;
     if (onLimit !== undefined) await onLimit(request, reply, decision);
-    else await reply.code(429).type('text/plain; charset=utf-8').send('Too Many Requests\n');
+    else reply.code(429).type('text/plain; charset=utf-8').send('Too Many Requests\n');
+    return refused(reply);
   };
   return withQuota(hook, quota);
 }
@@ -91,7 +109,10 @@ export interface TokenBucketHookOptions {
   cost?: (request: FastifyRequest) => number;
   /** Requests to let through unchecked. Defaults to none. */
   skip?: (request: FastifyRequest) => boolean;
-  /** Answers a refused request (`Retry-After` already set when waiting helps). Defaults to 429. */
+  /**
+   * Answers a refused request (`Retry-After` already set when waiting helps) by sending or
+   * hijacking the reply; the request goes no further than the hook either way. Defaults to 429.
+   */
   onLimit?: (request: FastifyRequest, reply: FastifyReply, refusal: TokenBucketRefusal) => unknown;
   /** Counts every request per key for the hook's `topTalkers(n)`; see the node `tokenBucket`. Defaults to none. */
   talkers?: HeavyHitters;
@@ -118,7 +139,8 @@ export function tokenBucketHook(options: TokenBucketHookOptions): OnRequestHook 
     const after = retryAfter(decision.retryAfterMs);
     if (after !== undefined) reply.header('Retry-After', after);
     if (onLimit !== undefined) await onLimit(request, reply, { key: k, retryAfterMs: decision.retryAfterMs });
-    else await reply.code(429).type('text/plain; charset=utf-8').send('Too Many Requests\n');
+    else reply.code(429).type('text/plain; charset=utf-8').send('Too Many Requests\n');
+    return refused(reply);
   };
   return withTalkers(hook, talkers);
 }
@@ -129,7 +151,10 @@ export interface UpstreamLimitHookOptions extends Partial<UpstreamLimitOptions> 
   limit?: UpstreamLimit;
   /** The upstream a request goes to. Defaults to `'default'`. */
   upstream?: (request: FastifyRequest) => string;
-  /** Answers a refused request. Defaults to 503 with `Retry-After: 1`. */
+  /**
+   * Answers a refused request by sending or hijacking the reply; the request goes no further than
+   * the hook either way. Defaults to 503 with `Retry-After: 1`.
+   */
   onLimit?: (request: FastifyRequest, reply: FastifyReply, slot: UpstreamSlot) => unknown;
   /** Counts every request per upstream for the hook's `topTalkers(n)`; see the node `upstreamLimit`. Defaults to none. */
   talkers?: HeavyHitters;
@@ -153,13 +178,8 @@ export function upstreamLimitHook(options: UpstreamLimitHookOptions): OnRequestH
     const slot = limit.enter(u);
     if (!slot.allowed) {
       if (onLimit !== undefined) await onLimit(request, reply, slot);
-      else
-        await reply
-          .code(503)
-          .header('Retry-After', '1')
-          .type('text/plain; charset=utf-8')
-          .send('Service Unavailable\n');
-      return;
+      else reply.code(503).header('Retry-After', '1').type('text/plain; charset=utf-8').send('Service Unavailable\n');
+      return refused(reply);
     }
     onExchangeEnd(request.raw, reply.raw, slot.release);
   };
