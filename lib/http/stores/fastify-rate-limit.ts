@@ -12,6 +12,10 @@
  *   so the constructor refuses them rather than silently ignoring them.
  * - Memory is fixed per sketch (16 × hashes × slots bytes, sized from `clients`); the plugin's
  *   `cache` (LRU size) option does not apply.
+ * - Keys are what keepcount counts (a string or a number, as the plugin's `keyGenerator` type
+ *   says): a key of another type (`undefined` from a missing header, an object) fails the request
+ *   with keepcount's `TypeError` through the plugin, where `LocalStore` would count it under that
+ *   value.
  *
  * Like `LocalStore` it reads `Date.now()` by default, so tests that fake `Date` turn its windows,
  * and takes any `timeWindow` >= 0, rounded up to whole milliseconds (0 as 1 ms).
