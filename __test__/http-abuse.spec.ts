@@ -21,7 +21,7 @@ import {
 } from '../lib/http/index.js';
 import { rateLimitHook, tokenBucketHook, upstreamLimitHook, type OnRequestHook } from '../lib/http/fastify.js';
 import { runFixture, title } from './helpers.js';
-import { close, eventually, get, listen } from './http-client.js';
+import { close, eventually, get, listen, parseField } from './http-client.js';
 
 /** Every unhandled rejection in this file; each test asserts none happened during it. */
 const unhandled: unknown[] = [];
@@ -709,4 +709,23 @@ test(title('a flood of distinct client keys grows no memory per key in the middl
   t.true(addedBytes < 2e6, `${addedBytes} bytes`);
   t.deepEqual(tracked, [2000, 2000, 2000], 'every heavy-hitter table full at its capacity, never past it');
   t.is(inflight, 0);
+});
+
+test(title('a limit too large for a structured-field integer is sent as the largest one'), async (t) => {
+  const server = createServer((req, res) =>
+    rateLimit({ limit: Number.MAX_SAFE_INTEGER, windowMs: 2 ** 52 })(req, res, () => res.end('ok')),
+  );
+  const port = await listen(server);
+  t.teardown(() => close(server));
+  const reply = await get(port);
+  t.is(reply.status, 200);
+  // RFC 9651 §3.3.1: at most 15 digits, or a parser rejects the whole field.
+  t.deepEqual(parseField(reply.headers['ratelimit-policy']), {
+    name: 'default',
+    params: { q: 999_999_999_999_999, w: 4_503_599_627_371 },
+  });
+  t.deepEqual(parseField(reply.headers.ratelimit), {
+    name: 'default',
+    params: { r: 999_999_999_999_999, t: 4_503_599_627_371 },
+  });
 });

@@ -58,6 +58,16 @@ const sfString = (value: string): string => `"${value.replace(/[\\"]/g, (c) => `
 const seconds = (ms: number): number => Math.ceil(ms / 1000);
 
 /**
+ * The largest sf-integer: RFC 9651 §3.3.1 allows at most 15 digits, and a parser rejects the whole
+ * field over an integer with more. A quota or remaining count above it (a `limit` of
+ * `Number.MAX_SAFE_INTEGER` for "no limit", say) is sent as this: no client can tell 10^15
+ * requests from more. Seconds never reach it (a window is at most 2^52 ms, 4.5 × 10^12 s).
+ */
+const SF_INTEGER_MAX = 999_999_999_999_999;
+
+const sfInteger = (n: number): number => Math.min(n, SF_INTEGER_MAX);
+
+/**
  * The last `RateLimit-Policy` value made, and what it was made from: a quota's policy, limit and
  * window never change, so on the request path this is one comparison instead of an escape and a
  * string concatenation per request.
@@ -72,14 +82,14 @@ export function policyField(decision: RateLimitDecision): string {
   }
   const { policy, limit, windowMs } = decision;
   const name = sfString(policy);
-  policyMemo = { policy, limit, windowMs, name, value: `${name};q=${limit};w=${seconds(windowMs)}` };
+  policyMemo = { policy, limit, windowMs, name, value: `${name};q=${sfInteger(limit)};w=${seconds(windowMs)}` };
   return policyMemo.value;
 }
 
 /** The `RateLimit` field value for `decision` (after {@link policyField}, whose name it reuses). @internal */
 export function rateLimitField(decision: RateLimitDecision): string {
   const name = decision.policy === policyMemo.policy ? policyMemo.name : sfString(decision.policy);
-  return `${name};r=${decision.remaining};t=${seconds(decision.resetMs)}`;
+  return `${name};r=${sfInteger(decision.remaining)};t=${seconds(decision.resetMs)}`;
 }
 
 /** The `Retry-After` field value for a refused `decision`. @internal */
