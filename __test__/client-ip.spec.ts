@@ -77,7 +77,15 @@ test(title('clientIp walks X-Forwarded-For right to left exactly as far as trust
     }
   }
   t.is(cases, 2 * headers.length * trusts.length);
-  t.is(clientIp(request(undefined, '203.0.113.7'), 1), 'unknown');
+  // A closed connection has no peer address: counted hops still read the header, a function cannot judge.
+  t.is(clientIp(request(undefined, '203.0.113.7'), 1), '203.0.113.7');
+  t.is(clientIp(request(undefined, '198.51.100.1, 203.0.113.7'), 2), '198.51.100.1');
+  t.is(clientIp(request(undefined, '203.0.113.7'), false), 'unknown');
+  t.is(clientIp(request(undefined, 'garbage'), 1), 'unknown');
+  t.is(
+    clientIp(request(undefined, '203.0.113.7'), () => true),
+    'unknown',
+  );
 });
 
 test(title('ipKey keys IPv4 addresses and non-addresses as they are, IPv6 by prefix'), (t) => {

@@ -729,3 +729,66 @@ test(title('a limit too large for a structured-field integer is sent as the larg
     params: { r: 999_999_999_999_999, t: 4_503_599_627_371 },
   });
 });
+
+test.serial(
+  title('a request whose connection closed before the limit ran is still keyed by its trusted X-Forwarded-For'),
+  async (t) => {
+    // Behind a proxy that closes its upstream connection when its client aborts (nginx does), a
+    // request that waited in an earlier middleware reaches the limit with no socket address.
+    const keys: string[] = [];
+    let arrived = 0;
+    const options = (trustProxy: TrustProxy) => ({ limit: 0, windowMs: 60_000, trustProxy });
+    const node = (trustProxy: TrustProxy): Server => {
+      const limit = rateLimit({ ...options(trustProxy), onLimit: (_req, _res, d) => void keys.push(d.key) });
+      return createServer((req, res) => {
+        arrived++;
+        req.socket.once('close', () => setImmediate(() => limit(req, res, () => undefined)));
+      });
+    };
+    const fastify = async (trustProxy: TrustProxy): Promise<FastifyInstance> => {
+      const app = Fastify();
+      app.addHook('onRequest', (request, _reply, done) => {
+        arrived++;
+        request.raw.socket.once('close', () => setImmediate(done));
+      });
+      app.addHook(
+        'onRequest',
+        rateLimitHook({
+          ...options(trustProxy),
+          onLimit: (_request, reply, d) => {
+            keys.push(d.key);
+            reply.hijack();
+          },
+        }),
+      );
+      app.get('/', async () => 'admitted');
+      await app.listen({ port: 0, host: '127.0.0.1' });
+      return app;
+    };
+    for (const [trustProxy, expected] of [
+      [1, '203.0.113.9'],
+      [2, '198.51.100.1'],
+      // A trust function judges the peer's address, which is gone.
+      [(ip: string) => ip === '127.0.0.1', 'unknown'],
+    ] as const) {
+      const server = node(trustProxy);
+      const app = await fastify(trustProxy);
+      try {
+        for (const port of [await listen(server), (app.server.address() as AddressInfo).port]) {
+          const [before, arrivedBefore] = [keys.length, arrived];
+          const socket = await open(port);
+          const { closed } = record(socket);
+          socket.write(requestLine('GET', '/', 'X-Forwarded-For: 198.51.100.1, 203.0.113.9\r\n'));
+          t.true(await eventually(() => arrived > arrivedBefore), 'the request arrived');
+          socket.destroy();
+          await closed;
+          t.true(await eventually(() => keys.length > before), 'the limit ran');
+          t.is(keys.at(-1), expected, `trustProxy ${String(trustProxy)}`);
+        }
+      } finally {
+        await Promise.all([close(server), app.close()]);
+      }
+    }
+    await noUnhandled(t);
+  },
+);

@@ -135,8 +135,11 @@ function forwardedFor(req: IncomingMessage): string | undefined {
 }
 
 /**
- * The client address of `req` under `trustProxy` (see {@link TrustProxy}); `'unknown'` when the
- * socket is already gone and nothing is trusted.
+ * The client address of `req` under `trustProxy` (see {@link TrustProxy}). Once the connection has
+ * closed, Node no longer knows the peer's address (a request can outlive it in a slow middleware,
+ * e.g. behind nginx, which closes its upstream connection when its client aborts): a number of
+ * trusted proxies still reads `X-Forwarded-For`, since it trusts hops by count, not by address;
+ * otherwise, and when the header has no trusted entry, the address is `'unknown'`.
  *
  * @example
  * ```ts
@@ -147,7 +150,9 @@ function forwardedFor(req: IncomingMessage): string | undefined {
 export function clientIp(req: IncomingMessage, trustProxy: TrustProxy = false): string {
   const peer = req.socket?.remoteAddress;
   let ip = peer === undefined ? 'unknown' : normalize(peer);
-  if (trustProxy === false || trustProxy === 0 || peer === undefined) return ip;
+  if (trustProxy === false || trustProxy === 0) return ip;
+  // A trust function judges addresses, and the peer's is gone.
+  if (peer === undefined && typeof trustProxy === 'function') return ip;
   const list = forwardedFor(req);
   if (list === undefined) return ip;
   // The entries right to left, each the text between two commas, read in place: no array of
