@@ -407,3 +407,40 @@ for (const client of clientNames) {
     },
   );
 }
+
+test.serial(
+  title('a loan whose reply comes after its sync timed out is lost to the bucket: the fleet admits less, never more'),
+  async (t) => {
+    for (const client of clientNames) {
+      const server = await startRedis();
+      const connection = await connectClient(client, server.port);
+      try {
+        const sync = new RedisSync({ sendCommand: connection.send, syncMs: BY_HAND, timeoutMs: 100 });
+        sync.on('error', () => undefined);
+        // 10 tokens that never refill: whatever is lost stays lost.
+        const limiter = new SyncedLimiter({ sync, name: 'late-loan', limit: { perSecond: 0, burst: 10 } });
+        let admitted = 0;
+        const check = (): void => {
+          if (limiter.check('k').allowed) admitted++;
+        };
+        t.true(await sync.flush());
+        check();
+        t.true(await sync.flush(), 'a loan of 2: the debt and the demand');
+        server.pause();
+        check();
+        // Both ask Redis for one token, give up, and are applied once Redis runs again.
+        t.deepEqual([await sync.flush(), await sync.flush()], [false, false], client);
+        server.resume();
+        for (let round = 0; round < 10; round++) {
+          for (let i = 0; i < 12; i++) check();
+          t.true(await sync.flush(), client);
+        }
+        t.is(admitted, 8, `${client}: the 2 tokens lent to syncs that had timed out are never admitted`);
+        await sync.close();
+      } finally {
+        await connection.close();
+        await server.stop();
+      }
+    }
+  },
+);
