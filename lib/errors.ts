@@ -37,6 +37,10 @@
  * - `ERR_KEEPCOUNT_SYNC` (`Error`): emitted, never thrown, by keepcount/redis' `RedisSync` on its
  *   `'error'` event when a sync timed out or Redis answered something other than the script's reply.
  *   (Errors of the Redis client itself are emitted as the client made them.)
+ * - `ERR_KEEPCOUNT_FOREIGN_KEY` (`Error`): emitted, never thrown, on the same `'error'` event when a
+ *   sync found a key under its prefix holding a Redis type keepcount never writes there (another
+ *   writer shares the prefix; its `key` property names the key). The sync deleted it and went on,
+ *   and the structure rebuilt what it held, as after Redis lost the key.
  * - `ERR_KEEPCOUNT_INTERNAL` (`Error`): a bug in keepcount, never bad input: an N-API call the native
  *   backend makes failed, or its Rust code panicked. The panic is caught and thrown as this error
  *   rather than aborting the process; please report it.
@@ -60,6 +64,7 @@ export type ErrorCode =
   | 'ERR_KEEPCOUNT_UNKNOWN_KEY'
   | 'ERR_KEEPCOUNT_UNSUPPORTED'
   | 'ERR_KEEPCOUNT_SYNC'
+  | 'ERR_KEEPCOUNT_FOREIGN_KEY'
   | 'ERR_KEEPCOUNT_INTERNAL';
 
 /** An error with a keepcount {@link ErrorCode}. */

@@ -67,7 +67,14 @@ export interface SyncedInflightOptions {
  * nodes are seen as late, so the count errs high for as long. While the sync is stale the others'
  * counts stay as last seen (a node gone meanwhile still counts: the cap errs on the safe side);
  * after Redis was stopped for longer than a lease, the first node to sync reaps the others, whose
- * slots are missing from the count until their own next sync (one sync period).
+ * slots are missing from the count until they push them again (about three sync periods).
+ *
+ * # Lost keys
+ * A lease set or a node's contribution that Redis loses (eviction, `DEL`, `FLUSHALL`) would
+ * strand a dead node's slots in the count: nothing would know who held them or how many. The next
+ * sync after such a loss starts the entry over (see script.ts), so the count is the live nodes'
+ * slots again after three syncs of each live node, `3 × (syncMs + RTT)`, a dead node's slots
+ * leaving then whatever is left of its lease.
  */
 export class SyncedInflight implements InflightCounter {
   /** Milliseconds a node's slots count after its last sync. */

@@ -34,12 +34,24 @@
  * the live node count for the "each node enforces its share" fail policy.
  *
  * A leased entry (an in-flight count) also has `B:l`, a sorted set node → lease expiry (server
- * time), renewed by each of the node's applied syncs. Every sync first reaps the other nodes whose
+ * time), renewed by each of the node's applied syncs, and a member `''` (score +inf, never reaped;
+ * node ids are never empty) that marks it as of the entry's incarnation. Every sync first reaps the other nodes whose
  * lease ran out: it subtracts their contribution from `B:c` (as new versions, so every node pulls
  * the change) and deletes it, so the global count is the sum of the live nodes' contributions. A
  * reaped node that comes back begins a new record, which changes the incarnation it is told, so it
  * pushes its whole contribution again. All of a leased entry's keys, every node's contribution
  * included, get the same expiry at each sync: they never expire one without the others.
+ * Losing one of them would strand a dead node's slots in `B:c` for ever: without `B:l` nothing
+ * reaps it, without its contribution nothing says how much to subtract. So a leased entry whose
+ * `B:l` (or its marker) is missing begins a new incarnation, and so does one where a node in `B:l`
+ * has no contribution: that node loses its record (as if reaped) and the live nodes push their
+ * whole contributions again. The dead node's slots leave at once, without waiting for its lease.
+ *
+ * Every key keepcount touches is checked for its Redis type first. A key of another type (someone
+ * else wrote under the prefix) would fail every sync with WRONGTYPE until it expired, or for ever:
+ * it is deleted and handled as a lost key (a bucket starts over full), and its name and type go in
+ * the reply, so the node reports it once. No command of the script can then fail on a type, so a
+ * sync never stops half applied on one (Redis does not roll back a script's writes on an error).
 
  * A pull returns at most `pull` cells per entry, in version order, and only whole versions: when
  * more are waiting it stops before the first version it cannot finish and reports the version
@@ -67,7 +79,8 @@
  * per ms), burst (the tokens of a new bucket), cap, lease in ms, lifetime in ms (0: none), tokens
  * held, tokens wanted (−1: leaving). Reply, per cell entry: applied (0/1), version, incarnation, live nodes, m,
  * then m pairs of cell index and the others' count (global minus this node's); then per bucket
- * entry the tokens lent, as a string.
+ * entry the tokens lent, as a string; then f, the number of keys of another type deleted, and f
+ * pairs of key and the type it held.
  */
 import { createHash } from 'node:crypto';
 import type { SendCommand } from './send.js';
@@ -76,12 +89,22 @@ export const SYNC_SCRIPT = `
 local node, live, pull, entries = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local a, out = 5, {}
+local a, out, foreign = 5, {}, {}
 local function number(x) return string.format('%.17g', x) end
-local function incarnation(counts, versions, meta, mine, prior)
+local function own(key, kind)
+  local found = redis.call('TYPE', key).ok
+  if found == kind then return true end
+  if found ~= 'none' then
+    redis.call('DEL', key)
+    foreign[#foreign + 1] = key
+    foreign[#foreign + 1] = found
+  end
+  return false
+end
+local function incarnation(counts, versions, meta, mine, prior, leases, intact)
   local i = redis.call('HGET', meta, 'i')
-  if i and redis.call('HGET', counts, 'i') == i and redis.call('ZSCORE', versions, 'i')
-    and (prior == 0 or redis.call('EXISTS', mine) == 1) then
+  if intact and i and redis.call('HGET', counts, 'i') == i and redis.call('ZSCORE', versions, 'i')
+    and (prior == 0 or redis.call('EXISTS', mine) == 1) and (not leases or redis.call('ZSCORE', leases, '')) then
     return i
   end
   i = t[1] .. '.' .. t[2]
@@ -89,6 +112,7 @@ local function incarnation(counts, versions, meta, mine, prior)
   redis.call('HSET', meta, 'i', i)
   redis.call('HSET', counts, 'i', i)
   redis.call('ZADD', versions, 0, 'i')
+  if leases then redis.call('ZADD', leases, '+inf', '') end
   return i
 end
 local function reap(base, counts, versions, meta, leases, i)
@@ -117,8 +141,20 @@ for k = 1, 2 * entries, 2 do
   local seq, acked, since, ttl, lease, n = ARGV[a], tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3]), tonumber(ARGV[a + 4]), tonumber(ARGV[a + 5])
   a = a + 6
   local counts, versions, meta, mine, leases = base .. ':c', base .. ':v', base .. ':m', base .. ':n:' .. node, base .. ':l'
+  for _, key in ipairs({counts, meta, mine}) do own(key, 'hash') end
+  for _, key in ipairs({versions, registry}) do own(key, 'zset') end
+  local intact = true
+  if lease > 0 and own(leases, 'zset') then
+    for _, other in ipairs(redis.call('ZRANGE', leases, 0, -1)) do
+      if other ~= '' and not own(base .. ':n:' .. other, 'hash') then
+        intact = false
+        redis.call('ZREM', leases, other)
+        redis.call('HDEL', meta, 's:' .. other, 'l:' .. other)
+      end
+    end
+  end
   local prior = tonumber(redis.call('HGET', meta, 's:' .. node) or '0')
-  local i = incarnation(counts, versions, meta, mine, prior)
+  local i = incarnation(counts, versions, meta, mine, prior, lease > 0 and leases, intact)
   if redis.call('HGET', mine, 'i') ~= i then
     redis.call('DEL', mine)
     redis.call('HSET', mine, 'i', i)
@@ -149,7 +185,9 @@ for k = 1, 2 * entries, 2 do
     for _, key in ipairs({counts, versions, meta, mine}) do redis.call('PEXPIRE', key, ttl) end
     if lease > 0 then
       redis.call('PEXPIRE', leases, ttl)
-      for _, other in ipairs(redis.call('ZRANGE', leases, 0, -1)) do redis.call('PEXPIRE', base .. ':n:' .. other, ttl) end
+      for _, other in ipairs(redis.call('ZRANGE', leases, 0, -1)) do
+        if other ~= '' then redis.call('PEXPIRE', base .. ':n:' .. other, ttl) end
+      end
     end
   end
   redis.call('ZADD', registry, now, node)
@@ -181,6 +219,7 @@ for k = 2 * entries + 1, #KEYS do
   local seq, rate, burst, cap = tonumber(ARGV[a]), tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3])
   local lease, ttl, held, want = tonumber(ARGV[a + 4]), tonumber(ARGV[a + 5]), tonumber(ARGV[a + 6]), tonumber(ARGV[a + 7])
   a = a + 8
+  own(bucket, 'hash')
   local f, flat = {}, redis.call('HGETALL', bucket)
   for j = 1, #flat, 2 do f[flat[j]] = flat[j + 1] end
   local lent = 0
@@ -214,6 +253,8 @@ for k = 2 * entries + 1, #KEYS do
   end
   out[#out + 1] = number(lent)
 end
+out[#out + 1] = #foreign / 2
+for j = 1, #foreign do out[#out + 1] = foreign[j] end
 return out
 `;
 

@@ -89,8 +89,10 @@ const LIVE_PERIODS = 10;
  * Syncs keepcount structures through Redis ≥ 7 (or Valkey). Emits `'sync'` after each successful
  * sync and `'error'` (only when someone listens: an unheard `'error'` would throw from a timer)
  * with the cause of each failed one (in a cluster, of each failed call: a sync whose calls partly
- * failed keeps what they did apply and counts as failed). Its timer is unref'd: it never keeps the
- * process alive.
+ * failed keeps what they did apply and counts as failed), and with an `ERR_KEEPCOUNT_FOREIGN_KEY`
+ * error for each key under the prefix that held another Redis type (someone else wrote there):
+ * the sync deleted it and went on, the structure rebuilding it as after a loss (see script.ts).
+ * Its timer is unref'd: it never keeps the process alive.
  */
 export class RedisSync extends EventEmitter {
   /** Milliseconds between syncs. */
@@ -240,8 +242,10 @@ export class RedisSync extends EventEmitter {
       let nodes = 1;
       let ok = true;
       for (const result of results) {
-        if (result.status === 'fulfilled') nodes = Math.max(nodes, result.value);
-        else {
+        if (result.status === 'fulfilled') {
+          nodes = Math.max(nodes, result.value.nodes);
+          for (const error of result.value.foreign) if (this.listenerCount('error') > 0) this.emit('error', error);
+        } else {
           ok = false;
           if (this.listenerCount('error') > 0) this.emit('error', result.reason);
         }
@@ -267,9 +271,9 @@ export class RedisSync extends EventEmitter {
 
   /**
    * One script call for `entries` and `loans` (keys of one hash slot in a cluster): pushes their
-   * changed cells, takes in their pulls and the tokens lent; resolves with the live node count. A
-   * failure marks the cells it would have pushed to go with the next sync, tells the loans, and
-   * rejects.
+   * changed cells, takes in their pulls and the tokens lent; resolves with the live node count and
+   * an error for each key of another type the script deleted. A failure marks the cells it would
+   * have pushed to go with the next sync, tells the loans, and rejects.
    */
   async #syncGroup(
     entries: SyncedCells[],
@@ -277,7 +281,7 @@ export class RedisSync extends EventEmitter {
     seq: string,
     timeout: Promise<never>,
     started: number,
-  ): Promise<number> {
+  ): Promise<{ nodes: number; foreign: Error[] }> {
     const pushes = entries.map((entry) => entry.take(MAX_PUSH));
     try {
       const keys: string[] = [];
@@ -295,7 +299,7 @@ export class RedisSync extends EventEmitter {
         args.push(String(loan.ttlMs), String(loan.held), String(loan.want));
       }
       const reply = await Promise.race([runSyncScript(this.#count, keys, args), timeout]);
-      const { pulls, lent } = parseReply(reply, entries.length, loans.length);
+      const { pulls, lent, foreign } = parseReply(reply, entries.length, loans.length);
       let nodes = 1;
       pulls.forEach((pull, k) => {
         (entries[k] as SyncedCells).apply(pull, Number(seq));
@@ -304,7 +308,7 @@ export class RedisSync extends EventEmitter {
       });
       for (const push of pushes) this.#stats.cellsPushed += push.cells.length;
       loans.forEach((loan, k) => loan.lent(lent[k] as number, started));
-      return nodes;
+      return { nodes, foreign: foreign.map(({ key, type }) => foreignKeyError(key, type, this.prefix)) };
     } catch (error) {
       pushes.forEach((push, k) => (entries[k] as SyncedCells).restore(push));
       for (const loan of loans) loan.failed();
@@ -328,6 +332,21 @@ export class RedisSync extends EventEmitter {
 
 function timeoutError(ms: number): Error {
   return withCode(new Error(`Redis sync timed out after ${ms} ms`), 'ERR_KEEPCOUNT_SYNC');
+}
+
+/**
+ * A key under the prefix that held a Redis type keepcount never writes there: another writer shares
+ * the prefix. The script deleted it; `key` names it for the operator who has to find that writer.
+ */
+function foreignKeyError(key: string, type: string, prefix: string): Error {
+  const error = withCode(
+    new Error(
+      `Redis key "${key}" held a ${type}, which keepcount never writes there: something else writes under the ` +
+        `"${prefix}" prefix. keepcount deleted the key and rebuilt what it held`,
+    ),
+    'ERR_KEEPCOUNT_FOREIGN_KEY',
+  );
+  return Object.assign(error, { key });
 }
 
 /** A key component: a non-empty string without `{` or `}`, which would move the hash tag. */
@@ -359,10 +378,14 @@ function byHashTag(entries: SyncedCells[], loans: LoanRequest[]): { entries: Syn
 }
 
 /**
- * Splits the script's flat reply into one {@link Pull} per cell entry and the tokens lent per loan;
- * anything else is a failed sync.
+ * Splits the script's flat reply into one {@link Pull} per cell entry, the tokens lent per loan and
+ * the keys of another type it deleted; anything else is a failed sync.
  */
-function parseReply(reply: unknown, entries: number, loans: number): { pulls: Pull[]; lent: number[] } {
+function parseReply(
+  reply: unknown,
+  entries: number,
+  loans: number,
+): { pulls: Pull[]; lent: number[]; foreign: { key: string; type: string }[] } {
   const unexpected = (): Error =>
     withCode(new Error('Unexpected reply from the keepcount sync script'), 'ERR_KEEPCOUNT_SYNC');
   if (!Array.isArray(reply)) throw unexpected();
@@ -390,6 +413,12 @@ function parseReply(reply: unknown, entries: number, loans: number): { pulls: Pu
   }
   const lent: number[] = [];
   for (let k = 0; k < loans; k++, a++) lent.push(Math.max(0, number(a)));
+  const foreign: { key: string; type: string }[] = [];
+  const f = number(a++);
+  for (let j = 0; j < f; j++, a += 2) {
+    if (a + 1 >= reply.length) throw unexpected();
+    foreign.push({ key: String(reply[a]), type: String(reply[a + 1]) });
+  }
   if (a !== reply.length) throw unexpected();
-  return { pulls, lent };
+  return { pulls, lent, foreign };
 }
