@@ -12,7 +12,7 @@ import type { Limiter } from '../limiter.js';
 import type { SharedLimiter } from '../shared-limiter.js';
 import { onExchangeEnd } from './exchange.js';
 import { rateLimitConfig, tokenBucketConfig, upstreamLimitConfig } from './options.js';
-import { withQuota, withTalkers, type QuotaTalkers, type Talkers } from './talkers.js';
+import { countTalker, withQuota, withTalkers, type QuotaTalkers, type Talkers } from './talkers.js';
 import type { HeavyHitters } from '../heavy.js';
 import type { RequestLimiter, RequestQuota } from './quota.js';
 import type { WindowQuotaOptions } from './window-quota.js';
@@ -53,7 +53,9 @@ export interface RateLimitHookOptions extends Partial<WindowQuotaOptions> {
   ipv6Subnet?: Ipv6Subnet;
   /**
    * The key to count the request under. Defaults to the client IP per `trustProxy`, read from the
-   * socket and `X-Forwarded-For` (Fastify's own `trustProxy` setting is not consulted).
+   * socket and `X-Forwarded-For` (Fastify's own `trustProxy` setting is not consulted). A key
+   * longer than 256 UTF-16 code units is counted and listed in a bounded form, as for the node
+   * `rateLimit` (`talkerKey`).
    */
   key?: (request: FastifyRequest) => string;
   /** Requests to let through uncounted and without headers. Defaults to none. */
@@ -114,7 +116,10 @@ export interface TokenBucketHookOptions {
    * hijacking the reply; the request goes no further than the hook either way. Defaults to 429.
    */
   onLimit?: (request: FastifyRequest, reply: FastifyReply, refusal: TokenBucketRefusal) => unknown;
-  /** Counts every request per key for the hook's `topTalkers(n)`; see the node `tokenBucket`. Defaults to none. */
+  /**
+   * Counts every request per key for the hook's `topTalkers(n)`, a key longer than 256 UTF-16 code
+   * units in its bounded form (`talkerKey`); see the node `tokenBucket`. Defaults to none.
+   */
   talkers?: HeavyHitters;
 }
 
@@ -133,7 +138,7 @@ export function tokenBucketHook(options: TokenBucketHookOptions): OnRequestHook 
   const hook: OnRequestHook = async (request, reply) => {
     if (skip?.(request) === true) return;
     const k = key(request);
-    talkers?.incr(k);
+    countTalker(talkers, k);
     const decision = limiter.check(k, cost(request));
     if (decision.allowed) return;
     const after = retryAfter(decision.retryAfterMs);
@@ -156,7 +161,11 @@ export interface UpstreamLimitHookOptions extends Partial<UpstreamLimitOptions> 
    * the hook either way. Defaults to 503 with `Retry-After: 1`.
    */
   onLimit?: (request: FastifyRequest, reply: FastifyReply, slot: UpstreamSlot) => unknown;
-  /** Counts every request per upstream for the hook's `topTalkers(n)`; see the node `upstreamLimit`. Defaults to none. */
+  /**
+   * Counts every request per upstream for the hook's `topTalkers(n)`, an upstream longer than 256
+   * UTF-16 code units in its bounded form (`talkerKey`); see the node `upstreamLimit`.
+   * Defaults to none.
+   */
   talkers?: HeavyHitters;
 }
 
@@ -174,7 +183,7 @@ export function upstreamLimitHook(options: UpstreamLimitHookOptions): OnRequestH
   const { limit, upstream, onLimit, talkers } = upstreamLimitConfig(options);
   const hook: OnRequestHook = async (request, reply) => {
     const u = upstream(request);
-    talkers?.incr(u);
+    countTalker(talkers, u);
     const slot = limit.enter(u);
     if (!slot.allowed) {
       if (onLimit !== undefined) await onLimit(request, reply, slot);

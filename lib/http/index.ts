@@ -30,6 +30,7 @@ export {
   type UpstreamLimitMiddlewareOptions,
 } from './node.js';
 export { type QuotaTalkers, type Talkers, type TalkersWindow } from './talkers.js';
+export { MAX_TALKER_KEY_LENGTH, talkerKey } from './talker-key.js';
 export type { RequestLimiter, RequestQuota } from './quota.js';
 export { WindowQuota, type HeavyHitterSettings, type WindowQuotaOptions } from './window-quota.js';
 export { KeepcountStore, type ClientRateLimitInfo, type KeepcountStoreOptions } from './stores/express-rate-limit.js';

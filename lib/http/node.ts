@@ -18,7 +18,7 @@ import {
 } from './headers.js';
 import { onExchangeEnd } from './exchange.js';
 import { rateLimitConfig, tokenBucketConfig, upstreamLimitConfig } from './options.js';
-import { withQuota, withTalkers, type QuotaTalkers, type Talkers } from './talkers.js';
+import { countTalker, withQuota, withTalkers, type QuotaTalkers, type Talkers } from './talkers.js';
 import type { HeavyHitters } from '../heavy.js';
 import type { RequestLimiter, RequestQuota } from './quota.js';
 import type { WindowQuotaOptions } from './window-quota.js';
@@ -115,7 +115,12 @@ export interface RateLimitOptions<
    * to 56, as express-rate-limit v8.
    */
   ipv6Subnet?: Ipv6Subnet;
-  /** The key to count the request under. Defaults to the client IP per `trustProxy`. */
+  /**
+   * The key to count the request under. Defaults to the client IP per `trustProxy`. A key longer
+   * than 256 UTF-16 code units (a header the client fills, say) is counted and listed by
+   * `topTalkers` in a bounded form, so that it cannot make the heavy-hitter tables large: its first
+   * 240 units, `'…'`, 16 hex digits of its SHA-256 (`talkerKey`).
+   */
   key?: (req: Req) => string;
   /** Requests to let through uncounted and without headers, e.g. health checks. Defaults to none. */
   skip?: (req: Req) => boolean;
@@ -199,7 +204,10 @@ export interface TokenBucketOptions<
   /**
    * Counts every request here too, per key, so that the middleware's `topTalkers(n)` can list who
    * sends the most (a {@link Limiter} keeps no counts to list). One more count per request;
-   * without it `topTalkers` lists nobody. Defaults to none.
+   * without it `topTalkers` lists nobody. A key longer than 256 UTF-16 code units is counted
+   * here in its bounded form (`talkerKey`: first 240 units, `'…'`, 16 hex digits of its
+   * SHA-256), so that clients choosing long keys cannot make the table large; the limiter still
+   * checks the key as given. Defaults to none.
    */
   talkers?: HeavyHitters;
 }
@@ -233,7 +241,7 @@ export function tokenBucket<Req extends IncomingMessage = IncomingMessage, Res e
     try {
       if (skip?.(req) !== true) {
         const k = key(req);
-        talkers?.incr(k);
+        countTalker(talkers, k);
         const decision = limiter.check(k, cost(req));
         if (!decision.allowed) {
           refusal = { key: k, retryAfterMs: decision.retryAfterMs };
@@ -264,7 +272,8 @@ export interface UpstreamLimitMiddlewareOptions<
   onLimit?: (req: Req, res: Res, slot: UpstreamSlot) => void;
   /**
    * Counts every request here too, per upstream, so that the middleware's `topTalkers(n)` can list
-   * the busiest upstreams. Defaults to none (`topTalkers` lists nobody).
+   * the busiest upstreams, an upstream longer than 256 UTF-16 code units in its bounded form (see
+   * `TokenBucketOptions.talkers`). Defaults to none (`topTalkers` lists nobody).
    */
   talkers?: HeavyHitters;
 }
@@ -294,7 +303,7 @@ export function upstreamLimit<
     let slot: UpstreamSlot;
     try {
       const u = upstream(req);
-      talkers?.incr(u);
+      countTalker(talkers, u);
       slot = limit.enter(u);
     } catch (error) {
       return fail(res, next, error);

@@ -3,6 +3,7 @@ import type { HeavyTalker } from '../core.js';
 import { invalidType } from '../errors.js';
 import { HeavyHitters } from '../heavy.js';
 import type { RequestQuota } from './quota.js';
+import { talkerKey } from './talker-key.js';
 
 /** Which interval a top-talkers query reads. */
 export type TalkersWindow = 'current' | 'previous' | 'both';
@@ -40,6 +41,15 @@ export function withTalkers<F extends object>(handler: F, talkers: HeavyHitters 
   return Object.assign(handler, {
     topTalkers: (n: number, window?: TalkersWindow) => talkers?.top(n, window) ?? [],
   });
+}
+
+/**
+ * Counts one request for `key` in a `talkers` table (none: nothing), under its bounded form
+ * ({@link talkerKey}): the key comes from the request, so its length is the client's choice, and
+ * the table keeps it for a window.
+ */
+export function countTalker(talkers: HeavyHitters | undefined, key: string): void {
+  talkers?.incr(talkerKey(key));
 }
 
 /** The `talkers` option: a `HeavyHitters` or `undefined`. */

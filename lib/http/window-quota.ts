@@ -10,6 +10,7 @@ import { MAX_COUNTERS, MAX_HASHES } from '../limits.js';
 import { integerOption, optionsObject } from '../options.js';
 import { Rate } from '../rate.js';
 import { policyName, type RateLimitDecision } from './headers.js';
+import { talkerKey } from './talker-key.js';
 
 /** The most wrong refusals per request {@link slotsFor} sizes for: 1 in 1,000. */
 const WRONG_REFUSAL = 1e-3;
@@ -140,7 +141,13 @@ const CAPACITY_PER_CLIENT = 2;
  *   refusal has probability at most 1 in 1,000 per request; with 10× as many keys (a flood from
  *   many addresses) it is about 1 in 2.
  * - Memory is `16 × hashes × slots` bytes for the sketches plus, with heavy hitters, at most
- *   `capacity` entries (~64 bytes and the key) per window; nothing is swept.
+ *   `capacity` entries (~64 bytes and the key) per window; nothing is swept. A key longer than
+ *   256 UTF-16 code units is stored, counted and listed by {@link topTalkers} in a 257-unit form
+ *   (its first 240 units, `'…'`, 16 hex digits of its SHA-256; see `lib/http/talker-key.ts`), so
+ *   clients choosing their keys (a `key` read from a header) cannot make entries large. Two long
+ *   keys then share a count only if their 64-bit digests collide: probability at most `n² / 2^65`
+ *   for `n` long keys in a window. The decision's `key`, and the sketch of `heavyHitters: false`
+ *   or a given `rate` (which store no keys), keep the key as given.
  * - Refused requests count too (as express-rate-limit's do), so a flooding client stays refused
  *   until the window turns, not longer.
  *
@@ -229,7 +236,7 @@ export class WindowQuota {
   count(key: string, cost = 1): { count: number; resetMs: number } {
     const counts = this.#counts;
     if (!(counts instanceof HeavyHitters)) return counts.observeWindow(key, cost);
-    if (cost > 0) return counts.incrWindow(key, cost);
+    if (cost > 0) return counts.incrWindow(talkerKey(key), cost);
     return { count: this.#heavyCount(counts, key), resetMs: counts.intervalRemainingMs() };
   }
 
@@ -237,8 +244,8 @@ export class WindowQuota {
   adjust(key: string, delta: number): void {
     const counts = this.#counts;
     if (!(counts instanceof HeavyHitters)) counts.observe(key, delta);
-    else if (delta > 0) counts.incr(key, delta);
-    else if (delta < 0) counts.decr(key, -delta);
+    else if (delta > 0) counts.incr(talkerKey(key), delta);
+    else if (delta < 0) counts.decr(talkerKey(key), -delta);
   }
 
   /**
@@ -261,7 +268,8 @@ export class WindowQuota {
   /**
    * The `n` clients with the most requests in `window` (defaults to `'current'`; `'previous'` is
    * the last complete window), most first, with bounds on their counts: exact to within the
-   * threshold. Empty with `heavyHitters: false`, which keeps no keys.
+   * threshold. Empty with `heavyHitters: false`, which keeps no keys. A key longer than 256
+   * code units is listed in its bounded form: first 240 units, `'…'`, 16 hex digits of its SHA-256.
    */
   topTalkers(n: number, window: 'current' | 'previous' | 'both' = 'current'): HeavyTalker[] {
     return this.#counts instanceof HeavyHitters ? this.#counts.top(n, window) : [];
@@ -281,7 +289,7 @@ export class WindowQuota {
   }
 
   #heavyCount(counts: HeavyHitters, key: string): number {
-    const c = counts.count(key);
+    const c = counts.count(talkerKey(key));
     return c.standing === 'tracked' ? c.lower : c.upper;
   }
 }
