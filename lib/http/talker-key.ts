@@ -17,9 +17,11 @@
  *
  * Distinct keys keep distinct forms except when two long keys with the same prefix have the same
  * 64-bit digest: for `n` distinct long keys that happens with probability at most `n² / 2^65`
- * (birthday bound; 3 × 10^−8 for a million keys in one window). A long key's form is 257 code
- * units and a short key's at most 256, so a client cannot send a short key equal to another
- * key's form.
+ * (birthday bound; 3 × 10^−8 for a million keys in one window). Against a client searching on
+ * purpose: colliding keys of its own (about 2^32 hashes) only merge its own counts, and sharing the
+ * count of a key it does not send takes a second preimage of that key's digest (about 2^64
+ * hashes). A long key's form is 257 code units and a short key's at most 256, so a client cannot
+ * send a short key equal to another key's form.
  *
  * @module
  */
