@@ -30,7 +30,8 @@ export {
   type UpstreamLimitMiddlewareOptions,
 } from './node.js';
 export { type QuotaTalkers, type Talkers, type TalkersWindow } from './talkers.js';
-export { MAX_TALKER_KEY_LENGTH, talkerKey } from './talker-key.js';
+/** The bounded form of long client keys, under the names this entry has always exported. */
+export { MAX_STORED_KEY_LENGTH as MAX_TALKER_KEY_LENGTH, storedKey as talkerKey } from '../long-key.js';
 export type { RequestLimiter, RequestQuota } from './quota.js';
 export { WindowQuota, type HeavyHitterSettings, type WindowQuotaOptions } from './window-quota.js';
 export { KeepcountStore, type ClientRateLimitInfo, type KeepcountStoreOptions } from './stores/express-rate-limit.js';

@@ -2,8 +2,8 @@
 import type { HeavyTalker } from '../core.js';
 import { invalidType } from '../errors.js';
 import { HeavyHitters } from '../heavy.js';
+import { storedKey } from '../long-key.js';
 import type { RequestQuota } from './quota.js';
-import { talkerKey } from './talker-key.js';
 
 /** Which interval a top-talkers query reads. */
 export type TalkersWindow = 'current' | 'previous' | 'both';
@@ -45,11 +45,11 @@ export function withTalkers<F extends object>(handler: F, talkers: HeavyHitters 
 
 /**
  * Counts one request for `key` in a `talkers` table (none: nothing), under its bounded form
- * ({@link talkerKey}): the key comes from the request, so its length is the client's choice, and
+ * ({@link storedKey}): the key comes from the request, so its length is the client's choice, and
  * the table keeps it for a window.
  */
 export function countTalker(talkers: HeavyHitters | undefined, key: string): void {
-  talkers?.incr(talkerKey(key));
+  talkers?.incr(storedKey(key));
 }
 
 /** The `talkers` option: a `HeavyHitters` or `undefined`. */

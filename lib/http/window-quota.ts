@@ -7,10 +7,10 @@ import type { HeavyStats, HeavyTalker } from '../core.js';
 import { invalidType, outOfRange } from '../errors.js';
 import { HeavyHitters, MAX_CAPACITY } from '../heavy.js';
 import { MAX_COUNTERS, MAX_HASHES } from '../limits.js';
+import { storedKey } from '../long-key.js';
 import { integerOption, optionsObject } from '../options.js';
 import { Rate } from '../rate.js';
 import { policyName, type RateLimitDecision } from './headers.js';
-import { talkerKey } from './talker-key.js';
 
 /** The most wrong refusals per request {@link slotsFor} sizes for: 1 in 1,000. */
 const WRONG_REFUSAL = 1e-3;
@@ -143,7 +143,7 @@ const CAPACITY_PER_CLIENT = 2;
  * - Memory is `16 × hashes × slots` bytes for the sketches plus, with heavy hitters, at most
  *   `capacity` entries (~64 bytes and the key) per window; nothing is swept. A key longer than
  *   256 UTF-16 code units is stored, counted and listed by {@link topTalkers} in a 257-unit form
- *   (its first 240 units, `'…'`, 16 hex digits of its SHA-256; see `lib/http/talker-key.ts`), so
+ *   (its first 240 units, `'…'`, 16 hex digits of its SHA-256; see `lib/long-key.ts`), so
  *   clients choosing their keys (a `key` read from a header) cannot make entries large. Two long
  *   keys then share a count only if their 64-bit digests collide: probability at most `n² / 2^65`
  *   for `n` long keys in a window. The decision's `key`, and the sketch of `heavyHitters: false`
@@ -236,7 +236,7 @@ export class WindowQuota {
   count(key: string, cost = 1): { count: number; resetMs: number } {
     const counts = this.#counts;
     if (!(counts instanceof HeavyHitters)) return counts.observeWindow(key, cost);
-    if (cost > 0) return counts.incrWindow(talkerKey(key), cost);
+    if (cost > 0) return counts.incrWindow(storedKey(key), cost);
     return { count: this.#heavyCount(counts, key), resetMs: counts.intervalRemainingMs() };
   }
 
@@ -244,8 +244,8 @@ export class WindowQuota {
   adjust(key: string, delta: number): void {
     const counts = this.#counts;
     if (!(counts instanceof HeavyHitters)) counts.observe(key, delta);
-    else if (delta > 0) counts.incr(talkerKey(key), delta);
-    else if (delta < 0) counts.decr(talkerKey(key), -delta);
+    else if (delta > 0) counts.incr(storedKey(key), delta);
+    else if (delta < 0) counts.decr(storedKey(key), -delta);
   }
 
   /**
@@ -289,7 +289,7 @@ export class WindowQuota {
   }
 
   #heavyCount(counts: HeavyHitters, key: string): number {
-    const c = counts.count(talkerKey(key));
+    const c = counts.count(storedKey(key));
     return c.standing === 'tracked' ? c.lower : c.upper;
   }
 }
