@@ -4,6 +4,7 @@ import { Estimator } from '../estimator.js';
 import { invalidType } from '../errors.js';
 import { guardedIncr, type InflightCounter, type InflightGuard } from '../inflight.js';
 import { validateKey } from '../keys.js';
+import { MAX_STORED_KEY_LENGTH } from '../long-key.js';
 import { countArgument, integerOption, optionsObject, shapeOptions } from '../options.js';
 import { SyncedCells } from './cells.js';
 import { syncOption } from './estimator.js';
@@ -22,7 +23,9 @@ const KEEP_LEASES = 10;
  * String keys whose counter indexes are remembered. Hashing a key (a native call on the native
  * backend, which returns a new array) cost most of an `enter` + `leave` pair: about 5 µs against
  * 0.6 µs for `Inflight`'s. In-flight limits usually count a few upstreams, so a small map serves
- * them; past this many keys it starts over.
+ * them; past this many keys it starts over. Only keys of at most `MAX_STORED_KEY_LENGTH` (256)
+ * code units are remembered, so the map holds at most about 0.5 MB of keys whatever their length
+ * (a key read from a request header is the client's choice: 16 kB keys would have made it 16–32 MB).
  */
 const REMEMBERED_KEYS = 1024;
 
@@ -131,9 +134,14 @@ export class SyncedInflight implements InflightCounter {
     return this.#cells.local(this.#counters(validateKey(key)));
   }
 
-  /** The counters of a validated `key`, remembered for string keys. */
+  /**
+   * The counters of a validated `key`, remembered for string keys up to 256 code units. A longer
+   * key is hashed whole on every call rather than stored in its bounded form: the sketch keeps no
+   * keys, so nothing else needs bounding, and every node and backend count it in the counters of
+   * the key as given, as `Inflight` does, with no digest collisions on top of the sketch's.
+   */
   #counters(key: Key): number[] {
-    if (typeof key !== 'string') return this.#hasher.counterIndexes(key);
+    if (typeof key !== 'string' || key.length > MAX_STORED_KEY_LENGTH) return this.#hasher.counterIndexes(key);
     let indexes = this.#indexes.get(key);
     if (indexes === undefined) {
       if (this.#indexes.size >= REMEMBERED_KEYS) this.#indexes.clear();

@@ -1,6 +1,7 @@
 /** Token-bucket quotas per key that hold across every node syncing them through Redis. */
 import { invalidType, outOfRange } from '../errors.js';
 import type { RequestLimiter } from '../http/quota.js';
+import { storedKey } from '../long-key.js';
 import { limitSpec, type LimiterDecision, type RateLimit } from '../quotas.js';
 import { integerOption, optionsObject } from '../options.js';
 import { SyncedCells } from './cells.js';
@@ -36,7 +37,9 @@ const MAX_LOANS = 1024;
 const IDLE_SYNCS = 10;
 
 /**
- * Most keys one node keeps an account for: about 200 bytes each, 13 MB in all. Keys leave after
+ * Most keys one node keeps an account for: about 200 bytes each plus the key, which is at most
+ * 257 code units (keys are kept in their bounded form, `storedKey`): 13 MB in all for short keys,
+ * under 50 MB for the longest (a two-byte string of 257 units). Keys leave after
  * {@link IDLE_SYNCS} idle syncs, but not while Redis is away (nothing reaches it), so a flood of
  * new keys during an outage stops here.
  */
@@ -53,7 +56,11 @@ export interface SyncedLimiterOptions {
    * `Limiter`'s `RateLimit`; a check takes its `cost` in tokens. Required.
    */
   limit: RateLimit;
-  /** Keys with a bucket of their own size: `[key, RateLimit]` pairs, e.g. a `Map`. Defaults to none. */
+  /**
+   * Keys with a bucket of their own size: `[key, RateLimit]` pairs, e.g. a `Map`. A key longer
+   * than 256 UTF-16 code units is matched under its bounded form, as checks are (see the class
+   * doc). Defaults to none.
+   */
   keys?: Iterable<readonly [string, RateLimit]>;
   /**
    * How long a loan of tokens lasts without a successful sync: an integer in (`syncMs`,
@@ -106,6 +113,16 @@ interface Account {
  * `tokenBucketHook`) as `limiter`. Keys are strings; one dimension: a check takes its `cost` in
  * tokens.
  *
+ * # Long keys
+ * Each node keeps an account per active key (up to 65,536) and names each key's bucket in Redis
+ * after it, on every sync. With a `key` read from a request header the client picks its length, so
+ * a key longer than 256 UTF-16 code units is kept, sent and counted in its bounded form (as
+ * keepcount/http's heavy-hitter tables keep it; `talkerKey` there): its first 240 code units, `'…'`
+ * and the first 16 hex digits of the SHA-256 of the whole key (`lib/long-key.ts`). Every node
+ * derives the same form from the key alone, so a long key's requests on all nodes draw on one
+ * bucket and the bound below holds for it. Two distinct long keys share a bucket only if their
+ * 64-bit digests collide: for `n` distinct long keys, probability at most `n² / 2^65`.
+ *
  * # The bound
  * Redis refills a key's bucket at `rate` up to `burst`, and never lets the tokens in the bucket
  * plus the tokens on loan pass `cap = burst + 2 × rate × syncMs`. Every admission spends a token a
@@ -156,7 +173,7 @@ export class SyncedLimiter implements RequestLimiter {
         if (!Array.isArray(entry) || typeof entry[0] !== 'string') {
           throw invalidType(`The "keys[${i}]" option`, 'a [string, RateLimit] pair', entry);
         }
-        this.#buckets.set(entry[0], this.#parse(`The "keys[${i}][1]" option`, entry[1]));
+        this.#buckets.set(storedKey(entry[0]), this.#parse(`The "keys[${i}][1]" option`, entry[1]));
         i++;
       }
     }
@@ -178,7 +195,7 @@ export class SyncedLimiter implements RequestLimiter {
     if (typeof cost !== 'number') throw invalidType('The "cost" argument', 'of type number', cost);
     if (!Number.isSafeInteger(cost) || cost < 0) throw outOfRange('The "cost" argument', 'a safe integer >= 0', cost);
     if (this.#closed) return refusal(Infinity);
-    const account = this.#account(key);
+    const account = this.#account(storedKey(key));
     if (account === undefined) return refusal(this.#sync.syncMs);
     const { bucket } = account;
     account.demand += cost;
