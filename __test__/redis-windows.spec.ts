@@ -12,9 +12,8 @@ import { RedisSync, SyncedRate, SyncedWindowQuota } from '../lib/redis/index.js'
 import { runFixture, title } from './helpers.js';
 import { close, get, listen } from './http-client.js';
 import { clientNames, connectClient } from './redis-clients.js';
+import { until } from './waits.js';
 import { startRedis } from '../tools/redis-server.js';
-
-const sleep = (ms: number): Promise<void> => new Promise((resolve) => setTimeout(resolve, ms));
 
 test.serial(title('windows roll over together on every node, by the wall clock'), async (t) => {
   const server = await startRedis();
@@ -146,15 +145,20 @@ test.serial(title('two Express servers with rateLimit on one SyncedWindowQuota s
     const app = express();
     app.use(rateLimit({ quota, key: () => 'client' }));
     app.get('/', (_req, res) => void res.send('ok'));
-    return { sync, http: createServer(app) };
+    return { sync, quota, http: createServer(app) };
   });
   try {
     const ports = await Promise.all(machines.map((m) => listen(m.http)));
     const statuses: number[] = [];
     for (let i = 0; i < 20; i++) {
       statuses.push((await get(ports[i % 2] as number)).status);
-      // Slower than the sync period, so each machine sees the other's requests: no overshoot.
-      await sleep(60);
+      // Requests no faster than the syncs carry them: the next one goes out once both machines
+      // count this one (the other through Redis, a sync of each later), so neither decides on a
+      // stale count and none overshoots. Refused requests count too.
+      await until(
+        () => machines.every((m) => m.quota.current('client').count === i + 1),
+        `both machines count request ${i + 1}`,
+      );
     }
     t.deepEqual(statuses, [...Array(10).fill(200), ...Array(10).fill(429)]);
     const last = await get(ports[0] as number);
