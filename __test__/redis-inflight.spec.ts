@@ -11,9 +11,8 @@ import { RedisSync, SyncedInflight } from '../lib/redis/index.js';
 import { fixture, throwsShape, title } from './helpers.js';
 import { close, get, listen } from './http-client.js';
 import { connectClient } from './redis-clients.js';
+import { sleep, until } from './waits.js';
 import { startRedis } from '../tools/redis-server.js';
-
-const sleep = (ms: number): Promise<void> => new Promise((resolve) => setTimeout(resolve, ms));
 
 /** One sync report of a node: wall-clock time and the count it saw. */
 interface Report {
@@ -174,13 +173,6 @@ test.serial(
       // 5,000 keys touch about 15,000 counters: a reaped contribution far over one pull (4,096).
       const keys = Array.from({ length: 5000 }, (_, i) => `upstream-${i}`);
       for (const key of keys) a.enter(key, 2);
-      const until = async (done: () => boolean, what: string): Promise<void> => {
-        const deadline = performance.now() + 10_000;
-        while (!done()) {
-          if (performance.now() > deadline) throw new Error(`never: ${what}`);
-          await sleep(20);
-        }
-      };
       // Compared with A's own estimates: among 5,000 keys some share all four counters with another.
       await until(() => keys.every((key) => b.get(key) === a.get(key)), "B sees A's slots");
       const own = keys.map((key) => a.local(key));
