@@ -12,8 +12,11 @@ export const sleep = (ms: number): Promise<void> => new Promise((resolve) => set
 /** How long {@link until} waits by default: far past any event-loop delay seen on this machine. */
 const DEADLINE_MS = 10_000;
 
-/** How often {@link until} asks again. */
-const POLL_MS = 5;
+/**
+ * How often {@link until} asks again: a condition may read thousands of keys, and asked too often
+ * it would starve the very syncs it waits for.
+ */
+const POLL_MS = 20;
 
 /**
  * Resolves once `condition()` holds, asking every few milliseconds; rejects with `never: <what>`
