@@ -11,9 +11,8 @@ import { RedisSync, SyncedInflight } from '../lib/redis/index.js';
 import { fixture, throwsShape, title } from './helpers.js';
 import { close, get, listen } from './http-client.js';
 import { connectClient } from './redis-clients.js';
+import { sleep, until } from './waits.js';
 import { startRedis } from '../tools/redis-server.js';
-
-const sleep = (ms: number): Promise<void> => new Promise((resolve) => setTimeout(resolve, ms));
 
 /** One sync report of a node: wall-clock time and the count it saw. */
 interface Report {
@@ -169,30 +168,29 @@ test.serial(
       const syncA = new RedisSync({ sendCommand: sendA, syncMs: 50 });
       const syncB = new RedisSync({ sendCommand: connection.send, syncMs: 50 });
       syncA.on('error', () => undefined);
-      const a = new SyncedInflight({ sync: syncA, name: 'cut', seed: 7, leaseMs: 200 });
-      const b = new SyncedInflight({ sync: syncB, name: 'cut', seed: 7, leaseMs: 200 });
+      // The lease outlasts a loaded machine's syncs: one of A's pushes (2,048 cells) can take over
+      // half a second when two spec files and other work share the 2 cores, and with a 200 ms lease
+      // B reaped A between two of its syncs, over and over, so A never finished pushing.
+      const leaseMs = 2000;
+      const a = new SyncedInflight({ sync: syncA, name: 'cut', seed: 7, leaseMs });
+      const b = new SyncedInflight({ sync: syncB, name: 'cut', seed: 7, leaseMs });
+      // Generous: under load each of A's syncs, B's pulls and the reaping take many round trips.
+      const deadlineMs = 30_000;
       // 5,000 keys touch about 15,000 counters: a reaped contribution far over one pull (4,096).
       const keys = Array.from({ length: 5000 }, (_, i) => `upstream-${i}`);
       for (const key of keys) a.enter(key, 2);
-      const until = async (done: () => boolean, what: string): Promise<void> => {
-        const deadline = performance.now() + 10_000;
-        while (!done()) {
-          if (performance.now() > deadline) throw new Error(`never: ${what}`);
-          await sleep(20);
-        }
-      };
       // Compared with A's own estimates: among 5,000 keys some share all four counters with another.
-      await until(() => keys.every((key) => b.get(key) === a.get(key)), "B sees A's slots");
+      await until(() => keys.every((key) => b.get(key) === a.get(key)), "B sees A's slots", deadlineMs);
       const own = keys.map((key) => a.local(key));
       cutOff = true;
-      await until(() => keys.every((key) => b.get(key) === 0), "A's slots leave B's count");
+      await until(() => keys.every((key) => b.get(key) === 0), "A's slots leave B's count", deadlineMs);
       t.deepEqual(
         keys.map((key) => a.local(key)),
         own,
         'A still counts its own',
       );
       cutOff = false;
-      await until(() => keys.every((key) => b.get(key) === a.get(key)), 'A pushes them all again');
+      await until(() => keys.every((key) => b.get(key) === a.get(key)), 'A pushes them all again', deadlineMs);
       t.pass();
       await syncA.close();
       await syncB.close();

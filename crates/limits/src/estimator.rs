@@ -27,6 +27,13 @@ use std::fmt;
 use std::hash::Hash;
 use std::sync::atomic::{AtomicI64, Ordering};
 
+mod merge;
+mod saturating;
+
+pub use merge::MergeError;
+pub(crate) use saturating::add_saturating;
+use saturating::sub_saturating;
+
 /// A lock-free count-min sketch over `hashes × slots` atomic `i64` counters.
 ///
 /// API-compatible with `pingora_limits::estimator::Estimator` (`new`, `incr`, `decr`, `get`,
@@ -324,44 +331,6 @@ impl<S: CounterStore> Estimator<S> {
             });
     }
 
-    /// Adds `other`'s counters to this sketch's, element-wise (saturating). Afterwards this sketch
-    /// answers as if it had seen both streams of increments: merging the sketches of A and B
-    /// gives exactly the sketch of A then B. Both must have the same shape and seed.
-    ///
-    /// ```
-    /// use keepcount_limits::estimator::Estimator;
-    /// let a = Estimator::with_seed(4, 64, 42).unwrap();
-    /// let b = Estimator::with_seed(4, 64, 42).unwrap();
-    /// a.incr("x", 2);
-    /// b.incr("x", 3);
-    /// a.merge(&b).unwrap();
-    /// assert_eq!(a.get("x"), 5);
-    /// assert!(a.merge(&Estimator::with_seed(4, 64, 43).unwrap()).is_err());
-    /// ```
-    ///
-    /// # Thread safety
-    /// Each counter is added atomically, but the merge as a whole is not a snapshot: increments
-    /// to either sketch during the merge may or may not be included.
-    pub fn merge<S2: CounterStore>(&self, other: &Estimator<S2>) -> Result<(), MergeError> {
-        if self.shape != other.shape {
-            return Err(MergeError::Shape {
-                ours: self.shape,
-                theirs: other.shape,
-            });
-        }
-        if self.seed != other.seed {
-            return Err(MergeError::Seed {
-                ours: self.seed,
-                theirs: other.seed,
-            });
-        }
-        for (ours, theirs) in self.store.counters().iter().zip(other.store.counters()) {
-            // Relaxed: element-wise sums, nothing else is published.
-            add_saturating(ours, theirs.load(Ordering::Relaxed));
-        }
-        Ok(())
-    }
-
     /// Rows: counters touched per operation.
     ///
     /// ```
@@ -451,99 +420,11 @@ impl<S: CounterStore> fmt::Debug for Estimator<S> {
     }
 }
 
-/// Why two sketches cannot be merged.
-///
-/// ```
-/// use keepcount_limits::estimator::{Estimator, MergeError};
-/// let a = Estimator::with_seed(4, 64, 1).unwrap();
-/// let err = a.merge(&Estimator::with_seed(4, 64, 2).unwrap()).unwrap_err();
-/// assert!(matches!(err, MergeError::Seed { ours: 1, theirs: 2 }));
-/// ```
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum MergeError {
-    /// The sketches have different `hashes` or `slots`.
-    Shape {
-        /// This sketch's shape.
-        ours: Shape,
-        /// The other sketch's shape.
-        theirs: Shape,
-    },
-    /// The sketches have different seeds, so a key uses different counters in each.
-    Seed {
-        /// This sketch's seed.
-        ours: u64,
-        /// The other sketch's seed.
-        theirs: u64,
-    },
-}
-
-impl fmt::Display for MergeError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Self::Shape { ours, theirs } => write!(
-                f,
-                "cannot merge sketches of different shapes: {} × {} and {} × {}",
-                ours.hashes(),
-                ours.slots(),
-                theirs.hashes(),
-                theirs.slots()
-            ),
-            Self::Seed { ours, theirs } => write!(
-                f,
-                "cannot merge sketches with different seeds: {ours:#018x} and {theirs:#018x}"
-            ),
-        }
-    }
-}
-
-impl std::error::Error for MergeError {}
-
-/// Adds `value` to `counter`, saturating at the `i64` bounds; returns the new value.
-///
-/// The common case is one wrapping `fetch_add`. When that overflowed, it is undone (a wrapping
-/// subtraction restores the counter exactly, whatever other threads added meanwhile) and redone
-/// as a saturating compare-and-swap loop; other threads may read the wrapped value in between.
-#[inline(always)]
-pub(crate) fn add_saturating(counter: &AtomicI64, value: i64) -> i64 {
-    // Relaxed: the add itself is atomic (no lost updates) and returns this counter's value;
-    // nothing else is published through it.
-    let old = counter.fetch_add(value, Ordering::Relaxed);
-    match old.checked_add(value) {
-        Some(new) => new,
-        None => {
-            counter.fetch_sub(value, Ordering::Relaxed);
-            saturate(counter, |c| c.saturating_add(value))
-        }
-    }
-}
-
-/// Subtracts `value` from `counter`, saturating at the `i64` bounds, as [`add_saturating`] adds.
-#[inline(always)]
-fn sub_saturating(counter: &AtomicI64, value: i64) {
-    // Relaxed: as in add_saturating.
-    let old = counter.fetch_sub(value, Ordering::Relaxed);
-    if old.checked_sub(value).is_none() {
-        counter.fetch_add(value, Ordering::Relaxed);
-        saturate(counter, |c| c.saturating_sub(value));
-    }
-}
-
 /// Where an index past a broken [`CounterStore`]'s counters lands: nothing to do, but marked cold
 /// so the compiler lays out the in-bounds path as the straight one (measured: the bounds check
 /// otherwise jumped out of line for every in-bounds counter).
 #[cold]
 fn broken_store() {}
-
-/// Applies `f` to `counter` in a compare-and-swap loop; returns the value stored.
-#[cold]
-fn saturate(counter: &AtomicI64, f: impl Fn(i64) -> i64) -> i64 {
-    // Relaxed both ways: each step is a plain counter update, as in add_saturating. The closure
-    // always returns `Some`, so the update cannot fail; both arms carry the previous value.
-    let (Ok(previous) | Err(previous)) =
-        counter.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |c| Some(f(c)));
-    f(previous)
-}
 
 #[cfg(test)]
 mod tests {
@@ -620,28 +501,6 @@ mod tests {
     }
 
     #[test]
-    fn counters_saturate_instead_of_wrapping() {
-        let sketch = || Estimator::with_seed(2, 4, 0).unwrap();
-        let up = sketch();
-        up.incr("a", isize::MAX);
-        assert_eq!(up.incr("a", 1), isize::MAX);
-        assert_eq!(up.incr("a", -1), isize::MAX - 1);
-        let down = sketch();
-        down.decr("b", isize::MAX);
-        down.decr("b", isize::MAX);
-        assert_eq!(down.get("b"), isize::MIN);
-        let negated = sketch();
-        negated.decr("c", isize::MIN);
-        assert_eq!(negated.get("c"), isize::MAX);
-        let merged = sketch();
-        merged.incr("a", isize::MAX - 1);
-        let other = sketch();
-        other.incr("a", 5);
-        merged.merge(&other).unwrap();
-        assert_eq!(merged.get("a"), isize::MAX);
-    }
-
-    #[test]
     fn same_seed_same_counters() {
         let a = Estimator::with_seed(4, 1000, 42).unwrap();
         let b = Estimator::with_seed(4, 1000, 42).unwrap();
@@ -657,40 +516,6 @@ mod tests {
         assert_eq!(est.incr_hash(key, 4), est.get("k"));
         est.decr("k", 1);
         assert_eq!(est.get_hash(key), 3);
-    }
-
-    #[test]
-    fn merge_refuses_other_shapes_and_seeds() {
-        let a = Estimator::with_seed(4, 64, 1).unwrap();
-        let shape = a
-            .merge(&Estimator::with_seed(4, 65, 1).unwrap())
-            .unwrap_err();
-        assert!(matches!(shape, MergeError::Shape { .. }));
-        assert_eq!(
-            shape.to_string(),
-            "cannot merge sketches of different shapes: 4 × 64 and 4 × 65"
-        );
-        let seed = a
-            .merge(&Estimator::with_seed(4, 64, 2).unwrap())
-            .unwrap_err();
-        assert!(seed.to_string().contains("different seeds"));
-    }
-
-    #[test]
-    fn merge_equals_concatenation() {
-        let a = Estimator::with_seed(3, 16, 9).unwrap();
-        let b = Estimator::with_seed(3, 16, 9).unwrap();
-        let both = Estimator::with_seed(3, 16, 9).unwrap();
-        for key in 0u32..50 {
-            a.incr(key, 1);
-            both.incr(key, 1);
-        }
-        for key in 25u32..80 {
-            b.incr(key, 2);
-            both.incr(key, 2);
-        }
-        a.merge(&b).unwrap();
-        assert_eq!(a.to_bytes(), both.to_bytes());
     }
 
     #[test]

@@ -15,10 +15,16 @@ use crate::clock::{Clock, MonotonicClock};
 use crate::estimator::Estimator;
 use crate::hash::{KeyHash, random_seed};
 use crate::rotation::{self, Rotation};
-use crate::shape::{Shape, ShapeError};
+use crate::shape::Shape;
 use std::fmt;
 use std::hash::Hash;
 use std::time::Duration;
+
+mod components;
+mod error;
+
+pub use components::{PROPORTIONAL_RATE_ESTIMATE_CALC_FN, RateComponents};
+pub use error::RateError;
 
 /// Rows of each of the two sketches behind [`Rate::new`], as in pingora-limits: see
 /// [`crate::inflight`] for why 4.
@@ -28,59 +34,6 @@ const HASHES: usize = 4;
 const SLOTS: usize = 1024;
 /// Nanoseconds per second, to report rates per second.
 const NANOS_PER_SEC: f64 = 1e9;
-
-/// What a rate function gets: the counts of the current (partial) and previous (completed)
-/// intervals, the interval, and how far into the current interval the sample was taken.
-///
-/// E.g. with a 10 s interval, sampled 2 s into the current interval,
-/// `current_interval_fraction` is `0.2`.
-///
-/// ```
-/// use keepcount_limits::rate::{Rate, RateComponents};
-/// use std::time::Duration;
-/// let rate = Rate::new(Duration::from_secs(1));
-/// let parts: RateComponents = rate.rate_with(&"k", |parts| parts);
-/// assert_eq!(parts.interval, Duration::from_secs(1));
-/// ```
-#[non_exhaustive]
-#[derive(Debug, Clone, Copy, PartialEq, PartialOrd)]
-pub struct RateComponents {
-    /// Events counted in the previous, completed interval (0 once two intervals passed idle).
-    pub prev_samples: isize,
-    /// Events counted so far in the current interval.
-    pub curr_samples: isize,
-    /// The interval's length.
-    pub interval: Duration,
-    /// Elapsed fraction of the current interval, in `[0, 1)`.
-    pub current_interval_fraction: f64,
-}
-
-/// The sliding-window estimate of events per second over the last `interval`: the previous
-/// interval's count weighted by the part of it still inside the window, plus the current count,
-/// divided by the interval in seconds. See
-/// <https://blog.cloudflare.com/counting-things-a-lot-of-different-things/>.
-///
-/// ```
-/// use keepcount_limits::clock::ManualClock;
-/// use keepcount_limits::rate::{Rate, PROPORTIONAL_RATE_ESTIMATE_CALC_FN};
-/// use std::time::Duration;
-///
-/// let clock = ManualClock::new();
-/// let rate = Rate::with_clock(Duration::from_secs(1), 4, 1024, 1, &clock).unwrap();
-/// rate.observe(&"k", 10);
-/// clock.advance(Duration::from_millis(1000));
-/// rate.observe(&"k", 4);
-/// clock.advance(Duration::from_millis(250));
-/// // 10 × (1 − 0.25) + 4
-/// assert_eq!(rate.rate_with(&"k", PROPORTIONAL_RATE_ESTIMATE_CALC_FN), 11.5);
-/// ```
-pub static PROPORTIONAL_RATE_ESTIMATE_CALC_FN: fn(RateComponents) -> f64 =
-    |parts: RateComponents| {
-        let prev = parts.prev_samples as f64;
-        let curr = parts.curr_samples as f64;
-        let weighted = prev * (1.0 - parts.current_interval_fraction) + curr;
-        weighted / parts.interval.as_secs_f64()
-    };
 
 /// Per-key event rate over fixed intervals, like pingora-limits' `Rate`, reading time from `C`.
 ///
@@ -412,46 +365,11 @@ fn nanos(duration: Duration) -> u64 {
     u64::try_from(duration.as_nanos()).unwrap_or(u64::MAX)
 }
 
-/// Why a [`Rate`] configuration was refused.
-///
-/// ```
-/// use keepcount_limits::clock::MonotonicClock;
-/// use keepcount_limits::rate::{Rate, RateError};
-/// use std::time::Duration;
-/// let err = Rate::with_clock(Duration::ZERO, 4, 8, 0, MonotonicClock::new()).unwrap_err();
-/// assert_eq!(err, RateError::ZeroInterval);
-/// ```
-#[derive(Debug, Clone, Copy, PartialEq)]
-#[non_exhaustive]
-pub enum RateError {
-    /// The interval is zero.
-    ZeroInterval,
-    /// The sketches' shape is outside the limits.
-    Shape(ShapeError),
-}
-
-impl fmt::Display for RateError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Self::ZeroInterval => f.write_str("the rate interval must be longer than zero"),
-            Self::Shape(err) => write!(f, "bad rate sketch shape: {err}"),
-        }
-    }
-}
-
-impl std::error::Error for RateError {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        match self {
-            Self::Shape(err) => Some(err),
-            Self::ZeroInterval => None,
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::clock::ManualClock;
+    use crate::shape::ShapeError;
     use std::sync::Arc;
 
     const SECOND: Duration = Duration::from_secs(1);

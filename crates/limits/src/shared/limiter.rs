@@ -61,28 +61,22 @@
 //! - Within one process: the local limiter needs no file.
 
 use crate::clock::{Clock, HostClock};
-use crate::limiter::{Decision, Limit, Quota, Wait, dimension_wait, refilled};
+use crate::limiter::{Decision, Quota};
 use crate::shape::Shape;
 use crate::shared::error::SharedError;
 use crate::shared::layout::{
-    BEST_EFFORT_OFFSET, ENTRY_BYTES, KEYS_WORD_OFFSET, Kind, Layout, LimiterLayout,
-    OVERFLOW_WORD_OFFSET, TABLE_OFFSET, table_entries,
+    BEST_EFFORT_OFFSET, KEYS_WORD_OFFSET, Kind, Layout, LimiterLayout, OVERFLOW_WORD_OFFSET,
+    table_entries,
 };
 use crate::shared::segment::{Segment, SharedOptions};
 use portable_atomic::AtomicU128;
-use siphasher::sip128::{Hasher128, SipHasher13};
-use std::hash::Hasher;
 use std::sync::atomic::Ordering;
+
+mod bucket;
+mod table;
 
 /// The largest capacity: 2^22 keys, a table of 2^23 entries of 48 bytes (384 MiB).
 pub const MAX_CAPACITY: u32 = 1 << 22;
-
-/// The second half of the SipHash key of key identities ("keepcnt1"): the first is the seed. A
-/// constant, so that the identities are secret exactly as long as the seed is.
-const IDENTITY_KEY: u64 = u64::from_le_bytes(*b"keepcnt1");
-
-/// Bits of a bucket word below its refill time: the tokens the dimension lacks.
-const LACK_BITS: u32 = 64;
 
 /// Per-key token buckets shared by every process that opens the same name (module docs of
 /// `shared/limiter.rs`: design, guarantees, limits).
@@ -252,152 +246,6 @@ impl<C: Clock> SharedLimiter<C> {
     pub fn memory_bytes(&self) -> usize {
         self.segment.layout().total_bytes()
     }
-
-    /// `key`'s identity: its 128-bit SipHash-1-3 under the seed, never 0 (the empty entry).
-    fn identity(&self, key: &[u8]) -> u128 {
-        let mut hasher = SipHasher13::new_with_keys(self.seed, IDENTITY_KEY);
-        hasher.write(key);
-        hasher.finish128().as_u128().max(1)
-    }
-
-    /// The offset of `id`'s table entry, claiming one if the key is new and the table has room;
-    /// `None` (counted as overflow) if it is new and the table is full.
-    fn entry(&self, id: u128) -> Option<usize> {
-        let keys = self.segment.word(KEYS_WORD_OFFSET);
-        // The table is a power of two long: the low bits of the identity pick the start.
-        let mut index = id as usize & self.mask;
-        // At most 3/4 of the entries are ever claimed (the reservation count caps them), so an
-        // empty entry is met within the table's length.
-        for _ in 0..=self.mask {
-            let offset = TABLE_OFFSET + index * ENTRY_BYTES;
-            let word = self.segment.wide_word(offset);
-            // Acquire: pairs with the claiming CAS; the bucket words need no ordering (a zeroed
-            // bucket is full, and every change to them is a CAS of its own).
-            let seen = word.load(Ordering::Acquire);
-            if seen == id {
-                return Some(offset);
-            }
-            if seen == 0 {
-                // Relaxed: the count is only a cap; the claim below is what publishes an entry.
-                // Loaded first so that a full table costs its flood of new keys no write here.
-                let capacity = u64::from(self.block.capacity);
-                let full = keys.load(Ordering::Relaxed) >= capacity || {
-                    let reserved = keys.fetch_add(1, Ordering::Relaxed) < capacity;
-                    if !reserved {
-                        // Another process took the last place first: give the reservation back.
-                        keys.fetch_sub(1, Ordering::Relaxed);
-                    }
-                    !reserved
-                };
-                if full {
-                    self.segment
-                        .word(OVERFLOW_WORD_OFFSET)
-                        .fetch_add(1, Ordering::Relaxed);
-                    return None;
-                }
-                // AcqRel: Release publishes the entry to other probes; Acquire on failure reads
-                // the winner's identity.
-                match word.compare_exchange(0, id, Ordering::AcqRel, Ordering::Acquire) {
-                    Ok(_) => return Some(offset),
-                    Err(winner) => {
-                        // Another process claimed this entry first: our reservation is not used.
-                        keys.fetch_sub(1, Ordering::Relaxed);
-                        if winner == id {
-                            return Some(offset);
-                        }
-                    }
-                }
-            }
-            index = (index + 1) & self.mask;
-        }
-        None
-    }
-
-    /// Admits `costs` (requests, units) against the bucket at `offset` under `quota` at `now`:
-    /// all limited dimensions or none.
-    fn admit(&self, offset: usize, quota: &Quota, now: u64, costs: [u64; 2]) -> Wait {
-        let limits = quota.dimensions();
-        let word = |dimension: usize| self.segment.wide_word(offset + 16 * dimension);
-        // Look first: a refused check writes nothing, so a flood of refusals only reads.
-        let mut wait = Wait::Nanos(0);
-        for (dimension, limit) in limits.iter().enumerate() {
-            if let Some(limit) = *limit {
-                // Acquire: pairs with the Release of the CAS that wrote the word.
-                let (_, tokens) = refill(word(dimension).load(Ordering::Acquire), limit, now);
-                wait = wait.max(dimension_wait(tokens, limit, costs[dimension]));
-            }
-        }
-        if wait != Wait::Nanos(0) {
-            return wait;
-        }
-        for (dimension, limit) in limits.iter().enumerate() {
-            if let Some(limit) = *limit
-                && let Err(wait) = take(word(dimension), limit, now, costs[dimension])
-            {
-                // A concurrent check got there first: give back what the earlier dimensions took.
-                for (earlier, limit) in limits.iter().enumerate().take(dimension) {
-                    if let Some(limit) = *limit {
-                        give_back(word(earlier), limit, costs[earlier]);
-                    }
-                }
-                return wait;
-            }
-        }
-        Wait::Nanos(0)
-    }
-}
-
-/// A bucket word's refill time and held tokens (units) after refilling to `now`: as the local
-/// limiter's `State::refill`, a reading older than the word's counts no time.
-fn refill(word: u128, limit: Limit, now: u64) -> (u64, u128) {
-    let last = (word >> LACK_BITS) as u64;
-    let lack = u128::from(word as u64);
-    // A lack above the capacity is impossible (every word written is encoded below); saturating
-    // keeps a damaged word from panicking.
-    let tokens = limit.capacity().saturating_sub(lack);
-    match now.saturating_sub(last) {
-        0 => (last, tokens),
-        elapsed => (now, refilled(tokens, limit, elapsed)),
-    }
-}
-
-/// The word of a dimension refilled at `last` holding `tokens` (at most the capacity, which is
-/// below 2^64: checked when the segment is opened).
-fn encode(last: u64, tokens: u128, limit: Limit) -> u128 {
-    let lack = limit.capacity() - tokens;
-    (u128::from(last) << LACK_BITS) | lack
-}
-
-/// Takes `cost` from one dimension at `now` by compare-and-swap, or says how long it must wait.
-fn take(word: &AtomicU128, limit: Limit, now: u64, cost: u64) -> Result<(), Wait> {
-    // Acquire: pairs with the Release of the CAS that wrote it.
-    let mut seen = word.load(Ordering::Acquire);
-    loop {
-        let (last, tokens) = refill(seen, limit, now);
-        let wait = dimension_wait(tokens, limit, cost);
-        if wait != Wait::Nanos(0) {
-            return Err(wait);
-        }
-        let next = encode(last, tokens - limit.units(cost), limit);
-        // AcqRel: Release publishes the new state; Acquire (also on failure) reads the state
-        // another process wrote, which the next round starts from.
-        match word.compare_exchange_weak(seen, next, Ordering::AcqRel, Ordering::Acquire) {
-            Ok(_) => return Ok(()),
-            Err(current) => seen = current,
-        }
-    }
-}
-
-/// Returns `cost` to one dimension that [`take`] took it from, capped at a full bucket; the refill
-/// time stays.
-fn give_back(word: &AtomicU128, limit: Limit, cost: u64) {
-    // The cost fit a full bucket, so its units are below 2^64.
-    let units = limit.units(cost);
-    // AcqRel/Acquire: as in `take`. The closure never declines, so the result is always Ok.
-    let _ = word.fetch_update(Ordering::AcqRel, Ordering::Acquire, |seen| {
-        let lack = u128::from(seen as u64).saturating_sub(units);
-        Some((seen >> LACK_BITS << LACK_BITS) | lack)
-    });
 }
 
 impl<C: Clock> std::fmt::Debug for SharedLimiter<C> {
@@ -413,9 +261,10 @@ impl<C: Clock> std::fmt::Debug for SharedLimiter<C> {
 
 #[cfg(test)]
 mod tests {
+    use super::bucket::{give_back, refill, take};
     use super::*;
     use crate::clock::ManualClock;
-    use crate::limiter::Limiter;
+    use crate::limiter::{Limit, Limiter};
     use std::sync::Arc;
     use std::time::Duration;
 

@@ -1,0 +1,116 @@
+/**
+ * The HTTP middleware's error paths on real HTTP servers: a key, skip, cost or upstream function
+ * that fails answers 500 on plain node:http and reaches next(error) on Express, never the handler;
+ * bad options are refused with keepcount error codes.
+ */
+import test from 'ava';
+import express from 'express';
+import { createServer } from 'node:http';
+import { Limiter } from '../lib/index.js';
+import { WindowQuota, rateLimit, tokenBucket, upstreamLimit, type Middleware } from '../lib/http/index.js';
+import { title, type ErrorShape } from './helpers.js';
+import { close, get, listen } from './http-client.js';
+
+/** Middleware whose own functions fail, each with the error the caller's error path must see. */
+function failing(): Record<string, { mw: Middleware; error: ErrorShape }> {
+  const keyError = Object.assign(new Error('no key for this request'), { code: 'E_TEST_KEY' });
+  const limiter = new Limiter({ bestEffort: { requests: { perSecond: 10, burst: 10 } } });
+  const throwKey = () => {
+    throw keyError;
+  };
+  const thrown = { instanceOf: Error, code: 'E_TEST_KEY', message: 'no key for this request' };
+  return {
+    '/rate-key': { mw: rateLimit({ limit: 5, windowMs: 1000, key: throwKey }), error: thrown },
+    '/rate-skip': { mw: rateLimit({ limit: 5, windowMs: 1000, skip: throwKey }), error: thrown },
+    '/bucket-key': { mw: tokenBucket({ limiter, key: throwKey }), error: thrown },
+    '/bucket-nan': {
+      mw: tokenBucket({ limiter, cost: () => NaN }),
+      error: {
+        instanceOf: RangeError,
+        code: 'ERR_OUT_OF_RANGE',
+        message: 'The "cost" argument must be a safe integer >= 0. Received NaN',
+      },
+    },
+    '/upstream': { mw: upstreamLimit({ max: 1, upstream: throwKey }), error: thrown },
+  };
+}
+
+test(
+  title('node:http: a failing key, skip, cost or upstream answers 500 when next() cannot take an error'),
+  async (t) => {
+    const cases = failing();
+    let admitted = 0;
+    const server = createServer((req, res) =>
+      cases[req.url!]!.mw(req, res, () => {
+        admitted++;
+        res.end('admitted');
+      }),
+    );
+    const port = await listen(server);
+    t.teardown(() => close(server));
+    for (const path of Object.keys(cases)) {
+      const reply = await get(port, path);
+      t.is(reply.status, 500, path);
+      t.is(reply.body, 'Internal Server Error\n', path);
+    }
+    t.is(admitted, 0, 'no failing request reached the handler');
+  },
+);
+
+test(title('express: a failing key, skip, cost or upstream reaches next(error), never the handler'), async (t) => {
+  const cases = failing();
+  const errors: unknown[] = [];
+  let admitted = 0;
+  const app = express();
+  for (const [path, { mw }] of Object.entries(cases)) app.use(path, mw);
+  app.get('/{*path}', (_req, res) => {
+    admitted++;
+    res.send('admitted');
+  });
+  app.use((error: unknown, _req: express.Request, res: express.Response, _next: express.NextFunction) => {
+    errors.push(error);
+    res.status(500).send('failed');
+  });
+  const server = createServer(app);
+  const port = await listen(server);
+  t.teardown(() => close(server));
+  for (const [path, { error }] of Object.entries(cases)) {
+    const before = errors.length;
+    t.is((await get(port, path)).status, 500, path);
+    t.is(errors.length, before + 1, path);
+    t.throws(
+      () => {
+        throw errors.at(-1);
+      },
+      { instanceOf: error.instanceOf, code: error.code, message: error.message },
+      path,
+    );
+  }
+  t.is(admitted, 0, 'no failing request reached the handler');
+});
+
+test(title('options are validated with keepcount error codes'), (t) => {
+  t.throws(() => rateLimit({ limit: -1, windowMs: 1000 }), { instanceOf: RangeError, code: 'ERR_OUT_OF_RANGE' });
+  t.throws(() => rateLimit({ limit: 1, windowMs: 1000, trustProxy: true as never }), {
+    instanceOf: TypeError,
+    code: 'ERR_INVALID_ARG_TYPE',
+    message: 'The "trustProxy" option must be false, a number or a function. Received type boolean (true)',
+  });
+  t.throws(() => rateLimit({ quota: {} as WindowQuota }), { instanceOf: TypeError, code: 'ERR_INVALID_ARG_TYPE' });
+  t.throws(() => rateLimit({ limit: 1, windowMs: 1000, policy: 'naïve' }), {
+    instanceOf: TypeError,
+    code: 'ERR_INVALID_ARG_TYPE',
+  });
+  t.throws(() => upstreamLimit({ max: 0 }), { instanceOf: RangeError, code: 'ERR_OUT_OF_RANGE' });
+  t.throws(() => rateLimit({ limit: 1, windowMs: 1000, clients: 0 }), {
+    instanceOf: RangeError,
+    code: 'ERR_OUT_OF_RANGE',
+    message: 'The "clients" option must be an integer in [1, 1000000]. Received 0',
+  });
+  t.throws(() => rateLimit({ limit: 1, windowMs: 1000, clients: 1_000_000, hashes: 1 }), {
+    instanceOf: RangeError,
+    code: 'ERR_OUT_OF_RANGE',
+    message:
+      'The "clients" option must be small enough that hashes × slots <= 134217728 (it needs 999499918 slots with 1 hashes). Received 1000000',
+  });
+});

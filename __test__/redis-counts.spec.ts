@@ -1,0 +1,101 @@
+/**
+ * keepcount/redis counts exactly across nodes, against real redis-server processes (started here,
+ * on loopback) and real node processes, with both client libraries: replayed flushes count once,
+ * syncs too large for one round arrive over the next, and synced sketches put keys where this
+ * backend's Estimator does.
+ */
+import test from 'ava';
+import { Estimator } from '../lib/index.js';
+import { KeyHasher } from '../lib/redis/hasher.js';
+import { RedisSync, SyncedEstimator, type SendCommand } from '../lib/redis/index.js';
+import { title } from './helpers.js';
+import { clientNames, connectClient } from './redis-clients.js';
+import { countNodes, readTotals } from './redis-nodes.js';
+import { startRedis } from '../tools/redis-server.js';
+
+for (const client of clientNames) {
+  test.serial(title(`${client}: a flush sent twice, and every flush replayed later, counts once`), async (t) => {
+    const server = await startRedis();
+    const connection = await connectClient(client, server.port);
+    try {
+      const sent: string[][] = [];
+      // Every script call goes twice, as a retry after a timeout that actually succeeded would.
+      const twice: SendCommand = async (args) => {
+        sent.push(args);
+        await connection.send(args);
+        return connection.send(args);
+      };
+      const sync = new RedisSync({ sendCommand: twice, syncMs: 3_600_000 });
+      const sketch = new SyncedEstimator({ sync, name: 'dup', seed: 7 });
+      for (let round = 1; round <= 3; round++) {
+        sketch.incr('k0', 5);
+        t.true(await sync.flush());
+      }
+      await sync.close();
+      // Old flushes arriving after newer ones (a stopped connection drained late) change nothing.
+      for (const args of sent) await connection.send(args);
+      t.deepEqual(await readTotals(server, client, 'dup'), [15, ...Array(9).fill(0)]);
+    } finally {
+      await connection.close();
+      await server.stop();
+    }
+  });
+}
+
+test.serial(title('ioredis: 3 node processes × 3,000 increments give the exact global total'), async (t) => {
+  const server = await startRedis();
+  try {
+    const results = await countNodes(server, 'ioredis', 'exact', 3, 3000, 500);
+    t.deepEqual(
+      results.map((r) => r.thrown),
+      [0, 0, 0],
+    );
+    // 10 keys in a 4 × 8192 sketch with a fixed seed: no key shares all 4 counters with another.
+    t.deepEqual(await readTotals(server, 'ioredis', 'exact'), Array(10).fill(900));
+  } finally {
+    await server.stop();
+  }
+});
+
+test.serial(title('more cells than one sync carries arrive over the next syncs, none lost'), async (t) => {
+  const server = await startRedis();
+  const connection = await connectClient('ioredis', server.port);
+  try {
+    const writerSync = new RedisSync({ sendCommand: connection.send, syncMs: 3_600_000 });
+    const readerSync = new RedisSync({ sendCommand: connection.send, syncMs: 3_600_000 });
+    const writer = new SyncedEstimator({ sync: writerSync, name: 'wide', seed: 7 });
+    const reader = new SyncedEstimator({ sync: readerSync, name: 'wide', seed: 7 });
+    // 5,000 keys touch about 15,000 of the 32,768 counters (8,192 × (1 − e^(−5000/8192)) per row):
+    // eight pushes of 2,048, four pulls of 4,096.
+    const keys = Array.from({ length: 5000 }, (_, i) => `key-${i}`);
+    keys.forEach((key, i) => writer.incr(key, 1 + (i % 7)));
+    t.true(await readerSync.flush());
+    t.false(
+      keys.every((key) => reader.get(key) === writer.get(key)),
+      'one sync is not enough',
+    );
+    for (let i = 0; i < 10; i++) t.true(await writerSync.flush());
+    for (let i = 0; i < 6; i++) t.true(await readerSync.flush());
+    t.true(keys.every((key) => reader.get(key) === writer.get(key)));
+    t.true(writerSync.stats.cellsPushed > 7 * 2048);
+    await writerSync.close();
+    await readerSync.close();
+  } finally {
+    await connection.close();
+    await server.stop();
+  }
+});
+
+test(title('synced sketches put every key where this backend’s Estimator does'), (t) => {
+  const keys = ['', 'k0', '203.0.113.7', 'żółw 🐢', 0, 1, -1, 2 ** 53 - 1, 1n, -(2n ** 63n), new Uint8Array([1, 2, 3])];
+  for (const [hashes, slots, seed] of [
+    [4, 8192, 7],
+    [1, 1, 0],
+    [5, 1000, 2n ** 64n - 1n],
+  ] as const) {
+    const estimator = new Estimator({ hashes, slots, seed });
+    const hasher = new KeyHasher(hashes, slots, seed);
+    for (const key of keys) t.deepEqual(Array.from(hasher.indexes(key)), estimator.counterIndexes(key), String(key));
+    estimator.close();
+  }
+});

@@ -1,0 +1,259 @@
+/**
+ * keepcount/redis when Redis fails, against real redis-server processes (started here, on
+ * loopback) and real node processes, with both client libraries: stopped, killed, restarted
+ * without its data, rolled back to an older snapshot, or missing some keys, the fleet's counts
+ * come back exact; while stale, checks keep answering under their fail policy.
+ */
+import test from 'ava';
+import { RedisSync, SyncedEstimator, SyncedWindowQuota } from '../lib/redis/index.js';
+import { title } from './helpers.js';
+import { clientNames, connectClient } from './redis-clients.js';
+import { countNodes, readTotals, waitForNodes } from './redis-nodes.js';
+import { sleep, until } from './waits.js';
+import { startRedis } from '../tools/redis-server.js';
+
+for (const client of clientNames) {
+  test.serial(title(`${client}: Redis stopped (SIGSTOP) mid-run: no throw, exact totals after SIGCONT`), async (t) => {
+    const server = await startRedis();
+    try {
+      const running = countNodes(server, client, 'stop', 3, 3000, 2000);
+      await waitForNodes(server, 'stop', 3);
+      await sleep(300);
+      server.pause();
+      await sleep(1500);
+      server.resume();
+      const results = await running;
+      t.deepEqual(
+        results.map((r) => r.thrown),
+        [0, 0, 0],
+      );
+      // A node starved of CPU for the whole stop (this machine is shared) may never see a timeout.
+      t.true(
+        results.some((r) => r.errors > 0),
+        'the nodes saw their syncs time out',
+      );
+      t.deepEqual(await readTotals(server, client, 'stop'), Array(10).fill(900));
+    } finally {
+      await server.stop();
+    }
+  });
+}
+
+test.serial(title('redis: Redis killed and restarted mid-run (append-only) loses and doubles nothing'), async (t) => {
+  const server = await startRedis({ appendonly: true });
+  try {
+    const running = countNodes(server, 'redis', 'restart', 3, 3000, 2000);
+    await waitForNodes(server, 'restart', 3);
+    await sleep(500);
+    await server.restart();
+    const results = await running;
+    t.deepEqual(
+      results.map((r) => [r.thrown, r.synced]),
+      [
+        [0, true],
+        [0, true],
+        [0, true],
+      ],
+    );
+    t.deepEqual(await readTotals(server, 'redis', 'restart'), Array(10).fill(900));
+  } finally {
+    await server.stop();
+  }
+});
+
+test.serial(title('ioredis: a restart that loses the data is rebuilt from the nodes’ own counts'), async (t) => {
+  const server = await startRedis();
+  try {
+    // Nodes must still be running at the restart to rebuild what it lost (a node gone by then
+    // takes its counts with it): they spread their increments over 6 s, the restart comes 0.5 s
+    // after all three first synced, leaving a loaded machine seconds of margin.
+    const running = countNodes(server, 'ioredis', 'rebuild', 3, 3000, 6000);
+    await waitForNodes(server, 'rebuild', 3);
+    await sleep(500);
+    await server.restart();
+    const results = await running;
+    t.deepEqual(
+      results.map((r) => r.thrown),
+      [0, 0, 0],
+    );
+    t.deepEqual(await readTotals(server, 'ioredis', 'rebuild'), Array(10).fill(900));
+  } finally {
+    await server.stop();
+  }
+});
+
+test.serial(
+  title('a restart from an older snapshot (or a lagging replica) is rebuilt from the nodes’ own counts'),
+  async (t) => {
+    const server = await startRedis();
+    const connection = await connectClient('ioredis', server.port);
+    const nodes = [0, 1].map(() => {
+      const sync = new RedisSync({ sendCommand: connection.send, syncMs: 3_600_000 });
+      return { sync, sketch: new SyncedEstimator({ sync, name: 'rollback', seed: 7 }) };
+    });
+    const [a, b] = nodes as [(typeof nodes)[0], (typeof nodes)[0]];
+    const flushBoth = async () => t.deepEqual([await a.sync.flush(), await b.sync.flush()], [true, true]);
+    try {
+      a.sketch.incr('k0', 5);
+      b.sketch.incr('k0', 1);
+      await flushBoth();
+      await connection.send(['SAVE']);
+      // Acknowledged after the snapshot: lost by the restart, which keeps the same incarnation.
+      a.sketch.incr('k0', 3);
+      a.sketch.incr('k1', 2);
+      b.sketch.incr('k2', 4);
+      await flushBoth();
+      await flushBoth();
+      await server.restart();
+      await flushBoth();
+      // Pushed under versions the nodes had already pulled past before the restart.
+      a.sketch.incr('k3');
+      await flushBoth();
+      await flushBoth();
+      t.deepEqual(await readTotals(server, 'ioredis', 'rollback'), [9, 2, 4, 1, ...Array(6).fill(0)]);
+      t.deepEqual(
+        ['k0', 'k1', 'k2', 'k3'].map((key) => b.sketch.get(key)),
+        [9, 2, 4, 1],
+      );
+    } finally {
+      for (const node of nodes) await node.sync.close();
+      await connection.close();
+      await server.stop();
+    }
+  },
+);
+
+test.serial(
+  title('a sketch whose keys Redis lost in part (evicted, deleted) is rebuilt, nothing counted twice'),
+  async (t) => {
+    const server = await startRedis();
+    const connection = await connectClient('ioredis', server.port);
+    try {
+      // What maxmemory eviction may take (each key alone), and the whole entry's metadata.
+      for (const lost of ['n:a', 'n:b', 'c', 'v', 'm']) {
+        const name = `partial-${lost}`;
+        const nodes = ['a', 'b'].map((nodeId) => {
+          const sync = new RedisSync({ sendCommand: connection.send, syncMs: 3_600_000, nodeId: `${name}-${nodeId}` });
+          return { sync, sketch: new SyncedEstimator({ sync, name, seed: 7 }) };
+        });
+        const [a, b] = nodes as [(typeof nodes)[0], (typeof nodes)[0]];
+        const flushBoth = async () => t.deepEqual([await a.sync.flush(), await b.sync.flush()], [true, true], lost);
+        a.sketch.incr('k0', 5);
+        b.sketch.incr('k0', 1);
+        await flushBoth();
+        const key = lost.startsWith('n:') ? `n:${name}-${lost.slice(2)}` : lost;
+        t.is(await connection.send(['DEL', `keepcount:{${name}}:e:${key}`]), 1, lost);
+        a.sketch.incr('k0', 3);
+        b.sketch.incr('k1', 2);
+        for (let i = 0; i < 3; i++) await flushBoth();
+        t.deepEqual(await readTotals(server, 'ioredis', name), [9, 2, ...Array(8).fill(0)], lost);
+        t.deepEqual(
+          nodes.map((node) => [node.sketch.get('k0'), node.sketch.get('k1')]),
+          [
+            [9, 2],
+            [9, 2],
+          ],
+          lost,
+        );
+        for (const node of nodes) await node.sync.close();
+      }
+    } finally {
+      await connection.close();
+      await server.stop();
+    }
+  },
+);
+
+test.serial(
+  title('Redis stopped: checks keep answering, staleness grows, errors are emitted, fail policies apply'),
+  async (t) => {
+    const server = await startRedis();
+    const connection = await connectClient('ioredis', server.port);
+    try {
+      const sync = new RedisSync({ sendCommand: connection.send, syncMs: 50, timeoutMs: 300, staleAfterMs: 400 });
+      const errors: Error[] = [];
+      sync.on('error', (error: Error) => errors.push(error));
+      const quota = (failPolicy: 'local' | 'open' | 'closed'): SyncedWindowQuota =>
+        new SyncedWindowQuota({
+          sync,
+          name: `fail-${failPolicy}`,
+          seed: 7,
+          limit: 10,
+          windowMs: 3_600_000,
+          failPolicy,
+        });
+      const local = quota('local');
+      const open = quota('open');
+      const closed = quota('closed');
+      // A 300 ms timeout can catch a healthy sync on this loaded machine: wait for one to succeed.
+      await until(() => sync.flush(), 'a sync succeeds before Redis is stopped');
+      t.false(sync.stale);
+      t.true(closed.consume('k').allowed);
+      server.pause();
+      // The timer's syncs time out (300 ms) and staleness passes 400 ms, however late both timers fire.
+      await until(() => sync.stale && errors.length > 0, 'the sync goes stale and reports a timeout');
+      t.true(sync.stale);
+      t.true(sync.staleness >= 400);
+      t.true(errors.length > 0);
+      t.like(errors[0], { code: 'ERR_KEEPCOUNT_SYNC', message: 'Redis sync timed out after 300 ms' });
+      t.false(closed.consume('k').allowed, "'closed' refuses while stale");
+      t.true(open.consume('k').allowed, "'open' decides on the last known count");
+      // One node known: its share is the whole limit.
+      const admitted = Array.from({ length: 12 }, () => local.consume('k').allowed).filter(Boolean).length;
+      t.is(admitted, 10);
+      server.resume();
+      await until(() => !sync.stale, 'the sync is fresh again after SIGCONT');
+      t.false(sync.stale);
+      t.true(closed.consume('k').allowed, 'fresh again');
+      await sync.close();
+    } finally {
+      await connection.close();
+      await server.stop();
+    }
+  },
+);
+
+test.serial(
+  title("'local' fail policy: each stale node admits its share of the limit, by the last node count"),
+  async (t) => {
+    const server = await startRedis();
+    const connection = await connectClient('ioredis', server.port);
+    try {
+      const nodes = Array.from({ length: 3 }, () => {
+        const sync = new RedisSync({
+          sendCommand: connection.send,
+          syncMs: 3_600_000,
+          timeoutMs: 100,
+          staleAfterMs: 150,
+        });
+        const quota = new SyncedWindowQuota({ sync, name: 'share', seed: 7, limit: 10, windowMs: 3_600_000 });
+        return { sync, quota };
+      });
+      // Two rounds, so each node's last sync follows the other two's first: each knows all three.
+      // A 100 ms timeout (short, for the syncs below that Redis never answers) can catch a healthy
+      // sync on this loaded machine: each waits for one to succeed.
+      for (let round = 0; round < 2; round++) {
+        for (const [i, { sync }] of nodes.entries()) await until(() => sync.flush(), `node ${i} syncs`);
+      }
+      t.deepEqual(
+        nodes.map(({ sync }) => sync.nodes),
+        [3, 3, 3],
+      );
+      server.pause();
+      for (const { sync } of nodes) t.false(await sync.flush());
+      // Staleness passes 150 ms since each node's last success, however late the timers fire.
+      await until(() => nodes.every(({ sync }) => sync.stale), 'every node goes stale');
+      t.true(nodes.every(({ sync }) => sync.stale));
+      // floor(10 / 3) = 3 each: 9 admitted fleet-wide, within the limit, with no sync at all.
+      const admitted = nodes.map(
+        ({ quota }) => Array.from({ length: 5 }, () => quota.consume('k').allowed).filter(Boolean).length,
+      );
+      t.deepEqual(admitted, [3, 3, 3]);
+      server.resume();
+      for (const { sync } of nodes) await sync.close();
+    } finally {
+      await connection.close();
+      await server.stop();
+    }
+  },
+);

@@ -1,0 +1,175 @@
+/**
+ * keepcount/redis windows and shared limits, against real redis-server processes (started here, on
+ * loopback), real node processes and real HTTP servers: windows roll over together by the wall
+ * clock, a node whose clock runs ahead counts early, and nodes sharing a limit overshoot it by no
+ * more than the stated bound.
+ */
+import express from 'express';
+import { createServer } from 'node:http';
+import test from 'ava';
+import { rateLimit } from '../lib/http/index.js';
+import { RedisSync, SyncedRate, SyncedWindowQuota } from '../lib/redis/index.js';
+import { runFixture, title } from './helpers.js';
+import { close, get, listen } from './http-client.js';
+import { clientNames, connectClient } from './redis-clients.js';
+import { until } from './waits.js';
+import { startRedis } from '../tools/redis-server.js';
+
+test.serial(title('windows roll over together on every node, by the wall clock'), async (t) => {
+  const server = await startRedis();
+  const a = await connectClient('ioredis', server.port);
+  const b = await connectClient('redis', server.port);
+  try {
+    let now = 1_000_000 * 1000 + 500;
+    const clock = { now: () => now };
+    const syncA = new RedisSync({ sendCommand: a.send, syncMs: 3_600_000 });
+    const syncB = new RedisSync({ sendCommand: b.send, syncMs: 3_600_000 });
+    const rateA = new SyncedRate({ sync: syncA, name: 'win', seed: 7, intervalMs: 1000, clock });
+    const rateB = new SyncedRate({ sync: syncB, name: 'win', seed: 7, intervalMs: 1000, clock });
+    t.is(rateA.observe('x', 3), 3);
+    t.is(rateB.observe('x', 4), 4, 'B has not synced: it sees only its own');
+    t.true(await syncA.flush());
+    t.true(await syncB.flush());
+    t.true(await syncA.flush());
+    t.is(rateA.observe('x', 0), 7);
+    t.is(rateB.observe('x', 0), 7);
+    now += 1000;
+    t.is(rateA.observe('x', 1), 1, 'a new window starts empty');
+    t.is(rateA.rate('x'), 7, 'the previous window reads the fleet total');
+    t.is(rateB.rate('x'), 7);
+    t.true(await syncA.flush());
+    t.true(await syncB.flush());
+    t.is(rateB.observe('x', 0), 1);
+    now += 2000;
+    t.is(rateB.rate('x'), 0, 'two windows on, nothing is left');
+    await syncA.close();
+    await syncB.close();
+  } finally {
+    await a.close();
+    await b.close();
+    await server.stop();
+  }
+});
+
+test.serial(title('a node whose clock runs ahead counts into the next window early'), async (t) => {
+  const server = await startRedis();
+  const a = await connectClient('ioredis', server.port);
+  const b = await connectClient('ioredis', server.port);
+  try {
+    let now = 2_000_000 * 1000 + 800;
+    const syncA = new RedisSync({ sendCommand: a.send, syncMs: 3_600_000 });
+    const syncB = new RedisSync({ sendCommand: b.send, syncMs: 3_600_000 });
+    const rateA = new SyncedRate({ sync: syncA, name: 'skew', seed: 7, intervalMs: 1000, clock: { now: () => now } });
+    // B's clock is 300 ms ahead: at A's 800 ms it is already in the next window.
+    const rateB = new SyncedRate({
+      sync: syncB,
+      name: 'skew',
+      seed: 7,
+      intervalMs: 1000,
+      clock: { now: () => now + 300 },
+    });
+    rateA.observe('x', 2);
+    rateB.observe('x', 5);
+    t.true(await syncB.flush());
+    t.true(await syncA.flush());
+    t.is(rateA.observe('x', 0), 2, "B's events are not in A's window");
+    now += 300;
+    t.true(await syncA.flush());
+    t.is(rateA.observe('x', 0), 5, 'A finds them once its clock reaches the window');
+    await syncA.close();
+    await syncB.close();
+  } finally {
+    await a.close();
+    await b.close();
+    await server.stop();
+  }
+});
+
+test.serial(title('3 node processes overshoot a shared limit by no more than the stated bound'), async (t) => {
+  const server = await startRedis();
+  try {
+    const syncMs = 50;
+    const limit = 2000;
+    const job = {
+      mode: 'quota',
+      client: 'ioredis',
+      port: server.port,
+      name: 'overshoot',
+      seed: 7,
+      syncMs,
+      limit,
+      startAt: Date.now() + 2000,
+      durationMs: 1500,
+      perMs: 5,
+    };
+    const runs = await Promise.all(
+      Array.from({ length: 3 }, () => runFixture('redis-node.ts', { args: [JSON.stringify(job)] })),
+    );
+    const results = runs.map((run) => {
+      if (run.code !== 0) throw new Error(`node exited with ${run.code}: ${run.stderr}`);
+      return JSON.parse(run.stdout) as {
+        admitted: number;
+        attempts: number;
+        elapsedMs: number;
+        maxSyncGapMs: number;
+        commands: number;
+      };
+    });
+    const admitted = results.reduce((sum, r) => sum + r.admitted, 0);
+    // The bound: limit + (nodes − 1) × r × 2 × (syncMs + RTT), with r the fastest node's attempt
+    // rate (an upper bound on its admission rate) and syncMs + RTT the longest measured gap
+    // between one node's successful syncs (it includes event-loop delays on this shared machine).
+    const r = Math.max(...results.map((x) => x.attempts / x.elapsedMs));
+    const gap = Math.max(...results.map((x) => x.maxSyncGapMs));
+    const bound = limit + (results.length - 1) * r * 2 * gap;
+    const commandsPerSecond = results.map((x) => (x.commands / x.elapsedMs) * 1000);
+    t.log(
+      `admitted ${admitted} of limit ${limit} (overshoot ${admitted - limit}); bound ${Math.floor(bound)} ` +
+        `(r ${r.toFixed(2)}/ms, longest sync gap ${gap.toFixed(1)} ms); ` +
+        `commands/s per node ${commandsPerSecond.map((c) => c.toFixed(1)).join(', ')}`,
+    );
+    t.true(admitted >= limit, 'the limit itself is admitted');
+    t.true(admitted <= bound);
+  } finally {
+    await server.stop();
+  }
+});
+
+test.serial(title('two Express servers with rateLimit on one SyncedWindowQuota share the limit'), async (t) => {
+  const server = await startRedis();
+  const connections = await Promise.all(clientNames.map((name) => connectClient(name, server.port)));
+  // The README's example, once per "machine": each with its own client, sync and quota.
+  const machines = connections.map((connection) => {
+    const sync = new RedisSync({ sendCommand: connection.send, syncMs: 20 });
+    const quota = new SyncedWindowQuota({ sync, name: 'api', seed: 7, limit: 10, windowMs: 3_600_000 });
+    const app = express();
+    app.use(rateLimit({ quota, key: () => 'client' }));
+    app.get('/', (_req, res) => void res.send('ok'));
+    return { sync, quota, http: createServer(app) };
+  });
+  try {
+    const ports = await Promise.all(machines.map((m) => listen(m.http)));
+    const statuses: number[] = [];
+    for (let i = 0; i < 20; i++) {
+      statuses.push((await get(ports[i % 2] as number)).status);
+      // Requests no faster than the syncs carry them: the next one goes out once both machines
+      // count this one (the other through Redis, a sync of each later), so neither decides on a
+      // stale count and none overshoots. Refused requests count too.
+      await until(
+        () => machines.every((m) => m.quota.current('client').count === i + 1),
+        `both machines count request ${i + 1}`,
+      );
+    }
+    t.deepEqual(statuses, [...Array(10).fill(200), ...Array(10).fill(429)]);
+    const last = await get(ports[0] as number);
+    t.is(last.status, 429);
+    t.regex(String(last.headers.ratelimit), /^"default";r=0;t=\d+$/);
+  } finally {
+    for (const m of machines) {
+      await close(m.http);
+      await m.sync.close();
+    }
+    for (const connection of connections) await connection.close();
+    await server.stop();
+  }
+});

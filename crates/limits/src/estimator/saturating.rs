@@ -1,0 +1,72 @@
+//! Saturating atomic counter arithmetic: a counter stops at `i64::MIN` or `i64::MAX` instead of
+//! wrapping, the rule the Node binding and its TypeScript fallback share (the fallback's doubles
+//! clamp to ±2^63).
+
+use std::sync::atomic::{AtomicI64, Ordering};
+
+/// Adds `value` to `counter`, saturating at the `i64` bounds; returns the new value.
+///
+/// The common case is one wrapping `fetch_add`. When that overflowed, it is undone (a wrapping
+/// subtraction restores the counter exactly, whatever other threads added meanwhile) and redone
+/// as a saturating compare-and-swap loop; other threads may read the wrapped value in between.
+#[inline(always)]
+pub(crate) fn add_saturating(counter: &AtomicI64, value: i64) -> i64 {
+    // Relaxed: the add itself is atomic (no lost updates) and returns this counter's value;
+    // nothing else is published through it.
+    let old = counter.fetch_add(value, Ordering::Relaxed);
+    match old.checked_add(value) {
+        Some(new) => new,
+        None => {
+            counter.fetch_sub(value, Ordering::Relaxed);
+            saturate(counter, |c| c.saturating_add(value))
+        }
+    }
+}
+
+/// Subtracts `value` from `counter`, saturating at the `i64` bounds, as [`add_saturating`] adds.
+#[inline(always)]
+pub(super) fn sub_saturating(counter: &AtomicI64, value: i64) {
+    // Relaxed: as in add_saturating.
+    let old = counter.fetch_sub(value, Ordering::Relaxed);
+    if old.checked_sub(value).is_none() {
+        counter.fetch_add(value, Ordering::Relaxed);
+        saturate(counter, |c| c.saturating_sub(value));
+    }
+}
+
+/// Applies `f` to `counter` in a compare-and-swap loop; returns the value stored.
+#[cold]
+fn saturate(counter: &AtomicI64, f: impl Fn(i64) -> i64) -> i64 {
+    // Relaxed both ways: each step is a plain counter update, as in add_saturating. The closure
+    // always returns `Some`, so the update cannot fail; both arms carry the previous value.
+    let (Ok(previous) | Err(previous)) =
+        counter.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |c| Some(f(c)));
+    f(previous)
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::estimator::Estimator;
+
+    #[test]
+    fn counters_saturate_instead_of_wrapping() {
+        let sketch = || Estimator::with_seed(2, 4, 0).unwrap();
+        let up = sketch();
+        up.incr("a", isize::MAX);
+        assert_eq!(up.incr("a", 1), isize::MAX);
+        assert_eq!(up.incr("a", -1), isize::MAX - 1);
+        let down = sketch();
+        down.decr("b", isize::MAX);
+        down.decr("b", isize::MAX);
+        assert_eq!(down.get("b"), isize::MIN);
+        let negated = sketch();
+        negated.decr("c", isize::MIN);
+        assert_eq!(negated.get("c"), isize::MAX);
+        let merged = sketch();
+        merged.incr("a", isize::MAX - 1);
+        let other = sketch();
+        other.incr("a", 5);
+        merged.merge(&other).unwrap();
+        assert_eq!(merged.get("a"), isize::MAX);
+    }
+}
