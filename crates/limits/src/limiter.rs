@@ -41,41 +41,41 @@
 //!   to load. Here the table is built anew by each update and published with
 //!   `arc-swap`: it grows to whatever the key list needs.
 //! - **Inherited tokens.** A key added in place of a removed one reuses its slot and can start
-//!   with the old key's tokens. Here a removed key's slot is reused only after the update that
-//!   removed it has waited for every check still reading the old table (the same quiescent wait,
-//!   done by the writer), and a reused slot is reset to a full bucket of its new key's quota: an
-//!   added key starts full, and no key ever sees another key's tokens. Keys that stay keep their
-//!   slot and its state.
+//!   with the old key's tokens. Here every update that changes the key set builds a new table in
+//!   which each entry holds its own key's bucket: an added key starts full, a key that stays has
+//!   its own bucket moved over (`table.rs`), and no key ever sees another key's tokens.
 //!
 //! Per-worker buckets also make LightningFilter admit up to `workers ×` its quota; here every
 //! thread shares one bucket per key, so the quota is exact (see the invariant below).
 //!
 //! ## Layout
-//! Like LightningFilter, the table maps a key to an *index* and the buckets live in arrays that
-//! never move. Buckets sit inline in an arena of doubling chunks (`slots.rs`): a slot is the key,
-//! a one-byte `parking_lot` lock, a quota id, the time of the last refill and the low 64 bits of
-//! both counts (40 bytes for a `u64` key, against 128 for the `Arc`-allocated bucket with its own
-//! quota this replaced). A full bucket needs more than 64 bits of units only when
-//! `burst × period ≥ 2^64`; slots under such *wide* quotas keep the high halves in a side arena
-//! allocated on first use, so exactness costs nothing where it is not needed. The table
-//! (`index.rs`) is an open-addressing array of 8-byte entries, a slot index and 32 bits of the
-//! key's hash, probed linearly and at most 3/4 full: a check on a cold key misses the cache once
-//! in the table and once on its slot, which holds both the key it compares and the bucket it
-//! updates. Quotas are interned: slots name them by id, ids are reference-counted by the writer
-//! and reused once no slot names them; the best-effort and overall buckets hold theirs inline.
-//! The table and every slot chunk of 2 MB or more sit on transparent huge pages (`pages.rs`), so
-//! those two misses are not also two page-table walks.
+//! Unlike LightningFilter, buckets are not kept apart from the table at a fixed index: each
+//! entry of the key table (`table.rs`, a `hashbrown` table) holds the key, a one-byte
+//! `parking_lot` lock, a quota id, the time of the last refill and the low 64 bits of both counts
+//! (40 bytes for a `u64` key). A check on a cold key then misses the cache about once, on the
+//! entry that holds both the key it compares and the bucket it updates: `hashbrown`'s one byte of
+//! control per entry, which the probe reads first, is 2 MB at a million keys and stays mostly
+//! cached. A full bucket needs more than 64 bits of units only when `burst × period ≥ 2^64`;
+//! entries under such *wide* quotas keep the high halves in a side map of their table, so
+//! exactness costs nothing where it is not needed. Quotas are interned (`arena.rs`): entries name
+//! them by id, ids are reference-counted by the writer and reused once no entry names them; the
+//! best-effort and overall buckets hold theirs inline. A table of 2 MB or more sits on
+//! transparent huge pages (`pages.rs`), so its miss is not also a page-table walk.
 //!
 //! Readers never wait for writers: [`check`](Limiter::check) loads the current table with
-//! `arc-swap` (lock-free: no lock, no retry loop), probes it and takes the key's own slot lock.
-//! An update builds the next table on the side, swaps it in, and only then waits, like
+//! `arc-swap` (lock-free: no lock, no retry loop), probes it and takes the key's own entry lock.
+//! An update builds the next table on the side and then *moves* the buckets into it, one at a
+//! time under its lock, marking each old entry moved; a check that finds its entry moved follows
+//! the old table's link to the new one (`table.rs` gives the protocol and why no token is lost or
+//! counted twice). Only then is the new table swapped in; the update then waits, like
 //! LightningFilter's quiescent wait, for the checks still reading the old table to finish, so
-//! that the old table is freed by the writer and never by a caller of `check`, and the slots
-//! only it named can be reused. Crates: `arc-swap` (the table snapshot: wait-free loads,
-//! maintained and widely used), `parking_lot` (a one-byte lock per bucket, one CAS each way
-//! uncontended), `hashbrown`'s default hasher (`foldhash`, seeded per limiter: several times
-//! faster than SipHash on short keys, and resistant enough for keys an attacker chooses in a
-//! table the operator configured, since a flood of unknown keys only probes it).
+//! that the old table is freed by the writer and never by a caller of `check`. Crates:
+//! `arc-swap` (the table snapshot: wait-free loads, maintained and widely used), `hashbrown`
+//! (the table: SIMD probing of control bytes, entries inline), `parking_lot` (a one-byte lock per
+//! bucket, one CAS each way uncontended), `hashbrown`'s default hasher (`foldhash`, seeded per
+//! limiter: several times faster than SipHash on short keys, and resistant enough for keys an
+//! attacker chooses in a table the operator configured, since a flood of unknown keys only
+//! probes it).
 //!
 //! # When not to use it
 //! - Keys seen for the first time on the request path (client addresses, say) that should each
@@ -200,13 +200,13 @@
 //!   replacements of `tests/limiter_reuse.rs` took 1–3 s against 0.6 s), and any thread pinned
 //!   for long anywhere in the process, by any crate, would hold every update back.
 
+mod arena;
 mod bucket;
 mod decision;
 mod error;
-mod index;
 mod pages;
 mod quota;
-mod slots;
+mod table;
 mod update;
 mod writer;
 
@@ -220,18 +220,15 @@ use hashbrown::DefaultHashBuilder;
 use parking_lot::Mutex;
 
 use crate::clock::{Clock, MonotonicClock};
+use arena::{Arena, Interned, QuotaCell};
 use bucket::{Bucket, Governed, Owned, admit};
 pub(crate) use bucket::{dimension_wait, refilled};
 pub use decision::Decision;
 pub(crate) use decision::Wait;
 pub use error::LimiterError;
-use index::Index;
 pub use quota::{Limit, Quota};
-use slots::{Arena, Interned, QuotaCell, Slot, Wide};
+use table::Table;
 use writer::Writer;
-
-/// The key table: the slot index of each configured key, found by the key stored in the slot.
-type Table = Index;
 
 /// A per-key token-bucket limiter with a shared best-effort bucket, an optional overall quota and
 /// live updates. See the [module docs](self) for the design and the exact arithmetic.
@@ -242,28 +239,23 @@ type Table = Index;
 /// no time passing.
 ///
 /// # Performance
-/// A check is one hash, a prefetch of its table entry, one clock reading, one wait-free table
-/// load, one probe of a table of 8-byte entries, and one uncontended lock of the key's slot
-/// (plus one with an overall quota).
-/// Updates copy the table of indexes: `O(keys)` each, so load many changes at once with
-/// [`replace_keys`](Self::replace_keys).
+/// A check is one hash, one clock reading, one wait-free table load, one probe of the table, and
+/// one uncontended lock of the key's entry (plus one with an overall quota). Updates that change
+/// the key set rebuild the table, `O(keys)` each (and a clone of every key for
+/// [`insert`](Self::insert) and [`remove`](Self::remove)), so load many changes at once with
+/// [`replace_keys`](Self::replace_keys); quota changes are made in place.
 ///
 /// # Thread safety
 /// `Send + Sync` when `K` is. Checks run in parallel and never wait for an update; checks on one
 /// key (or on unknown keys, or any check while an overall quota is set) serialize on that
-/// bucket's lock for a few dozen instructions. Updates serialize among themselves, and each one
-/// that changes the key set waits for the checks still reading the previous table.
+/// bucket's lock for a few dozen instructions (an update moving the bucket takes it for as long).
+/// Updates serialize among themselves, and each one that changes the key set waits for the
+/// checks still reading the previous table.
 pub struct Limiter<K, C = MonotonicClock> {
-    table: ArcSwap<Table>,
-    /// Where the current table's entries are, for prefetching a check's probe before it loads
-    /// the table through `arc-swap`.
-    hint: index::Hint,
-    /// Keyed buckets, by slot index. A slot outlives every table that names it (module docs).
-    slots: Arena<Slot<K>>,
+    /// The current key table, buckets inline (`table.rs`).
+    table: ArcSwap<Table<K>>,
     /// Interned quotas of keyed buckets, by quota id.
     quotas: Arena<QuotaCell>,
-    /// High halves of the counts of slots under wide quotas, by slot index; allocated on demand.
-    wide: Arena<Wide>,
     /// Seeded per limiter (foldhash): keys come from clients.
     hasher: DefaultHashBuilder,
     best_effort: Bucket,
@@ -296,15 +288,10 @@ impl<K: Hash + Eq, C: Clock> Limiter<K, C> {
     /// starts full as of the clock's reading now.
     pub fn with_clock(best_effort: Quota, clock: C) -> Self {
         let now = clock.now_nanos();
-        let table = Arc::new(Table::new());
-        let hint = index::Hint::default();
-        hint.publish(&table);
+        let empty = Table::with_capacity(0).unwrap_or_else(|_| unreachable!("no keys fit"));
         Self {
-            table: ArcSwap::new(table),
-            hint,
-            slots: Arena::new(),
+            table: ArcSwap::new(Arc::new(empty)),
             quotas: Arena::new(),
-            wide: Arena::new(),
             hasher: DefaultHashBuilder::default(),
             best_effort: Bucket::full(best_effort, now),
             overall: Bucket::full(Quota::UNLIMITED, now),
@@ -340,7 +327,6 @@ impl<K: Hash + Eq, C: Clock> Limiter<K, C> {
         Q: Hash + Eq + ?Sized,
     {
         let hash = self.hasher.hash_one(key);
-        self.hint.prefetch(hash);
         // Read the clock before touching any shared state: a slow clock then delays no one.
         self.check_hashed(key, hash, cost, self.clock.now_nanos())
     }
@@ -368,7 +354,6 @@ impl<K: Hash + Eq, C: Clock> Limiter<K, C> {
         Q: Hash + Eq + ?Sized,
     {
         let hash = self.hasher.hash_one(key);
-        self.hint.prefetch(hash);
         self.check_hashed(key, hash, cost, now)
     }
 
@@ -379,24 +364,22 @@ impl<K: Hash + Eq, C: Clock> Limiter<K, C> {
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
     {
-        // Held to the end: the slot found through it is not reused while the guard lives.
-        let table = self.table.load();
+        // Held to the end: the table, and the tables it moved buckets to, live while it does.
+        let current = self.table.load();
         let costs = [1, cost];
-        let wait = match self.find_slot(&table, hash, key) {
-            Some((id, slot)) => {
-                let mut guard = slot.lock();
-                let quota_id = guard.quota_id();
-                // SAFETY: we hold the lock of a slot referring to `quota_id`. Ids are interned
-                // before any slot refers to them, so the cell always exists; DENY_ALL only keeps
-                // this panic-free.
+        let wait = match current.live(hash, key) {
+            Some((table, mut locked)) => {
+                let quota_id = locked.quota_id();
+                // SAFETY: we hold the lock of a bucket referring to `quota_id`. Ids are interned
+                // before any bucket refers to them, so the cell always exists; DENY_ALL only
+                // keeps this panic-free.
                 let Interned { quota, wide } = self
                     .quotas
                     .get(quota_id)
                     .map_or(&Interned::DENY_ALL, |cell| unsafe { cell.get() });
-                let high = self.high(id, *wide);
-                let mut state = guard.read(high);
+                let mut state = table.read(&locked, *wide);
                 let wait = self.admit_with_overall((&mut state, quota), now, costs);
-                guard.write(state, quota_id, high);
+                table.write(&mut locked, state, *wide);
                 wait
             }
             None => {
@@ -430,13 +413,12 @@ impl<K: Hash + Eq, C: Clock> Limiter<K, C> {
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
     {
-        let table = self.table.load();
-        let (_, slot) = self.find_slot(&table, self.hasher.hash_one(key), key)?;
-        let guard = slot.lock();
-        // SAFETY: we hold the lock of a slot referring to the id.
-        let interned = unsafe { self.quotas.get(guard.quota_id())?.get() };
+        let current = self.table.load();
+        let (_, locked) = current.live(self.hasher.hash_one(key), key)?;
+        // SAFETY: we hold the lock of a bucket referring to the id.
+        let interned = unsafe { self.quotas.get(locked.quota_id())?.get() };
         let quota = interned.quota;
-        drop(guard);
+        drop(locked);
         Some(quota)
     }
 
@@ -460,45 +442,6 @@ impl<K: Hash + Eq, C: Clock> Limiter<K, C> {
         self.len() == 0
     }
 
-    /// The slot index of `key` in `table`.
-    #[inline]
-    fn find<Q>(&self, table: &Table, hash: u64, key: &Q) -> Option<u32>
-    where
-        K: Borrow<Q>,
-        Q: Hash + Eq + ?Sized,
-    {
-        self.find_slot(table, hash, key).map(|(id, _)| id)
-    }
-
-    /// The slot index of `key` in `table` and the slot, which the key comparison has already
-    /// reached: looking it up again by index would cost a check another arena lookup.
-    #[inline]
-    fn find_slot<Q>(&self, table: &Table, hash: u64, key: &Q) -> Option<(u32, &Slot<K>)>
-    where
-        K: Borrow<Q>,
-        Q: Hash + Eq + ?Sized,
-    {
-        let mut found = None;
-        let id = table.find(hash, |id| {
-            let slot = self.slots.get(id).filter(|slot| {
-                // SAFETY: every index in a table (published, or being built by the writer, which
-                // wrote its key first) names a slot whose key is written and stays unchanged
-                // while a table naming it can be read.
-                unsafe { slot.key() }.borrow() == key
-            });
-            found = slot;
-            slot.is_some()
-        })?;
-        Some((id, found?))
-    }
-
-    /// Slot `id`'s wide cell if its quota is `wide`. Writers allocate the cell before giving a
-    /// slot a wide quota, so readers always find it.
-    #[inline]
-    fn high(&self, id: u32, wide: bool) -> Option<&Wide> {
-        if wide { self.wide.get(id) } else { None }
-    }
-
     /// Admits `costs` against `own` and the overall bucket if it limits anything.
     ///
     /// Inlined by force, with [`admit`]: left to itself the compiler called both out of line and
@@ -514,16 +457,6 @@ impl<K: Hash + Eq, C: Clock> Limiter<K, C> {
             admit(own, Some((state, quota)), now, costs)
         } else {
             admit(own, None, now, costs)
-        }
-    }
-}
-
-impl<K, C> Drop for Limiter<K, C> {
-    fn drop(&mut self) {
-        let handed_out = self.writer.get_mut().next_slot as usize;
-        for slot in self.slots.entries_mut().take(handed_out) {
-            // SAFETY: slots `[0, next_slot)` hold a key, and `&mut self` means no check runs.
-            unsafe { slot.drop_key() };
         }
     }
 }
