@@ -221,7 +221,7 @@ use parking_lot::Mutex;
 
 use crate::clock::{Clock, MonotonicClock};
 use arena::{Arena, Interned, QuotaCell};
-use bucket::{Bucket, Governed, Owned, admit};
+use bucket::{Bucket, Governed, Owned, admit, admit_narrow};
 pub(crate) use bucket::{dimension_wait, refilled};
 pub use decision::Decision;
 pub(crate) use decision::Wait;
@@ -373,14 +373,24 @@ impl<K: Hash + Eq, C: Clock> Limiter<K, C> {
                 // SAFETY: we hold the lock of a bucket referring to `quota_id`. Ids are interned
                 // before any bucket refers to them, so the cell always exists; DENY_ALL only
                 // keeps this panic-free.
-                let Interned { quota, wide } = self
+                let Interned {
+                    quota,
+                    wide,
+                    narrow,
+                } = self
                     .quotas
                     .get(quota_id)
                     .map_or(&Interned::DENY_ALL, |cell| unsafe { cell.get() });
-                let mut state = table.read(&locked, *wide);
-                let wait = self.admit_with_overall((&mut state, quota), now, costs);
-                table.write(&mut locked, state, *wide);
-                wait
+                // Relaxed: see `set_overall_at`.
+                if !*wide && !self.overall_limited.load(Ordering::Relaxed) {
+                    let (tokens, last) = locked.counts_mut();
+                    admit_narrow(tokens, last, narrow, now, costs)
+                } else {
+                    let mut state = table.read(&locked, *wide);
+                    let wait = self.admit_with_overall((&mut state, quota), now, costs);
+                    table.write(&mut locked, state, *wide);
+                    wait
+                }
             }
             None => {
                 let mut best_effort = self.best_effort.lock();

@@ -10,6 +10,7 @@ use std::marker::PhantomData;
 use std::ptr;
 use std::sync::atomic::{AtomicPtr, Ordering};
 
+use super::bucket::Narrow;
 use super::pages::Pages;
 use super::quota::Quota;
 
@@ -105,28 +106,31 @@ impl<T> Drop for Arena<T> {
     }
 }
 
-/// An interned quota, and whether it is wide: a full bucket of some dimension exceeds 64 bits
-/// of units (`burst × period ≥ 2^64`, e.g. a burst above 18 billion with a one-second period).
+/// An interned quota; whether it is wide: a full bucket of some dimension exceeds 64 bits of
+/// units (`burst × period ≥ 2^64`, e.g. a burst above 18 billion with a one-second period); and,
+/// when it is not, its dimensions as [`Narrow`] limits for the 64-bit path of a check.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Interned {
     pub(crate) quota: Quota,
     pub(crate) wide: bool,
+    pub(crate) narrow: [Option<Narrow>; 2],
 }
 
 impl Interned {
     /// [`Quota::DENY_ALL`], interned: what a check falls back to if a quota id had no cell.
-    pub(crate) const DENY_ALL: Self = Self {
-        quota: Quota::DENY_ALL,
-        wide: false,
-    };
+    pub(crate) const DENY_ALL: Self = Self::new(Quota::DENY_ALL);
 
-    pub(crate) fn new(quota: Quota) -> Self {
-        let wide = quota
-            .dimensions()
-            .iter()
-            .flatten()
-            .any(|limit| limit.capacity() > u128::from(u64::MAX));
-        Self { quota, wide }
+    pub(crate) const fn new(quota: Quota) -> Self {
+        let narrow = Narrow::dimensions(&quota);
+        let [requests, units] = quota.dimensions();
+        // Wide exactly when a limited dimension has no narrow form.
+        let wide =
+            (requests.is_some() && narrow[0].is_none()) || (units.is_some() && narrow[1].is_none());
+        Self {
+            quota,
+            wide,
+            narrow,
+        }
     }
 }
 
@@ -217,6 +221,7 @@ mod tests {
         let interned = Interned::new(Quota::DENY_ALL);
         assert_eq!(Interned::DENY_ALL.quota, interned.quota);
         assert_eq!(Interned::DENY_ALL.wide, interned.wide);
+        assert_eq!(Interned::DENY_ALL.narrow, interned.narrow);
     }
 
     #[test]

@@ -164,6 +164,15 @@ impl<'a, K> Locked<'a, K> {
         unsafe { *self.entry.quota.get() }
     }
 
+    /// The bucket's packed counts, for the 64-bit path of a check (`bucket::admit_narrow`):
+    /// the low halves of the tokens, which are the whole counts unless the quota is wide.
+    #[inline(always)]
+    pub(crate) fn counts_mut(&mut self) -> (&mut [u64; 2], &mut u64) {
+        // SAFETY: we hold the lock, and `&mut self` lends the counts out once.
+        let counts = unsafe { &mut *self.entry.counts.get() };
+        (&mut counts.tokens, &mut counts.last)
+    }
+
     /// Puts quota id `quota` in force. Writer only.
     pub(crate) fn set_quota_id(&mut self, quota: u32) {
         // SAFETY: we hold the lock, and the writer is the only one to write the id.
