@@ -447,6 +447,22 @@ impl<K: Hash + Eq, C: Clock> Limiter<K, C> {
         self.table.load().len()
     }
 
+    /// Bytes the key table holds: its entries (each key inline, 40 bytes with a `u64` key) and
+    /// `hashbrown`'s control bytes, not what keys own elsewhere on the heap. For callers that
+    /// report native memory (the Node binding tells V8).
+    ///
+    /// ```
+    /// use keepcount_limits::limiter::{Limiter, Quota};
+    ///
+    /// let limiter: Limiter<u64> = Limiter::new(Quota::UNLIMITED);
+    /// let empty = limiter.table_bytes();
+    /// limiter.replace_keys((0..1000).map(|k| (k, Quota::UNLIMITED))).unwrap();
+    /// assert!(limiter.table_bytes() >= empty + 1000 * 40);
+    /// ```
+    pub fn table_bytes(&self) -> usize {
+        self.table.load().allocation_size()
+    }
+
     /// Whether the table holds no key.
     pub fn is_empty(&self) -> bool {
         self.len() == 0

@@ -223,6 +223,11 @@ impl<K> Table<K> {
         self.entries.len()
     }
 
+    /// Bytes of the table's one allocation (entries and control bytes).
+    pub(crate) fn allocation_size(&self) -> usize {
+        self.entries.allocation_size()
+    }
+
     /// The entry of `key`, whose hash is `hash`.
     #[inline]
     pub(crate) fn find<Q>(&self, hash: u64, key: &Q) -> Option<&Entry<K>>
