@@ -115,90 +115,61 @@
 //! below zero. Tested with threads racing on one key, and by property tests on random sequences.
 //!
 //! # Performance
-//! `cargo bench -p keepcount-limits --bench limiter`, 2026-11-21, 2-core AMD EPYC VM shared with
-//! other work (1-minute load average 1.4–1.9 during the runs), release with LTO. Each run reports
-//! the median of 3 interleaved timings of 2M checks per thread, every check admitted; each cell
-//! below is the median of 3 such runs. Two-thread figures are wall time over both threads' checks
-//! and were noisy (1M keys, keepcount: 165–307 ns across runs). Governor 0.10 is
-//! `RateLimiter::keyed` (dashmap, one quota for all keys, TSC clock through `quanta`), pre-filled
-//! with every key; "naive" is a `Mutex<std HashMap>` of token counts; ratios are the contender's
-//! time over keepcount's. "Before" is the `Arc`-per-key layout this one replaced, run in the same
-//! session.
+//! `cargo bench -p keepcount-limits --bench limiter`: 2M checks per thread, every check admitted,
+//! each figure the median of 3 interleaved timings; two-thread figures are wall time over both
+//! threads' checks. Governor 0.10 is `RateLimiter::keyed` (dashmap, one quota for all keys, TSC
+//! clock through `quanta`), pre-filled with every key; ratios are governor's time over
+//! keepcount's (above 1: keepcount is faster).
 //!
-//! | scenario | threads | keepcount | before | governor | naive |
+//! Run on 2026-11-25, the binaries before and after the table moved inline run alternately, on
+//! a 2-core AMD EPYC VM as it quietened (load average 3.2 → 1.8, three pairs), medians of those
+//! three runs:
+//!
+//! | scenario | threads | keepcount | governor | ratio (runs) | before: ratio (runs) |
 //! |---|---|---|---|---|---|
-//! | one hot key | 1 | 47 ns | 43 ns | 27 ns (0.58×) | 47 ns (1.01×) |
-//! | one hot key | 2 | 42 ns | 37 ns | 45 ns (1.07×) | 82 ns (1.97×) |
-//! | 1M keys, uniform | 1 | 362 ns | 470 ns | 211 ns (0.58×) | 270 ns (0.75×) |
-//! | 1M keys, uniform | 2 | 247 ns | 213–416 ns | 92 ns (0.37×) | 301 ns (1.22×) |
-//! | heap per key, 1M keys | | 59 B | 164 B | 36 B | 52 B |
+//! | one hot key | 1 | 46 ns | 56 ns | 1.16× (1.07–1.70) | 0.93× (0.90–1.17) |
+//! | one hot key | 2 | 58 ns | 66 ns | 1.14× (1.13–1.21) | 1.12× (1.08–1.19) |
+//! | 1M keys, uniform | 1 | 360 ns | 461 ns | 1.22× (1.21–1.29) | 1.09× (0.96–1.24) |
+//! | 1M keys, uniform | 2 | 175 ns | 187 ns | 1.21× (1.07–1.26) | 0.97× (0.96–1.32) |
+//! | heap per key, 1M keys | | 86 B | 36 B | | 59 B |
 //!
-//! Against the layout it replaced: 1.3× faster and 2.8× smaller over a million keys, and about 10%
-//! slower on one hot key (the slot and quota arenas add two lookups). Governor is level or behind
-//! on one key shared by two threads, and still wins everything else, time and memory; why:
-//! - **Memory.** Governor keeps one 8-byte GCRA cell per key under one quota for all keys. A slot
-//!   here is 40 bytes (the key, the lock, a quota id, the refill time and two exact counts, for
-//!   per-key quotas in two dimensions) and the table 16.8 bytes a key at a million keys (2^21
-//!   entries of 8 bytes; it grows by doubling, so this is its emptiest).
-//! - **Time over many keys.** A check misses the cache twice, on the table entry and on the slot
-//!   (`perf annotate`: ~43% and ~47% of its cycles), where governor's dashmap holds the state
-//!   inline behind 2 MB of control bytes that stay cached, so it misses about once (callgrind
-//!   with an 8 MB last-level cache: 1.85 read misses a check against 0.94). Two changes made
-//!   those misses cheaper without removing either. The two arrays (16 MB and 40 MB) were far
-//!   beyond the TLB's reach on 4 KB pages, so each miss came with a page walk; they are now on
-//!   2 MB pages (`madvise(MADV_HUGEPAGE)`, `pages.rs`: in THP mode `madvise`, the default on many
-//!   distributions, nothing is unless asked, and governor's maps are not). And a check starts
-//!   loading its table entry's line before it loads the table through `arc-swap`, whose locked
-//!   exchange held every later load back: a relaxed copy of where the current table is
-//!   (`index::Hint`) gives the address, and a stale copy only prefetches a useless line. Crate
-//!   bench, 2026-11-23, 2-core VM at load 1.4–6 from other work, binaries before and after each
-//!   change run alternately; governor's time over ours on 1M keys, one thread / two threads, one
-//!   bench run each:
+//! Earlier the same day, with other work loading the machine (load 6–13), five runs of the new
+//! layout gave 1.16–1.27×, 0.97–1.25×, 1.10–1.38× and 1.06–1.42× in the same rows: ahead in 19
+//! of 20 cells. One run does not tell 0.95 from 1.1 on this machine; these are the figures, not a
+//! guarantee for yours.
 //!
-//!   - before both: 0.80/0.81, 0.69/0.57, 0.76/0.74, 0.76/0.92, 0.67/0.70, 0.74/0.68;
-//!   - huge pages: 1.29/1.19, 1.10/1.39, 1.06/0.85, 0.88/0.78, 0.85/0.74, 0.96/0.70;
-//!   - huge pages and prefetch: 1.09/1.06, 1.25/1.42, 1.23/1.07, 1.35/1.11, 0.94/0.94, 1.20/1.18,
-//!     1.35/0.99, 1.12/1.04.
-//!
-//!   A check on its own (no contender between runs, 8M checks): 402–463 ns before, 329–387 with
-//!   huge pages, 227–364 with the prefetch as well (6 alternating pairs, faster in every pair).
-//!   So over a million keys keepcount is now ahead of governor in most runs on a busy machine
-//!   (medians of the 8: 1.22× on one thread, 1.06× on two) but not in all: the misses themselves
-//!   remain, and on a quiet one (load 0.1–0.5, three runs, 2026-11-23) governor is ahead in every
-//!   run (0.75–0.84× and 0.82–0.86×): what competes for the caches decides. The hot
-//!   key is unchanged (35–46 ns either way) and, at load 1.3–2.8, one thread on it is level with
-//!   governor or slightly behind, before these changes and after (0.75–1.03× before, 0.76–1.51×
-//!   after, medians 0.98× and 0.96×; 3 interleaved runs of 7 rounds each in a separate harness:
-//!   0.97–1.00× both), two threads ahead (1.08–1.76× after). Tried and dropped: prefetching a
-//!   slot's second cache line before its key comparison (40-byte slots straddle lines half the
-//!   time), again with huge pages and with the table prefetch; 64-byte-aligned slots (83 bytes
-//!   a key: ~5% faster alone, not worth 40% more memory); a table of 4-byte entries (11-bit
-//!   tags; 8 MB, 50 bytes a key: no faster alone).
-//!   Holding buckets inline would save a miss but means moving them when the table is rebuilt,
-//!   which readers that never block would have to follow; dashmap's readers take a shard lock
-//!   that its writers hold.
-//! - **Time on one key.** Of the 47 ns, the clock took about 20 when `MonotonicClock` was
-//!   `Instant` (a vDSO `clock_gettime`; governor reads the TSC): [`check_at`](Limiter::check_at)
-//!   with the caller's reading costs ~27 ns. `MonotonicClock` now reads the TSC too (`quanta`),
-//!   scaled from a raw origin; with the slot handed back by the key comparison, the quota read in
-//!   place and arenas of plain published pointers, a hot-key check went from 367 instructions to
-//!   about 310 (callgrind over the whole program; governor 286). Counted over the check loop
-//!   alone (collection toggled on it), a check makes 316 with `admit` inlined by force, governor
-//!   243: the `arc-swap` load and release are about 60 of ours, the clock, the two arena lookups
-//!   and the two-dimension `u128` arithmetic most of the rest. In the run inside `npm run bench`
-//!   on 2026-11-23 (load 1.2–2.4) governor took 1.44× keepcount's time on one hot key and 1.11×
-//!   on two threads, and keepcount 1.2× governor's over a million keys (0.83× and 0.84× its
-//!   speed), where the misses above dominate. What remains on one key is four atomic read-modify-writes: the `arc-swap`
-//!   load and its release, the slot's lock and unlock. A spinlock released by a plain store was
-//!   tried for the last one and measured no faster; a hand-written per-thread reader record in
-//!   place of `arc-swap` saved one of them on a hot key but nothing over many keys, and a
-//!   well-kept crate is worth more here than our own reclamation code. `crossbeam-epoch` in place
-//!   of `arc-swap` (one compare-and-swap on a thread-local word to pin, a plain store to unpin)
-//!   took a tight hot-key loop from 32 to 28.5 ns (governor 24.3 in the same process) but was not
-//!   kept: the crate bench could not tell it apart from `arc-swap` on any of its four rows, a
-//!   table replacement must then wait for the process-wide epoch to advance twice (the 8,000
-//!   replacements of `tests/limiter_reuse.rs` took 1–3 s against 0.6 s), and any thread pinned
-//!   for long anywhere in the process, by any crate, would hold every update back.
+//! - **Over many keys: one cache miss a check, as governor.** Until 2026-11-25 buckets lived in an
+//!   arena apart from an index of slot numbers, so that updates never had to move one; a check
+//!   then missed the cache twice, on its index entry and then on its slot (`perf annotate`: 43%
+//!   and 47% of its cycles), and on a quiet machine governor, whose state is inline in its
+//!   `dashmap`, was 1.2–1.3× faster over a million keys however the two misses were helped (huge
+//!   pages, prefetching the index entry). With the buckets inline in the table, moved into each
+//!   new table under their locks (`table.rs`), a check misses about once, on the entry that holds
+//!   key and bucket, behind `hashbrown`'s control bytes, which stay mostly cached.
+//! - **On one key: level with governor in instructions.** A hot-key check makes 241 instructions
+//!   over the check loop (callgrind, collection toggled on the loop, `u64` keys; governor 243;
+//!   316 before the table moved inline): the key comparison and the bucket share an entry, and
+//!   quotas whose full bucket fits 64 bits of units (all but bursts of billions of tokens a
+//!   second) are admitted in 64-bit arithmetic (`bucket::admit_narrow`, property-tested against
+//!   the `u128` path). Governor's SipHash is a third of its check; ours (`foldhash`) is a few
+//!   instructions, but the `arc-swap` load and release cost about 60. What remains in time is
+//!   four locked instructions against governor's three: the `arc-swap` load and release, the
+//!   entry's lock and unlock.
+//! - **Memory.** An entry is 40 bytes for a `u64` key, plus a control byte, and `hashbrown` keeps
+//!   its table at most 7/8 full, doubling: at a million keys (its emptiest, 2^21 entries) that is
+//!   86 bytes a key, about 48 at 1.8 million; the arena layout took 59, governor 36 (8 bytes of
+//!   state a key). An update that changes the key set holds both tables until it returns.
+//! - **Updates.** A key-set change builds a table and moves every bucket, `O(keys)` with a lock
+//!   and unlock each; buckets a check holds are moved last, not waited for in turn, so a check
+//!   preempted while holding one delays the update by a scheduler slice, never the other way
+//!   round. [`insert`](Limiter::insert) and [`remove`](Limiter::remove) rebuild too (and clone
+//!   every key): load many changes with one [`replace_keys`](Limiter::replace_keys).
+//! - Tried and dropped, before this layout: a 4-byte index entry (no faster), 64-byte-aligned slots
+//!   (~5% for 40% more memory), prefetching a slot's second line; `crossbeam-epoch` in place of
+//!   `arc-swap` (a tight hot-key loop 32 → 28.5 ns, but invisible in the bench, the replacements of
+//!   `tests/limiter_reuse.rs` taking 1–3 s against 0.6, and every update held back by any thread
+//!   pinned anywhere in the process); a hand-written per-thread reader record (a few percent on one
+//!   key, nothing over many; a well-kept crate is worth more than our own reclamation code).
 
 mod arena;
 mod bucket;

@@ -446,7 +446,8 @@ mod tests {
             });
             let quota = Quota::new(limit(dims[0]), limit(dims[1]));
             let limits = quota.dimensions().map(|d| d.and_then(Narrow::of));
-            proptest::prop_assume!(quota.dimensions().iter().zip(&limits).all(|(d, n)| d.is_some() == n.is_some()));
+            let all_narrow = quota.dimensions().iter().zip(&limits).all(|(d, n)| d.is_some() == n.is_some());
+            proptest::prop_assume!(all_narrow);
             let capacities = quota.dimensions().map(|d| d.map_or(0, |l| l.capacity()));
             let start = [0, 1].map(|i| u128::from(fill[i]).min(capacities[i]));
             let mut state = State { tokens: start, last };

@@ -2,18 +2,19 @@
 //! allocator) and the chunks of its quota arena ([`Pages`]).
 //!
 //! Over a million keys a check reads one entry at random in some 80 MB of table, far beyond the
-//! reach of the TLB with 4 KB pages, so its cache miss would also walk the page tables. Linux backs anonymous memory with 2 MB pages only where asked
+//! reach of the TLB with 4 KB pages, so its cache miss would also walk the page tables. Linux
+//! backs anonymous memory with 2 MB pages only where asked
 //! (`/sys/kernel/mm/transparent_hugepage/enabled` is `madvise` by default on many
-//! distributions), so arrays of 2 MB or more are allocated 2 MB-aligned and advised with
+//! distributions), so blocks of 2 MB or more are allocated 2 MB-aligned and advised with
 //! `MADV_HUGEPAGE` before their first write: the TLB then covers them, and only the cache misses
 //! remain. Elsewhere, and for smaller arrays, they are plain heap arrays.
 
 use std::alloc::{self, Layout};
-
-use allocator_api2::alloc::{AllocError, Allocator, Global};
 use std::marker::PhantomData;
 use std::ops::{Deref, DerefMut};
 use std::ptr::{self, NonNull};
+
+use allocator_api2::alloc::{AllocError, Allocator, Global};
 
 /// Size (and alignment) of a huge page on x86-64 and of the smallest one on aarch64 with 4 KB
 /// base pages; arrays this large are worth advising.
