@@ -15,11 +15,12 @@
 use crate::args;
 use crate::error::{Failure, Result as Outcome, map_error};
 use crate::keys;
+use crate::memory::External;
 use crate::raw::{self, Callback, Slab, Slot};
 use keepcount_limits::clock::ManualClock;
 use keepcount_limits::limiter::{Decision, Limit, Limiter as Core, LimiterError, Quota};
-use napi::bindgen_prelude::Object;
 use napi::bindgen_prelude::Unknown;
+use napi::bindgen_prelude::{Object, ObjectFinalize};
 use napi::{Env, JsValue, Result};
 use napi_derive::napi;
 use std::cell::RefCell;
@@ -62,11 +63,27 @@ pub struct QuotaSpec {
 /// Per-key token buckets with a best-effort bucket for unknown keys and an optional overall
 /// quota, on the caller's time base. Use the package's `Limiter`; this class takes only validated
 /// input.
-#[napi]
+#[napi(custom_finalize)]
 pub struct Limiter {
     core: Rc<Buckets>,
     /// The limiter's entry in [`LIMITERS`], emptied when this object is collected.
     slot: Slot<Buckets>,
+    /// The key table and the keys' bytes, reported to V8 (see [`crate::memory`]); renewed by
+    /// every `replace_keys`. A million keys hold some 100 MB that V8 would otherwise not see.
+    memory: RefCell<External>,
+}
+
+impl ObjectFinalize for Limiter {
+    fn finalize(self, env: Env) -> Result<()> {
+        self.memory.borrow_mut().release(&env);
+        Ok(())
+    }
+}
+
+/// Heap bytes a boxed key of `len` bytes owns: its bytes, rounded up to the allocator's 16-byte
+/// granule (the box itself is inline in the table entry).
+fn key_heap_bytes(len: usize) -> usize {
+    len.div_ceil(16) * 16
 }
 
 #[napi]
@@ -78,7 +95,8 @@ impl Limiter {
             // The clock never moves: every call passes its reading to an `_at` method.
             let core = Rc::new(Core::with_clock(quota(&best_effort)?, ManualClock::new()));
             let slot = Slot::new(&LIMITERS, Rc::clone(&core))?;
-            Ok(Self { core, slot })
+            let memory = RefCell::new(External::report(env, core.table_bytes()));
+            Ok(Self { core, slot, memory })
         })()
         .map_err(|failure| map_error(env, failure))
     }
@@ -125,14 +143,19 @@ impl Limiter {
                 ));
             }
             let mut entries = Vec::with_capacity(keys.len());
+            let mut key_bytes = 0;
             for (key, spec) in keys.into_iter().zip(&quotas) {
-                entries.push((
-                    with_key(env, key, |bytes| Box::<[u8]>::from(bytes))?,
-                    quota(spec)?,
-                ));
+                let key = with_key(env, key, |bytes| Box::<[u8]>::from(bytes))?;
+                key_bytes += key_heap_bytes(key.len());
+                entries.push((key, quota(spec)?));
             }
             match self.core.replace_keys_at(entries, nanos(now_ms)) {
-                Ok(()) => Ok(true),
+                Ok(()) => {
+                    let mut memory = self.memory.borrow_mut();
+                    memory.release(env);
+                    *memory = External::report(env, self.core.table_bytes() + key_bytes);
+                    Ok(true)
+                }
                 Err(LimiterError::DuplicateKey) => Ok(false),
                 Err(other) => Err(failure(other)),
             }

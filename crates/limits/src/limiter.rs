@@ -41,41 +41,41 @@
 //!   to load. Here the table is built anew by each update and published with
 //!   `arc-swap`: it grows to whatever the key list needs.
 //! - **Inherited tokens.** A key added in place of a removed one reuses its slot and can start
-//!   with the old key's tokens. Here a removed key's slot is reused only after the update that
-//!   removed it has waited for every check still reading the old table (the same quiescent wait,
-//!   done by the writer), and a reused slot is reset to a full bucket of its new key's quota: an
-//!   added key starts full, and no key ever sees another key's tokens. Keys that stay keep their
-//!   slot and its state.
+//!   with the old key's tokens. Here every update that changes the key set builds a new table in
+//!   which each entry holds its own key's bucket: an added key starts full, a key that stays has
+//!   its own bucket moved over (`table.rs`), and no key ever sees another key's tokens.
 //!
 //! Per-worker buckets also make LightningFilter admit up to `workers ×` its quota; here every
 //! thread shares one bucket per key, so the quota is exact (see the invariant below).
 //!
 //! ## Layout
-//! Like LightningFilter, the table maps a key to an *index* and the buckets live in arrays that
-//! never move. Buckets sit inline in an arena of doubling chunks (`slots.rs`): a slot is the key,
-//! a one-byte `parking_lot` lock, a quota id, the time of the last refill and the low 64 bits of
-//! both counts (40 bytes for a `u64` key, against 128 for the `Arc`-allocated bucket with its own
-//! quota this replaced). A full bucket needs more than 64 bits of units only when
-//! `burst × period ≥ 2^64`; slots under such *wide* quotas keep the high halves in a side arena
-//! allocated on first use, so exactness costs nothing where it is not needed. The table
-//! (`index.rs`) is an open-addressing array of 8-byte entries, a slot index and 32 bits of the
-//! key's hash, probed linearly and at most 3/4 full: a check on a cold key misses the cache once
-//! in the table and once on its slot, which holds both the key it compares and the bucket it
-//! updates. Quotas are interned: slots name them by id, ids are reference-counted by the writer
-//! and reused once no slot names them; the best-effort and overall buckets hold theirs inline.
-//! The table and every slot chunk of 2 MB or more sit on transparent huge pages (`pages.rs`), so
-//! those two misses are not also two page-table walks.
+//! Unlike LightningFilter, buckets are not kept apart from the table at a fixed index: each
+//! entry of the key table (`table.rs`, a `hashbrown` table) holds the key, a one-byte
+//! `parking_lot` lock, a quota id, the time of the last refill and the low 64 bits of both counts
+//! (40 bytes for a `u64` key). A check on a cold key then misses the cache about once, on the
+//! entry that holds both the key it compares and the bucket it updates: `hashbrown`'s one byte of
+//! control per entry, which the probe reads first, is 2 MB at a million keys and stays mostly
+//! cached. A full bucket needs more than 64 bits of units only when `burst × period ≥ 2^64`;
+//! entries under such *wide* quotas keep the high halves in a side map of their table, so
+//! exactness costs nothing where it is not needed. Quotas are interned (`arena.rs`): entries name
+//! them by id, ids are reference-counted by the writer and reused once no entry names them; the
+//! best-effort and overall buckets hold theirs inline. A table of 2 MB or more sits on
+//! transparent huge pages (`pages.rs`), so its miss is not also a page-table walk.
 //!
 //! Readers never wait for writers: [`check`](Limiter::check) loads the current table with
-//! `arc-swap` (lock-free: no lock, no retry loop), probes it and takes the key's own slot lock.
-//! An update builds the next table on the side, swaps it in, and only then waits, like
+//! `arc-swap` (lock-free: no lock, no retry loop), probes it and takes the key's own entry lock.
+//! An update builds the next table on the side and then *moves* the buckets into it, one at a
+//! time under its lock, marking each old entry moved; a check that finds its entry moved follows
+//! the old table's link to the new one (`table.rs` gives the protocol and why no token is lost or
+//! counted twice). Only then is the new table swapped in; the update then waits, like
 //! LightningFilter's quiescent wait, for the checks still reading the old table to finish, so
-//! that the old table is freed by the writer and never by a caller of `check`, and the slots
-//! only it named can be reused. Crates: `arc-swap` (the table snapshot: wait-free loads,
-//! maintained and widely used), `parking_lot` (a one-byte lock per bucket, one CAS each way
-//! uncontended), `hashbrown`'s default hasher (`foldhash`, seeded per limiter: several times
-//! faster than SipHash on short keys, and resistant enough for keys an attacker chooses in a
-//! table the operator configured, since a flood of unknown keys only probes it).
+//! that the old table is freed by the writer and never by a caller of `check`. Crates:
+//! `arc-swap` (the table snapshot: wait-free loads, maintained and widely used), `hashbrown`
+//! (the table: SIMD probing of control bytes, entries inline), `parking_lot` (a one-byte lock per
+//! bucket, one CAS each way uncontended), `hashbrown`'s default hasher (`foldhash`, seeded per
+//! limiter: several times faster than SipHash on short keys, and resistant enough for keys an
+//! attacker chooses in a table the operator configured, since a flood of unknown keys only
+//! probes it).
 //!
 //! # When not to use it
 //! - Keys seen for the first time on the request path (client addresses, say) that should each
@@ -115,98 +115,69 @@
 //! below zero. Tested with threads racing on one key, and by property tests on random sequences.
 //!
 //! # Performance
-//! `cargo bench -p keepcount-limits --bench limiter`, 2026-11-21, 2-core AMD EPYC VM shared with
-//! other work (1-minute load average 1.4–1.9 during the runs), release with LTO. Each run reports
-//! the median of 3 interleaved timings of 2M checks per thread, every check admitted; each cell
-//! below is the median of 3 such runs. Two-thread figures are wall time over both threads' checks
-//! and were noisy (1M keys, keepcount: 165–307 ns across runs). Governor 0.10 is
-//! `RateLimiter::keyed` (dashmap, one quota for all keys, TSC clock through `quanta`), pre-filled
-//! with every key; "naive" is a `Mutex<std HashMap>` of token counts; ratios are the contender's
-//! time over keepcount's. "Before" is the `Arc`-per-key layout this one replaced, run in the same
-//! session.
+//! `cargo bench -p keepcount-limits --bench limiter`: 2M checks per thread, every check admitted,
+//! each figure the median of 3 interleaved timings; two-thread figures are wall time over both
+//! threads' checks. Governor 0.10 is `RateLimiter::keyed` (dashmap, one quota for all keys, TSC
+//! clock through `quanta`), pre-filled with every key; ratios are governor's time over
+//! keepcount's (above 1: keepcount is faster).
 //!
-//! | scenario | threads | keepcount | before | governor | naive |
+//! Run on 2026-11-25, the binaries before and after the table moved inline run alternately, on
+//! a 2-core AMD EPYC VM as it quietened (load average 3.2 → 1.8, three pairs), medians of those
+//! three runs:
+//!
+//! | scenario | threads | keepcount | governor | ratio (runs) | before: ratio (runs) |
 //! |---|---|---|---|---|---|
-//! | one hot key | 1 | 47 ns | 43 ns | 27 ns (0.58×) | 47 ns (1.01×) |
-//! | one hot key | 2 | 42 ns | 37 ns | 45 ns (1.07×) | 82 ns (1.97×) |
-//! | 1M keys, uniform | 1 | 362 ns | 470 ns | 211 ns (0.58×) | 270 ns (0.75×) |
-//! | 1M keys, uniform | 2 | 247 ns | 213–416 ns | 92 ns (0.37×) | 301 ns (1.22×) |
-//! | heap per key, 1M keys | | 59 B | 164 B | 36 B | 52 B |
+//! | one hot key | 1 | 46 ns | 56 ns | 1.16× (1.07–1.70) | 0.93× (0.90–1.17) |
+//! | one hot key | 2 | 58 ns | 66 ns | 1.14× (1.13–1.21) | 1.12× (1.08–1.19) |
+//! | 1M keys, uniform | 1 | 360 ns | 461 ns | 1.22× (1.21–1.29) | 1.09× (0.96–1.24) |
+//! | 1M keys, uniform | 2 | 175 ns | 187 ns | 1.21× (1.07–1.26) | 0.97× (0.96–1.32) |
+//! | heap per key, 1M keys | | 86 B | 36 B | | 59 B |
 //!
-//! Against the layout it replaced: 1.3× faster and 2.8× smaller over a million keys, and about 10%
-//! slower on one hot key (the slot and quota arenas add two lookups). Governor is level or behind
-//! on one key shared by two threads, and still wins everything else, time and memory; why:
-//! - **Memory.** Governor keeps one 8-byte GCRA cell per key under one quota for all keys. A slot
-//!   here is 40 bytes (the key, the lock, a quota id, the refill time and two exact counts, for
-//!   per-key quotas in two dimensions) and the table 16.8 bytes a key at a million keys (2^21
-//!   entries of 8 bytes; it grows by doubling, so this is its emptiest).
-//! - **Time over many keys.** A check misses the cache twice, on the table entry and on the slot
-//!   (`perf annotate`: ~43% and ~47% of its cycles), where governor's dashmap holds the state
-//!   inline behind 2 MB of control bytes that stay cached, so it misses about once (callgrind
-//!   with an 8 MB last-level cache: 1.85 read misses a check against 0.94). Two changes made
-//!   those misses cheaper without removing either. The two arrays (16 MB and 40 MB) were far
-//!   beyond the TLB's reach on 4 KB pages, so each miss came with a page walk; they are now on
-//!   2 MB pages (`madvise(MADV_HUGEPAGE)`, `pages.rs`: in THP mode `madvise`, the default on many
-//!   distributions, nothing is unless asked, and governor's maps are not). And a check starts
-//!   loading its table entry's line before it loads the table through `arc-swap`, whose locked
-//!   exchange held every later load back: a relaxed copy of where the current table is
-//!   (`index::Hint`) gives the address, and a stale copy only prefetches a useless line. Crate
-//!   bench, 2026-11-23, 2-core VM at load 1.4–6 from other work, binaries before and after each
-//!   change run alternately; governor's time over ours on 1M keys, one thread / two threads, one
-//!   bench run each:
+//! Earlier the same day, with other work loading the machine (load 6–13), five runs of the new
+//! layout gave 1.16–1.27×, 0.97–1.25×, 1.10–1.38× and 1.06–1.42× in the same rows: ahead in 19
+//! of 20 cells. One run does not tell 0.95 from 1.1 on this machine; these are the figures, not a
+//! guarantee for yours.
 //!
-//!   - before both: 0.80/0.81, 0.69/0.57, 0.76/0.74, 0.76/0.92, 0.67/0.70, 0.74/0.68;
-//!   - huge pages: 1.29/1.19, 1.10/1.39, 1.06/0.85, 0.88/0.78, 0.85/0.74, 0.96/0.70;
-//!   - huge pages and prefetch: 1.09/1.06, 1.25/1.42, 1.23/1.07, 1.35/1.11, 0.94/0.94, 1.20/1.18,
-//!     1.35/0.99, 1.12/1.04.
-//!
-//!   A check on its own (no contender between runs, 8M checks): 402–463 ns before, 329–387 with
-//!   huge pages, 227–364 with the prefetch as well (6 alternating pairs, faster in every pair).
-//!   So over a million keys keepcount is now ahead of governor in most runs on a busy machine
-//!   (medians of the 8: 1.22× on one thread, 1.06× on two) but not in all: the misses themselves
-//!   remain, and on a quiet one (load 0.1–0.5, three runs, 2026-11-23) governor is ahead in every
-//!   run (0.75–0.84× and 0.82–0.86×): what competes for the caches decides. The hot
-//!   key is unchanged (35–46 ns either way) and, at load 1.3–2.8, one thread on it is level with
-//!   governor or slightly behind, before these changes and after (0.75–1.03× before, 0.76–1.51×
-//!   after, medians 0.98× and 0.96×; 3 interleaved runs of 7 rounds each in a separate harness:
-//!   0.97–1.00× both), two threads ahead (1.08–1.76× after). Tried and dropped: prefetching a
-//!   slot's second cache line before its key comparison (40-byte slots straddle lines half the
-//!   time), again with huge pages and with the table prefetch; 64-byte-aligned slots (83 bytes
-//!   a key: ~5% faster alone, not worth 40% more memory); a table of 4-byte entries (11-bit
-//!   tags; 8 MB, 50 bytes a key: no faster alone).
-//!   Holding buckets inline would save a miss but means moving them when the table is rebuilt,
-//!   which readers that never block would have to follow; dashmap's readers take a shard lock
-//!   that its writers hold.
-//! - **Time on one key.** Of the 47 ns, the clock took about 20 when `MonotonicClock` was
-//!   `Instant` (a vDSO `clock_gettime`; governor reads the TSC): [`check_at`](Limiter::check_at)
-//!   with the caller's reading costs ~27 ns. `MonotonicClock` now reads the TSC too (`quanta`),
-//!   scaled from a raw origin; with the slot handed back by the key comparison, the quota read in
-//!   place and arenas of plain published pointers, a hot-key check went from 367 instructions to
-//!   about 310 (callgrind over the whole program; governor 286). Counted over the check loop
-//!   alone (collection toggled on it), a check makes 316 with `admit` inlined by force, governor
-//!   243: the `arc-swap` load and release are about 60 of ours, the clock, the two arena lookups
-//!   and the two-dimension `u128` arithmetic most of the rest. In the run inside `npm run bench`
-//!   on 2026-11-23 (load 1.2–2.4) governor took 1.44× keepcount's time on one hot key and 1.11×
-//!   on two threads, and keepcount 1.2× governor's over a million keys (0.83× and 0.84× its
-//!   speed), where the misses above dominate. What remains on one key is four atomic read-modify-writes: the `arc-swap`
-//!   load and its release, the slot's lock and unlock. A spinlock released by a plain store was
-//!   tried for the last one and measured no faster; a hand-written per-thread reader record in
-//!   place of `arc-swap` saved one of them on a hot key but nothing over many keys, and a
-//!   well-kept crate is worth more here than our own reclamation code. `crossbeam-epoch` in place
-//!   of `arc-swap` (one compare-and-swap on a thread-local word to pin, a plain store to unpin)
-//!   took a tight hot-key loop from 32 to 28.5 ns (governor 24.3 in the same process) but was not
-//!   kept: the crate bench could not tell it apart from `arc-swap` on any of its four rows, a
-//!   table replacement must then wait for the process-wide epoch to advance twice (the 8,000
-//!   replacements of `tests/limiter_reuse.rs` took 1–3 s against 0.6 s), and any thread pinned
-//!   for long anywhere in the process, by any crate, would hold every update back.
+//! - **Over many keys: one cache miss a check, as governor.** Until 2026-11-25 buckets lived in an
+//!   arena apart from an index of slot numbers, so that updates never had to move one; a check
+//!   then missed the cache twice, on its index entry and then on its slot (`perf annotate`: 43%
+//!   and 47% of its cycles), and on a quiet machine governor, whose state is inline in its
+//!   `dashmap`, was 1.2–1.3× faster over a million keys however the two misses were helped (huge
+//!   pages, prefetching the index entry). With the buckets inline in the table, moved into each
+//!   new table under their locks (`table.rs`), a check misses about once, on the entry that holds
+//!   key and bucket, behind `hashbrown`'s control bytes, which stay mostly cached.
+//! - **On one key: level with governor in instructions.** A hot-key check makes 241 instructions
+//!   over the check loop (callgrind, collection toggled on the loop, `u64` keys; governor 243;
+//!   316 before the table moved inline): the key comparison and the bucket share an entry, and
+//!   quotas whose full bucket fits 64 bits of units (all but bursts of billions of tokens a
+//!   second) are admitted in 64-bit arithmetic (`bucket::admit_narrow`, property-tested against
+//!   the `u128` path). Governor's SipHash is a third of its check; ours (`foldhash`) is a few
+//!   instructions, but the `arc-swap` load and release cost about 60. What remains in time is
+//!   four locked instructions against governor's three: the `arc-swap` load and release, the
+//!   entry's lock and unlock.
+//! - **Memory.** An entry is 40 bytes for a `u64` key, plus a control byte, and `hashbrown` keeps
+//!   its table at most 7/8 full, doubling: at a million keys (its emptiest, 2^21 entries) that is
+//!   86 bytes a key, about 48 at 1.8 million; the arena layout took 59, governor 36 (8 bytes of
+//!   state a key). An update that changes the key set holds both tables until it returns.
+//! - **Updates.** A key-set change builds a table and moves every bucket, `O(keys)` with a lock
+//!   and unlock each; buckets a check holds are moved last, not waited for in turn, so a check
+//!   preempted while holding one delays the update by a scheduler slice, never the other way
+//!   round. [`insert`](Limiter::insert) and [`remove`](Limiter::remove) rebuild too (and clone
+//!   every key): load many changes with one [`replace_keys`](Limiter::replace_keys).
+//! - Tried and dropped, before this layout: a 4-byte index entry (no faster), 64-byte-aligned slots
+//!   (~5% for 40% more memory), prefetching a slot's second line; `crossbeam-epoch` in place of
+//!   `arc-swap` (a tight hot-key loop 32 → 28.5 ns, but invisible in the bench, the replacements of
+//!   `tests/limiter_reuse.rs` taking 1–3 s against 0.6, and every update held back by any thread
+//!   pinned anywhere in the process); a hand-written per-thread reader record (a few percent on one
+//!   key, nothing over many; a well-kept crate is worth more than our own reclamation code).
 
+mod arena;
 mod bucket;
 mod decision;
 mod error;
-mod index;
 mod pages;
 mod quota;
-mod slots;
+mod table;
 mod update;
 mod writer;
 
@@ -220,18 +191,15 @@ use hashbrown::DefaultHashBuilder;
 use parking_lot::Mutex;
 
 use crate::clock::{Clock, MonotonicClock};
-use bucket::{Bucket, Governed, Owned, admit};
+use arena::{Arena, Interned, QuotaCell};
+use bucket::{Bucket, Governed, Owned, admit, admit_narrow};
 pub(crate) use bucket::{dimension_wait, refilled};
 pub use decision::Decision;
 pub(crate) use decision::Wait;
 pub use error::LimiterError;
-use index::Index;
 pub use quota::{Limit, Quota};
-use slots::{Arena, Interned, QuotaCell, Slot, Wide};
+use table::Table;
 use writer::Writer;
-
-/// The key table: the slot index of each configured key, found by the key stored in the slot.
-type Table = Index;
 
 /// A per-key token-bucket limiter with a shared best-effort bucket, an optional overall quota and
 /// live updates. See the [module docs](self) for the design and the exact arithmetic.
@@ -242,28 +210,23 @@ type Table = Index;
 /// no time passing.
 ///
 /// # Performance
-/// A check is one hash, a prefetch of its table entry, one clock reading, one wait-free table
-/// load, one probe of a table of 8-byte entries, and one uncontended lock of the key's slot
-/// (plus one with an overall quota).
-/// Updates copy the table of indexes: `O(keys)` each, so load many changes at once with
-/// [`replace_keys`](Self::replace_keys).
+/// A check is one hash, one clock reading, one wait-free table load, one probe of the table, and
+/// one uncontended lock of the key's entry (plus one with an overall quota). Updates that change
+/// the key set rebuild the table, `O(keys)` each (and a clone of every key for
+/// [`insert`](Self::insert) and [`remove`](Self::remove)), so load many changes at once with
+/// [`replace_keys`](Self::replace_keys); quota changes are made in place.
 ///
 /// # Thread safety
 /// `Send + Sync` when `K` is. Checks run in parallel and never wait for an update; checks on one
 /// key (or on unknown keys, or any check while an overall quota is set) serialize on that
-/// bucket's lock for a few dozen instructions. Updates serialize among themselves, and each one
-/// that changes the key set waits for the checks still reading the previous table.
+/// bucket's lock for a few dozen instructions (an update moving the bucket takes it for as long).
+/// Updates serialize among themselves, and each one that changes the key set waits for the
+/// checks still reading the previous table.
 pub struct Limiter<K, C = MonotonicClock> {
-    table: ArcSwap<Table>,
-    /// Where the current table's entries are, for prefetching a check's probe before it loads
-    /// the table through `arc-swap`.
-    hint: index::Hint,
-    /// Keyed buckets, by slot index. A slot outlives every table that names it (module docs).
-    slots: Arena<Slot<K>>,
+    /// The current key table, buckets inline (`table.rs`).
+    table: ArcSwap<Table<K>>,
     /// Interned quotas of keyed buckets, by quota id.
     quotas: Arena<QuotaCell>,
-    /// High halves of the counts of slots under wide quotas, by slot index; allocated on demand.
-    wide: Arena<Wide>,
     /// Seeded per limiter (foldhash): keys come from clients.
     hasher: DefaultHashBuilder,
     best_effort: Bucket,
@@ -296,15 +259,10 @@ impl<K: Hash + Eq, C: Clock> Limiter<K, C> {
     /// starts full as of the clock's reading now.
     pub fn with_clock(best_effort: Quota, clock: C) -> Self {
         let now = clock.now_nanos();
-        let table = Arc::new(Table::new());
-        let hint = index::Hint::default();
-        hint.publish(&table);
+        let empty = Table::with_capacity(0).unwrap_or_else(|_| unreachable!("no keys fit"));
         Self {
-            table: ArcSwap::new(table),
-            hint,
-            slots: Arena::new(),
+            table: ArcSwap::new(Arc::new(empty)),
             quotas: Arena::new(),
-            wide: Arena::new(),
             hasher: DefaultHashBuilder::default(),
             best_effort: Bucket::full(best_effort, now),
             overall: Bucket::full(Quota::UNLIMITED, now),
@@ -340,7 +298,6 @@ impl<K: Hash + Eq, C: Clock> Limiter<K, C> {
         Q: Hash + Eq + ?Sized,
     {
         let hash = self.hasher.hash_one(key);
-        self.hint.prefetch(hash);
         // Read the clock before touching any shared state: a slow clock then delays no one.
         self.check_hashed(key, hash, cost, self.clock.now_nanos())
     }
@@ -368,7 +325,6 @@ impl<K: Hash + Eq, C: Clock> Limiter<K, C> {
         Q: Hash + Eq + ?Sized,
     {
         let hash = self.hasher.hash_one(key);
-        self.hint.prefetch(hash);
         self.check_hashed(key, hash, cost, now)
     }
 
@@ -379,25 +335,33 @@ impl<K: Hash + Eq, C: Clock> Limiter<K, C> {
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
     {
-        // Held to the end: the slot found through it is not reused while the guard lives.
-        let table = self.table.load();
+        // Held to the end: the table, and the tables it moved buckets to, live while it does.
+        let current = self.table.load();
         let costs = [1, cost];
-        let wait = match self.find_slot(&table, hash, key) {
-            Some((id, slot)) => {
-                let mut guard = slot.lock();
-                let quota_id = guard.quota_id();
-                // SAFETY: we hold the lock of a slot referring to `quota_id`. Ids are interned
-                // before any slot refers to them, so the cell always exists; DENY_ALL only keeps
-                // this panic-free.
-                let Interned { quota, wide } = self
+        let wait = match current.live(hash, key) {
+            Some((table, mut locked)) => {
+                let quota_id = locked.quota_id();
+                // SAFETY: we hold the lock of a bucket referring to `quota_id`. Ids are interned
+                // before any bucket refers to them, so the cell always exists; DENY_ALL only
+                // keeps this panic-free.
+                let Interned {
+                    quota,
+                    wide,
+                    narrow,
+                } = self
                     .quotas
                     .get(quota_id)
                     .map_or(&Interned::DENY_ALL, |cell| unsafe { cell.get() });
-                let high = self.high(id, *wide);
-                let mut state = guard.read(high);
-                let wait = self.admit_with_overall((&mut state, quota), now, costs);
-                guard.write(state, quota_id, high);
-                wait
+                // Relaxed: see `set_overall_at`.
+                if !*wide && !self.overall_limited.load(Ordering::Relaxed) {
+                    let (tokens, last) = locked.counts_mut();
+                    admit_narrow(tokens, last, narrow, now, costs)
+                } else {
+                    let mut state = table.read(&locked, *wide);
+                    let wait = self.admit_with_overall((&mut state, quota), now, costs);
+                    table.write(&mut locked, state, *wide);
+                    wait
+                }
             }
             None => {
                 let mut best_effort = self.best_effort.lock();
@@ -430,13 +394,12 @@ impl<K: Hash + Eq, C: Clock> Limiter<K, C> {
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
     {
-        let table = self.table.load();
-        let (_, slot) = self.find_slot(&table, self.hasher.hash_one(key), key)?;
-        let guard = slot.lock();
-        // SAFETY: we hold the lock of a slot referring to the id.
-        let interned = unsafe { self.quotas.get(guard.quota_id())?.get() };
+        let current = self.table.load();
+        let (_, locked) = current.live(self.hasher.hash_one(key), key)?;
+        // SAFETY: we hold the lock of a bucket referring to the id.
+        let interned = unsafe { self.quotas.get(locked.quota_id())?.get() };
         let quota = interned.quota;
-        drop(guard);
+        drop(locked);
         Some(quota)
     }
 
@@ -455,48 +418,25 @@ impl<K: Hash + Eq, C: Clock> Limiter<K, C> {
         self.table.load().len()
     }
 
+    /// Bytes the key table holds: its entries (each key inline, 40 bytes with a `u64` key) and
+    /// `hashbrown`'s control bytes, not what keys own elsewhere on the heap. For callers that
+    /// report native memory (the Node binding tells V8).
+    ///
+    /// ```
+    /// use keepcount_limits::limiter::{Limiter, Quota};
+    ///
+    /// let limiter: Limiter<u64> = Limiter::new(Quota::UNLIMITED);
+    /// let empty = limiter.table_bytes();
+    /// limiter.replace_keys((0..1000).map(|k| (k, Quota::UNLIMITED))).unwrap();
+    /// assert!(limiter.table_bytes() >= empty + 1000 * 40);
+    /// ```
+    pub fn table_bytes(&self) -> usize {
+        self.table.load().allocation_size()
+    }
+
     /// Whether the table holds no key.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
-    }
-
-    /// The slot index of `key` in `table`.
-    #[inline]
-    fn find<Q>(&self, table: &Table, hash: u64, key: &Q) -> Option<u32>
-    where
-        K: Borrow<Q>,
-        Q: Hash + Eq + ?Sized,
-    {
-        self.find_slot(table, hash, key).map(|(id, _)| id)
-    }
-
-    /// The slot index of `key` in `table` and the slot, which the key comparison has already
-    /// reached: looking it up again by index would cost a check another arena lookup.
-    #[inline]
-    fn find_slot<Q>(&self, table: &Table, hash: u64, key: &Q) -> Option<(u32, &Slot<K>)>
-    where
-        K: Borrow<Q>,
-        Q: Hash + Eq + ?Sized,
-    {
-        let mut found = None;
-        let id = table.find(hash, |id| {
-            let slot = self.slots.get(id).filter(|slot| {
-                // SAFETY: every index in a table (published, or being built by the writer, which
-                // wrote its key first) names a slot whose key is written and stays unchanged
-                // while a table naming it can be read.
-                unsafe { slot.key() }.borrow() == key
-            });
-            found = slot;
-            slot.is_some()
-        })?;
-        Some((id, found?))
-    }
-
-    /// Slot `id`'s wide cell if its quota is `wide`. Writers allocate the cell before giving a
-    /// slot a wide quota, so readers always find it.
-    #[inline]
-    fn high(&self, id: u32, wide: bool) -> Option<&Wide> {
-        if wide { self.wide.get(id) } else { None }
     }
 
     /// Admits `costs` against `own` and the overall bucket if it limits anything.
@@ -514,16 +454,6 @@ impl<K: Hash + Eq, C: Clock> Limiter<K, C> {
             admit(own, Some((state, quota)), now, costs)
         } else {
             admit(own, None, now, costs)
-        }
-    }
-}
-
-impl<K, C> Drop for Limiter<K, C> {
-    fn drop(&mut self) {
-        let handed_out = self.writer.get_mut().next_slot as usize;
-        for slot in self.slots.entries_mut().take(handed_out) {
-            // SAFETY: slots `[0, next_slot)` hold a key, and `&mut self` means no check runs.
-            unsafe { slot.drop_key() };
         }
     }
 }

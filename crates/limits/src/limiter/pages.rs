@@ -1,10 +1,11 @@
-//! Arrays on transparent huge pages: the key table and the slot chunks of a large limiter.
+//! Memory on transparent huge pages: the key table of a large limiter ([`HugePages`], its
+//! allocator) and the chunks of its quota arena ([`Pages`]).
 //!
-//! Over a million keys a check reads one table entry and one slot at random in 16 MB and 40 MB
-//! of memory, far beyond the reach of the TLB with 4 KB pages, so each of its two cache misses
-//! also walked the page tables. Linux backs anonymous memory with 2 MB pages only where asked
+//! Over a million keys a check reads one entry at random in some 80 MB of table, far beyond the
+//! reach of the TLB with 4 KB pages, so its cache miss would also walk the page tables. Linux
+//! backs anonymous memory with 2 MB pages only where asked
 //! (`/sys/kernel/mm/transparent_hugepage/enabled` is `madvise` by default on many
-//! distributions), so arrays of 2 MB or more are allocated 2 MB-aligned and advised with
+//! distributions), so blocks of 2 MB or more are allocated 2 MB-aligned and advised with
 //! `MADV_HUGEPAGE` before their first write: the TLB then covers them, and only the cache misses
 //! remain. Elsewhere, and for smaller arrays, they are plain heap arrays.
 
@@ -12,6 +13,8 @@ use std::alloc::{self, Layout};
 use std::marker::PhantomData;
 use std::ops::{Deref, DerefMut};
 use std::ptr::{self, NonNull};
+
+use allocator_api2::alloc::{AllocError, Allocator, Global};
 
 /// Size (and alignment) of a huge page on x86-64 and of the smallest one on aarch64 with 4 KB
 /// base pages; arrays this large are worth advising.
@@ -42,6 +45,42 @@ fn advise(start: *mut u8, bytes: usize) {
 
 #[cfg(not(target_os = "linux"))]
 fn advise(_start: *mut u8, _bytes: usize) {}
+
+/// The layout `HugePages` allocates for `layout`: huge-page aligned from [`HUGE_PAGE`] bytes on.
+fn huge(layout: Layout) -> Result<Layout, AllocError> {
+    if layout.size() >= HUGE_PAGE {
+        layout.align_to(HUGE_PAGE).map_err(|_| AllocError)
+    } else {
+        Ok(layout)
+    }
+}
+
+/// The global allocator, except that allocations of 2 MB or more are 2 MB-aligned and advised
+/// onto huge pages before their first write: the allocator of the key table's `hashbrown` table,
+/// whose one allocation holds the control bytes and the entries.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct HugePages;
+
+// SAFETY: every block comes from `Global` with the layout `huge` derives from the caller's, and
+// goes back to it with the layout derived the same way from the same caller's layout, as the
+// `Allocator` contract requires (the caller deallocates with the layout it allocated with).
+unsafe impl Allocator for HugePages {
+    fn allocate(&self, layout: Layout) -> Result<NonNull<[u8]>, AllocError> {
+        let layout = huge(layout)?;
+        let block = Global.allocate(layout)?;
+        if layout.size() >= HUGE_PAGE {
+            advise(block.as_ptr().cast(), layout.size());
+        }
+        Ok(block)
+    }
+
+    unsafe fn deallocate(&self, ptr: NonNull<u8>, layout: Layout) {
+        if let Ok(layout) = huge(layout) {
+            // SAFETY: allocated by `allocate` above with this same derived layout.
+            unsafe { Global.deallocate(ptr, layout) };
+        }
+    }
+}
 
 /// An owned array of `T`s, huge-page backed from 2 MB on: a `Box<[T]>` with another layout.
 pub(crate) struct Pages<T> {
@@ -153,6 +192,19 @@ mod tests {
         assert_eq!(large[12345], 12345);
         assert_eq!(layout::<u64>(8).align(), 8);
         assert_eq!(layout::<u64>(8).size(), 64);
+    }
+
+    #[test]
+    fn the_allocator_aligns_large_blocks_to_huge_pages() {
+        let large = Layout::from_size_align(HUGE_PAGE + 8, 8).unwrap();
+        let block = HugePages.allocate(large).unwrap();
+        assert_eq!(block.as_ptr().cast::<u8>() as usize % HUGE_PAGE, 0);
+        // SAFETY: allocated just above with this layout.
+        unsafe { HugePages.deallocate(block.cast(), large) };
+        let small = Layout::from_size_align(64, 8).unwrap();
+        let block = HugePages.allocate(small).unwrap();
+        // SAFETY: as above.
+        unsafe { HugePages.deallocate(block.cast(), small) };
     }
 
     #[test]

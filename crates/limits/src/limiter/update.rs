@@ -1,16 +1,18 @@
 //! The limiter's updates: key-table replacement, quota changes, inserts and removals. Each one
-//! runs under the writer lock, builds the next table on the side, publishes it and waits for the
-//! checks still reading the old one (see the module docs of [`limiter`](super)).
+//! runs under the writer lock; those that change the key set build the next table on the side,
+//! move every bucket into it under the bucket's lock, publish it and wait for the checks still
+//! reading the old one (see `table.rs` and the module docs of [`limiter`](super)).
 
 use std::borrow::Borrow;
 use std::hash::{BuildHasher, Hash};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
+use super::arena::Interned;
 use super::bucket::State;
-use super::slots::{Interned, Wide};
+use super::table::{Entry, Locked, Table};
 use super::writer::Writer;
-use super::{Limiter, LimiterError, Quota, Table};
+use super::{Limiter, LimiterError, Quota};
 use crate::clock::Clock;
 
 impl<K: Hash + Eq, C: Clock> Limiter<K, C> {
@@ -36,9 +38,10 @@ impl<K: Hash + Eq, C: Clock> Limiter<K, C> {
     /// [`LimiterError::TooManyKeys`] beyond `u32::MAX − 1` keys; the limiter is then unchanged.
     ///
     /// # Performance
-    /// `O(keys)`; checks proceed meanwhile, on the old table until the new one is swapped in.
-    /// Returns once no check still reads the old table; only then are the slots of removed keys
-    /// reused.
+    /// `O(keys)`: the new table is built on the side, then each bucket of the old one is moved
+    /// into it under its lock. Checks proceed meanwhile and never wait for the update; a check
+    /// on a bucket already moved follows it to the new table. Returns once no check still reads
+    /// the old table, which this call then frees. While it runs, both tables are in memory.
     pub fn replace_keys<I>(&self, entries: I) -> Result<(), LimiterError>
     where
         I: IntoIterator<Item = (K, Quota)>,
@@ -52,82 +55,8 @@ impl<K: Hash + Eq, C: Clock> Limiter<K, C> {
         I: IntoIterator<Item = (K, Quota)>,
     {
         let mut writer = self.writer.lock();
-        let writer = &mut *writer;
-        let fresh_from = writer.next_slot;
         let current = self.table.load_full();
-        let entries = entries.into_iter();
-        // A size hint too large for a table is only a hint: grow as entries arrive instead.
-        let mut next = Table::with_capacity(entries.size_hint().0).unwrap_or_else(|_| Table::new());
-        // (slot, quota) of keys that stay and of keys that arrive.
-        let mut kept = Vec::new();
-        let mut fresh = Vec::new();
-        let built = (|| {
-            for (key, quota) in entries {
-                let hash = self.hasher.hash_one(&key);
-                if self.find(&next, hash, &key).is_some() {
-                    return Err(LimiterError::DuplicateKey);
-                }
-                let id = match self.find(&current, hash, &key) {
-                    Some(id) => {
-                        kept.push((id, quota));
-                        id
-                    }
-                    None => {
-                        let id = writer.alloc_slot(&self.slots)?;
-                        fresh.push((id, quota));
-                        if let Some(slot) = self.slots.get(id) {
-                            // SAFETY: a slot just allocated is named by no published table, and
-                            // it held a key exactly if it was handed out before this update.
-                            unsafe { slot.set_key(key, writer.had_key(id, fresh_from)) };
-                        }
-                        id
-                    }
-                };
-                next.insert(hash, id)?;
-            }
-            Ok(())
-        })();
-        // Intern every quota before changing anything, so a failure leaves the limiter as it was.
-        let interned = built.and_then(|()| {
-            let mut ids = Vec::with_capacity(kept.len() + fresh.len());
-            for &(_, quota) in kept.iter().chain(&fresh) {
-                match writer.intern(&self.quotas, quota) {
-                    Ok(id) => ids.push(id),
-                    Err(err) => {
-                        ids.into_iter().for_each(|id| writer.release(id));
-                        return Err(err);
-                    }
-                }
-            }
-            Ok(ids)
-        });
-        let quota_ids = match interned {
-            Ok(ids) => ids,
-            Err(err) => {
-                // The new slots hold keys now, but no table names them: free for reuse.
-                writer.free_slots.extend(fresh.iter().map(|&(id, _)| id));
-                return Err(err);
-            }
-        };
-        let (kept_ids, fresh_ids) = quota_ids.split_at(kept.len());
-        for (&(id, quota), &quota_id) in fresh.iter().zip(fresh_ids) {
-            if let Some(slot) = self.slots.get(id) {
-                let high = self.high_alloc(id, Interned::new(quota).wide);
-                slot.lock().write(State::full(&quota, now), quota_id, high);
-            }
-        }
-        // Checks on the old table see the stayers' new quotas too: both tables name the same slots.
-        let mut stays = vec![false; writer.next_slot as usize];
-        for (&(id, quota), &quota_id) in kept.iter().zip(kept_ids) {
-            stays[id as usize] = true;
-            let old = self.update_slot(writer, id, quota, quota_id, now);
-            writer.release(old);
-        }
-        let removed: Vec<u32> = current.ids().filter(|&id| !stays[id as usize]).collect();
-        drop(current);
-        self.publish(next);
-        self.free_slots(writer, removed);
-        Ok(())
+        self.rebuild(&mut writer, current, entries, now)
     }
 
     /// Changes one key's quota in place, keeping its tokens (capped to the new burst).
@@ -160,12 +89,13 @@ impl<K: Hash + Eq, C: Clock> Limiter<K, C> {
         Q: Hash + Eq + ?Sized,
     {
         let mut writer = self.writer.lock();
-        let table = self.table.load();
-        let id = self
-            .find(&table, self.hasher.hash_one(key), key)
+        let current = self.table.load();
+        // Under the writer lock the current table's entries are never moved.
+        let entry = current
+            .find(self.hasher.hash_one(key), key)
             .ok_or(LimiterError::UnknownKey)?;
         let quota_id = writer.intern(&self.quotas, quota)?;
-        let old = self.update_slot(&writer, id, quota, quota_id, now);
+        let old = self.change_quota(&writer, &current, &mut entry.lock(), quota, quota_id, now);
         writer.release(old);
         Ok(())
     }
@@ -217,126 +147,235 @@ impl<K: Hash + Eq, C: Clock> Limiter<K, C> {
     /// [`LimiterError::TooManyKeys`] beyond `u32::MAX − 1` keys.
     ///
     /// # Performance
-    /// Adding copies the table of indexes, `O(keys)`: add many keys with one
-    /// [`replace_keys`](Self::replace_keys).
-    pub fn insert(&self, key: K, quota: Quota) -> Result<(), LimiterError> {
+    /// Adding rebuilds the table as [`replace_keys`](Self::replace_keys) does, `O(keys)` (and a
+    /// clone of every key): add many keys with one `replace_keys`.
+    pub fn insert(&self, key: K, quota: Quota) -> Result<(), LimiterError>
+    where
+        K: Clone,
+    {
         self.insert_at(key, quota, self.clock.now_nanos())
     }
 
     /// [`insert`](Self::insert) at clock reading `now`.
-    pub fn insert_at(&self, key: K, quota: Quota, now: u64) -> Result<(), LimiterError> {
+    pub fn insert_at(&self, key: K, quota: Quota, now: u64) -> Result<(), LimiterError>
+    where
+        K: Clone,
+    {
         let mut writer = self.writer.lock();
-        let writer = &mut *writer;
         let current = self.table.load_full();
-        let hash = self.hasher.hash_one(&key);
-        let quota_id = writer.intern(&self.quotas, quota)?;
-        if let Some(id) = self.find(&current, hash, &key) {
-            let old = self.update_slot(writer, id, quota, quota_id, now);
+        if let Some(entry) = current.find(self.hasher.hash_one(&key), &key) {
+            let quota_id = writer.intern(&self.quotas, quota)?;
+            let old = self.change_quota(&writer, &current, &mut entry.lock(), quota, quota_id, now);
             writer.release(old);
             return Ok(());
         }
-        let fresh_from = writer.next_slot;
-        let id = match writer.alloc_slot(&self.slots) {
-            Ok(id) => id,
-            Err(err) => {
-                writer.release(quota_id);
-                return Err(err);
-            }
-        };
-        if let Some(slot) = self.slots.get(id) {
-            // SAFETY: a slot just allocated is named by no published table; it held a key exactly
-            // if it was handed out before this update.
-            unsafe { slot.set_key(key, writer.had_key(id, fresh_from)) };
-            let high = self.high_alloc(id, Interned::new(quota).wide);
-            slot.lock().write(State::full(&quota, now), quota_id, high);
-        }
-        let mut next = Table::clone(&current);
-        drop(current);
-        if let Err(err) = next.insert(hash, id) {
-            writer.release(quota_id);
-            writer.free_slots.push(id);
-            return Err(err);
-        }
-        self.publish(next);
-        Ok(())
+        let entries = self.configured(&writer, &current);
+        self.rebuild(
+            &mut writer,
+            current,
+            entries.into_iter().chain([(key, quota)]),
+            now,
+        )
     }
 
-    /// Removes `key` from the table: it falls to the best-effort bucket, and its slot is reused
-    /// (reset to full) once no check can reach it.
+    /// Removes `key` from the table: it falls to the best-effort bucket.
     ///
     /// # Errors
     /// [`LimiterError::UnknownKey`] if `key` is not in the table.
     ///
     /// # Performance
-    /// Copies the table of indexes, `O(keys)`.
+    /// Rebuilds the table as [`replace_keys`](Self::replace_keys) does, `O(keys)` (and a clone
+    /// of every key that stays).
     pub fn remove<Q>(&self, key: &Q) -> Result<(), LimiterError>
     where
-        K: Borrow<Q>,
+        K: Borrow<Q> + Clone,
         Q: Hash + Eq + ?Sized,
     {
         let mut writer = self.writer.lock();
         let current = self.table.load_full();
-        let hash = self.hasher.hash_one(key);
-        let id = self
-            .find(&current, hash, key)
-            .ok_or(LimiterError::UnknownKey)?;
-        let mut next = Table::clone(&current);
-        drop(current);
-        next.remove(hash, id);
-        self.publish(next);
-        self.free_slots(&mut writer, vec![id]);
+        if current.find(self.hasher.hash_one(key), key).is_none() {
+            return Err(LimiterError::UnknownKey);
+        }
+        let mut entries = self.configured(&writer, &current);
+        entries.retain(|(k, _)| k.borrow() != key);
+        self.rebuild(&mut writer, current, entries, self.clock.now_nanos())
+    }
+
+    /// Every key of `table` with its quota, for an update that rebuilds it with a key more or
+    /// fewer.
+    fn configured(&self, writer: &Writer, table: &Table<K>) -> Vec<(K, Quota)>
+    where
+        K: Clone,
+    {
+        table
+            .iter()
+            // SAFETY: the caller holds the writer lock (it lent us `writer`).
+            .map(|entry| {
+                (
+                    entry.key().clone(),
+                    writer.quota(unsafe { entry.writer_quota_id() }),
+                )
+            })
+            .collect()
+    }
+
+    /// Replaces `current` (the published table) by one holding `entries`: builds it, interning
+    /// every quota first so that a failure leaves the limiter as it was, then moves the buckets.
+    fn rebuild<I>(
+        &self,
+        writer: &mut Writer,
+        current: Arc<Table<K>>,
+        entries: I,
+        now: u64,
+    ) -> Result<(), LimiterError>
+    where
+        I: IntoIterator<Item = (K, Quota)>,
+    {
+        let entries = entries.into_iter();
+        // A size hint too large for a table is only a hint: grow as entries arrive instead.
+        let mut next =
+            Table::with_capacity(entries.size_hint().0).or_else(|_| Table::with_capacity(0))?;
+        let mut interned = Vec::new();
+        let mut any_wide = false;
+        let built = (|| {
+            for (key, quota) in entries {
+                let hash = self.hasher.hash_one(&key);
+                if next.find(hash, &key).is_some() {
+                    return Err(LimiterError::DuplicateKey);
+                }
+                let id = writer.intern(&self.quotas, quota)?;
+                interned.push(id);
+                any_wide |= Interned::new(quota).wide;
+                // Full, as an added key starts; a key that stays gets its bucket in `migrate`.
+                let entry = Entry::new(key, id, State::full(&quota, now));
+                next.insert(hash, entry, |e| self.hasher.hash_one(e.key()))?;
+            }
+            Ok(())
+        })();
+        if let Err(err) = built {
+            interned.into_iter().for_each(|id| writer.release(id));
+            return Err(err);
+        }
+        if any_wide {
+            // Full buckets of wide quotas keep their high halves in the table's side map, which
+            // needs the entries' final addresses: only now are they known.
+            for entry in next.iter() {
+                let mut locked = entry.lock();
+                let id = locked.quota_id();
+                let quota = writer.quota(id);
+                if Interned::new(quota).wide {
+                    next.write(&mut locked, State::full(&quota, now), true);
+                }
+            }
+        }
+        self.migrate(writer, current, next, now);
         Ok(())
     }
 
-    /// Puts `quota` (interned as `quota_id`) in force on slot `id` as of `now`; returns the id of
-    /// the quota it had, for the caller to release.
-    fn update_slot(&self, writer: &Writer, id: u32, quota: Quota, quota_id: u32, now: u64) -> u32 {
-        let Some(slot) = self.slots.get(id) else {
-            return quota_id;
+    /// Moves every bucket of `current` (the published table) to the same key's entry in `next`,
+    /// converting it if the key's quota changed, marks it moved and releases its quota; then
+    /// publishes `next`. See `table.rs` for why checks never wait for this.
+    fn migrate(&self, writer: &mut Writer, current: Arc<Table<K>>, next: Table<K>, now: u64) {
+        let next = Arc::new(next);
+        // The published table is replaced once: under the writer lock it has no successor yet.
+        let linked = current.link(next.clone());
+        debug_assert!(linked, "the published table was already replaced");
+        // Each bucket is locked only to copy it: its key's entry in `next` is found before, so
+        // that a check waiting on the lock spins for a few instructions instead of parking (and
+        // keeping the old table alive until the scheduler wakes it). Buckets busy with a check
+        // are moved last, not waited for in turn: their holder may be descheduled.
+        let step = Step {
+            current: &current,
+            next: &next,
+            now,
         };
-        let mut guard = slot.lock();
-        let old = guard.quota_id();
+        let mut busy = Vec::new();
+        for entry in current.iter() {
+            let key = entry.key();
+            let target = next.find(self.hasher.hash_one(key), key);
+            if !self.move_bucket(writer, step, entry, Entry::try_lock, target) {
+                busy.push((entry, target));
+            }
+        }
+        for (entry, target) in busy {
+            self.move_bucket(writer, step, entry, lock_now, target);
+        }
+        self.publish(next, current);
+    }
+
+    /// Moves the locked bucket of `current` to `target`, its key's entry in `next` (`None` if
+    /// the key goes), converting it if the key's quota changed; marks it moved and releases its
+    /// quota. Everything about the quotas is worked out before `locked` is taken (`lock`), so
+    /// the bucket is held only while it is copied.
+    fn move_bucket<'t>(
+        &self,
+        writer: &mut Writer,
+        step: Step<'_, K>,
+        entry: &'t Entry<K>,
+        lock: impl FnOnce(&'t Entry<K>) -> Option<Locked<'t, K>>,
+        target: Option<&Entry<K>>,
+    ) -> bool {
+        let Step { current, next, now } = step;
+        // SAFETY: we are the writer (we hold `writer`).
+        let old_id = unsafe { entry.writer_quota_id() };
+        let old_quota = writer.quota(old_id);
+        let old_wide = Interned::new(old_quota).wide;
+        // SAFETY: as above.
+        let target = target.map(|target| (target, unsafe { target.writer_quota_id() }));
+        let new = target.map(|(_, id)| (id, writer.quota(id)));
+        let new_wide = new.is_some_and(|(_, quota)| Interned::new(quota).wide);
+        let Some(mut locked) = lock(entry) else {
+            return false;
+        };
+        if let (Some((target, id)), Some((_, quota))) = (target, new) {
+            let mut state = current.read(&locked, old_wide);
+            if id != old_id {
+                state.set_quota(&old_quota, &quota, now);
+            }
+            next.write(&mut target.lock(), state, new_wide);
+        }
+        locked.set_moved();
+        drop(locked);
+        // No check reads this quota through the moved entry any more.
+        writer.release(old_id);
+        true
+    }
+
+    /// Puts `quota` (interned as `quota_id`) in force on the locked bucket of `table` as of
+    /// `now`; returns the id of the quota it had, for the caller to release.
+    fn change_quota(
+        &self,
+        writer: &Writer,
+        table: &Table<K>,
+        locked: &mut Locked<'_, K>,
+        quota: Quota,
+        quota_id: u32,
+        now: u64,
+    ) -> u32 {
+        let old = locked.quota_id();
         if old != quota_id {
             let old_quota = writer.quota(old);
-            let mut state = guard.read(self.high(id, Interned::new(old_quota).wide));
+            let (was_wide, wide) = (Interned::new(old_quota).wide, Interned::new(quota).wide);
+            let mut state = table.read(locked, was_wide);
             state.set_quota(&old_quota, &quota, now);
-            let high = self.high_alloc(id, Interned::new(quota).wide);
-            guard.write(state, quota_id, high);
+            table.write(locked, state, wide);
+            locked.set_quota_id(quota_id);
+            if was_wide && !wide {
+                table.forget_wide(locked);
+            }
         }
         old
     }
 
-    /// Releases the quotas of slots no table names any more and queues them for reuse. Called
-    /// after [`publish`](Self::publish), so no check can still reach them.
-    fn free_slots(&self, writer: &mut Writer, removed: Vec<u32>) {
-        for id in removed {
-            if let Some(slot) = self.slots.get(id) {
-                let quota_id = slot.lock().quota_id();
-                writer.release(quota_id);
-                writer.free_slots.push(id);
-            }
-        }
-    }
-
-    /// [`high`](Self::high), allocating the cell. Writer only.
-    fn high_alloc(&self, id: u32, wide: bool) -> Option<&Wide> {
-        if wide {
-            self.wide.get_or_alloc(id)
-        } else {
-            None
-        }
-    }
-
-    /// Publishes `next` as the table and returns once no check reads the previous one.
-    fn publish(&self, next: Table) {
-        let next = Arc::new(next);
-        self.hint.publish(&next);
+    /// Publishes `next` in place of `current` and returns once no check reads `current`, which
+    /// it then frees.
+    fn publish(&self, next: Arc<Table<K>>, current: Arc<Table<K>>) {
+        drop(current);
         let mut old = self.table.swap(next);
         // `swap` has turned every check's borrowed snapshot of the old table into a counted
         // reference, so the old table is ours alone once the count drops to one: the checks that
         // still hold it finish within a lookup and a bucket update. Waiting here, not dropping a
-        // reference, keeps the freeing of a large table off the checks' path, and tells the
-        // caller when the slots only the old table named can be reused.
+        // reference, keeps the freeing of a large table off the checks' path.
         loop {
             match Arc::try_unwrap(old) {
                 Ok(table) => return drop(table),
@@ -347,4 +386,24 @@ impl<K: Hash + Eq, C: Clock> Limiter<K, C> {
             }
         }
     }
+}
+
+/// The tables a migration moves buckets between, and its clock reading.
+struct Step<'a, K> {
+    current: &'a Table<K>,
+    next: &'a Table<K>,
+    now: u64,
+}
+
+impl<K> Clone for Step<'_, K> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<K> Copy for Step<'_, K> {}
+
+/// `entry`'s lock, waiting for it: what a bucket busy on the first pass gets.
+fn lock_now<K>(entry: &Entry<K>) -> Option<Locked<'_, K>> {
+    Some(entry.lock())
 }

@@ -1,48 +1,24 @@
-//! What only updates touch: the allocation of slots and of interned quota ids, behind the
+//! What only updates touch: the interned quota ids and their reference counts, behind the
 //! limiter's writer lock.
 
 use hashbrown::HashMap;
 
 use super::LimiterError;
+use super::arena::{Arena, Interned, QuotaCell};
 use super::quota::Quota;
-use super::slots::{Arena, Interned, QuotaCell, Slot};
 
-/// What only updates touch: slot and quota-id allocation.
+/// What only updates touch: quota-id allocation.
 #[derive(Default)]
 pub(super) struct Writer {
-    /// Slots `[0, next_slot)` have been handed out and hold a key (live, or stale if freed).
-    pub(super) next_slot: u32,
-    /// Slots no published table names any more, to reuse.
-    pub(super) free_slots: Vec<u32>,
     /// Id of each interned quota.
     quota_ids: HashMap<Quota, u32>,
-    /// Per quota id: the quota and how many slots refer to it (0: free).
+    /// Per quota id: the quota and how many buckets refer to it (0: free).
     quota_refs: Vec<(Quota, u32)>,
-    /// Quota ids no slot refers to, to reuse.
+    /// Quota ids no bucket refers to, to reuse.
     free_quotas: Vec<u32>,
 }
 
 impl Writer {
-    /// A slot no published table names: a freed one (holding a stale key) or a new one.
-    pub(super) fn alloc_slot<K>(&mut self, slots: &Arena<Slot<K>>) -> Result<u32, LimiterError> {
-        if let Some(id) = self.free_slots.pop() {
-            return Ok(id);
-        }
-        let id = self.next_slot;
-        // u32::MAX stays unused so that `next_slot` counts every slot without overflowing.
-        if id == u32::MAX {
-            return Err(LimiterError::TooManyKeys);
-        }
-        slots.get_or_alloc(id).ok_or(LimiterError::TooManyKeys)?;
-        self.next_slot = id + 1;
-        Ok(id)
-    }
-
-    /// Whether slot `id` held a key before [`alloc_slot`](Self::alloc_slot) returned it.
-    pub(super) fn had_key(&self, id: u32, fresh_from: u32) -> bool {
-        id < fresh_from
-    }
-
     /// The id of `quota`, interned with one more reference.
     pub(super) fn intern(
         &mut self,
@@ -69,8 +45,8 @@ impl Writer {
             self.release(id);
             return Err(LimiterError::TooManyKeys);
         };
-        // SAFETY: the id was free, so no slot refers to it yet; slots that will are written after
-        // this, under their lock (see `slots` module rules).
+        // SAFETY: the id was free, so no bucket refers to it yet; buckets that will are written
+        // after this, under their lock (see the `arena` module rules).
         unsafe { cell.set(Interned::new(quota)) };
         self.quota_ids.insert(quota, id);
         Ok(id)
