@@ -41,7 +41,7 @@
 //! - The modules pingora-limits has, at its paths, so its users change only the crate name:
 //!   [`estimator`], [`rate`], [`inflight`].
 //! - [`limiter`]: the token-bucket [`Limiter`](limiter::Limiter) and its small value types
-//!   (`Quota`, `Limit`, `Decision`, `LimiterError`); its table, buckets and slot arena stay private.
+//!   (`Quota`, `Limit`, `Decision`, `LimiterError`); its table, buckets and quota arena stay private.
 //! - [`shared`]: opening, creating and removing segments shared between processes, and their
 //!   errors; the mapping itself stays private.
 //! - [`clock`]: the time sources you pass to `Rate::with_clock` and `Limiter::with_clock`.
