@@ -3,7 +3,7 @@
 // forces its own backend), one rotation per interval for every thread, a buffer that outlives the
 // thread that made it and a worker terminated mid-loop, and the errors for bad buffers.
 import { Worker } from 'node:worker_threads';
-import test from 'ava';
+import test, { type ExecutionContext } from 'ava';
 import { backend, Estimator, ManualClock, Rate } from '../lib/index.js';
 import type { BufferWorkerData, Command } from './fixtures/buffer-worker.js';
 import { fixture, runFixture, throwsShape, title } from './helpers.js';
@@ -46,9 +46,13 @@ class BufferWorker {
   }
 }
 
-/** Workers over `data`, one per backend named, each ready (its first answer is its backend). */
-async function start(data: BufferWorkerData, backends: Backend[]): Promise<BufferWorker[]> {
+/**
+ * Workers over `data`, one per backend named, each ready (its first answer is its backend), and
+ * stopped when `t` ends however it ends.
+ */
+async function start(t: ExecutionContext, data: BufferWorkerData, backends: Backend[]): Promise<BufferWorker[]> {
   const all = backends.map((on) => new BufferWorker(data, on));
+  t.teardown(() => Promise.all(all.map((w) => w.stop())).then(() => undefined));
   const loaded = await Promise.all(all.map((w) => w.next()));
   if (loaded.join() !== backends.join()) throw new Error(`workers loaded ${loaded.join()}`);
   return all;
@@ -56,7 +60,7 @@ async function start(data: BufferWorkerData, backends: Backend[]): Promise<Buffe
 
 test(title('four worker threads incrementing one key reach the exact total, and all read it'), async (t) => {
   const buffer = Estimator.createSharedBuffer({ seed: 7n });
-  const all = await start({ buffer, kind: 'estimator' }, [backend, backend, backend, backend]);
+  const all = await start(t, { buffer, kind: 'estimator' }, [backend, backend, backend, backend]);
   const times = 20_000;
   await Promise.all(all.map((w) => w.send({ op: 'incr', keys: ['hot'], value: 1, times })));
   const seen = await Promise.all(all.map((w) => w.send({ op: 'get', keys: ['hot'] })));
@@ -84,7 +88,7 @@ test(title('a buffer sketch returns the number nearest its i64 counter, past 2^5
 
 test(title('the native and the fallback backend count in one buffer and give the same answers'), async (t) => {
   const buffer = Estimator.createSharedBuffer({ hashes: 3, slots: 256, seed: 0xfeedn });
-  const [native, fallback] = await start({ buffer, kind: 'estimator' }, ['native', 'fallback']);
+  const [native, fallback] = await start(t, { buffer, kind: 'estimator' }, ['native', 'fallback']);
   const keys = Array.from({ length: 500 }, (_, i) => (i % 2 === 0 ? `10.0.${i >> 8}.${i & 255}` : i));
   // Both at once on the same keys (with collisions: 500 keys in 256 slots), then each on its own.
   await Promise.all([
@@ -125,7 +129,7 @@ test(title('every thread sees the same rotations of a shared Rate, on either bac
   const intervalMs = 1000;
   const buffer = Rate.createSharedBuffer({ intervalMs, hashes: 2, slots: 64, seed: 3n });
   const startMs = 50_000;
-  const all = await start({ buffer, kind: 'rate', startMs }, ['native', 'fallback', backend, 'native']);
+  const all = await start(t, { buffer, kind: 'rate', startMs }, ['native', 'fallback', backend, 'native']);
   const clock = new ManualClock(startMs);
   const here = Rate.fromSharedBuffer(buffer, { clock, intervalMs });
   const advance = async (ms: number) => {
