@@ -7,7 +7,8 @@
  * per row, saturating at the i64 bounds as `add_saturating` does (the add is undone and redone as
  * a compare-and-swap loop when it overflowed). {@link BufferRate} mirrors
  * `crates/limits/src/shared/rate.rs`: the interval word, claimed and finished by
- * compare-and-swap, so all threads end an interval once. BigInt arithmetic makes these slower than
+ * compare-and-swap, so all threads end an interval once, and after idleness the carry of the
+ * events counted during the rotation (`estimator/carry.rs`). BigInt arithmetic makes these slower than
  * the default `Float64Array` sketch, which stays as it was.
  */
 import type { EstimatorCore, Key, RateCore, RateSample } from '../lib/core.js';
@@ -123,6 +124,35 @@ export class AtomicEstimator implements EstimatorCore {
     for (let i = this.first; i < end; i++) Atomics.store(this.words, i, 0n);
   }
 
+  /** Every counter's value, the baseline of a later {@link carryFrom} (carry.rs `snapshot`). */
+  snapshot(): BigInt64Array {
+    return this.words.slice(this.first, this.first + this.hashes * this.slots);
+  }
+
+  /**
+   * Moves into this sketch what `from` gained over `baseline`, emptying `from`, while `goOn()`
+   * (carry.rs `carry_from`, whose documentation says why each step is what it is).
+   */
+  carryFrom(from: AtomicEstimator, baseline: BigInt64Array, goOn: () => boolean): void {
+    const n = this.hashes * this.slots;
+    for (let i = 0; i < n; i++) {
+      if (!goOn()) return;
+      const base = baseline[i]!;
+      if (base === 0n && Atomics.load(from.words, from.first + i) === 0n) continue;
+      const gained = clampI64(Atomics.exchange(from.words, from.first + i, 0n) - base);
+      if (gained !== 0n) addSaturating(this.words, this.first + i, gained);
+    }
+  }
+
+  /** Moves the hashed key's counters of `from` into this sketch whole (carry.rs `carry_key_from`). */
+  carryKeyFrom(from: AtomicEstimator, h1: number, h2: number): void {
+    const indexes = this.rows.locate(h1, h2);
+    for (let row = 0; row < indexes.length; row++) {
+      const taken = Atomics.exchange(from.words, from.first + indexes[row]!, 0n);
+      if (taken !== 0n) addSaturating(this.words, this.first + indexes[row]!, taken);
+    }
+  }
+
   /** Adds `other`'s counters (a `Float64Array` sketch's, or another buffer's), saturating. */
   merge(other: EstimatorCore): void {
     const read = counterReader(other);
@@ -161,6 +191,8 @@ const ROTATING = 2n;
 const STALE = 4n;
 /** The bits that are not the start time. */
 const LOW_BITS = 7n;
+/** ROTATING | STALE as a number: a rotation after idleness, which `observe` handles the slow way. */
+const ROTATING_STALE = 6;
 
 /** The interval word as one call saw it (rate.rs `View`). */
 interface View {
@@ -169,7 +201,12 @@ interface View {
   stale: boolean;
   /** Nanoseconds since the current interval started. */
   past: bigint;
+  /** The interval word itself. */
+  word: bigint;
 }
+
+/** The word that finishes the rotation `claimed` claimed (rate.rs `finished`). */
+const finished = (claimed: bigint): bigint => (claimed & ~(ROTATING | FLAG)) | ((claimed & FLAG) ^ FLAG);
 
 /** The fallback {@link RateCore} over a buffer: `nowMs` is on the clock all its threads share. */
 export class BufferRate implements RateCore {
@@ -202,7 +239,24 @@ export class BufferRate implements RateCore {
   }
 
   observe(key: Key, events: number, nowMs: number): number {
-    return this.sketches[this.current(nowMs)].incr(key, events);
+    const running = this.running(nowMs);
+    if (running !== -1) return this.sketches[running].incr(key, events);
+    const view = this.view(nowMs);
+    const h = hashKey(key, this.k0, this.k1);
+    const count = this.sketches[view.current].incrHashed(h.h1, h.h2, events);
+    if (view.rotating && view.stale) this.carryLate(h.h1, h.h2, view);
+    return count;
+  }
+
+  /**
+   * After counting into the stale sketch during a rotation after idleness: if that rotation has
+   * finished meanwhile, its carry may have passed our counters, so we move them (rate.rs
+   * `carry_late`; `Atomics` are sequentially consistent, the fences there).
+   */
+  private carryLate(h1: number, h2: number, view: View): void {
+    if (Atomics.load(this.word, RATE_WORD) === finished(view.word)) {
+      this.sketches[1 - view.current]!.carryKeyFrom(this.sketches[view.current], h1, h2);
+    }
   }
 
   /** Two steps, as the native adapter's: the count, then where the interval is. */
@@ -238,20 +292,23 @@ export class BufferRate implements RateCore {
   close(): void {}
 
   /**
-   * Which sketch counts now: {@link view}'s `current`, read in numbers while the interval word,
-   * the time and the interval are all below 2^53 ns (104 days), where numbers are exact and the
-   * comparison is the same; BigInt arithmetic allocates, and this runs on every `observe`.
+   * Which sketch counts now when the interval is running and not rotating after idleness
+   * ({@link view}'s `current`), else −1 ({@link view} then ends the interval or says how to
+   * count). Read in numbers while the interval word, the time and the interval are all below
+   * 2^53 ns (104 days), where numbers are exact and the comparison is the same; BigInt arithmetic
+   * allocates, and this runs on every `observe`.
    */
-  private current(nowMs: number): 0 | 1 {
+  private running(nowMs: number): 0 | 1 | -1 {
     const now = Math.trunc(nowMs * 1e6);
     const seen = Number(Atomics.load(this.word, RATE_WORD));
     if (seen < EXACT && now < EXACT) {
       const low = seen % 8;
       const start = seen - low;
-      // An interval still running: its flag, as `view` reads it (an ended one is view's to end).
-      if (now >= start && now - start < this.intervalNsNumber) return (low & 1) as 0 | 1;
+      if (now >= start && now - start < this.intervalNsNumber && (low & ROTATING_STALE) !== ROTATING_STALE) {
+        return (low & 1) as 0 | 1;
+      }
     }
-    return this.view(nowMs).current;
+    return -1;
   }
 
   /** rate.rs `view`: ends the interval if it is over (taking over a stalled rotation); never waits. */
@@ -268,6 +325,7 @@ export class BufferRate implements RateCore {
         stale: (seen & STALE) !== 0n,
         // A start in the future (another clock's origin) reads as long past.
         past: now >= start ? now - start : U64_MAX,
+        word: seen,
       };
       if (view.past < this.intervalNs) return view;
       let claimed: bigint;
@@ -279,16 +337,26 @@ export class BufferRate implements RateCore {
         const stale = view.past >= (twice > U64_MAX ? U64_MAX : twice) ? STALE : 0n;
         claimed = (now & ~LOW_BITS) | (seen & FLAG) | ROTATING | stale;
       }
+      // The stale sketch before the claim, while nobody counts into it (rate.rs `view`).
+      const baseline = (claimed & STALE) !== 0n ? this.sketches[view.current].snapshot() : undefined;
       // Of all threads that read `seen`, exactly one claims the rotation.
-      if (Atomics.compareExchange(this.word, RATE_WORD, seen, claimed) === seen) this.rotate(claimed);
+      if (Atomics.compareExchange(this.word, RATE_WORD, seen, claimed) === seen) this.rotate(claimed, baseline);
     }
   }
 
-  /** Clears the sketch that becomes current, then publishes the new interval (unless taken over). */
-  private rotate(claimed: bigint): void {
+  /**
+   * Clears the sketch that becomes current, then publishes the new interval (unless taken over);
+   * after idleness, then carries the events counted meanwhile out of the stale sketch.
+   */
+  private rotate(claimed: bigint, baseline: BigInt64Array | undefined): void {
     const current = Number(claimed & FLAG);
     this.sketches[1 - current]!.reset();
-    const finished = (claimed & ~(ROTATING | FLAG)) | ((claimed & FLAG) ^ FLAG);
-    Atomics.compareExchange(this.word, RATE_WORD, claimed, finished);
+    const done = finished(claimed);
+    if (Atomics.compareExchange(this.word, RATE_WORD, claimed, done) !== claimed || baseline === undefined) return;
+    this.sketches[1 - current]!.carryFrom(
+      this.sketches[current]!,
+      baseline,
+      () => Atomics.load(this.word, RATE_WORD) === done,
+    );
   }
 }

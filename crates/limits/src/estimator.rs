@@ -27,6 +27,7 @@ use std::fmt;
 use std::hash::Hash;
 use std::sync::atomic::{AtomicI64, Ordering};
 
+mod carry;
 mod merge;
 mod saturating;
 

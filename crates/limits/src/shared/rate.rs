@@ -22,15 +22,30 @@
 //! compare-and-swap from the stalled word; clearing is idempotent and only the owner of the word
 //! can finish. No process ever waits for another.
 //!
+//! # Rotating after idleness
 //! After two or more idle intervals the sketch that ended is stale too; rather than clearing a
 //! sketch others may be counting into, the finish sets STALE and readers take the previous count
-//! as 0 until the next rotation clears that sketch.
+//! as 0 until the next rotation clears that sketch. The events counted while such a rotation is
+//! under way belong to the new interval but went into that stale sketch, mixed with its old
+//! counts, so the claimant copies the stale sketch before it claims (nobody counts into it then)
+//! and, once finished, **carries** each counter's gain over that copy into the new current sketch
+//! (`estimator/carry.rs`). A writer that counted into the stale sketch during the rotation then
+//! checks the word: if the rotation has finished, the carry may have passed its counters, so it
+//! carries them itself. A `SeqCst` fence on each side (after the writer's count, after the
+//! claimant's finish) makes sure that of a writer and the carry at least one sees the other, and
+//! each move empties a counter with one swap, so every event lands in the new interval exactly
+//! once. Until the carry has passed a counter its events are missing from the new interval, and a
+//! counter a late writer moved holds the stale count with its own until the carry subtracts it:
+//! microseconds for the usual shapes. The copy costs the memory of one sketch, briefly.
 //!
 //! # What it does not promise
 //! As in pingora's `Rate`, an event racing with a rotation may be counted in either interval. A
 //! process descheduled for longer than an interval in the middle of an update may add to a sketch
 //! that was cleared meanwhile, or (as a stalled claimant) clear counts others made after the
-//! takeover: bounded by what arrives during that stall.
+//! takeover: bounded by what arrives during that stall. The count an `observe` returns while a
+//! rotation after idleness is under way includes the stale counts of the interval before the
+//! idle spell (its events are carried into the new interval all the same). A claimant killed
+//! mid-carry leaves the counters it had not reached uncarried.
 //!
 //! # Time
 //! Every process reads [`HostClock`] (`CLOCK_MONOTONIC`): on Linux and macOS one clock per boot
@@ -50,7 +65,7 @@ use crate::shared::segment::{Counters, Segment, SharedOptions};
 use std::fmt;
 use std::hash::Hash;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering, fence};
 use std::time::Duration;
 
 /// Bit 0 of the interval word: which sketch counts the current interval.
@@ -119,6 +134,14 @@ struct View {
     stale: bool,
     /// Nanoseconds since the current interval started.
     past: u64,
+    /// The interval word itself.
+    word: u64,
+}
+
+/// The word that finishes the rotation claimed by `claimed`: same start and staleness, no longer
+/// rotating, the other sketch current.
+fn finished(claimed: u64) -> u64 {
+    (claimed & !(ROTATING | FLAG)) | ((claimed & FLAG) ^ FLAG)
 }
 
 impl SharedRate {
@@ -233,8 +256,7 @@ impl<C: Clock> SharedRate<C> {
 
     /// [`observe`](Self::observe) for a key hashed with [`hash_key`](Self::hash_key).
     pub fn observe_hash(&self, key: KeyHash, events: isize) -> isize {
-        let view = self.view();
-        self.sketches[view.current].incr_hash(key, events)
+        self.count(key, events, self.view())
     }
 
     /// [`observe_hash`](Self::observe_hash), also returning the nanoseconds elapsed in the
@@ -242,7 +264,7 @@ impl<C: Clock> SharedRate<C> {
     /// the interval word, as [`Rate::observe_hash_in_interval`](crate::rate::Rate::observe_hash_in_interval).
     pub fn observe_hash_in_interval(&self, key: KeyHash, events: isize) -> (isize, u64) {
         let view = self.view();
-        let count = self.sketches[view.current].incr_hash(key, events);
+        let count = self.count(key, events, view);
         // interval_nanos >= 1: no remainder by zero.
         (count, view.past % self.interval_nanos)
     }
@@ -295,6 +317,27 @@ impl<C: Clock> SharedRate<C> {
         (previous, self.sketches[view.current].get_hash(key))
     }
 
+    /// Counts `events` for `key` in the sketch `view` names as current.
+    #[inline]
+    fn count(&self, key: KeyHash, events: isize, view: View) -> isize {
+        let count = self.sketches[view.current].incr_hash(key, events);
+        if view.rotating && view.stale {
+            self.carry_late(key, view);
+        }
+        count
+    }
+
+    /// After counting into the stale sketch during a rotation after idleness: if that rotation
+    /// has finished meanwhile, its carry may have passed our counters, so we move them.
+    #[cold]
+    fn carry_late(&self, key: KeyHash, view: View) {
+        // SeqCst: pairs with the fence after the claimant's finish (module documentation).
+        fence(Ordering::SeqCst);
+        if self.word().load(Ordering::Relaxed) == finished(view.word) {
+            self.sketches[1 - view.current].carry_key_from(&self.sketches[view.current], key);
+        }
+    }
+
     fn word(&self) -> &AtomicU64 {
         self.segment.word(RATE_WORD_OFFSET)
     }
@@ -316,6 +359,7 @@ impl<C: Clock> SharedRate<C> {
                 stale: seen & STALE != 0,
                 // None: a start in the future, from another boot's clock.
                 past: now.checked_sub(start).unwrap_or(u64::MAX),
+                word: seen,
             };
             if view.past < self.interval_nanos {
                 return view;
@@ -331,6 +375,9 @@ impl<C: Clock> SharedRate<C> {
                 };
                 (now & !LOW_BITS) | (seen & FLAG) | ROTATING | stale
             };
+            // The stale sketch as it is before the claim, while nobody counts into it, so that
+            // the events counted during the rotation can be told from its old counts.
+            let baseline = (claimed & STALE != 0).then(|| self.sketches[view.current].snapshot());
             // AcqRel on success: Acquire so that the clearing below is ordered after what the
             // previous finisher published; Release is not needed by anyone but keeps the single
             // total order simple. Acquire on failure: we loop and read the winner's word.
@@ -338,23 +385,39 @@ impl<C: Clock> SharedRate<C> {
                 .compare_exchange(seen, claimed, Ordering::AcqRel, Ordering::Acquire)
                 .is_ok()
             {
-                self.rotate(claimed);
+                self.rotate(claimed, baseline.as_deref());
             }
         }
     }
 
     /// Clears the sketch that becomes current and publishes the new interval, as the owner of
-    /// the `claimed` word.
-    fn rotate(&self, claimed: u64) {
+    /// the `claimed` word; after idleness, then carries the events counted meanwhile from the
+    /// stale sketch, whose counts before the claim are `baseline`.
+    fn rotate(&self, claimed: u64, baseline: Option<&[i64]>) {
         let current = (claimed & FLAG) as usize;
         self.sketches[1 - current].reset();
-        // Same start and staleness, no longer rotating, the other sketch current.
-        let finished = (claimed & !(ROTATING | FLAG)) | ((claimed & FLAG) ^ FLAG);
         // Release: publishes the cleared sketch with the new word. A failure means another
         // process took the rotation over (we stalled): it finishes instead.
-        let _ =
-            self.word()
-                .compare_exchange(claimed, finished, Ordering::Release, Ordering::Relaxed);
+        let finished = finished(claimed);
+        if self
+            .word()
+            .compare_exchange(claimed, finished, Ordering::Release, Ordering::Relaxed)
+            .is_ok()
+            && let Some(baseline) = baseline
+        {
+            self.carry(current, baseline, finished);
+        }
+    }
+
+    /// Carries what sketch `stale` gained over `baseline` into the other, the current one, while
+    /// the word is still `finished` (a later rotation, after a stall of an interval, ends it).
+    fn carry(&self, stale: usize, baseline: &[i64], finished: u64) {
+        // SeqCst: pairs with the fence of a writer's carry_late (module documentation).
+        fence(Ordering::SeqCst);
+        let word = self.word();
+        self.sketches[1 - stale].carry_from(&self.sketches[stale], baseline, || {
+            word.load(Ordering::Relaxed) == finished
+        });
     }
 }
 
@@ -441,8 +504,85 @@ mod tests {
         let word = rate.word().load(Ordering::SeqCst);
         assert_eq!(word & (ROTATING | FLAG), FLAG);
         // The claimant's late finish cannot undo the takeover.
-        rate.rotate(start | ROTATING);
+        rate.rotate(start | ROTATING, None);
         assert_eq!(rate.word().load(Ordering::SeqCst), word);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// A rate in its first interval with "k" counted 3 times and "other" 5 times, then idle for
+    /// three intervals, and a claimant that copied the stale sketch and claimed the rotation but
+    /// has neither cleared nor finished: (rate, claimed word, baseline, a writer's view of it).
+    fn idle_rotation<'c>(
+        dir: &std::path::Path,
+        clock: &'c ManualClock,
+    ) -> (SharedRate<&'c ManualClock>, u64, Box<[i64]>, View) {
+        clock.advance(SECOND * 10);
+        let rate = open(dir, clock);
+        rate.observe(&"k", 3);
+        rate.observe(&"other", 5);
+        clock.advance(SECOND * 3);
+        let baseline = rate.sketches[0].snapshot();
+        let claimed = (clock.now_nanos() & !LOW_BITS) | ROTATING | STALE;
+        rate.word().store(claimed, Ordering::SeqCst);
+        let during = rate.view();
+        assert!(during.rotating && during.stale);
+        (rate, claimed, baseline, during)
+    }
+
+    fn samples(rate: &SharedRate<&ManualClock>, key: &str) -> (isize, isize) {
+        rate.rate_with(&key, |c| (c.prev_samples, c.curr_samples))
+    }
+
+    #[test]
+    fn a_rotation_after_idleness_carries_the_events_counted_during_it() {
+        let dir = scratch("idle-carry");
+        let clock = ManualClock::new();
+        let (rate, claimed, baseline, during) = idle_rotation(&dir, &clock);
+        let k = rate.hash_key("k");
+        // Counted into the stale sketch, so the count returned includes the old 3 (documented).
+        assert_eq!(rate.count(k, 2, during), 5);
+        assert_eq!(samples(&rate, "k"), (0, 0));
+        rate.rotate(claimed, Some(&baseline));
+        assert_eq!(samples(&rate, "k"), (0, 2));
+        assert_eq!(samples(&rate, "other"), (0, 0));
+        // A writer that read the rotating word and counts after the carry passed its counters
+        // sees the rotation finished and carries them itself.
+        assert_eq!(rate.count(k, 4, during), 4);
+        assert_eq!(samples(&rate, "k"), (0, 6));
+        assert_eq!(rate.observe(&"k", 1), 7);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn stale_counts_a_late_writer_moves_before_the_carry_are_subtracted_by_it() {
+        let dir = scratch("idle-late");
+        let clock = ManualClock::new();
+        let (rate, claimed, baseline, during) = idle_rotation(&dir, &clock);
+        // The claimant has cleared and finished but not carried yet.
+        rate.sketches[1].reset();
+        rate.word().store(finished(claimed), Ordering::SeqCst);
+        // A late writer moves its counters whole, the stale 3 with its 4...
+        assert_eq!(rate.count(rate.hash_key("k"), 4, during), 7);
+        assert_eq!(samples(&rate, "k"), (0, 7));
+        // ...and the carry takes the 3 back: each event once, no stale count.
+        rate.carry(0, &baseline, finished(claimed));
+        assert_eq!(samples(&rate, "k"), (0, 4));
+        assert_eq!(samples(&rate, "other"), (0, 0));
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn a_carry_stops_when_a_later_rotation_has_begun() {
+        let dir = scratch("idle-stopped");
+        let clock = ManualClock::new();
+        let (rate, claimed, baseline, during) = idle_rotation(&dir, &clock);
+        assert_eq!(rate.count(rate.hash_key("k"), 2, during), 5);
+        rate.sketches[1].reset();
+        // The claimant stalled after finishing for a whole interval and the next rotation began:
+        // carrying now would add into a sketch that is no longer current, so it does nothing.
+        rate.word().store(finished(claimed) + 8, Ordering::SeqCst);
+        rate.carry(0, &baseline, finished(claimed));
+        assert_eq!(rate.sketches[1].get("k"), 0);
         let _ = std::fs::remove_dir_all(&dir);
     }
 }
