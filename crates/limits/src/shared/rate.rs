@@ -26,7 +26,7 @@
 //! After two or more idle intervals the sketch that ended is stale too; rather than clearing a
 //! sketch others may be counting into, the finish sets STALE and readers take the previous count
 //! as 0 until the next rotation clears that sketch. The events counted while such a rotation is
-//! under way belong to the new interval but went into that stale sketch, mixed with its old
+//! under way belong to the new interval but go into that stale sketch, mixed with its old
 //! counts, so the claimant copies the stale sketch before it claims (nobody counts into it then)
 //! and, once finished, **carries** each counter's gain over that copy into the new current sketch
 //! (`estimator/carry.rs`). A writer that counted into the stale sketch during the rotation then
@@ -36,7 +36,8 @@
 //! each move empties a counter with one swap, so every event lands in the new interval exactly
 //! once. Until the carry has passed a counter its events are missing from the new interval, and a
 //! counter a late writer moved holds the stale count with its own until the carry subtracts it:
-//! microseconds for the usual shapes. The copy costs the memory of one sketch, briefly.
+//! microseconds for the usual shapes. The copy costs the memory of one sketch, briefly, in each
+//! process racing to end that interval (256 KiB for the Node API's default 4 × 8192).
 //!
 //! # What it does not promise
 //! As in pingora's `Rate`, an event racing with a rotation may be counted in either interval. A
