@@ -8,13 +8,16 @@
 //! Differences from pingora-limits, all deliberate: time is read from a [`Clock`] (tests drive a
 //! [`ManualClock`](crate::clock::ManualClock) instead of sleeping) in nanoseconds, so intervals
 //! below a millisecond work (pingora takes `% 0` on them) and a zero interval is refused or
-//! clamped to 1 ns; and a thread losing the reset race does not assert (pingora's
-//! `assert!(new >= now - 1000)` underflows in the first second).
+//! clamped to 1 ns; a thread losing the reset race does not assert (pingora's
+//! `assert!(new >= now - 1000)` underflows in the first second); and after two idle intervals the
+//! sketch that was current is carried into the new interval rather than cleared, so what other
+//! threads count into it while the rotation runs is kept (`rotation.rs`). Each such rotation
+//! copies that sketch once (its size in memory, briefly, per thread racing to rotate).
 
 use crate::clock::{Clock, MonotonicClock};
 use crate::estimator::Estimator;
 use crate::hash::{KeyHash, random_seed};
-use crate::rotation::{self, Rotation};
+use crate::rotation::{self, Rotation, Slots};
 use crate::shape::Shape;
 use std::fmt;
 use std::hash::Hash;
@@ -346,8 +349,31 @@ impl<C: Clock> Rate<C> {
     /// interval started as of the call.
     #[inline]
     fn maybe_reset(&self) -> u64 {
-        self.rotation
-            .maybe_reset(|red| if red { &self.red } else { &self.blue }.reset())
+        self.rotation.maybe_reset(self)
+    }
+
+    fn sketch(&self, red: bool) -> &Estimator {
+        if red { &self.red } else { &self.blue }
+    }
+}
+
+/// After idleness the sketch that was current is carried, not cleared: the events threads counted
+/// into it after the rotation was claimed move to the new current sketch (`estimator/carry.rs`),
+/// and what they add after the carry passed stays in the previous interval.
+impl<C: Clock> Slots for Rate<C> {
+    type Baseline = Box<[i64]>;
+
+    fn clear(&self, red: bool) {
+        self.sketch(red).reset();
+    }
+
+    fn baseline(&self, red: bool) -> Box<[i64]> {
+        self.sketch(red).snapshot()
+    }
+
+    fn retire(&self, red: bool, baseline: Box<[i64]>, go_on: impl Fn() -> bool) {
+        self.sketch(!red)
+            .carry_from(self.sketch(red), &baseline, go_on);
     }
 }
 

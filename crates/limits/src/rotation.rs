@@ -7,9 +7,33 @@
 //! not aligned to the clock), and after two idle intervals both slots are emptied. One
 //! compare-and-swap decides which thread ends an interval, so concurrent callers never rotate
 //! twice.
+//!
+//! After idleness pingora clears the slot that was current once the flag has flipped, which also
+//! wipes what threads that had not yet seen the flip counted into it: events of the new interval.
+//! Here the slots decide how that slot is emptied ([`Slots::retire`]): a `Rate`'s sketches carry
+//! what was added to it since the rotation was claimed into the new current sketch.
 
 use crate::clock::Clock;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
+/// The two slots a [`Rotation`] turns, red and blue.
+pub(crate) trait Slots {
+    /// What [`retire`](Self::retire) needs to know of a slot as it was before an interval ended.
+    type Baseline;
+
+    /// Empties the red slot (`true`) or the blue one.
+    fn clear(&self, red: bool);
+
+    /// The red slot (`true`) or the blue one as it is now: read before the rotation is claimed,
+    /// when no thread counts into it.
+    fn baseline(&self, red: bool) -> Self::Baseline;
+
+    /// Empties the slot that counted the interval before an idle spell (red or blue), now the
+    /// previous one, which held `baseline` when the rotation was claimed: what threads added to
+    /// it since belongs to the new interval. Stops early once `go_on` returns `false` (another
+    /// rotation began: this thread stalled for an interval).
+    fn retire(&self, red: bool, baseline: Self::Baseline, go_on: impl Fn() -> bool);
+}
 
 /// Which of two slots (called red and blue) counts the current interval, and since when.
 pub(crate) struct Rotation<C> {
@@ -48,11 +72,11 @@ impl<C: Clock> Rotation<C> {
         self.red_or_blue.load(Ordering::SeqCst)
     }
 
-    /// Starts a new interval if the current one has ended, calling `clear(red)` to empty the
-    /// red slot (`true`) or the blue one (`false`) before counting goes there; returns the time
-    /// since the current interval started as of the call (before any rotation it made).
+    /// Starts a new interval if the current one has ended, emptying the slot that counting goes
+    /// to next first (and after idleness retiring the other); returns the time since the current
+    /// interval started as of the call (before any rotation it made).
     #[inline]
-    pub(crate) fn maybe_reset(&self, mut clear: impl FnMut(bool)) -> u64 {
+    pub(crate) fn maybe_reset(&self, slots: &impl Slots) -> u64 {
         let now = self.clock.now_nanos().saturating_sub(self.start);
         // SeqCst: pairs with the CAS below; see red_or_blue.
         let last_reset = self.last_reset.load(Ordering::SeqCst);
@@ -62,6 +86,8 @@ impl<C: Clock> Rotation<C> {
             return past;
         }
         let red_or_blue = self.red_or_blue();
+        let idle = past >= self.interval_nanos.saturating_mul(2);
+        let baseline = idle.then(|| slots.baseline(red_or_blue));
         // CAS so exactly one thread ends the interval that `last_reset` started. SeqCst on
         // success so the flag flip below is ordered after it for every thread; SeqCst on failure
         // (stronger than needed) keeps the reasoning to one total order.
@@ -71,13 +97,15 @@ impl<C: Clock> Rotation<C> {
             .is_ok()
         {
             // First clear the previous slot, which becomes the current one...
-            clear(!red_or_blue);
+            slots.clear(!red_or_blue);
             // ...then flip the flag so that others count into the cleared slot.
             self.red_or_blue.store(!red_or_blue, Ordering::SeqCst);
-            if past >= self.interval_nanos.saturating_mul(2) {
+            if let Some(baseline) = baseline {
                 // Two intervals passed: what was current is stale too. After the flip it is
                 // the previous slot.
-                clear(red_or_blue);
+                slots.retire(red_or_blue, baseline, || {
+                    self.last_reset.load(Ordering::SeqCst) == now
+                });
             }
         }
         // On failure another thread ended the interval; nothing to do (pingora asserts here).

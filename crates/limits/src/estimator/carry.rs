@@ -1,6 +1,6 @@
 //! Carrying counts from one sketch into another while other threads (or processes) keep counting
-//! into the first: how a shared rate keeps the events that arrive while it rotates after an idle
-//! spell (`shared/rate.rs`, "Rotating after idleness").
+//! into the first: how a rate keeps the events that arrive while it rotates after an idle spell
+//! (`shared/rate.rs`, "Rotating after idleness"; `rate.rs` through `rotation.rs`).
 //!
 //! The source sketch holds counts to drop (a `baseline` copied while nobody counted into it) plus
 //! events to keep. Every move empties a source counter with one `swap(0)` and adds what it took to
@@ -30,10 +30,13 @@ impl<S: CounterStore> Estimator<S> {
     /// Moves into this sketch what `from` (same shape and seed) gained over `baseline`, emptying
     /// `from`; stops early, at a counter boundary, once `go_on` returns `false`.
     ///
-    /// The caller issues a `SeqCst` fence before, pairing with the fence of a writer that counted
-    /// into `from` and then checked whether the carry had started (see
+    /// Where writers check afterwards whether the carry started (a shared rate's, which read a
+    /// stale sketch as 0), the caller issues a `SeqCst` fence before, pairing with the fence of a
+    /// writer that counted into `from` and then checked (see
     /// [`carry_key_from`](Self::carry_key_from)): either that writer sees the carry started and
-    /// moves its own counters, or the swaps here see its increments.
+    /// moves its own counters, or the swaps here see its increments. Where they do not (a
+    /// process-local `Rate`, which reads the previous sketch as it is), what they add after the
+    /// carry passed stays in `from` and counts in the previous interval.
     pub(crate) fn carry_from(&self, from: &Self, baseline: &[i64], go_on: impl Fn() -> bool) {
         let counters = self.store.counters().iter().zip(from.store.counters());
         for ((to, source), &base) in counters.zip(baseline) {

@@ -3,7 +3,7 @@
 
 use crate::clock::{Clock, MonotonicClock};
 use crate::hash::KeyHash;
-use crate::rotation::{self, Rotation};
+use crate::rotation::{self, Rotation, Slots};
 use std::borrow::Borrow;
 use std::collections::HashMap;
 use std::fmt;
@@ -233,8 +233,23 @@ impl<K: Hash + Eq + Clone, C: Clock> HeavyHitters<K, C> {
     /// Starts a new interval if the current one has ended.
     #[inline]
     fn maybe_reset(&self) {
-        self.rotation
-            .maybe_reset(|red| if red { &self.red } else { &self.blue }.reset());
+        self.rotation.maybe_reset(self);
+    }
+}
+
+/// A summary cannot tell the entries counted after a rotation began from the ones before, so a
+/// retired summary is cleared, as pingora clears a stale sketch.
+impl<K: Hash + Eq + Clone, C: Clock> Slots for HeavyHitters<K, C> {
+    type Baseline = ();
+
+    fn clear(&self, red: bool) {
+        if red { &self.red } else { &self.blue }.reset();
+    }
+
+    fn baseline(&self, _red: bool) {}
+
+    fn retire(&self, red: bool, _baseline: (), _go_on: impl Fn() -> bool) {
+        self.clear(red);
     }
 }
 
