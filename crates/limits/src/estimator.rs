@@ -31,6 +31,7 @@ mod carry;
 mod merge;
 mod saturating;
 
+pub(crate) use carry::Baseline;
 pub use merge::MergeError;
 pub(crate) use saturating::add_saturating;
 use saturating::sub_saturating;

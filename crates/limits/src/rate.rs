@@ -11,11 +11,11 @@
 //! clamped to 1 ns; a thread losing the reset race does not assert (pingora's
 //! `assert!(new >= now - 1000)` underflows in the first second); and after two idle intervals the
 //! sketch that was current is carried into the new interval rather than cleared, so what other
-//! threads count into it while the rotation runs is kept (`rotation.rs`). Each such rotation
-//! copies that sketch once (its size in memory, briefly, per thread racing to rotate).
+//! threads count into it while the rotation runs is kept (`rotation.rs`), at the cost the shared
+//! rate's documentation gives (`shared/rate.rs`, "Rotating after idleness"), once per idle spell.
 
 use crate::clock::{Clock, MonotonicClock};
-use crate::estimator::Estimator;
+use crate::estimator::{Baseline, Estimator};
 use crate::hash::{KeyHash, random_seed};
 use crate::rotation::{self, Rotation, Slots};
 use crate::shape::Shape;
@@ -361,17 +361,17 @@ impl<C: Clock> Rate<C> {
 /// into it after the rotation was claimed move to the new current sketch (`estimator/carry.rs`),
 /// and what they add after the carry passed stays in the previous interval.
 impl<C: Clock> Slots for Rate<C> {
-    type Baseline = Box<[i64]>;
+    type Baseline = Baseline;
 
     fn clear(&self, red: bool) {
         self.sketch(red).reset();
     }
 
-    fn baseline(&self, red: bool) -> Box<[i64]> {
+    fn baseline(&self, red: bool) -> Baseline {
         self.sketch(red).snapshot()
     }
 
-    fn retire(&self, red: bool, baseline: Box<[i64]>, go_on: impl Fn() -> bool) {
+    fn retire(&self, red: bool, baseline: Baseline, go_on: impl Fn() -> bool) {
         self.sketch(!red)
             .carry_from(self.sketch(red), &baseline, go_on);
     }

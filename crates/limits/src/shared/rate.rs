@@ -36,8 +36,11 @@
 //! each move empties a counter with one swap, so every event lands in the new interval exactly
 //! once. Until the carry has passed a counter its events are missing from the new interval, and a
 //! counter a late writer moved holds the stale count with its own until the carry subtracts it:
-//! microseconds for the usual shapes. The copy costs the memory of one sketch, briefly, in each
-//! process racing to end that interval (256 KiB for the Node API's default 4 × 8192).
+//! microseconds for the usual shapes. The copy holds the stale sketch's nonzero counters (16
+//! bytes each), briefly, in each process racing to end that interval, and the carry swaps every
+//! nonzero counter: on 4 × 8,192 a rotation after idleness took 40–65 µs after 200 keys and
+//! ~240 µs after 20,000 (a clear took 18–24 µs), medians on a loaded 2-core VM, once per idle
+//! spell.
 //!
 //! # What it does not promise
 //! As in pingora's `Rate`, an event racing with a rotation may be counted in either interval. A
@@ -56,6 +59,8 @@
 //! new clock: it is treated as stale and rotated at once.
 
 use crate::clock::{Clock, HostClock};
+#[cfg(test)]
+use crate::estimator::Baseline;
 use crate::estimator::Estimator;
 use crate::hash::KeyHash;
 use crate::rate::RateComponents;
@@ -394,7 +399,7 @@ impl<C: Clock> SharedRate<C> {
     /// Clears the sketch that becomes current and publishes the new interval, as the owner of
     /// the `claimed` word; after idleness, then carries the events counted meanwhile from the
     /// stale sketch, whose counts before the claim are `baseline`.
-    fn rotate(&self, claimed: u64, baseline: Option<&[i64]>) {
+    fn rotate(&self, claimed: u64, baseline: Option<&[(usize, i64)]>) {
         let current = (claimed & FLAG) as usize;
         self.sketches[1 - current].reset();
         // Release: publishes the cleared sketch with the new word. A failure means another
@@ -412,7 +417,7 @@ impl<C: Clock> SharedRate<C> {
 
     /// Carries what sketch `stale` gained over `baseline` into the other, the current one, while
     /// the word is still `finished` (a later rotation, after a stall of an interval, ends it).
-    fn carry(&self, stale: usize, baseline: &[i64], finished: u64) {
+    fn carry(&self, stale: usize, baseline: &[(usize, i64)], finished: u64) {
         // SeqCst: pairs with the fence of a writer's carry_late (module documentation).
         fence(Ordering::SeqCst);
         let word = self.word();
@@ -516,7 +521,7 @@ mod tests {
     fn idle_rotation<'c>(
         dir: &std::path::Path,
         clock: &'c ManualClock,
-    ) -> (SharedRate<&'c ManualClock>, u64, Box<[i64]>, View) {
+    ) -> (SharedRate<&'c ManualClock>, u64, Baseline, View) {
         clock.advance(SECOND * 10);
         let rate = open(dir, clock);
         rate.observe(&"k", 3);
