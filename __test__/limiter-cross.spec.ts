@@ -2,7 +2,7 @@
 // checks, clock moves (forward, backward, beyond 2^53 ns and 2^64 ns) and live updates must give
 // the same decision log, to the last bit of every retry time. Needs the native binding in both runs.
 import test from 'ava';
-import type { Key, LimiterCore, LimitSpec, QuotaSpec } from '../lib/core.js';
+import { packQuotas, type Key, type LimiterCore, type LimitSpec, type QuotaSpec } from '../lib/core.js';
 import { backend as nativeBackend } from '../lib/native.cjs';
 import { fallbackBackend } from '../fallback/index.js';
 import { prng, title } from './helpers.js';
@@ -55,7 +55,7 @@ function run(core: LimiterCore, seed: number, steps: number): string[] {
       const keys = Array.from({ length: n }, () => KEYS[int(KEYS.length)]!);
       const quotas = keys.map(() => randomQuota(random));
       log.push(
-        `replace ${keys.map(String).join(',')} @${now}: ${core.replaceKeys(keys, quotas, now)} size ${core.size}`,
+        `replace ${keys.map(String).join(',')} @${now}: ${core.replaceKeys(keys, packQuotas(quotas), now)} size ${core.size}`,
       );
     } else if (op < 90) {
       log.push(`setQuota ${String(key)} @${now}: ${core.setQuota(key, randomQuota(random), now)}`);
@@ -111,7 +111,11 @@ test(title('the native limiter throws, never aborts, on input lib/ would not pas
   const core = new nativeBackend.Limiter(limit(1, 1e9, 1));
   for (const cost of [-1, 0.5, NaN, Infinity, 2 ** 53]) t.throws(() => core.check('k', cost, 0), range);
   t.throws(() => core.check({} as never, 1, 0), { instanceOf: TypeError, code: 'ERR_INVALID_ARG_TYPE' });
-  t.throws(() => core.replaceKeys(['a', 'b'], [limit(1, 1, 1)], 0), range);
+  t.throws(() => core.replaceKeys(['a', 'b'], packQuotas([limit(1, 1, 1)]), 0), range);
+  const negativePeriod = packQuotas([limit(1, 1, 1)]);
+  negativePeriod[1] = -5;
+  t.throws(() => core.replaceKeys(['a'], negativePeriod, 0), range);
+  t.throws(() => core.replaceKeys(['a'], [limit(1, 1, 1)] as never, 0));
   t.throws(() => core.setQuota('a', limit(1, -5, 1), 0), range);
   t.is(core.size, 0);
   t.is(core.check('k', 1, 0), 0);

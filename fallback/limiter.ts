@@ -8,7 +8,7 @@
  * inputs, and clock readings are u64 nanoseconds, so counts and times are `bigint`s. Inputs stay
  * `number`s (safe integers, as `lib/` validated them) and are converted once per quota.
  */
-import type { Key, LimiterCore, LimitSpec, QuotaSpec } from '../lib/core.js';
+import { unpackQuota, type Key, type LimiterCore, type LimitSpec, type QuotaSpec } from '../lib/core.js';
 import { canonical, type CanonicalKey } from './canonical.js';
 
 const U64_MAX = 2n ** 64n - 1n;
@@ -182,14 +182,14 @@ export class FallbackLimiter implements LimiterCore {
     return w === NEVER ? Infinity : Number(w) / 1e6;
   }
 
-  replaceKeys(keys: Key[], quotas: QuotaSpec[], nowMs: number): boolean {
+  replaceKeys(keys: Key[], quotas: Float64Array, nowMs: number): boolean {
     const now = nanosFromMs(nowMs);
     const next = new Map<CanonicalKey, Bucket>();
     const kept: [Bucket, Governing][] = [];
     for (let i = 0; i < keys.length; i++) {
       const k = canonical(keys[i]!);
       if (next.has(k)) return false;
-      const quota = govern(quotas[i]!);
+      const quota = govern(unpackQuota(quotas, i));
       const stays = this.keys.get(k);
       if (stays === undefined) {
         next.set(k, { quota, state: full(quota, now) });

@@ -104,6 +104,45 @@ export interface QuotaSpec {
 }
 
 /**
+ * Numbers per quota in a packed key table: requests' amount, period in ns and burst, then units'
+ * (a period of 0: no limit on that dimension). A table of 100,000 keys crosses into the native
+ * backend as one `Float64Array` instead of 100,000 nested objects, whose property reads took
+ * most of the call's 220 ms.
+ */
+export const PACKED_QUOTA = 6;
+
+/** `quotas` packed for {@link LimiterCore.replaceKeys}. */
+export function packQuotas(quotas: readonly QuotaSpec[]): Float64Array {
+  const packed = new Float64Array(quotas.length * PACKED_QUOTA);
+  for (let i = 0; i < quotas.length; i++) {
+    packLimit(packed, i * PACKED_QUOTA, quotas[i]!.requests);
+    packLimit(packed, i * PACKED_QUOTA + 3, quotas[i]!.units);
+  }
+  return packed;
+}
+
+function packLimit(packed: Float64Array, at: number, limit: LimitSpec | undefined): void {
+  if (limit === undefined) return;
+  packed[at] = limit.amount;
+  packed[at + 1] = limit.periodNs;
+  packed[at + 2] = limit.burst;
+}
+
+/** Quota `i` of a table packed by {@link packQuotas}. */
+export function unpackQuota(packed: Float64Array, i: number): QuotaSpec {
+  const quota: QuotaSpec = {};
+  const requests = unpackLimit(packed, i * PACKED_QUOTA);
+  const units = unpackLimit(packed, i * PACKED_QUOTA + 3);
+  if (requests !== undefined) quota.requests = requests;
+  if (units !== undefined) quota.units = units;
+  return quota;
+}
+
+function unpackLimit(packed: Float64Array, at: number): LimitSpec | undefined {
+  return packed[at + 1] === 0 ? undefined : { amount: packed[at]!, periodNs: packed[at + 1]!, burst: packed[at + 2]! };
+}
+
+/**
  * The token-bucket limiter of `crates/limits/src/limiter.rs` on a time base the caller supplies:
  * `nowMs` is milliseconds since the core was created (finite, >= 0, fractions allowed), taken as
  * `trunc(nowMs × 1e6)` nanoseconds saturating at 2^64 − 1, identically in both backends.
@@ -111,8 +150,11 @@ export interface QuotaSpec {
 export interface LimiterCore {
   /** 0 if admitted (and taken); else the ms until it would be (`wait_ns / 1e6`), `Infinity` if never. */
   check(key: Key, cost: number, nowMs: number): number;
-  /** Replaces the key table; `false` (nothing changed) if two keys are the same key. */
-  replaceKeys(keys: Key[], quotas: QuotaSpec[], nowMs: number): boolean;
+  /**
+   * Replaces the key table, `keys[i]` under the quota packed at `quotas[6i..6i+6]`
+   * ({@link packQuotas}); `false` (nothing changed) if two keys are the same key.
+   */
+  replaceKeys(keys: Key[], quotas: Float64Array, nowMs: number): boolean;
   /** `false` if `key` is not in the table. */
   setQuota(key: Key, quota: QuotaSpec, nowMs: number): boolean;
   setBestEffort(quota: QuotaSpec, nowMs: number): void;

@@ -4,7 +4,7 @@
  * @module
  */
 import { active } from './backend.js';
-import type { Key, LimiterCore, QuotaSpec } from './core.js';
+import { packQuotas, type Key, type LimiterCore, type QuotaSpec } from './core.js';
 import { Stopwatch, type Clock } from './clock.js';
 import { describe, invalidType, outOfRange, withCode } from './errors.js';
 import { isUint8Array, validateKey } from './keys.js';
@@ -211,7 +211,7 @@ function duplicateKey(): Error {
 }
 
 /** Validated `[key, quota]` pairs as two arrays; `name` and `kind` name them in errors. */
-function entries(name: string, kind: string, table: unknown): [Key[], QuotaSpec[]] {
+function entries(name: string, kind: string, table: unknown): [Key[], Float64Array] {
   if (
     typeof table !== 'object' ||
     table === null ||
@@ -229,5 +229,5 @@ function entries(name: string, kind: string, table: unknown): [Key[], QuotaSpec[
     quotas.push(quotaSpec(`The "${name}[${i}][1]" ${kind}`, entry[1]));
     i++;
   }
-  return [keys, quotas];
+  return [keys, packQuotas(quotas)];
 }

@@ -421,7 +421,7 @@ class NativeLimiter implements LimiterCore {
     return limiterCheckKey(this.handle, key, cost, nowMs);
   }
 
-  replaceKeys(keys: Key[], quotas: QuotaSpec[], nowMs: number): boolean {
+  replaceKeys(keys: Key[], quotas: Float64Array, nowMs: number): boolean {
     return this.native.replaceKeys(keys, quotas, nowMs);
   }
 

@@ -76,9 +76,14 @@ export interface QuotaInfo {
   units?: LimitInfo;
 }
 
-/** `The "bestEffort" option` + `requests` → `The "bestEffort.requests" option`. */
+/**
+ * `The "bestEffort" option` + `requests` → `The "bestEffort.requests" option`. Called for every
+ * field of every quota, errors or not (100,000 keys make 300,000 calls), so it slices instead of
+ * running a regular expression, which took most of a 100,000-key table's 0.75 s.
+ */
 function field(what: string, name: string): string {
-  return what.replace(/^(The "[^"]*)"/, `$1.${name}"`);
+  const end = what.startsWith('The "') ? what.indexOf('"', 5) : -1;
+  return end < 0 ? what : `${what.slice(0, end)}.${name}${what.slice(end)}`;
 }
 
 /** A checked {@link Quota}; `what` names it in errors. */

@@ -19,7 +19,7 @@ use crate::memory::External;
 use crate::raw::{self, Callback, Slab, Slot};
 use keepcount_limits::clock::ManualClock;
 use keepcount_limits::limiter::{Decision, Limit, Limiter as Core, LimiterError, Quota};
-use napi::bindgen_prelude::Unknown;
+use napi::bindgen_prelude::{Float64Array, Unknown};
 use napi::bindgen_prelude::{Object, ObjectFinalize};
 use napi::{Env, JsValue, Result};
 use napi_derive::napi;
@@ -132,22 +132,22 @@ impl Limiter {
         &self,
         env: &Env,
         #[napi(ts_arg_type = "Array<string | number | bigint | Uint8Array>")] keys: Vec<Unknown>,
-        quotas: Vec<QuotaSpec>,
+        quotas: Float64Array,
         now_ms: f64,
     ) -> Result<bool> {
         (|| -> Outcome<bool> {
-            if keys.len() != quotas.len() {
+            if keys.len().checked_mul(PACKED_QUOTA) != Some(quotas.len()) {
                 return Err(Failure::out_of_range(
                     "The \"quotas\" argument",
-                    "as long as the \"keys\" argument",
+                    "6 numbers for each key of the \"keys\" argument",
                 ));
             }
             let mut entries = Vec::with_capacity(keys.len());
             let mut key_bytes = 0;
-            for (key, spec) in keys.into_iter().zip(&quotas) {
+            for (key, packed) in keys.into_iter().zip(quotas.chunks_exact(PACKED_QUOTA)) {
                 let key = with_key(env, key, |bytes| Box::<[u8]>::from(bytes))?;
                 key_bytes += key_heap_bytes(key.len());
-                entries.push((key, quota(spec)?));
+                entries.push((key, packed_quota(packed)?));
             }
             match self.core.replace_keys_at(entries, nanos(now_ms)) {
                 Ok(()) => {
@@ -293,6 +293,23 @@ pub(crate) fn quota(spec: &QuotaSpec) -> Outcome<Quota> {
         spec.requests.as_ref().map(limit).transpose()?,
         spec.units.as_ref().map(limit).transpose()?,
     ))
+}
+
+/// Numbers per quota in `replaceKeys`' packed table (`lib/core.ts` `packQuotas`): requests'
+/// amount, period in ns and burst, then units'; a period of 0 leaves that dimension unlimited.
+const PACKED_QUOTA: usize = 6;
+
+/// One quota of a packed table.
+fn packed_quota(packed: &[f64]) -> Outcome<Quota> {
+    let dimension = |at: usize| {
+        let spec = LimitSpec {
+            amount: packed[at],
+            period_ns: packed[at + 1],
+            burst: packed[at + 2],
+        };
+        (spec.period_ns != 0.0).then(|| limit(&spec)).transpose()
+    };
+    Ok(Quota::new(dimension(0)?, dimension(3)?))
 }
 
 fn limit(spec: &LimitSpec) -> Outcome<Limit> {
