@@ -49,7 +49,9 @@
 //! takeover: bounded by what arrives during that stall. The count an `observe` returns while a
 //! rotation after idleness is under way includes the stale counts of the interval before the
 //! idle spell (its events are carried into the new interval all the same). A claimant killed
-//! mid-carry leaves the counters it had not reached uncarried.
+//! mid-carry (or a worker thread terminated mid-carry on the fallback) leaves the counters it had
+//! not reached uncarried, and where a late writer had moved one of those whole, its stale count
+//! stays in the new interval: an over-count for one interval.
 //!
 //! # Time
 //! Every process reads [`HostClock`] (`CLOCK_MONOTONIC`): on Linux and macOS one clock per boot
