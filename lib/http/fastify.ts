@@ -156,9 +156,16 @@ export interface UpstreamLimitHookOptions extends Partial<UpstreamLimitOptions> 
   limit?: UpstreamLimit;
   /** The upstream a request goes to. Defaults to `'default'`. */
   upstream?: (request: FastifyRequest) => string;
+  /** With `perClient`: the proxies to trust for the client IP, as the rate-limit hook's. */
+  trustProxy?: TrustProxy;
+  /** With `perClient`: how IPv6 clients are grouped, as the rate-limit hook's. */
+  ipv6Subnet?: Ipv6Subnet;
+  /** With `perClient`: the client a request counts for. Defaults to the client IP per `trustProxy`. */
+  key?: (request: FastifyRequest) => string;
   /**
    * Answers a refused request by sending or hijacking the reply; the request goes no further than
-   * the hook either way. Defaults to 503 with `Retry-After: 1`.
+   * the hook either way (`slot.clientCount > limit.perClient`: refused for its client). Defaults
+   * to 503 with `Retry-After: 1`.
    */
   onLimit?: (request: FastifyRequest, reply: FastifyReply, slot: UpstreamSlot) => unknown;
   /**
@@ -180,11 +187,11 @@ export interface UpstreamLimitHookOptions extends Partial<UpstreamLimitOptions> 
  * ```
  */
 export function upstreamLimitHook(options: UpstreamLimitHookOptions): OnRequestHook & Talkers {
-  const { limit, upstream, onLimit, talkers } = upstreamLimitConfig(options);
+  const { limit, upstream, client, onLimit, talkers } = upstreamLimitConfig(options, raw);
   const hook: OnRequestHook = async (request, reply) => {
     const u = upstream(request);
     countTalker(talkers, u);
-    const slot = limit.enter(u);
+    const slot = limit.enter(u, client?.(request));
     if (!slot.allowed) {
       if (onLimit !== undefined) await onLimit(request, reply, slot);
       else reply.code(503).header('Retry-After', '1').type('text/plain; charset=utf-8').send('Service Unavailable\n');

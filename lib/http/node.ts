@@ -268,7 +268,16 @@ export interface UpstreamLimitMiddlewareOptions<
   limit?: UpstreamLimit;
   /** The upstream a request goes to. Defaults to `'default'`: one limit for the route. */
   upstream?: (req: Req) => string;
-  /** Answers a refused request. Defaults to `503 Service Unavailable` with `Retry-After: 1`. */
+  /** With `perClient`: the proxies to trust for the client IP, as `RateLimitOptions.trustProxy`. */
+  trustProxy?: TrustProxy;
+  /** With `perClient`: how IPv6 clients are grouped, as `RateLimitOptions.ipv6Subnet`. */
+  ipv6Subnet?: Ipv6Subnet;
+  /** With `perClient`: the client a request counts for. Defaults to the client IP per `trustProxy`. */
+  key?: (req: Req) => string;
+  /**
+   * Answers a refused request (`slot.clientCount > limit.perClient`: refused for its client).
+   * Defaults to `503 Service Unavailable` with `Retry-After: 1`.
+   */
   onLimit?: (req: Req, res: Res, slot: UpstreamSlot) => void;
   /**
    * Counts every request here too, per upstream, so that the middleware's `topTalkers(n)` can list
@@ -298,13 +307,13 @@ export function upstreamLimit<
   Req extends IncomingMessage = IncomingMessage,
   Res extends ServerResponse = ServerResponse,
 >(options: UpstreamLimitMiddlewareOptions<Req, Res>): Middleware<Req, Res> & Talkers {
-  const { limit, upstream, onLimit = unavailable, talkers } = upstreamLimitConfig(options);
+  const { limit, upstream, client, onLimit = unavailable, talkers } = upstreamLimitConfig(options, (req: Req) => req);
   const middleware: Middleware<Req, Res> = (req, res, next) => {
     let slot: UpstreamSlot;
     try {
       const u = upstream(req);
       countTalker(talkers, u);
-      slot = limit.enter(u);
+      slot = limit.enter(u, client?.(req));
     } catch (error) {
       return fail(res, next, error);
     }

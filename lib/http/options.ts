@@ -74,6 +74,9 @@ export interface TokenBucketConfig<R, H> {
 export interface UpstreamLimitInput<R, H extends AnyFunction> extends Partial<UpstreamLimitOptions> {
   limit?: UpstreamLimit;
   upstream?: (request: R) => string;
+  trustProxy?: TrustProxy;
+  ipv6Subnet?: Ipv6Subnet;
+  key?: (request: R) => string;
   onLimit?: H;
   talkers?: HeavyHitters;
 }
@@ -82,6 +85,8 @@ export interface UpstreamLimitInput<R, H extends AnyFunction> extends Partial<Up
 export interface UpstreamLimitConfig<R, H> {
   limit: UpstreamLimit;
   upstream: (request: R) => string;
+  /** The client a request counts for under the limit's `perClient`; `undefined` when it has none. */
+  client: ((request: R) => string) | undefined;
   onLimit: H | undefined;
   talkers: HeavyHitters | undefined;
 }
@@ -202,22 +207,26 @@ function limiterOption(limiter: unknown): RequestLimiter {
 /** Parses the options of `upstreamLimit`/`upstreamLimitHook`. */
 export function upstreamLimitConfig<R, H extends AnyFunction>(
   options: UpstreamLimitInput<R, H>,
+  raw: RawRequest<R>,
 ): UpstreamLimitConfig<R, H> {
   const o = optionsObject(options);
+  const limit = upstreamLimit(o);
+  const key = perRequestOption('key', o.key);
   return {
-    limit: upstreamLimit(o),
+    limit,
     upstream: perRequestOption('upstream', o.upstream) ?? (() => 'default'),
+    client: limit.perClient === Infinity ? undefined : (key ?? clientKey(o, raw)),
     onLimit: functionOption('onLimit', o.onLimit),
     talkers: talkersOption(o.talkers),
   };
 }
 
-/** The limit `options` name, or a new one from their `max`/`inflight`. */
+/** The limit `options` name, or a new one from their `max`/`inflight`/`perClient`. */
 function upstreamLimit(options: Partial<UpstreamLimitInput<never, AnyFunction>>): UpstreamLimit {
-  const { limit, max, inflight } = options;
+  const { limit, max, inflight, perClient } = options;
   if (limit !== undefined) {
     if (!(limit instanceof UpstreamLimit)) throw invalidType('The "limit" option', 'an UpstreamLimit', limit);
     return limit;
   }
-  return new UpstreamLimit({ max: numberOption('max', max), inflight });
+  return new UpstreamLimit({ max: numberOption('max', max), inflight, perClient });
 }

@@ -14,14 +14,30 @@ export interface UpstreamLimitOptions {
    * `Inflight()`.
    */
   inflight?: InflightCounter;
+  /**
+   * Calls one client may have in flight per upstream at once: an integer >= 1, counted exactly for
+   * the clients that {@link UpstreamLimit.acquire} and {@link UpstreamLimit.enter} are given, in
+   * this process. Defaults to none. Without it, one client that opens `max` slow connections (a
+   * body sent a byte at a time, a response read as slowly) holds every slot of the upstream until
+   * the server's `requestTimeout`, and everyone else gets 503.
+   */
+  perClient?: number;
 }
 
 /** What {@link UpstreamLimit.acquire} returns. */
 export interface UpstreamSlot {
   /** True when the call may go ahead; false when it is over `max` (already released then). */
   allowed: boolean;
-  /** The upstream's estimated in-flight count including this call. */
+  /**
+   * The upstream's estimated in-flight count including this call; when the client was refused by
+   * `perClient`, the count without it (the upstream was not counted).
+   */
   count: number;
+  /**
+   * The client's calls to this upstream in flight including this one (exact), when a client was
+   * given and the limit has `perClient`; else 0. Above `perClient`: refused for the client.
+   */
+  clientCount: number;
   /** Gives the slot back; idempotent. Call it on every path. */
   release(): void;
 }
@@ -43,6 +59,8 @@ export interface UpstreamSlot {
 export class UpstreamLimit {
   /** Calls allowed in flight per upstream key. */
   readonly max: number;
+  /** Calls one client may have in flight per upstream key; `Infinity` when not capped. */
+  readonly perClient: number;
   /** The counter; `inflight.get(key)` is the current count. */
   readonly inflight: InflightCounter;
   /** Acquisitions allowed and refused since construction, for metrics. */
@@ -50,16 +68,25 @@ export class UpstreamLimit {
   #refused = 0;
   /** The counter when it counts in and out without guards, for {@link enter}; decided once. */
   readonly #pairs: InflightPairs | undefined;
+  /** Per upstream and client with calls in flight, how many: only while some are, so at most one entry per call in flight. */
+  readonly #clients = new Map<string, number>();
 
   constructor(options: UpstreamLimitOptions) {
     const o = optionsObject(options);
     this.max = integerOption('max', o.max, 1, Number.MAX_SAFE_INTEGER);
+    this.perClient =
+      o.perClient === undefined ? Infinity : integerOption('perClient', o.perClient, 1, Number.MAX_SAFE_INTEGER);
     this.inflight = inflightOption(o.inflight);
     this.#pairs = hasPairs(this.inflight) ? this.inflight : undefined;
   }
 
-  /** Counts a call to `key` in; see {@link UpstreamSlot}. */
-  acquire(key: string): UpstreamSlot {
+  /**
+   * Counts a call to `key` in, for `client` if given (see {@link UpstreamLimitOptions.perClient});
+   * see {@link UpstreamSlot}.
+   */
+  acquire(key: string, client?: string): UpstreamSlot {
+    const held = this.#holdClient(key, client);
+    if (held !== undefined && held.refused) return this.#refuseClient(key, held.count);
     const [guard, count] = this.inflight.incr(key);
     const allowed = count <= this.max;
     if (allowed) this.#allowed++;
@@ -67,7 +94,17 @@ export class UpstreamLimit {
       this.#refused++;
       guard.release();
     }
-    return { allowed, count, release: releaser(guard) };
+    const clientCount = held?.count ?? 0;
+    if (held === undefined) return { allowed, count, clientCount, release: releaser(guard) };
+    if (!allowed) this.#dropClient(held.entry);
+    let holding = allowed;
+    const release = (): void => {
+      guard.release();
+      if (!holding) return;
+      holding = false;
+      this.#dropClient(held.entry);
+    };
+    return { allowed, count, clientCount, release };
   }
 
   /**
@@ -77,23 +114,58 @@ export class UpstreamLimit {
    * net, so a slot never released holds its count for good. About a third of `acquire`'s cost on
    * either backend. A counter with only `incr` and `get` is acquired as by {@link acquire}.
    */
-  enter(key: string): UpstreamSlot {
+  enter(key: string, client?: string): UpstreamSlot {
     const counter = this.#pairs;
-    if (counter === undefined) return this.acquire(key);
+    if (counter === undefined) return this.acquire(key, client);
+    const held = this.#holdClient(key, client);
+    if (held !== undefined && held.refused) return this.#refuseClient(key, held.count);
     const count = counter.enter(key);
     const allowed = count <= this.max;
-    let held = allowed;
+    let holding = allowed;
     if (allowed) this.#allowed++;
     else {
       this.#refused++;
       counter.leave(key);
+      if (held !== undefined) this.#dropClient(held.entry);
     }
     const release = (): void => {
-      if (!held) return;
-      held = false;
+      if (!holding) return;
+      holding = false;
       counter.leave(key);
+      if (held !== undefined) this.#dropClient(held.entry);
     };
-    return { allowed, count, release };
+    return { allowed, count, clientCount: held?.count ?? 0, release };
+  }
+
+  /** Calls in flight to `key` for `client` (exact, this process); 0 without `perClient`. */
+  clientCount(key: string, client: string): number {
+    return this.#clients.get(clientEntry(key, client)) ?? 0;
+  }
+
+  /**
+   * Counts `client` in for `key` when the limit caps clients: its count including this call, and
+   * whether that is over `perClient` (then nothing stays counted). `undefined` when not capped.
+   */
+  #holdClient(key: string, client: string | undefined): { entry: string; count: number; refused: boolean } | undefined {
+    if (client === undefined || this.perClient === Infinity) return undefined;
+    if (typeof client !== 'string') throw invalidType('The "client" argument', 'of type string', client);
+    const entry = clientEntry(key, client);
+    const count = (this.#clients.get(entry) ?? 0) + 1;
+    if (count > this.perClient) return { entry, count, refused: true };
+    this.#clients.set(entry, count);
+    return { entry, count, refused: false };
+  }
+
+  #dropClient(entry: string): void {
+    const count = this.#clients.get(entry)! - 1;
+    if (count === 0) this.#clients.delete(entry);
+    else this.#clients.set(entry, count);
+  }
+
+  /** A slot refused for its client: the upstream was not counted, and releasing it does nothing. */
+  #refuseClient(key: string, clientCount: number): UpstreamSlot {
+    this.#refused++;
+    return { allowed: false, count: this.inflight.get(key), clientCount, release: () => {} };
   }
 
   /** How many {@link acquire} and {@link enter} calls were allowed and refused since construction. */
@@ -126,6 +198,9 @@ interface InflightPairs extends InflightCounter {
 const hasPairs = (counter: InflightCounter): counter is InflightPairs =>
   typeof (counter as Partial<InflightPairs>).enter === 'function' &&
   typeof (counter as Partial<InflightPairs>).leave === 'function';
+
+/** The per-client map's key for `client` calling `upstream`: unambiguous whatever the two strings hold. */
+const clientEntry = (upstream: string, client: string): string => `${upstream.length}:${upstream}${client}`;
 
 const releaser =
   (guard: InflightGuard): (() => void) =>

@@ -1,0 +1,144 @@
+/**
+ * upstreamLimit's `perClient` cap against a client that opens many slow exchanges (a Slowloris on
+ * the upstream's slots): on UpstreamLimit itself, then on real node:http, Express and Fastify
+ * servers with raw sockets that never finish, while another client still gets through.
+ */
+import test, { type ExecutionContext } from 'ava';
+import Fastify from 'fastify';
+import { connect, type Socket } from 'node:net';
+import { upstreamLimit, UpstreamLimit } from '../lib/http/index.js';
+import { upstreamLimitHook } from '../lib/http/fastify.js';
+import { Inflight } from '../lib/index.js';
+import { title } from './helpers.js';
+import { close, eventually, get, listen } from './http-client.js';
+import { frameworks } from './http-frameworks.js';
+
+test(title('UpstreamLimit caps each client exactly, and a refused client takes no upstream slot'), (t) => {
+  for (const counter of ['pairs', 'guards'] as const) {
+    const inflight = new Inflight({ seed: 1n });
+    // An incr/get-only counter: enter() falls back to acquire(), which must cap clients alike.
+    const limit = new UpstreamLimit({
+      max: 3,
+      perClient: 2,
+      inflight: counter === 'pairs' ? inflight : { incr: (k) => inflight.incr(k), get: (k) => inflight.get(k) },
+    });
+    const a1 = limit.enter('db', 'a');
+    const a2 = limit.acquire('db', 'a');
+    t.like(a1, { allowed: true, count: 1, clientCount: 1 }, counter);
+    t.like(a2, { allowed: true, count: 2, clientCount: 2 }, counter);
+    const a3 = limit.enter('db', 'a');
+    t.like(a3, { allowed: false, count: 2, clientCount: 3 }, `${counter}: over perClient`);
+    a3.release();
+    t.is(inflight.get('db'), 2, `${counter}: the refused call was not counted`);
+    t.like(limit.enter('cache', 'a'), { allowed: true, clientCount: 1 }, `${counter}: per upstream`);
+    const b = limit.enter('db', 'b');
+    t.like(b, { allowed: true, count: 3, clientCount: 1 }, counter);
+    const b2 = limit.enter('db', 'b');
+    t.like(b2, { allowed: false, count: 4, clientCount: 2 }, `${counter}: over max`);
+    t.is(limit.clientCount('db', 'b'), 1, `${counter}: refused by max, the client is not counted either`);
+    a1.release();
+    a1.release();
+    t.is(limit.clientCount('db', 'a'), 1, `${counter}: release is idempotent`);
+    t.like(limit.enter('db', 'a'), { allowed: true, clientCount: 2 }, counter);
+    t.like(limit.enter('db'), { allowed: false, clientCount: 0 }, `${counter}: no client, only max applies`);
+    t.deepEqual(limit.decisions(), { allowed: 5, refused: 3 }, counter);
+  }
+  // Entries with the same concatenation stay apart.
+  const limit = new UpstreamLimit({ max: 10, perClient: 1 });
+  t.true(limit.enter('ab', 'c').allowed);
+  t.true(limit.enter('a', 'bc').allowed);
+  t.is(new UpstreamLimit({ max: 1 }).perClient, Infinity);
+  t.throws(() => new UpstreamLimit({ max: 1, perClient: 0 }), {
+    instanceOf: RangeError,
+    code: 'ERR_OUT_OF_RANGE',
+    message: /perClient/,
+  });
+  t.throws(() => new UpstreamLimit({ max: 1, perClient: '2' as never }), {
+    instanceOf: TypeError,
+    code: 'ERR_INVALID_ARG_TYPE',
+    message: /perClient/,
+  });
+  t.throws(() => limit.enter('db', 7 as never), {
+    instanceOf: TypeError,
+    code: 'ERR_INVALID_ARG_TYPE',
+    message: /client/,
+  });
+});
+
+/** A raw connection asking for `path` as the client at `ip` (via X-Forwarded-For), never reading to the end. */
+function slowClient(port: number, path: string, ip: string): { socket: Socket; answered: Promise<string> } {
+  const socket = connect(port, '127.0.0.1');
+  socket.write(`GET ${path} HTTP/1.1\r\nHost: x\r\nX-Forwarded-For: ${ip}\r\n\r\n`);
+  const answered = new Promise<string>((resolve) => {
+    socket.once('data', (chunk: Buffer) => resolve(chunk.toString('latin1').split('\r\n')[0]!));
+    socket.once('close', () => resolve('closed'));
+  });
+  socket.on('error', () => {});
+  return { socket, answered };
+}
+
+/**
+ * Five slow exchanges from one client, then an answer for another: the slow client holds two
+ * slots (its cap), gets 503 for the rest, and gives its slots back when it leaves.
+ */
+async function slowClientHoldsOnlyItsShare(
+  t: ExecutionContext,
+  limit: UpstreamLimit,
+  port: number,
+  arrivals: () => number,
+): Promise<void> {
+  const slow = Array.from({ length: 5 }, () => slowClient(port, '/hang', '203.0.113.7'));
+  t.teardown(() => slow.forEach((c) => c.socket.destroy()));
+  t.true(await eventually(() => arrivals() === 2), 'two slow exchanges reached the handler');
+  const refusals = await Promise.all(slow.map((c) => Promise.race([c.answered, eventually(() => false, 300)])));
+  t.is(refusals.filter((line) => line === 'HTTP/1.1 503 Service Unavailable').length, 3);
+  t.is(limit.clientCount('default', '203.0.113.7'), 2);
+  t.is(limit.inflight.get('default'), 2);
+  const other = await get(port, '/', { 'X-Forwarded-For': '198.51.100.9' });
+  t.is(other.status, 200, 'another client still gets a slot');
+  slow.forEach((c) => c.socket.destroy());
+  t.true(await eventually(() => limit.inflight.get('default') === 0), 'slots come back when the client leaves');
+  t.is(limit.clientCount('default', '203.0.113.7'), 0);
+}
+
+for (const [name, serve] of Object.entries(frameworks)) {
+  test(title(`${name}: perClient keeps one client's slow exchanges from taking every upstream slot`), async (t) => {
+    const limit = new UpstreamLimit({ max: 4, perClient: 2 });
+    let arrivals = 0;
+    const server = serve([upstreamLimit({ limit, trustProxy: 1 })], (req, res) => {
+      if (req.url === '/hang') {
+        arrivals++;
+        return; // a slow exchange: only the client leaving ends it
+      }
+      res.end('ok');
+    });
+    const port = await listen(server);
+    t.teardown(() => close(server));
+    await slowClientHoldsOnlyItsShare(t, limit, port, () => arrivals);
+  });
+}
+
+test(title('fastify: perClient keeps one client from taking every upstream slot'), async (t) => {
+  const limit = new UpstreamLimit({ max: 4, perClient: 2 });
+  let arrivals = 0;
+  const app = Fastify();
+  const hook = upstreamLimitHook({ limit, key: (request) => String(request.headers['x-forwarded-for']) });
+  app.get('/hang', { onRequest: hook }, () => {
+    arrivals++;
+    return new Promise(() => {}); // a slow exchange: only the client leaving ends it
+  });
+  app.get('/', { onRequest: hook }, async () => 'ok');
+  await app.listen({ port: 0, host: '127.0.0.1' });
+  t.teardown(() => app.close());
+  const { port } = app.server.address() as { port: number };
+  await slowClientHoldsOnlyItsShare(t, limit, port, () => arrivals);
+});
+
+test(title('perClient needs a client key only when set, and a bad key option fails early'), (t) => {
+  t.notThrows(() => upstreamLimit({ max: 1, key: () => 'x' }));
+  t.throws(() => upstreamLimit({ max: 1, perClient: 1, key: 'ip' as never }), {
+    instanceOf: TypeError,
+    code: 'ERR_INVALID_ARG_TYPE',
+    message: /key/,
+  });
+});
