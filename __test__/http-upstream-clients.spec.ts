@@ -48,6 +48,10 @@ test(title('UpstreamLimit caps each client exactly, and a refused client takes n
   t.true(limit.enter('ab', 'c').allowed);
   t.true(limit.enter('a', 'bc').allowed);
   t.is(new UpstreamLimit({ max: 1 }).perClient, Infinity);
+  t.throws(() => new UpstreamLimit({ max: 1 }).enter('db', 7 as never), {
+    instanceOf: TypeError,
+    code: 'ERR_INVALID_ARG_TYPE',
+  });
   t.throws(() => new UpstreamLimit({ max: 1, perClient: 0 }), {
     instanceOf: RangeError,
     code: 'ERR_OUT_OF_RANGE',

@@ -19,7 +19,9 @@ export interface UpstreamLimitOptions {
    * the clients that {@link UpstreamLimit.acquire} and {@link UpstreamLimit.enter} are given, in
    * this process. Defaults to none. Without it, one client that opens `max` slow connections (a
    * body sent a byte at a time, a response read as slowly) holds every slot of the upstream until
-   * the server's `requestTimeout`, and everyone else gets 503.
+   * the server's `requestTimeout`, and everyone else gets 503. A slot from `acquire` that is never
+   * released keeps its client counted for good: the guard's garbage-collection net gives back only
+   * the upstream's count.
    */
   perClient?: number;
 }
@@ -147,8 +149,9 @@ export class UpstreamLimit {
    * whether that is over `perClient` (then nothing stays counted). `undefined` when not capped.
    */
   #holdClient(key: string, client: string | undefined): { entry: string; count: number; refused: boolean } | undefined {
-    if (client === undefined || this.perClient === Infinity) return undefined;
+    if (client === undefined) return undefined;
     if (typeof client !== 'string') throw invalidType('The "client" argument', 'of type string', client);
+    if (this.perClient === Infinity) return undefined;
     const entry = clientEntry(key, client);
     const count = (this.#clients.get(entry) ?? 0) + 1;
     if (count > this.perClient) return { entry, count, refused: true };
