@@ -135,12 +135,20 @@ export class AtomicEstimator implements EstimatorCore {
    */
   carryFrom(from: AtomicEstimator, baseline: BigInt64Array, goOn: () => boolean): void {
     const n = this.hashes * this.slots;
+    // The counters the baseline holds, each swapped so that its baseline is subtracted once...
     for (let i = 0; i < n; i++) {
-      if (!goOn()) return;
       const base = baseline[i]!;
-      if (base === 0n && Atomics.load(from.words, from.first + i) === 0n) continue;
+      if (base === 0n) continue;
+      if (!goOn()) return;
       const gained = clampI64(Atomics.exchange(from.words, from.first + i, 0n) - base);
       if (gained !== 0n) addSaturating(this.words, this.first + i, gained);
+    }
+    // ...then whatever any counter holds now.
+    for (let i = 0; i < n; i++) {
+      if (Atomics.load(from.words, from.first + i) === 0n) continue;
+      if (!goOn()) return;
+      const taken = Atomics.exchange(from.words, from.first + i, 0n);
+      if (taken !== 0n) addSaturating(this.words, this.first + i, taken);
     }
   }
 
@@ -241,10 +249,14 @@ export class BufferRate implements RateCore {
   observe(key: Key, events: number, nowMs: number): number {
     const running = this.running(nowMs);
     if (running !== -1) return this.sketches[running].incr(key, events);
-    const view = this.view(nowMs);
     const h = hashKey(key, this.k0, this.k1);
-    const count = this.sketches[view.current].incrHashed(h.h1, h.h2, events);
-    if (view.rotating && view.stale) this.carryLate(h.h1, h.h2, view);
+    return this.count(h.h1, h.h2, events, this.view(nowMs));
+  }
+
+  /** Counts `events` for the hashed key in the sketch `view` names as current (rate.rs `count`). */
+  private count(h1: number, h2: number, events: number, view: View): number {
+    const count = this.sketches[view.current].incrHashed(h1, h2, events);
+    if (view.rotating && view.stale) this.carryLate(h1, h2, view);
     return count;
   }
 
