@@ -10,9 +10,10 @@
 //! below a millisecond work (pingora takes `% 0` on them) and a zero interval is refused or
 //! clamped to 1 ns; a thread losing the reset race does not assert (pingora's
 //! `assert!(new >= now - 1000)` underflows in the first second); and after two idle intervals the
-//! sketch that was current is carried into the new interval rather than cleared, so what other
-//! threads count into it while the rotation runs is kept (`rotation.rs`), at the cost the shared
-//! rate's documentation gives (`shared/rate.rs`, "Rotating after idleness"), once per idle spell.
+//! stale counts are subtracted from both sketches rather than the sketches cleared, so what other
+//! threads count while the rotation runs is kept (`rotation.rs`); it costs a copy of each
+//! sketch's nonzero counters and an atomic subtraction for each, once per idle spell (4 × 8,192,
+//! median of 200: ~57 µs after 200 keys, ~230 µs after 20,000; the two clears took 16–24 µs).
 
 use crate::clock::{Clock, MonotonicClock};
 use crate::estimator::{Baseline, Estimator};
@@ -357,9 +358,9 @@ impl<C: Clock> Rate<C> {
     }
 }
 
-/// After idleness the sketch that was current is carried, not cleared: the events threads counted
-/// into it after the rotation was claimed move to the new current sketch (`estimator/carry.rs`),
-/// and what they add after the carry passed stays in the previous interval.
+/// After idleness both sketches subtract the copies taken before the rotation was claimed
+/// (`estimator/carry.rs`) instead of being cleared, so what threads count meanwhile stays: in
+/// the new interval, or in the previous one for a thread that had not yet seen the flip.
 impl<C: Clock> Slots for Rate<C> {
     type Baseline = Baseline;
 
@@ -371,9 +372,8 @@ impl<C: Clock> Slots for Rate<C> {
         self.sketch(red).snapshot()
     }
 
-    fn retire(&self, red: bool, baseline: Baseline, go_on: impl Fn() -> bool) {
-        self.sketch(!red)
-            .carry_from(self.sketch(red), &baseline, go_on);
+    fn forget(&self, red: bool, baseline: Baseline, go_on: impl Fn() -> bool) {
+        self.sketch(red).forget(&baseline, go_on);
     }
 }
 

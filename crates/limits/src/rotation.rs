@@ -8,10 +8,12 @@
 //! compare-and-swap decides which thread ends an interval, so concurrent callers never rotate
 //! twice.
 //!
-//! After idleness pingora clears the slot that was current once the flag has flipped, which also
-//! wipes what threads that had not yet seen the flip counted into it: events of the new interval.
-//! Here the slots decide how that slot is emptied ([`Slots::retire`]): a `Rate`'s sketches carry
-//! what was added to it since the rotation was claimed into the new current sketch.
+//! After idleness pingora clears the slot that becomes current, flips, then clears the one that
+//! was current, which wipes what threads that had not yet seen the flip counted into it: events of
+//! the new interval. Here both slots hold only stale counts when the rotation is claimed, so the
+//! flag flips at once and each slot then [forgets](Slots::forget) what it held at the claim: what
+//! threads count meanwhile stays, every row of an event in the same slot (a `Rate`'s sketches
+//! subtract copies taken before the claim; a `HeavyHitters`' summaries can only be cleared).
 
 use crate::clock::Clock;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -24,15 +26,14 @@ pub(crate) trait Slots {
     /// Empties the red slot (`true`) or the blue one.
     fn clear(&self, red: bool);
 
-    /// The red slot (`true`) or the blue one as it is now: read before the rotation is claimed,
-    /// when no thread counts into it.
+    /// The red slot (`true`) or the blue one as it is now: read before a rotation after idleness
+    /// is claimed, when no thread counts into either slot.
     fn baseline(&self, red: bool) -> Self::Baseline;
 
-    /// Empties the slot that counted the interval before an idle spell (red or blue), now the
-    /// previous one, which held `baseline` when the rotation was claimed: what threads added to
-    /// it since belongs to the new interval. Stops early once `go_on` returns `false` (another
-    /// rotation began: this thread stalled for an interval).
-    fn retire(&self, red: bool, baseline: Self::Baseline, go_on: impl Fn() -> bool);
+    /// Takes `baseline` (stale counts) out of the red slot or the blue one, keeping what threads
+    /// added since. Stops early once `go_on` returns `false` (another rotation began: this
+    /// thread stalled for an interval).
+    fn forget(&self, red: bool, baseline: Self::Baseline, go_on: impl Fn() -> bool);
 }
 
 /// Which of two slots (called red and blue) counts the current interval, and since when.
@@ -73,8 +74,8 @@ impl<C: Clock> Rotation<C> {
     }
 
     /// Starts a new interval if the current one has ended, emptying the slot that counting goes
-    /// to next first (and after idleness retiring the other); returns the time since the current
-    /// interval started as of the call (before any rotation it made).
+    /// to next first (after idleness: forgetting the stale counts of both); returns the time since
+    /// the current interval started as of the call (before any rotation it made).
     #[inline]
     pub(crate) fn maybe_reset(&self, slots: &impl Slots) -> u64 {
         let now = self.clock.now_nanos().saturating_sub(self.start);
@@ -87,7 +88,7 @@ impl<C: Clock> Rotation<C> {
         }
         let red_or_blue = self.red_or_blue();
         let idle = past >= self.interval_nanos.saturating_mul(2);
-        let baseline = idle.then(|| slots.baseline(red_or_blue));
+        let baselines = idle.then(|| (slots.baseline(red_or_blue), slots.baseline(!red_or_blue)));
         // CAS so exactly one thread ends the interval that `last_reset` started. SeqCst on
         // success so the flag flip below is ordered after it for every thread; SeqCst on failure
         // (stronger than needed) keeps the reasoning to one total order.
@@ -96,16 +97,18 @@ impl<C: Clock> Rotation<C> {
             .compare_exchange(last_reset, now, Ordering::SeqCst, Ordering::SeqCst)
             .is_ok()
         {
-            // First clear the previous slot, which becomes the current one...
-            slots.clear(!red_or_blue);
-            // ...then flip the flag so that others count into the cleared slot.
-            self.red_or_blue.store(!red_or_blue, Ordering::SeqCst);
-            if let Some(baseline) = baseline {
-                // Two intervals passed: what was current is stale too. After the flip it is
-                // the previous slot.
-                slots.retire(red_or_blue, baseline, || {
-                    self.last_reset.load(Ordering::SeqCst) == now
-                });
+            let go_on = || self.last_reset.load(Ordering::SeqCst) == now;
+            if let Some((was_current, becomes_current)) = baselines {
+                // Two intervals passed: both slots are stale. Count into the other at once, then
+                // take the stale counts out of both; what arrives meanwhile stays where it went.
+                self.red_or_blue.store(!red_or_blue, Ordering::SeqCst);
+                slots.forget(!red_or_blue, becomes_current, go_on);
+                slots.forget(red_or_blue, was_current, go_on);
+            } else {
+                // First clear the previous slot, which becomes the current one...
+                slots.clear(!red_or_blue);
+                // ...then flip the flag so that others count into the cleared slot.
+                self.red_or_blue.store(!red_or_blue, Ordering::SeqCst);
             }
         }
         // On failure another thread ended the interval; nothing to do (pingora asserts here).

@@ -1,6 +1,7 @@
 //! Carrying counts from one sketch into another while other threads (or processes) keep counting
-//! into the first: how a rate keeps the events that arrive while it rotates after an idle spell
-//! (`shared/rate.rs`, "Rotating after idleness"; `rate.rs` through `rotation.rs`).
+//! into the first: how a shared rate keeps the events that arrive while it rotates after an idle
+//! spell (`shared/rate.rs`, "Rotating after idleness"). A process-local `Rate` only subtracts a
+//! baseline in place ([`Estimator::forget`], through `rotation.rs`).
 //!
 //! The source sketch holds counts to drop (a `baseline` copied while nobody counted into it) plus
 //! events to keep. Every move empties a source counter with one `swap(0)` and adds what it took to
@@ -10,7 +11,7 @@
 //! in the source.
 
 use super::Estimator;
-use super::saturating::add_saturating;
+use super::saturating::{add_saturating, sub_saturating};
 use crate::hash::KeyHash;
 use crate::store::CounterStore;
 use std::sync::atomic::Ordering;
@@ -37,13 +38,10 @@ impl<S: CounterStore> Estimator<S> {
     /// Moves into this sketch what `from` (same shape and seed) gained over `baseline`, emptying
     /// `from`; stops early, at a counter boundary, once `go_on` returns `false`.
     ///
-    /// Where writers check afterwards whether the carry started (a shared rate's, which read a
-    /// stale sketch as 0), the caller issues a `SeqCst` fence before, pairing with the fence of a
-    /// writer that counted into `from` and then checked (see
+    /// The caller issues a `SeqCst` fence before, pairing with the fence of a writer that counted
+    /// into `from` and then checked whether the carry had started (see
     /// [`carry_key_from`](Self::carry_key_from)): either that writer sees the carry started and
-    /// moves its own counters, or the swaps here see its increments. Where they do not (a
-    /// process-local `Rate`, which reads the previous sketch as it is), what they add after the
-    /// carry passed stays in `from` and counts in the previous interval.
+    /// moves its own counters, or the swaps here see its increments.
     pub(crate) fn carry_from(
         &self,
         from: &Self,
@@ -76,6 +74,21 @@ impl<S: CounterStore> Estimator<S> {
             let taken = source.swap(0, Ordering::SeqCst);
             if taken != 0 {
                 add_saturating(to, taken);
+            }
+        }
+    }
+
+    /// Takes `baseline` out of this sketch, counter by counter, keeping whatever was added since it
+    /// was taken; stops early, at a counter boundary, once `go_on` returns `false`. Every row of
+    /// an event counted meanwhile stays in this sketch, so its estimate sees it whole.
+    pub(crate) fn forget(&self, baseline: &[(usize, i64)], go_on: impl Fn() -> bool) {
+        let counters = self.store.counters();
+        for &(index, base) in baseline {
+            if !go_on() {
+                return;
+            }
+            if let Some(counter) = counters.get(index) {
+                sub_saturating(counter, base);
             }
         }
     }

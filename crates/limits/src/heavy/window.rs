@@ -238,7 +238,8 @@ impl<K: Hash + Eq + Clone, C: Clock> HeavyHitters<K, C> {
 }
 
 /// A summary cannot tell the entries counted after a rotation began from the ones before, so a
-/// retired summary is cleared, as pingora clears a stale sketch.
+/// stale summary is cleared, as pingora clears a stale sketch: what other threads count into it
+/// while it is cleared may be lost.
 impl<K: Hash + Eq + Clone, C: Clock> Slots for HeavyHitters<K, C> {
     type Baseline = ();
 
@@ -248,7 +249,7 @@ impl<K: Hash + Eq + Clone, C: Clock> Slots for HeavyHitters<K, C> {
 
     fn baseline(&self, _red: bool) {}
 
-    fn retire(&self, red: bool, _baseline: (), _go_on: impl Fn() -> bool) {
+    fn forget(&self, red: bool, _baseline: (), _go_on: impl Fn() -> bool) {
         self.clear(red);
     }
 }
