@@ -154,6 +154,12 @@ function normalize(ip: string): string {
   return ip.startsWith('::ffff:') && isIPv4Text(ip.slice(7)) ? ip.slice(7) : ip;
 }
 
+/** The TCP peer's address, normalized; `undefined` once the connection has closed. */
+function peerIp(req: IncomingMessage): string | undefined {
+  const peer = req.socket?.remoteAddress;
+  return peer === undefined ? undefined : normalize(peer);
+}
+
 /** `X-Forwarded-For` as one list (Node joins repeated lines into an array), or `undefined`. */
 function forwardedFor(req: IncomingMessage): string | undefined {
   const header = req.headers['x-forwarded-for'];
@@ -174,17 +180,21 @@ function forwardedFor(req: IncomingMessage): string | undefined {
  * ```
  */
 export function clientIp(req: IncomingMessage, trustProxy: TrustProxy = false): string {
-  const peer = req.socket?.remoteAddress;
-  let ip = peer === undefined ? 'unknown' : normalize(peer);
-  if (trustProxy === false || trustProxy === 0) return ip;
-  // A trust function judges addresses, and the peer's is gone.
-  if (peer === undefined && typeof trustProxy === 'function') return ip;
+  if (trustProxy === false || trustProxy === 0) return peerIp(req) ?? 'unknown';
+  // `undefined` stands for the peer's address until it is needed: a trust function judges it, but
+  // counted hops need it only when the header has no entry to take, not on every proxied request.
+  let ip: string | undefined;
+  if (typeof trustProxy === 'function') {
+    ip = peerIp(req);
+    // A trust function judges addresses, and the peer's is gone.
+    if (ip === undefined) return 'unknown';
+  }
   const list = forwardedFor(req);
-  if (list === undefined) return ip;
+  if (list === undefined) return ip ?? peerIp(req) ?? 'unknown';
   // The entries right to left, each the text between two commas, read in place: no array of
   // them per request. `end` is where the next entry ends; -1 once every entry was read.
   for (let hop = 0, end = list.length; end >= 0; hop++) {
-    const trusted = typeof trustProxy === 'number' ? hop < trustProxy : trustProxy(ip, hop);
+    const trusted = typeof trustProxy === 'number' ? hop < trustProxy : trustProxy(ip!, hop);
     if (!trusted) break;
     const start = end === 0 ? -1 : list.lastIndexOf(',', end - 1);
     const next = list.slice(start + 1, end).trim();
@@ -192,5 +202,5 @@ export function clientIp(req: IncomingMessage, trustProxy: TrustProxy = false): 
     ip = normalize(next);
     end = start;
   }
-  return ip;
+  return ip ?? peerIp(req) ?? 'unknown';
 }
