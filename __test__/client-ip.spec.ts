@@ -1,8 +1,9 @@
 // clientIp reads X-Forwarded-For in place, right to left; these pin it to the split-and-reverse
 // reading it replaced, on the header shapes proxies and clients actually send.
 import type { IncomingMessage } from 'node:http';
-import { isIP } from 'node:net';
+import { isIP, isIPv4 } from 'node:net';
 import test from 'ava';
+import { isIPv4Text } from '../lib/http/client-ip.js';
 import { clientIp, ipKey, type TrustProxy } from '../lib/http/index.js';
 import { title } from './helpers.js';
 
@@ -44,6 +45,11 @@ test(title('clientIp walks X-Forwarded-For right to left exactly as far as trust
     '198.51.100.1, , 203.0.113.7',
     'garbage, 203.0.113.7',
     '203.0.113.7, garbage',
+    '203.0.113.07',
+    '203.0.113.256',
+    '203.0.113',
+    '203.0.113.7.1',
+    '::ffff:203.0.113.07, 198.51.100.1',
     '2001:db8::1, ::ffff:203.0.113.9',
     ['198.51.100.1, 203.0.113.7', '10.0.0.2'],
     ['', '203.0.113.7'],
@@ -94,4 +100,21 @@ test(title('ipKey keys IPv4 addresses and non-addresses as they are, IPv6 by pre
   t.is(ipKey('not:an:address'), 'not:an:address');
   t.is(ipKey('::ffff:203.0.113.7'), '203.0.113.7');
   t.is(ipKey('2001:db8:1:2::1'), '2001:db8:1::/56');
+});
+
+test(title('isIPv4Text accepts exactly the IPv4 addresses net.isIPv4 accepts'), (t) => {
+  const parts = ['0', '00', '01', '1', '9', '10', '99', '100', '199', '200', '249', '250', '255', '256', '300'];
+  const odd = ['', '0000', '1000', ' 1', '1 ', '+1', '-1', '0x1', '\u0661', 'a', '1a'];
+  const texts = ['', '.', '...', '1.2.3.4.', '.1.2.3.4', '1..2.3', '1.2.3.4\n', '١.٢.٣.٤', '1.2.3.4/8', '::1'];
+  for (const a of parts) for (const b of [...parts, ...odd]) for (const c of odd) texts.push(`${a}.${b}.${c}`);
+  for (const a of parts)
+    for (const b of parts)
+      for (const c of [...parts, ...odd])
+        for (const d of [...parts, ...odd]) {
+          texts.push(`${a}.${b}.${c}.${d}`);
+        }
+  for (const a of parts) for (const e of [...parts, ...odd]) texts.push(`${a}.1.2.3.${e}`);
+  const disagree = texts.filter((text) => isIPv4Text(text) !== isIPv4(text));
+  t.deepEqual(disagree, []);
+  t.true(texts.filter(isIPv4).length > 10_000, 'the corpus holds many addresses, not only rejects');
 });

@@ -68,7 +68,7 @@ export interface HeavyHittersOptions {
   slots?: number;
   /** The hash seed; see `EstimatorOptions.seed`. Defaults to a random seed. */
   seed?: bigint | number;
-  /** Where time comes from, e.g. a `ManualClock`. Defaults to `performance.now()`. */
+  /** Where time comes from, e.g. a `ManualClock`. Defaults to the process's monotonic clock. */
   clock?: Clock;
 }
 

@@ -32,7 +32,7 @@ export interface LimiterOptions {
   keys?: Iterable<readonly [Key, Quota]>;
   /**
    * Where time comes from: an object whose `now()` returns milliseconds, e.g. a
-   * {@link ManualClock}. Defaults to `performance.now()`.
+   * {@link ManualClock}. Defaults to the process's monotonic clock (`process.hrtime`).
    */
   clock?: Clock;
 }

@@ -41,7 +41,7 @@ export interface RateOptions {
   seed?: bigint | number;
   /**
    * Where time comes from: an object whose `now()` returns milliseconds, e.g. a {@link ManualClock}.
-   * Defaults to `performance.now()`.
+   * Defaults to the process's monotonic clock (`process.hrtime`).
    */
   clock?: Clock;
 }

@@ -1,6 +1,6 @@
 /** The client address of a request, trusting `X-Forwarded-For` only as far as configured. */
 import type { IncomingMessage } from 'node:http';
-import { isIP } from 'node:net';
+import { isIP, isIPv6 } from 'node:net';
 import { invalidType, outOfRange } from '../errors.js';
 
 /**
@@ -123,9 +123,41 @@ export function prefixKey(ip: string, subnet: Ipv6Subnet): string {
   return `${canonical(masked)}/${subnet}`;
 }
 
+/**
+ * True when `text` is an IPv4 address as `net.isIPv4` accepts it: four decimal parts in [0, 255]
+ * without leading zeros, joined by dots, nothing else. Read code unit by code unit: `isIPv4`'s
+ * regular expression builds a match array per call, and every request's key goes through here.
+ * @internal
+ */
+export function isIPv4Text(text: string): boolean {
+  const length = text.length;
+  if (length < 7 || length > 15) return false;
+  for (let i = 0, part = 0; ; i++) {
+    const start = i;
+    let value = 0;
+    for (let digit = text.charCodeAt(i) - 48; digit >= 0 && digit <= 9; digit = text.charCodeAt(i) - 48) {
+      value = value * 10 + digit;
+      i++;
+    }
+    const digits = i - start;
+    if (digits === 0 || digits > 3 || value > 255 || (digits > 1 && text.charCodeAt(start) === 48)) return false;
+    if (++part === 4) return i === length;
+    if (text.charCodeAt(i) !== 46) return false;
+  }
+}
+
+/** `isIP(text) !== 0`, with IPv4 text told apart by {@link isIPv4Text}. */
+const isAddress = (text: string): boolean => isIPv4Text(text) || isIPv6(text);
+
 /** `::ffff:127.0.0.1` (an IPv4 peer on a dual-stack socket) as `127.0.0.1`. */
 function normalize(ip: string): string {
-  return ip.startsWith('::ffff:') && isIP(ip.slice(7)) === 4 ? ip.slice(7) : ip;
+  return ip.startsWith('::ffff:') && isIPv4Text(ip.slice(7)) ? ip.slice(7) : ip;
+}
+
+/** The TCP peer's address, normalized; `undefined` once the connection has closed. */
+function peerIp(req: IncomingMessage): string | undefined {
+  const peer = req.socket?.remoteAddress;
+  return peer === undefined ? undefined : normalize(peer);
 }
 
 /** `X-Forwarded-For` as one list (Node joins repeated lines into an array), or `undefined`. */
@@ -148,23 +180,27 @@ function forwardedFor(req: IncomingMessage): string | undefined {
  * ```
  */
 export function clientIp(req: IncomingMessage, trustProxy: TrustProxy = false): string {
-  const peer = req.socket?.remoteAddress;
-  let ip = peer === undefined ? 'unknown' : normalize(peer);
-  if (trustProxy === false || trustProxy === 0) return ip;
-  // A trust function judges addresses, and the peer's is gone.
-  if (peer === undefined && typeof trustProxy === 'function') return ip;
+  if (trustProxy === false || trustProxy === 0) return peerIp(req) ?? 'unknown';
+  // `undefined` stands for the peer's address until it is needed: a trust function judges it, but
+  // counted hops need it only when the header has no entry to take, not on every proxied request.
+  let ip: string | undefined;
+  if (typeof trustProxy === 'function') {
+    ip = peerIp(req);
+    // A trust function judges addresses, and the peer's is gone.
+    if (ip === undefined) return 'unknown';
+  }
   const list = forwardedFor(req);
-  if (list === undefined) return ip;
+  if (list === undefined) return ip ?? peerIp(req) ?? 'unknown';
   // The entries right to left, each the text between two commas, read in place: no array of
   // them per request. `end` is where the next entry ends; -1 once every entry was read.
   for (let hop = 0, end = list.length; end >= 0; hop++) {
-    const trusted = typeof trustProxy === 'number' ? hop < trustProxy : trustProxy(ip, hop);
+    const trusted = typeof trustProxy === 'number' ? hop < trustProxy : trustProxy(ip!, hop);
     if (!trusted) break;
     const start = end === 0 ? -1 : list.lastIndexOf(',', end - 1);
     const next = list.slice(start + 1, end).trim();
-    if (isIP(next) === 0) break;
+    if (!isAddress(next)) break;
     ip = normalize(next);
     end = start;
   }
-  return ip;
+  return ip ?? peerIp(req) ?? 'unknown';
 }

@@ -75,7 +75,7 @@ export interface WindowQuotaOptions {
   slots?: number;
   /** The hash seed. Defaults to a random seed. */
   seed?: bigint | number;
-  /** Where time comes from, e.g. a `ManualClock` in tests. Defaults to `performance.now()`. */
+  /** Where time comes from, e.g. a `ManualClock` in tests. Defaults to the process's monotonic clock. */
   clock?: Clock;
   /**
    * Count clients near their limit exactly, so that **a client that sent at most `limit` requests
