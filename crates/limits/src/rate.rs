@@ -14,6 +14,8 @@
 //! threads count while the rotation runs is kept (`rotation.rs`); it costs a copy of each
 //! sketch's nonzero counters and an atomic subtraction for each, once per idle spell (4 × 8,192,
 //! median of 200: ~57 µs after 200 keys, ~230 µs after 20,000; the two clears took 16–24 µs).
+//! While it runs, what other threads read or get back from `observe` still includes the stale
+//! counts the subtraction has not reached yet.
 
 use crate::clock::{Clock, MonotonicClock};
 use crate::estimator::{Baseline, Estimator};

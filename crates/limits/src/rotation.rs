@@ -20,7 +20,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 /// The two slots a [`Rotation`] turns, red and blue.
 pub(crate) trait Slots {
-    /// What [`retire`](Self::retire) needs to know of a slot as it was before an interval ended.
+    /// What [`forget`](Self::forget) needs to know of a slot as it was before the rotation.
     type Baseline;
 
     /// Empties the red slot (`true`) or the blue one.
