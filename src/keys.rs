@@ -356,11 +356,11 @@ fn safe_integer(number: f64) -> Result<i64> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use keepcount_limits::hash::KeyHasher;
+    use keepcount_limits::hash::SeededState;
 
     #[test]
     fn keys_hash_like_the_rust_types_they_stand_for() {
-        let hasher = KeyHasher::with_seed(42);
+        let hasher = SeededState::new(42);
         assert_eq!(
             hasher.hash_one_key(Key::Str("1.2.3.4")),
             hasher.hash_one_key("1.2.3.4")

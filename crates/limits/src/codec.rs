@@ -1,10 +1,10 @@
-//! The serialized sketch, format version 2 ([format §5]): [`Estimator::to_bytes`] and
+//! The serialized sketch, format version 3 ([format §5]): [`Estimator::to_bytes`] and
 //! [`Estimator::from_bytes`].
 //!
 //! ```text
 //! offset      size        field
 //! 0           4           magic "KCCM"
-//! 4           2           version, u16 LE = 2
+//! 4           2           version, u16 LE = 3
 //! 6           2           flags, u16 LE = 0 (reserved)
 //! 8           4           hashes, u32 LE
 //! 12          4           slots, u32 LE
@@ -25,11 +25,13 @@ use std::sync::atomic::{AtomicI64, Ordering};
 pub const MAGIC: [u8; 4] = *b"KCCM";
 /// The format version this crate writes and reads.
 ///
-/// Version 1 had the same layout but derived rows by double hashing from HalfSipHash-1-3, so its
-/// counters mean nothing under version 2's rows: it is refused with a message that says so.
-pub const VERSION: u16 = 2;
+/// Versions 1 and 2 had the same layout but put keys in other counters (version 1: double hashing
+/// from HalfSipHash-1-3; version 2: SipHash-1-3 with rows 0 and 1 reading its halves), so their
+/// counters mean nothing under version 3's hash and rows: they are refused with a message that
+/// says so.
+pub const VERSION: u16 = 3;
 /// The versions earlier builds wrote and this one no longer reads.
-const RETIRED_VERSIONS: std::ops::RangeInclusive<u16> = 1..=1;
+const RETIRED_VERSIONS: std::ops::RangeInclusive<u16> = 1..=2;
 /// Magic (4) + version (2) + flags (2) + hashes (4) + slots (4) + seed (8).
 const HEADER_LEN: usize = 24;
 /// The CRC-32 after the counters.
@@ -41,7 +43,7 @@ const MIN_LEN: usize = HEADER_LEN + CHECKSUM_LEN;
 const COUNTER_LEN: usize = 8;
 
 impl<S: CounterStore> Estimator<S> {
-    /// The sketch in format version 2: `28 + 8 × hashes × slots` bytes, readable by
+    /// The sketch in format version 3: `28 + 8 × hashes × slots` bytes, readable by
     /// [`from_bytes`](Estimator::from_bytes) here and by the Node binding and its fallback.
     ///
     /// ```
@@ -77,7 +79,7 @@ impl<S: CounterStore> Estimator<S> {
 }
 
 impl Estimator {
-    /// Reads a sketch written by [`to_bytes`](Estimator::to_bytes) (format version 2).
+    /// Reads a sketch written by [`to_bytes`](Estimator::to_bytes) (format version 3).
     ///
     /// Checks, in this order: length ≥ 28, magic, version, flags, shape within the limits, exact
     /// total length, checksum; each failure is its own [`DecodeError`]. Never panics, and
@@ -195,8 +197,9 @@ impl fmt::Display for DecodeError {
             ),
             Self::UnsupportedVersion(version) if RETIRED_VERSIONS.contains(version) => write!(
                 f,
-                "sketch format version {version} is no longer read: its rows were not independent \
-                 (docs/format.md); this build reads version {VERSION}, so rebuild the sketch"
+                "sketch format version {version} is no longer read: it put keys in other counters \
+                 (docs/format.md, version history); this build reads version {VERSION}, so \
+                 rebuild the sketch"
             ),
             Self::UnsupportedVersion(version) => write!(
                 f,

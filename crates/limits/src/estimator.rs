@@ -6,7 +6,7 @@
 //! and over-counts only when every row collides with heavier keys.
 //!
 //! # How keys reach counters
-//! The key is hashed **once** with keepcount's seeded SipHash-1-3 ([`crate::hash`]); each row then
+//! The key is hashed **once** with keepcount's keyed rapidhash ([`crate::hash`]); each row then
 //! picks its column with its own strongly universal function of that hash, drawn from the seed
 //! ([`Rows`], [format §2–§3]), so rows are independent as the error bound requires.
 //! pingora-limits runs one full ahash per row with a random per-process state; keepcount's hash
@@ -19,7 +19,7 @@
 //!
 //! [format §2–§3]: https://github.com/keepcount/keepcount/blob/main/docs/format.md
 
-use crate::hash::{KeyHash, KeyHasher, random_seed};
+use crate::hash::{KeyHash, SeededState, random_seed};
 use crate::rows::Rows;
 use crate::shape::{Shape, ShapeError};
 use crate::store::{CounterStore, zeroed};
@@ -61,8 +61,8 @@ use saturating::sub_saturating;
 /// ```
 ///
 /// # Performance
-/// One SipHash-1-3 of the key, then per row two multiplications and one relaxed atomic add (or
-/// load). Memory is
+/// One rapidhash of the key (two multiplications for a key of up to 16 bytes), then per row two
+/// multiplications and one relaxed atomic add (or load). Memory is
 /// `hashes × slots × 8` bytes of counters plus the struct itself (see [`memory_bytes`]).
 ///
 /// # Thread safety
@@ -77,8 +77,9 @@ use saturating::sub_saturating;
 pub struct Estimator<S: CounterStore = Box<[AtomicI64]>> {
     store: S,
     shape: Shape,
-    seed: u64,
-    /// The per-row column functions, drawn from `seed` at construction.
+    /// The seed and the key-hash secrets derived from it once, at construction.
+    state: SeededState,
+    /// The per-row column functions, drawn from the seed at construction.
     rows: Rows,
 }
 
@@ -135,7 +136,7 @@ impl Estimator {
         Self {
             store: zeroed(shape.counters()),
             shape,
-            seed,
+            state: SeededState::new(seed),
             rows: Rows::new(shape, seed),
         }
     }
@@ -181,7 +182,7 @@ impl<S: CounterStore> Estimator<S> {
         Ok(Self {
             store,
             shape,
-            seed,
+            state: SeededState::new(seed),
             rows: Rows::new(shape, seed),
         })
     }
@@ -256,12 +257,7 @@ impl<S: CounterStore> Estimator<S> {
     /// ```
     #[inline]
     pub fn hash_key<T: Hash>(&self, key: T) -> KeyHash {
-        // A fresh hasher per key (four xors) rather than a stored one cloned: its empty tail and
-        // zero length are then compile-time constants, so a `u32` key compiles to straight-line
-        // rounds with no tail bookkeeping.
-        let mut hasher = KeyHasher::with_seed(self.seed);
-        key.hash(&mut hasher);
-        hasher.key_hash()
+        self.state.hash_one_key(key)
     }
 
     /// [`incr`](Self::incr) for a key hashed with [`hash_key`](Self::hash_key). Advanced API.
@@ -389,12 +385,13 @@ impl<S: CounterStore> Estimator<S> {
     /// ```
     #[inline]
     pub fn seed(&self) -> u64 {
-        self.seed
+        self.state.seed()
     }
 
     /// Bytes this sketch occupies: `hashes × slots × 8` for the counters plus
-    /// `size_of::<Estimator<S>>()` for the struct itself (store handle, shape, seed and the
-    /// per-row column functions: 776 bytes for the default heap store on 64-bit targets).
+    /// `size_of::<Estimator<S>>()` for the struct itself (store handle, shape, seed, the hash
+    /// secrets derived from it and the per-row column functions: 888 bytes for the default heap
+    /// store on 64-bit targets).
     ///
     /// ```
     /// use keepcount_limits::estimator::Estimator;
@@ -416,7 +413,7 @@ impl<S: CounterStore> fmt::Debug for Estimator<S> {
         f.debug_struct("Estimator")
             .field("hashes", &self.shape.hashes())
             .field("slots", &self.shape.slots())
-            .field("seed", &self.seed)
+            .field("seed", &self.seed())
             // The counters are too many to print.
             .finish_non_exhaustive()
     }
@@ -525,7 +522,7 @@ mod tests {
         let est = Estimator::with_seed(4, 8192, 0).unwrap();
         assert_eq!(est.memory_bytes(), 4 * 8192 * 8 + size_of::<Estimator>());
         #[cfg(target_pointer_width = "64")]
-        assert_eq!(size_of::<Estimator>(), 776);
+        assert_eq!(size_of::<Estimator>(), 888);
     }
 
     #[test]
@@ -542,7 +539,7 @@ mod tests {
         let est = Estimator {
             store: Shrinking,
             shape,
-            seed: 0,
+            state: SeededState::new(0),
             rows: Rows::new(shape, 0),
         };
         assert_eq!(est.incr("a", 1), isize::MAX);

@@ -1,84 +1,115 @@
-//! Keyed, stable key hashing: SipHash-1-3 with 64-bit output ([format §1–§2]).
+//! Keyed, stable key hashing: rapidhash V3 with 64-bit output ([format §1–§2]).
 //!
-//! Every sketch in this crate hashes a key once with [`KeyHasher`], keyed by the sketch's 64-bit
-//! seed, and derives one counter per row from the resulting [`KeyHash`] with per-row hash
-//! functions drawn from the same seed ([`Rows`](crate::Rows)). The byte stream and the hash are a
-//! compatibility promise shared with the Node binding and its TypeScript fallback.
+//! Every sketch in this crate hashes a key once with a [`KeyHasher`] built from its
+//! [`SeededState`] (the 64-bit seed and the secrets derived from it), and derives one counter per
+//! row from the resulting [`KeyHash`] with per-row hash functions drawn from the same seed
+//! ([`Rows`](crate::Rows)). The byte stream and the hash are a compatibility promise shared with
+//! the Node binding and its TypeScript fallback.
 //!
-//! Why SipHash-1-3: it is keyed (without the seed nobody can precompute keys that collide with a
-//! victim's key, the hash-flooding defence SipHash was designed for; it is what Rust's own
-//! `HashMap` uses), it is a pseudo-random function, so the 64-bit output of distinct keys looks
-//! independent and uniform, and it is cheap for short keys: a `u32` key is one compression and
-//! three finalisation rounds. Format version 1 used HalfSipHash-1-3 (32-bit words): twice the
-//! rounds for the same 64 bits of output in Rust, and no cheaper in JavaScript, where SipHash's
-//! 64-bit words cost two 32-bit halves but half the rounds.
+//! Why rapidhash V3: it is the `rapidhash` crate's portable function, whose output that crate
+//! promises never to change between versions or platforms; it is keyed here by the seed *and*
+//! seven secrets derived from it (`RapidSecrets::seed`), so every multiplicand an input meets is
+//! unknown to an outsider without the seed; and a key of up to 16 bytes costs two 64 × 64 → 128-bit
+//! multiplications. An `incr` waits on the hash before its first atomic add, and SipHash-1-3
+//! (format version 2) spent four dependent rounds there: on pingora's blog shape (3 × 1024) that
+//! made keepcount 1.1× slower than pingora-limits, with rapidhash it is faster
+//! (`cargo bench -p keepcount-limits --bench estimator`).
 //!
-//! The permutation is the `siphasher` crate's (the implementation std's own SipHash was extracted
-//! into); [`KeyHasher`] only pins the byte stream: integers little-endian on every platform,
-//! `usize`/`isize` as 8 bytes.
+//! What keying buys, and what it does not: rapidhash is not a cryptographic pseudo-random function
+//! (its authors call it "minimally DoS resistant", like foldhash). The sketch's error bound does not
+//! rest on it: every row reads the key hash through its own strongly universal function
+//! ([`crate::rows`]), so rows are independent for any two keys whose 64-bit hashes differ. What
+//! rests on rapidhash is only that an outsider who does not know the seed cannot choose two keys
+//! with the same 64-bit hash. The seed-independent collisions published against its predecessor
+//! wyhash come from an input that zeroes a multiplicand by matching a public constant; here every
+//! multiplicand is an input word xored with a secret derived from the seed.
+//!
+//! [`KeyHasher`] only pins the byte stream: integers little-endian on every platform,
+//! `usize`/`isize` as 8 bytes; the bytes go to rapidhash's streaming hasher, whose output equals
+//! the one-shot function over the whole stream.
 //!
 //! [format §1–§2]: https://github.com/keepcount/keepcount/blob/main/docs/format.md
 
-use siphasher::sip::SipHasher13;
+use rapidhash::v3::{RapidSecrets, RapidStreamHasherV3};
 use std::hash::{BuildHasher, Hash, Hasher};
 
-/// The second half of the SipHash key when hashing keys. The seed is the first half; the row
-/// functions are derived under another second half ([`crate::rows`]), so the two uses of the
-/// seed never share a SipHash key.
-pub(crate) const KEY_DOMAIN: u64 = 0;
-
-/// The hasher every keepcount sketch uses: SipHash-1-3, 64-bit output, keyed by `(seed, 0)`.
+/// A seed and the rapidhash secrets derived from it: what every key hash under that seed needs.
+///
+/// Deriving the secrets costs eight multiplications, so a sketch builds its state once and makes
+/// a [`KeyHasher`] from it per key.
 ///
 /// ```
-/// use keepcount_limits::hash::KeyHasher;
-/// use std::hash::{Hash, Hasher};
-///
-/// let mut hasher = KeyHasher::with_seed(42);
-/// "1.2.3.4".hash(&mut hasher);
-/// let same = KeyHasher::with_seed(42).hash_one_key("1.2.3.4");
-/// assert_eq!(hasher.key_hash(), same);
+/// use keepcount_limits::hash::SeededState;
+/// let state = SeededState::new(9);
+/// assert_eq!(state.hash_one_key("a"), state.hash_one_key("a"));
+/// assert_ne!(state.hash_one_key("a"), SeededState::new(10).hash_one_key("a"));
 /// ```
-///
-/// # Performance
-/// No allocation; integer writes are buffered without a per-byte loop. A key of `n` bytes costs
-/// `⌊n / 8⌋ + 1` compression rounds and 3 finalisation rounds of 64-bit additions, rotations and
-/// xors (4 rounds for a `u32` or `i64` key).
-#[derive(Debug, Clone)]
-pub struct KeyHasher(SipHasher13);
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SeededState {
+    seed: u64,
+    secrets: RapidSecrets,
+}
 
-impl KeyHasher {
-    /// A hasher keyed by `seed`: SipHash's 128-bit key is `k0 = seed`, `k1 = 0`.
-    ///
-    /// ```
-    /// use keepcount_limits::hash::KeyHasher;
-    /// use std::hash::Hasher;
-    /// assert_ne!(KeyHasher::with_seed(1).finish(), KeyHasher::with_seed(2).finish());
-    /// ```
-    #[inline]
-    pub fn with_seed(seed: u64) -> Self {
-        Self(SipHasher13::new_with_keys(seed, KEY_DOMAIN))
+impl SeededState {
+    /// The state for `seed`: rapidhash's `RapidSecrets::seed(seed)`.
+    pub const fn new(seed: u64) -> Self {
+        Self {
+            seed,
+            secrets: RapidSecrets::seed(seed),
+        }
     }
 
-    /// Hashes `key` with a copy of this hasher (which is left as it was) and returns the result.
+    /// The seed the secrets were derived from.
     ///
     /// ```
-    /// use keepcount_limits::hash::KeyHasher;
-    /// let hasher = KeyHasher::with_seed(7);
-    /// assert_eq!(hasher.hash_one_key(5u32), hasher.hash_one_key(5u32));
+    /// assert_eq!(keepcount_limits::hash::SeededState::new(9).seed(), 9);
+    /// ```
+    pub const fn seed(&self) -> u64 {
+        self.seed
+    }
+
+    /// A hasher for one key under this seed.
+    ///
+    /// ```
+    /// use keepcount_limits::hash::SeededState;
+    /// use std::hash::Hash;
+    /// let state = SeededState::new(42);
+    /// let mut hasher = state.hasher();
+    /// "1.2.3.4".hash(&mut hasher);
+    /// assert_eq!(hasher.key_hash(), state.hash_one_key("1.2.3.4"));
     /// ```
     #[inline]
+    pub fn hasher(&self) -> KeyHasher<'_> {
+        KeyHasher(RapidStreamHasherV3::new(&self.secrets))
+    }
+
+    /// Hashes `key` under this seed.
+    #[inline]
     pub fn hash_one_key<T: Hash>(&self, key: T) -> KeyHash {
-        let mut hasher = self.clone();
+        let mut hasher = self.hasher();
         key.hash(&mut hasher);
         hasher.key_hash()
     }
+}
 
+/// The hasher every keepcount sketch uses: rapidhash V3, 64-bit output, keyed by a
+/// [`SeededState`].
+///
+/// # Performance
+/// No allocation: bytes are buffered in a 112-byte chunk and mixed a chunk at a time. A key of up
+/// to 16 bytes (a `u32`, an `i64`, an IPv4 address as text) costs two 64 × 64 → 128-bit
+/// multiplications; longer keys one more per 16 bytes, spread over seven independent lanes past
+/// 112 bytes.
+pub struct KeyHasher<'a>(RapidStreamHasherV3<'a>);
+
+impl KeyHasher<'_> {
     /// The hash of everything written so far. Same value as [`Hasher::finish`], typed.
     ///
     /// ```
-    /// use keepcount_limits::hash::{KeyHash, KeyHasher};
+    /// use keepcount_limits::hash::{KeyHash, SeededState};
     /// use std::hash::Hasher;
-    /// let hasher = KeyHasher::with_seed(3);
+    /// let state = SeededState::new(3);
+    /// let hasher = state.hasher();
     /// assert_eq!(hasher.key_hash(), KeyHash::from_u64(hasher.finish()));
     /// ```
     #[inline]
@@ -87,34 +118,38 @@ impl KeyHasher {
     }
 }
 
-impl Hasher for KeyHasher {
+impl std::fmt::Debug for KeyHasher<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // The buffered bytes and the secrets stay out of logs.
+        f.debug_struct("KeyHasher").finish_non_exhaustive()
+    }
+}
+
+impl Hasher for KeyHasher<'_> {
     #[inline]
     fn write(&mut self, bytes: &[u8]) {
         self.0.write(bytes);
     }
     #[inline]
     fn write_u8(&mut self, i: u8) {
-        self.0.write_u8(i);
+        self.write(&[i]);
     }
     #[inline]
     fn write_u16(&mut self, i: u16) {
-        // siphasher writes integers little-endian (`to_le`) on every platform.
-        self.0.write_u16(i);
+        // std's default writes native-endian bytes: pin little-endian.
+        self.write(&i.to_le_bytes());
     }
     #[inline]
     fn write_u32(&mut self, i: u32) {
-        self.0.write_u32(i);
+        self.write(&i.to_le_bytes());
     }
     #[inline]
     fn write_u64(&mut self, i: u64) {
-        self.0.write_u64(i);
+        self.write(&i.to_le_bytes());
     }
     #[inline]
     fn write_u128(&mut self, i: u128) {
-        // std's default writes native-endian bytes: pin little-endian, low half first.
-        // Truncations intended: the two halves.
-        self.write_u64(i as u64);
-        self.write_u64((i >> 64) as u64);
+        self.write(&i.to_le_bytes());
     }
     #[inline]
     fn write_usize(&mut self, i: usize) {
@@ -127,48 +162,10 @@ impl Hasher for KeyHasher {
         // Sign-extended to 8 bytes, two's complement, on every target.
         self.write_u64(i as i64 as u64);
     }
-    /// The 64-bit SipHash-1-3 output.
+    /// The 64-bit rapidhash V3 output.
     #[inline]
     fn finish(&self) -> u64 {
         self.0.finish()
-    }
-}
-
-/// A [`BuildHasher`] for keepcount's hash with a fixed seed, so it can key std collections too.
-///
-/// ```
-/// use keepcount_limits::hash::SeededState;
-/// use std::hash::BuildHasher;
-/// let state = SeededState::new(9);
-/// assert_eq!(state.hash_one("a"), state.hash_one("a"));
-/// ```
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct SeededState {
-    seed: u64,
-}
-
-impl SeededState {
-    /// Hashers keyed by `seed`.
-    pub const fn new(seed: u64) -> Self {
-        Self { seed }
-    }
-
-    /// The seed every hasher built here is keyed by.
-    ///
-    /// ```
-    /// assert_eq!(keepcount_limits::hash::SeededState::new(9).seed(), 9);
-    /// ```
-    pub const fn seed(&self) -> u64 {
-        self.seed
-    }
-}
-
-impl BuildHasher for SeededState {
-    type Hasher = KeyHasher;
-
-    #[inline]
-    fn build_hasher(&self) -> KeyHasher {
-        KeyHasher::with_seed(self.seed)
     }
 }
 
@@ -222,64 +219,62 @@ pub fn random_seed() -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// Reference SipHash-2-4, 64-bit output, key 00..0f, message 00..n-1 (`vectors.h` of the
-    /// reference implementation), checked here against the permutation keepcount uses.
-    const REFERENCE_2_4: [u64; 8] = [
-        0x726f_db47_dd0e_0e31,
-        0x74f8_39c5_93dc_67fd,
-        0x0d6c_8009_d9a9_4f5a,
-        0x8567_6696_d7fb_7e2d,
-        0xcf27_94e0_2771_87b7,
-        0x1876_5564_cd99_a68d,
-        0xcbc9_466e_58fe_e3ce,
-        0xab02_00f5_8b01_d137,
-    ];
+    use rapidhash::v3::rapidhash_v3_seeded;
 
     fn message(n: usize) -> Vec<u8> {
-        (0..n).map(|i| i as u8).collect()
+        (0..n).map(|i| (i * 31 + 7) as u8).collect()
     }
 
     #[test]
-    fn the_permutation_matches_the_reference_siphash_2_4_vectors() {
-        for (n, &expected) in REFERENCE_2_4.iter().enumerate() {
-            let mut hasher = siphasher::sip::SipHasher24::new_with_keys(
-                0x0706_0504_0302_0100,
-                0x0f0e_0d0c_0b0a_0908,
+    fn the_hash_is_the_portable_rapidhash_v3_of_the_stream() {
+        // Every length path of rapidhash (<= 16, 17..=112, > 112 with full chunks) and chunk
+        // boundaries on either side of 112.
+        let state = SeededState::new(0xdead_beef);
+        for n in [0, 1, 3, 4, 7, 8, 16, 17, 48, 112, 113, 224, 225, 300] {
+            let bytes = message(n);
+            let mut h = state.hasher();
+            h.write(&bytes);
+            assert_eq!(
+                h.finish(),
+                rapidhash_v3_seeded(&bytes, &RapidSecrets::seed(0xdead_beef)),
+                "n = {n}"
             );
-            hasher.write(&message(n));
-            assert_eq!(hasher.finish(), expected, "n = {n}");
         }
     }
 
     #[test]
     fn split_writes_hash_like_one_write() {
-        let bytes = message(23);
-        let whole = {
-            let mut h = KeyHasher::with_seed(5);
-            h.write(&bytes);
-            h.finish()
-        };
-        for split in 0..bytes.len() {
-            let mut h = KeyHasher::with_seed(5);
-            h.write(&bytes[..split]);
-            h.write(&bytes[split..]);
-            assert_eq!(h.finish(), whole, "split at {split}");
+        let state = SeededState::new(5);
+        for n in [23, 130, 250] {
+            let bytes = message(n);
+            let whole = {
+                let mut h = state.hasher();
+                h.write(&bytes);
+                h.finish()
+            };
+            for split in 0..bytes.len() {
+                let mut h = state.hasher();
+                h.write(&bytes[..split]);
+                h.write(&bytes[split..]);
+                assert_eq!(h.finish(), whole, "n = {n}, split at {split}");
+            }
         }
     }
 
     #[test]
     fn integer_writes_are_little_endian_bytes() {
+        let state = SeededState::new(11);
         let as_bytes = |bytes: &[u8]| {
-            let mut h = KeyHasher::with_seed(11);
+            let mut h = state.hasher();
             h.write(bytes);
             h.finish()
         };
         let with = |f: &dyn Fn(&mut KeyHasher)| {
-            let mut h = KeyHasher::with_seed(11);
+            let mut h = state.hasher();
             f(&mut h);
             h.finish()
         };
+        let counting: Vec<u8> = (0u8..17).collect();
         assert_eq!(with(&|h| h.write_u16(0x0201)), as_bytes(&[1, 2]));
         assert_eq!(with(&|h| h.write_u32(0x0403_0201)), as_bytes(&[1, 2, 3, 4]));
         assert_eq!(
@@ -288,7 +283,7 @@ mod tests {
         );
         assert_eq!(
             with(&|h| h.write_u128(0x100f_0e0d_0c0b_0a09_0807_0605_0403_0201)),
-            as_bytes(&message(17)[1..])
+            as_bytes(&counting[1..])
         );
         assert_eq!(
             with(&|h| h.write_usize(1)),
@@ -300,37 +295,28 @@ mod tests {
 
     #[test]
     fn strings_hash_as_utf8_then_ff() {
-        let h = KeyHasher::with_seed(1);
-        let mut manual = KeyHasher::with_seed(1);
+        let state = SeededState::new(1);
+        let mut manual = state.hasher();
         manual.write("ż1".as_bytes());
         manual.write_u8(0xff);
-        assert_eq!(h.hash_one_key("ż1"), manual.key_hash());
+        assert_eq!(state.hash_one_key("ż1"), manual.key_hash());
     }
 
     #[test]
     fn byte_slices_hash_as_length_then_bytes() {
-        let h = KeyHasher::with_seed(1);
-        let mut manual = KeyHasher::with_seed(1);
+        let state = SeededState::new(1);
+        let mut manual = state.hasher();
         manual.write(&3u64.to_le_bytes());
         manual.write(&[7, 8, 9]);
-        assert_eq!(h.hash_one_key([7u8, 8, 9].as_slice()), manual.key_hash());
-    }
-
-    #[test]
-    fn seeded_state_uses_the_key_hasher() {
-        let state = SeededState::new(77);
         assert_eq!(
-            state.hash_one("k"),
-            KeyHasher::with_seed(77).hash_one_key("k").to_u64()
+            state.hash_one_key([7u8, 8, 9].as_slice()),
+            manual.key_hash()
         );
     }
 
     #[test]
-    fn the_key_hasher_is_siphash_1_3_keyed_by_seed_and_zero() {
-        let mut reference = SipHasher13::new_with_keys(99, 0);
-        reference.write(b"abc");
-        let mut ours = KeyHasher::with_seed(99);
-        ours.write(b"abc");
-        assert_eq!(ours.finish(), reference.finish());
+    fn the_debug_output_hides_the_secrets() {
+        let state = SeededState::new(77);
+        assert_eq!(format!("{:?}", state.hasher()), "KeyHasher { .. }");
     }
 }

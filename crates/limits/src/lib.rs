@@ -13,10 +13,10 @@
 //! - **No panics** from any public API: invalid sizes are clamped (pingora-compatible
 //!   constructors) or refused (`try_new`, `with_seed`, `with_clock`); sub-millisecond and zero
 //!   `Rate` intervals work; counters wrap instead of overflowing.
-//! - **One stable, keyed hash, and independent rows** ([`hash`], [`Rows`]): SipHash-1-3 with a
-//!   seed you may set, computed once per key; each row then takes its own column (the hash's halves
-//!   for rows 0 and 1, a strongly universal function drawn from the seed for the others), so the
-//!   count-min error bound holds. Sketches with the same seed can be
+//! - **One stable, keyed hash, and independent rows** ([`hash`], [`Rows`]): rapidhash V3 keyed
+//!   by a seed you may set, computed once per key; each row then takes its own column through a
+//!   strongly universal function of the hash drawn from the seed, so the count-min error bound
+//!   holds. Sketches with the same seed can be
 //!   [merged](estimator::Estimator::merge) and [serialized](estimator::Estimator::to_bytes), and
 //!   agree to the bit with the Node binding and its TypeScript fallback ([format spec]).
 //! - **Sizing from error bounds**: [`Estimator::from_error_bounds`](estimator::Estimator::from_error_bounds).
@@ -27,11 +27,11 @@
 //!
 //! # Performance
 //! `Estimator::incr` with a `u32` key, 20M events over 1M keys (`cargo bench -p keepcount-limits
-//! --bench estimator`, AMD EPYC, 2 shared vCPUs, 2026-11-23): on pingora `Inflight`'s 4 × 8192
-//! shape 19.8 ns/event against pingora-limits' 20.9; on the blog's 3 × 1024 shape 12.6 ns against
-//! 9.9 (pingora's unkeyed per-row ahash hides behind its three atomic adds, our keyed SipHash
-//! comes before them); ~8× faster than `Mutex<HashMap>` or `DashMap` in 24–256 KiB instead of
-//! 38–53 MB for 1M keys. Full table in the crate README.
+//! --bench estimator`, AMD EPYC, 2 shared vCPUs, 2026-11-26): on the blog's 3 × 1024 shape
+//! 11.9 ns/event against pingora-limits' 14.3 (0.83×; two threads 0.73×), on pingora `Inflight`'s
+//! 4 × 8192 shape 20.1 ns against 28.9 (0.70×; two threads 0.68×); 9–20× faster than
+//! `Mutex<HashMap>` or `DashMap` in 24–256 KiB instead of 38–53 MB for 1M keys. Full table in the
+//! crate README.
 //!
 //! # When not to use it
 //! For exact counts over a small known key set, a `HashMap` is simpler and exact. A sketch

@@ -1,43 +1,40 @@
 //! From a key's hash to one column per row, with rows that are independent ([format §3]).
 //!
-//! For the key's 64-bit hash `x = x1·2^32 + x0` and a sketch `slots` wide:
+//! For the key's 64-bit hash `x = x1·2^32 + x0` and a sketch `slots` wide, every row `i` reads its
+//! own function of the whole hash:
 //!
 //! ```text
-//! row 0:    word = x0
-//! row 1:    word = x1
-//! row i≥2:  word = ((a_i·x0 + c_i·x1 + b_i) mod 2^64) >> 32     (vector multiply-shift)
-//! column = (word · slots) >> 32                                  (Lemire's range reduction)
+//! word_i = ((a_i·x0 + c_i·x1 + b_i) mod 2^64) >> 32     (vector multiply-shift)
+//! column = (word_i · slots) >> 32                       (Lemire's range reduction)
 //! ```
 //!
 //! with `a_i`, `c_i`, `b_i` 64-bit words drawn from the seed.
 //!
 //! # Why the rows are independent
-//! The key hash is SipHash-1-3, a keyed pseudo-random function: for keys an outsider chooses
-//! without knowing the seed, the 64-bit outputs of distinct keys behave as independent uniform
-//! values, so rows 0 and 1, which read disjoint halves of it, are independent and uniform.
-//! Rows from 2 on use multiply-shift on the vector `(x0, x1)` with 64-bit multipliers and a 64-bit
-//! offset, keeping the top 32 bits: that family is **strongly universal** (Dietzfelbinger 1996;
-//! Thorup, "High Speed Hashing for Integers and Strings", 2015): for any two different hashes the
-//! pair of words is uniform over all 2^64 pairs, whatever the hashes are. Each row's words are drawn
-//! independently, so given two keys with different 64-bit hashes, whether they meet in a row is
-//! independent of every other row, and in each row they meet with probability at most
-//! `⌈2^32/slots⌉ / 2^32 < 1/slots + 2^-32` (Lemire's reduction gives each column `⌊2^32/slots⌋` or
-//! `⌈2^32/slots⌉` words). That is what Cormode and Muthukrishnan's (ε, δ) analysis needs. Two of
-//! `n` keys share the 64-bit hash with probability at most `n²/2^65`.
+//! Multiply-shift on the vector `(x0, x1)` with 64-bit multipliers and a 64-bit offset, keeping
+//! the top 32 bits, is **strongly universal** (Dietzfelbinger 1996; Thorup, "High Speed Hashing
+//! for Integers and Strings", 2015): for any two different hashes the pair of words is uniform
+//! over all 2^64 pairs, whatever the hashes are. Each row's words are drawn independently, so given
+//! two keys with different 64-bit hashes, whether they meet in a row is independent of every other
+//! row, and in each row they meet with probability at most `⌈2^32/slots⌉ / 2^32 < 1/slots + 2^-32`
+//! (Lemire's reduction gives each column `⌊2^32/slots⌋` or `⌈2^32/slots⌉` words). That is what
+//! Cormode and Muthukrishnan's (ε, δ) analysis needs, and it asks nothing of the key hash but that
+//! distinct keys rarely share all 64 bits of it ([`crate::hash`]).
 //!
-//! Rows 0 and 1 cost one multiplication each, the derived rows three; for a power-of-two width the
-//! reduction is a shift, so rows 0 and 1 cost none and the derived rows two, off the path to the
-//! first counter ([`Rows::for_each_index`]). For the common shapes (3 or 4 rows) that keeps the
-//! work between the hash and the first counter short, which is what the atomic adds wait on.
+//! Format version 2 let rows 0 and 1 read the two halves of the key hash directly, which was sound
+//! because its key hash, SipHash-1-3, is a pseudo-random function. rapidhash (version 3) is not,
+//! so every row now goes through its own function: one more multiplication on rows 0 and 1, done
+//! in parallel with the others, off the hash's dependency chain but before the first counter.
 //!
 //! Format version 1 derived row `i` by double hashing, `h1 + i·h2`, and reduced with the high
 //! bits: keys whose `h1` and `h2` were both close shared a column in every row, so rows behaved
 //! like two, and the error bound did not hold (53 pairs of 200,000 keys shared all four counters
 //! of a 4 × 8192 sketch where independence predicts 4·10⁻⁶).
 //!
-//! The derived rows' words come from SipHash-1-3 keyed by `(seed, ROW_DOMAIN)`, a different key
-//! from the one that hashes keys, applied to the 8-byte little-endian message `3·i + j` for row `i`
-//! and `j` = 0, 1, 2 for `a_i`, `c_i`, `b_i`.
+//! The row words come from SipHash-1-3 (a pseudo-random function, so the words of different rows
+//! are independent) keyed by `(seed, ROW_DOMAIN)`, applied to the 8-byte little-endian message
+//! `3·i + j` for row `i` and `j` = 0, 1, 2 for `a_i`, `c_i`, `b_i`. It runs only when a sketch is
+//! built.
 //!
 //! [format §3]: https://github.com/keepcount/keepcount/blob/main/docs/format.md
 
@@ -46,14 +43,10 @@ use crate::shape::{MAX_HASHES, Shape};
 use siphasher::sip::SipHasher13;
 use std::hash::Hasher;
 
-/// The second half of the SipHash key under which the row functions are drawn (the key hash uses
-/// [`crate::hash::KEY_DOMAIN`]).
+/// The second half of the SipHash key under which the row functions are drawn from the seed.
 const ROW_DOMAIN: u64 = 1;
 
-/// Rows that read the key hash directly: row 0 its low half, row 1 its high half.
-const DIRECT_ROWS: usize = 2;
-
-/// One derived row's strongly universal function: `((a·x0 + c·x1 + b) mod 2^64) >> 32`.
+/// One row's strongly universal function: `((a·x0 + c·x1 + b) mod 2^64) >> 32`.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 struct RowFunction {
     a: u64,
@@ -80,21 +73,21 @@ impl RowFunction {
 
 /// The per-row hash functions of a sketch: which counter a key uses in each row.
 ///
-/// Built once per sketch from its seed and shape (three SipHash calls per derived row), then used
+/// Built once per sketch from its seed and shape (three SipHash calls per row), then used
 /// on every operation.
 ///
 /// ```
 /// use keepcount_limits::{Rows, Shape};
 /// let rows = Rows::new(Shape::new(4, 1000).unwrap(), 42);
-/// let key = keepcount_limits::hash::KeyHasher::with_seed(42).hash_one_key("1.2.3.4");
+/// let key = keepcount_limits::hash::SeededState::new(42).hash_one_key("1.2.3.4");
 /// for row in 0..4 {
 ///     assert!(rows.column(row, key) < 1000);
 /// }
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Rows {
-    /// Rows `2..hashes`' functions; the rest stay zero.
-    derived: [RowFunction; MAX_HASHES - DIRECT_ROWS],
+    /// Rows `0..hashes`' functions; the rest stay zero.
+    functions: [RowFunction; MAX_HASHES],
     hashes: usize,
     slots: u64,
     /// Which path [`Rows::for_each_index`] takes, decided once here rather than from `hashes`
@@ -133,11 +126,10 @@ impl Path {
 impl Rows {
     /// The row functions of a sketch of `shape` keyed by `seed`.
     pub fn new(shape: Shape, seed: u64) -> Self {
-        let mut derived = [RowFunction::default(); MAX_HASHES - DIRECT_ROWS];
-        let count = shape.hashes().saturating_sub(DIRECT_ROWS);
-        for (i, function) in derived.iter_mut().take(count).enumerate() {
+        let mut functions = [RowFunction::default(); MAX_HASHES];
+        for (row, function) in functions.iter_mut().take(shape.hashes()).enumerate() {
             // row < 32: the message numbers are tiny.
-            let row = (i + DIRECT_ROWS) as u64;
+            let row = row as u64;
             let word = |j: u64| {
                 let mut hasher = SipHasher13::new_with_keys(seed, ROW_DOMAIN);
                 hasher.write_u64(3 * row + j);
@@ -150,7 +142,7 @@ impl Rows {
             };
         }
         Self {
-            derived,
+            functions,
             hashes: shape.hashes(),
             slots: shape.slots() as u64,
             path: Path::for_shape(shape),
@@ -161,11 +153,10 @@ impl Rows {
     /// column 0 rather than panicking.
     pub fn column(&self, row: usize, key: KeyHash) -> usize {
         let (x0, x1) = halves(key);
-        let word = match row {
-            0 => x0,
-            1 => x1,
-            _ if row < self.hashes => self.derived[row - DIRECT_ROWS].word(x0, x1),
-            _ => 0,
+        let word = if row < self.hashes {
+            self.functions[row].word(x0, x1)
+        } else {
+            0
         };
         self.reduce(word)
     }
@@ -175,13 +166,13 @@ impl Rows {
     /// # Performance
     /// An `incr` waits on the chain hash → columns → atomic adds, so the columns take the
     /// shortest path there is. Sketches of 3 or 4 rows of a power-of-two width (pingora's blog
-    /// shape 3 × 1024, the Node API's default 4 × 8192) take a straight line: every column is
-    /// computed before the first counter is touched, and Lemire's `(word · 2^k) >> 32` for
-    /// `slots = 2^k` is computed as the equal `word >> (32 − k)`, one shift instead of a 3-cycle
-    /// multiplication and a shift. Other shapes loop over the rows with the multiplication; the
-    /// columns are the same. Measured in a copy of the crate bench's loop, 3 × 1024, one thread,
-    /// best of 7 rounds (AMD EPYC, Zen 3, 2026-11-23): 11.1 ns per `incr` with the loop, 10.1 ns
-    /// with the straight line.
+    /// shape 3 × 1024, the Node API's default 4 × 8192) take a straight line: every row's
+    /// multiplications run side by side and every column is computed before the first counter is
+    /// touched, and Lemire's `(word · 2^k) >> 32` for `slots = 2^k` is computed as the equal
+    /// `word >> (32 − k)`, one shift instead of a 3-cycle multiplication and a shift. Other shapes
+    /// loop over the rows with the multiplication; the columns are the same. Measured in a copy of
+    /// the crate bench's loop, 3 × 1024, one thread, best of 7 rounds (AMD EPYC, Zen 3,
+    /// 2026-11-23): 11.1 ns per `incr` with the loop, 10.1 ns with the straight line.
     #[inline(always)]
     pub fn for_each_index(&self, key: KeyHash, f: impl FnMut(usize)) {
         match self.path {
@@ -192,20 +183,14 @@ impl Rows {
     }
 
     /// [`for_each_index`](Self::for_each_index) for `ROWS` rows `2^(64 − shift)` wide: each
-    /// row's column is the top bits of a 64-bit value whose high half is the row's word.
+    /// row's column is the top bits of the 64-bit value whose high half is the row's word.
     #[inline(always)]
     fn fixed_rows<const ROWS: usize>(&self, key: KeyHash, shift: u32, mut f: impl FnMut(usize)) {
-        let x = key.to_u64();
         let (x0, x1) = halves(key);
         let slots = self.slots as usize;
         let mut indexes = [0; ROWS];
-        // Row 0's word is x0 itself, < 2^32: its top bits are `x0 >> (shift − 32)`, one shift
-        // where `(x << 32) >> shift` would be two on the way to the first counter. Row 1's is
-        // the high half of `x`.
-        indexes[0] = (x0 >> (shift - 32)) as usize;
-        indexes[1] = slots + (x >> shift) as usize;
-        for (row, index) in indexes.iter_mut().enumerate().skip(DIRECT_ROWS) {
-            let value = self.derived[row - DIRECT_ROWS].value(x0, x1);
+        for (row, index) in indexes.iter_mut().enumerate() {
+            let value = self.functions[row].value(x0, x1);
             *index = row * slots + (value >> shift) as usize;
         }
         for index in indexes {
@@ -218,14 +203,9 @@ impl Rows {
     fn any_rows(&self, key: KeyHash, mut f: impl FnMut(usize)) {
         let (x0, x1) = halves(key);
         let slots = self.slots as usize;
-        f(self.reduce(x0));
-        if self.hashes < DIRECT_ROWS {
-            return;
-        }
-        f(slots + self.reduce(x1));
-        let mut row_start = 2 * slots;
+        let mut row_start = 0;
         // hashes <= MAX_HASHES, so the range is within the array.
-        for function in &self.derived[..self.hashes - DIRECT_ROWS] {
+        for function in &self.functions[..self.hashes] {
             f(row_start + self.reduce(function.word(x0, x1)));
             row_start += slots;
         }
@@ -249,7 +229,7 @@ fn halves(key: KeyHash) -> (u64, u64) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::hash::KeyHasher;
+    use crate::hash::SeededState;
 
     #[test]
     fn columns_stay_below_slots_for_extreme_hashes() {
@@ -262,19 +242,29 @@ mod tests {
     }
 
     #[test]
-    fn rows_0_and_1_read_the_hash_halves() {
-        let rows = Rows::new(Shape::new(2, 1 << 16).unwrap(), 5);
-        let key = KeyHash::from_u64(0x8000_0000_4000_0000);
-        assert_eq!(rows.column(0, key), 1 << 14);
-        assert_eq!(rows.column(1, key), 1 << 15);
-        assert_eq!(rows.column(2, key), 0);
+    fn every_row_reads_its_own_function_of_the_whole_hash() {
+        // Two hashes with the same low half and the same high half in turn: a row that read one
+        // half directly would give both the same column; every row must tell them apart for some
+        // of these pairs.
+        let rows = Rows::new(Shape::new(4, 1 << 16).unwrap(), 5);
+        for row in 0..4 {
+            let differs = (1u64..64).any(|i| {
+                let low = KeyHash::from_u64(0x1234_5678 | (i << 32));
+                let high = KeyHash::from_u64(0x1234_5678_0000_0000 | i);
+                rows.column(row, low) != rows.column(row, KeyHash::from_u64(0x1234_5678))
+                    && rows.column(row, high)
+                        != rows.column(row, KeyHash::from_u64(0x1234_5678_0000_0000))
+            });
+            assert!(differs, "row {row}");
+        }
+        assert_eq!(rows.column(4, KeyHash::from_u64(7)), 0);
     }
 
     #[test]
     fn indexes_are_row_major() {
         let shape = Shape::new(4, 10).unwrap();
         let rows = Rows::new(shape, 9);
-        let key = KeyHasher::with_seed(9).hash_one_key("k");
+        let key = SeededState::new(9).hash_one_key("k");
         let mut seen = Vec::new();
         rows.for_each_index(key, |i| seen.push(i));
         let expected: Vec<usize> = (0..4).map(|r| r * 10 + rows.column(r, key)).collect();
@@ -298,7 +288,7 @@ mod tests {
         for (hashes, slots) in shapes {
             let shape = Shape::new(hashes, slots).unwrap();
             let rows = Rows::new(shape, 0xfeed);
-            let hasher = KeyHasher::with_seed(0xfeed);
+            let hasher = SeededState::new(0xfeed);
             let extremes = [0, 1, u64::MAX, 0xffff_ffff, 0xffff_ffff_0000_0000];
             let keys = (0u32..2000)
                 .map(|k| hasher.hash_one_key(k))
@@ -320,9 +310,9 @@ mod tests {
         let a = Rows::new(shape, 1);
         let b = Rows::new(shape, 2);
         assert_ne!(a, b);
-        for i in 0..30 {
+        for i in 0..32 {
             for j in 0..i {
-                assert_ne!(a.derived[i], a.derived[j]);
+                assert_ne!(a.functions[i], a.functions[j]);
             }
         }
     }

@@ -93,27 +93,32 @@ fn rejects_wrong_magic_version_and_flags() {
         Estimator::from_bytes(&bytes).unwrap_err(),
         DecodeError::BadMagic(*b"KCCX")
     );
-    let err = Estimator::from_bytes(&header(3, 0, 1, 1)).unwrap_err();
-    assert_eq!(err, DecodeError::UnsupportedVersion(3));
+    let err = Estimator::from_bytes(&header(4, 0, 1, 1)).unwrap_err();
+    assert_eq!(err, DecodeError::UnsupportedVersion(4));
     assert_eq!(
         err.to_string(),
-        "unsupported sketch format version 3, this build reads version 2"
+        "unsupported sketch format version 4, this build reads version 3"
     );
     let err = Estimator::from_bytes(&header(VERSION, 0x8000, 1, 1)).unwrap_err();
     assert_eq!(err, DecodeError::ReservedFlags(0x8000));
 }
 
 #[test]
-fn refuses_version_1_saying_it_is_no_longer_read() {
-    let mut bytes = sample();
-    bytes[4..6].copy_from_slice(&1u16.to_le_bytes());
-    let err = Estimator::from_bytes(&bytes).unwrap_err();
-    assert_eq!(err, DecodeError::UnsupportedVersion(1));
-    assert_eq!(
-        err.to_string(),
-        "sketch format version 1 is no longer read: its rows were not independent \
-         (docs/format.md); this build reads version 2, so rebuild the sketch"
-    );
+fn refuses_versions_1_and_2_saying_they_are_no_longer_read() {
+    for version in [1u16, 2] {
+        let mut bytes = sample();
+        bytes[4..6].copy_from_slice(&version.to_le_bytes());
+        let err = Estimator::from_bytes(&bytes).unwrap_err();
+        assert_eq!(err, DecodeError::UnsupportedVersion(version));
+        assert_eq!(
+            err.to_string(),
+            format!(
+                "sketch format version {version} is no longer read: it put keys in other \
+                 counters (docs/format.md, version history); this build reads version 3, so \
+                 rebuild the sketch"
+            )
+        );
+    }
 }
 
 #[test]

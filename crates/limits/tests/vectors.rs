@@ -2,14 +2,16 @@
 //!
 //! `vectors_json_is_up_to_date` renders every vector from this crate and compares it with the
 //! committed `tests/vectors.json`; after a deliberate format change (a new format version), run
-//! `KEEPCOUNT_BLESS=1 cargo test -p keepcount-limits --test vectors` to rewrite it. The literal
-//! values in the other tests were checked against an independent implementation, so the JSON
-//! cannot drift along with a bug.
+//! `KEEPCOUNT_BLESS=1 cargo test -p keepcount-limits --test vectors` to rewrite it (and
+//! `rapidhash_vectors.json`, the long table of the key hash alone that the fallback's port of
+//! rapidhash is checked against). The literal values in the other tests were checked against an
+//! independent implementation, so the JSON cannot drift along with a bug.
 
 use keepcount_limits::Rows;
 use keepcount_limits::Shape;
 use keepcount_limits::estimator::Estimator;
-use keepcount_limits::hash::{KeyHash, KeyHasher};
+use keepcount_limits::hash::{KeyHash, SeededState};
+use rapidhash::v3::{RapidSecrets, rapidhash_v3_seeded};
 use siphasher::sip::{SipHasher13, SipHasher24};
 use std::fmt::Write as _;
 use std::hash::{Hash, Hasher};
@@ -19,10 +21,14 @@ const REFERENCE_K0: u64 = 0x0706_0504_0302_0100;
 const REFERENCE_K1: u64 = 0x0f0e_0d0c_0b0a_0908;
 const OTHER_SEED: u64 = 42;
 const SEEDS: [u64; 2] = [REFERENCE_K0, OTHER_SEED];
-/// Message lengths for the raw SipHash-1-3 vectors (bytes 00..n-1): every tail length, one and
-/// several whole blocks.
-const RAW_LENGTHS: [usize; 13] = [0, 1, 2, 3, 4, 5, 7, 8, 9, 15, 16, 17, 33];
-/// The vectors' sketch shape: two direct rows and two derived ones.
+/// Message lengths for the raw key-hash vectors (bytes 00..n-1): every path of rapidhash V3
+/// (under 4, 4..8, 8..=16, 17..=112, one and two 112-byte chunks, past the 224-byte unrolled loop).
+const RAW_LENGTHS: [usize; 16] = [0, 1, 2, 3, 4, 5, 7, 8, 9, 15, 16, 17, 33, 112, 113, 240];
+/// Seeds of the long key-hash table: zero, small, a bit pattern, all ones, only a high bit.
+const TABLE_SEEDS: [u64; 6] = [0, 1, 42, 0xdead_beef_cafe_babe, u64::MAX, 1 << 32];
+/// The long table hashes every message length up to this one.
+const TABLE_MAX_LENGTH: usize = 300;
+/// The vectors' sketch shape.
 const HASHES: usize = 4;
 const SLOTS: usize = 1000;
 const MULTIBYTE: &str = "żółw 🐢";
@@ -131,11 +137,43 @@ fn message(n: usize) -> Vec<u8> {
     (0..n).map(|i| i as u8).collect()
 }
 
-/// SipHash-1-3 keyed by `(seed, 0)`, as keepcount hashes keys, of raw bytes.
-fn raw_hash_1_3(seed: u64, bytes: &[u8]) -> u64 {
-    let mut hasher = SipHasher13::new_with_keys(seed, 0);
-    hasher.write(bytes);
-    hasher.finish()
+/// rapidhash V3 under `RapidSecrets::seed(seed)`, as keepcount hashes keys, of raw bytes: the
+/// crate's one-shot function, not keepcount's streaming wrapper.
+fn raw_key_hash(seed: u64, bytes: &[u8]) -> u64 {
+    rapidhash_v3_seeded(bytes, &RapidSecrets::seed(seed))
+}
+
+/// The long table's message of length `n`: a pattern that differs per length, so a port that
+/// reads past the end or mixes lengths up gets other bytes.
+fn table_message(n: usize) -> Vec<u8> {
+    (0..n)
+        .map(|i| ((i * 31 + n * 7 + 11) & 0xff) as u8)
+        .collect()
+}
+
+/// `rapidhash_vectors.json`: the derived secrets of each table seed and the hash of every table
+/// message length 0..=300 under it.
+fn render_table() -> String {
+    let mut j = String::from(
+        "{\n  \"comment\": \"rapidhash V3 (rapidhash crate 4.5.1, rapidhash_v3_seeded with RapidSecrets::seed(seed)); message of length n is bytes (i*31 + n*7 + 11) & 0xff for i in 0..n; u64 values as decimal strings\",\n  \"seeds\": [\n",
+    );
+    let mut seeds = Vec::new();
+    for seed in TABLE_SEEDS {
+        let secrets = RapidSecrets::seed(seed);
+        let words: Vec<String> = secrets.secrets.iter().map(|x| format!("\"{x}\"")).collect();
+        let hashes: Vec<String> = (0..=TABLE_MAX_LENGTH)
+            .map(|n| format!("\"{}\"", raw_key_hash(seed, &table_message(n))))
+            .collect();
+        seeds.push(format!(
+            "    {{ \"seed\": \"{seed}\", \"premixed\": \"{}\", \"secrets\": [{}], \"hashes\": [{}] }}",
+            secrets.seed,
+            words.join(", "),
+            hashes.join(", ")
+        ));
+    }
+    j.push_str(&seeds.join(",\n"));
+    j.push_str("\n  ]\n}\n");
+    j
 }
 
 fn reference_2_4(bytes: &[u8]) -> u64 {
@@ -149,7 +187,7 @@ fn columns(seed: u64, key: KeyHash) -> Vec<usize> {
     (0..HASHES).map(|row| rows.column(row, key)).collect()
 }
 
-/// The derived rows' words `a`, `c`, `b` for `seed` (docs/format.md §3): SipHash-1-3 keyed by
+/// Row `row`'s words `a`, `c`, `b` for `seed` (docs/format.md §3): SipHash-1-3 keyed by
 /// `(seed, 1)` of the u64 `3·row + j`.
 fn row_words(seed: u64, row: u64) -> [u64; 3] {
     [0, 1, 2].map(|j| {
@@ -191,11 +229,11 @@ fn render() -> String {
     j.push_str(&rows.join(",\n"));
     j.push_str("\n  ],\n");
 
-    j.push_str("  \"siphash13\": [\n");
+    j.push_str("  \"rapidhash_v3\": [\n");
     let mut rows = Vec::new();
     for seed in SEEDS {
         for n in RAW_LENGTHS {
-            let h = raw_hash_1_3(seed, &message(n));
+            let h = raw_key_hash(seed, &message(n));
             let (h1, h2) = halves(h);
             rows.push(format!(
                 "    {{\"seed\": \"{seed}\", \"bytes\": \"{}\", \"hash\": \"{}\", \"h1\": {h1}, \"h2\": {h2}}}",
@@ -210,7 +248,7 @@ fn render() -> String {
     j.push_str("  \"row_words\": [\n");
     let mut rows = Vec::new();
     for seed in SEEDS {
-        for row in [2u64, 3, 31] {
+        for row in [0u64, 1, 2, 31] {
             let [a, c, b] = row_words(seed, row);
             rows.push(format!(
                 "    {{\"seed\": \"{seed}\", \"row\": {row}, \"a\": \"{a}\", \"c\": \"{c}\", \"b\": \"{b}\"}}"
@@ -227,7 +265,7 @@ fn render() -> String {
     let mut rows = Vec::new();
     for seed in SEEDS {
         for key in KEYS {
-            let k = KeyHasher::with_seed(seed).hash_one_key(key);
+            let k = SeededState::new(seed).hash_one_key(key);
             let (h1, h2) = halves(k.to_u64());
             rows.push(format!(
                 "    {{\"seed\": \"{seed}\", \"type\": \"{}\", \"key\": {}, \"stream\": \"{}\", \"h1\": {h1}, \"h2\": {h2}, \"columns\": {:?}}}",
@@ -259,19 +297,30 @@ fn render() -> String {
     j
 }
 
-#[test]
-fn vectors_json_is_up_to_date() {
-    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/vectors.json");
-    let rendered = render();
+/// Compares `rendered` with the committed `tests/<name>`, rewriting it first under
+/// `KEEPCOUNT_BLESS`.
+fn check_committed(name: &str, rendered: &str) {
+    let path = format!("{}/tests/{name}", env!("CARGO_MANIFEST_DIR"));
     if std::env::var_os("KEEPCOUNT_BLESS").is_some() {
-        std::fs::write(path, &rendered).unwrap();
+        std::fs::write(&path, rendered).unwrap();
     }
-    let committed = std::fs::read_to_string(path).unwrap_or_default();
+    let committed = std::fs::read_to_string(&path).unwrap_or_default();
     assert!(
         committed == rendered,
-        "tests/vectors.json differs from the implementation; rerun with KEEPCOUNT_BLESS=1 only if the format changed on purpose"
+        "tests/{name} differs from the implementation; rerun with KEEPCOUNT_BLESS=1 only if the format changed on purpose"
     );
+}
+
+#[test]
+fn vectors_json_is_up_to_date() {
+    let rendered = render();
+    check_committed("vectors.json", &rendered);
     assert!(rendered.len() < 20_000, "vectors.json should stay small");
+}
+
+#[test]
+fn rapidhash_vectors_json_is_up_to_date() {
+    check_committed("rapidhash_vectors.json", &render_table());
 }
 
 #[test]
@@ -287,12 +336,12 @@ fn reference_siphash_2_4() {
 }
 
 #[test]
-fn the_key_hasher_is_siphash_1_3_of_the_stream() {
+fn the_key_hash_is_rapidhash_v3_of_the_stream() {
     for seed in SEEDS {
         for key in KEYS {
             assert_eq!(
-                KeyHasher::with_seed(seed).hash_one_key(key).to_u64(),
-                raw_hash_1_3(seed, &stream(key))
+                SeededState::new(seed).hash_one_key(key).to_u64(),
+                raw_key_hash(seed, &stream(key))
             );
         }
     }
@@ -310,28 +359,39 @@ fn byte_streams_follow_the_spec() {
 }
 
 // Literal values below were computed by an independent implementation of docs/format.md
-// (a few lines of Python with arbitrary-precision integers), not by this crate.
+// (a few lines of Python with arbitrary-precision integers: rapidhash V3 and its seed derivation
+// from the rapidhash specification, SipHash-1-3, the rows), not by this crate.
 
 #[test]
 fn siphash_1_3_of_the_empty_message() {
+    let mut hasher = SipHasher13::new_with_keys(REFERENCE_K0, 0);
+    hasher.write(&[]);
     assert_eq!(
-        raw_hash_1_3(REFERENCE_K0, &[]).to_le_bytes(),
+        hasher.finish().to_le_bytes(),
         [0xdc, 0x81, 0xa2, 0x2e, 0xfe, 0x3b, 0x6d, 0xf4]
     );
 }
 
 #[test]
+fn rapidhash_secrets_of_seed_0() {
+    let secrets = RapidSecrets::seed(0);
+    assert_eq!(secrets.seed, 4_053_791_697_709_505_004);
+    assert_eq!(secrets.secrets[0], 12_380_781_832_452_113_485);
+    assert_eq!(secrets.secrets[6], 17_959_291_465_568_670_760);
+}
+
+#[test]
 fn string_key_hash_and_columns() {
-    let k = KeyHasher::with_seed(OTHER_SEED).hash_one_key("1.2.3.4");
-    assert_eq!(halves(k.to_u64()), (1_992_262_223, 10_491_890));
-    assert_eq!(columns(OTHER_SEED, k), [463, 2, 668, 103]);
+    let k = SeededState::new(OTHER_SEED).hash_one_key("1.2.3.4");
+    assert_eq!(halves(k.to_u64()), (3_508_883_402, 1_348_489_107));
+    assert_eq!(columns(OTHER_SEED, k), [28, 198, 688, 577]);
 }
 
 #[test]
 fn i64_min_key_hash_and_columns() {
-    let k = KeyHasher::with_seed(OTHER_SEED).hash_one_key(i64::MIN);
-    assert_eq!(halves(k.to_u64()), (2_076_655_429, 3_543_935_966));
-    assert_eq!(columns(OTHER_SEED, k), [483, 825, 717, 379]);
+    let k = SeededState::new(OTHER_SEED).hash_one_key(i64::MIN);
+    assert_eq!(halves(k.to_u64()), (2_069_233_217, 640_969_168));
+    assert_eq!(columns(OTHER_SEED, k), [267, 406, 449, 369]);
 }
 
 #[test]

@@ -36,10 +36,10 @@ impl<S: CounterStore> Estimator<S> {
                 theirs: other.shape,
             });
         }
-        if self.seed != other.seed {
+        if self.seed() != other.seed() {
             return Err(MergeError::Seed {
-                ours: self.seed,
-                theirs: other.seed,
+                ours: self.seed(),
+                theirs: other.seed(),
             });
         }
         for (ours, theirs) in self.store.counters().iter().zip(other.store.counters()) {

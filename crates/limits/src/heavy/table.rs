@@ -2,7 +2,7 @@
 //! each with its exact count since entry and the slack that bounds what came before.
 //!
 //! One `parking_lot::RwLock` guards a `hashbrown::HashTable` keyed by the sketch's own
-//! [`KeyHash`] (SipHash keyed by the seed, so the table resists hash flooding as the sketch does,
+//! [`KeyHash`] (rapidhash keyed by the seed, so the table resists hash flooding as the sketch does,
 //! and a key is hashed once for both). Counting a tracked key takes the lock **shared** and adds
 //! to the entry's atomic counter, so tracked keys on many threads do not wait for each other;
 //! only a key entering, a merge, a reset and the decoder take it exclusively.

@@ -52,8 +52,10 @@ use std::time::Duration;
 
 /// The first eight bytes of every segment file.
 pub(crate) const MAGIC: [u8; 8] = *b"KCSHARED";
-/// The layout version this build reads and writes.
-pub(crate) const FORMAT_VERSION: u32 = 1;
+/// The layout version this build reads and writes. Version 1 segments hashed keys as sketch
+/// format 2 did (SipHash-1-3): their counters mean nothing to this build's hash, so they are
+/// refused as corrupt (version) rather than misread.
+pub(crate) const FORMAT_VERSION: u32 = 2;
 /// Header bytes before the counters: two 64-byte cache lines, the first immutable, the second
 /// the mutable words, so counter traffic and the header never share a line.
 pub(crate) const HEADER_BYTES: usize = 128;
