@@ -19,12 +19,12 @@ function reseal(bytes: Uint8Array): Uint8Array {
   return bytes;
 }
 
-test(title('serializes to the version-2 layout'), (t) => {
+test(title('serializes to the version-3 layout'), (t) => {
   const bytes = small().serialize();
   t.is(bytes.length, 28 + 8 * 6);
   t.deepEqual(
     Buffer.from(bytes.subarray(0, 24)).toString('hex'),
-    '4b43434d' + '0200' + '0000' + '02000000' + '03000000' + 'efcdab8967452301',
+    '4b43434d' + '0300' + '0000' + '02000000' + '03000000' + 'efcdab8967452301',
   );
   const view = new DataView(bytes.buffer, bytes.byteOffset);
   t.is(view.getUint32(bytes.length - 4, true), crc32(bytes.subarray(0, -4)));
@@ -79,21 +79,23 @@ test(title('refuses a bad magic, version, flags or shape, checked in that order'
   );
   throwsShape(
     t,
-    () => Estimator.deserialize(patch(4, [3, 0])),
-    corrupt('Serialized sketch has format version 3; this keepcount reads version 2'),
+    () => Estimator.deserialize(patch(4, [4, 0])),
+    corrupt('Serialized sketch has format version 4; this keepcount reads version 3'),
   );
-  throwsShape(
-    t,
-    () => Estimator.deserialize(patch(4, [1, 0])),
-    corrupt(
-      'Serialized sketch has format version 1, which is no longer read: its rows were not independent ' +
-        '(docs/format.md); this keepcount reads version 2, so rebuild the sketch',
-    ),
-  );
+  for (const retired of [1, 2]) {
+    throwsShape(
+      t,
+      () => Estimator.deserialize(patch(4, [retired, 0])),
+      corrupt(
+        `Serialized sketch has format version ${retired}, which is no longer read: it put keys in other counters ` +
+          '(docs/format.md, version history); this keepcount reads version 3, so rebuild the sketch',
+      ),
+    );
+  }
   throwsShape(
     t,
     () => Estimator.deserialize(patch(6, [1, 0])),
-    corrupt('Serialized sketch has flags 0x0001; version 2 requires 0'),
+    corrupt('Serialized sketch has flags 0x0001; version 3 requires 0'),
   );
   const shape = (h: number, s: number) =>
     corrupt(

@@ -1,5 +1,5 @@
 /**
- * The count-min sketch (docs/format.md §3): `hashes` rows of `slots` counters, one SipHash-1-3 per
+ * The count-min sketch (docs/format.md §3): `hashes` rows of `slots` counters, one rapidhash per
  * key, and one column per row from {@link Rows}.
  *
  * Counters are a `Float64Array`: exact up to `Number.MAX_SAFE_INTEGER` in magnitude, which is the
@@ -21,7 +21,7 @@ const saturate = (c: number): number => (c > I64_BOUND ? I64_BOUND : c < -I64_BO
 /** The fallback {@link EstimatorCore}. Arguments arrive validated by `lib/`. */
 export class FallbackEstimator implements EstimatorCore {
   readonly counters: Float64Array;
-  /** Low 32 bits of the seed: the low half of SipHash's `k0`. */
+  /** Low 32 bits of the seed. */
   private readonly k0: number;
   /** High 32 bits of the seed. */
   private readonly k1: number;

@@ -1,26 +1,23 @@
 /**
  * From a key's hash to one counter per row (docs/format.md §3), to the bit as the Rust crate's
- * `rows.rs`: rows 0 and 1 read the hash's low and high halves; row `i ≥ 2` reads the top half of
- * `(a_i·x0 + c_i·x1 + b_i) mod 2^64`, a strongly universal function whose words are drawn from the
- * seed; every word is reduced to a column by Lemire's multiply-shift.
+ * `rows.rs`: row `i` reads the top half of `(a_i·x0 + c_i·x1 + b_i) mod 2^64`, a strongly universal
+ * function of the whole 64-bit hash whose words are drawn from the seed; every word is reduced to a
+ * column by Lemire's multiply-shift.
  *
  * The 64-bit products are assembled from 16-bit pieces so every intermediate is an exact double
  * (below 2^53) or an int32 from `Math.imul`: no `BigInt` on the hot path.
  */
 import { SipHash } from './siphash.js';
 
-/** Rows that read the key hash directly. */
-const DIRECT_ROWS = 2;
-/** The second half of the SipHash key the row words are drawn under (keys are hashed under 0). */
+/** The second half of the SipHash key the row words are drawn under. */
 const ROW_DOMAIN = 1;
 
 /**
  * A sketch's rows: which counter a key uses in each row. Built once per sketch (three SipHash calls
- * per derived row); `locate` then costs two multiplications for rows 0 and 1 and a few more for each
- * derived row.
+ * per row); `locate` then costs a few multiplications per row.
  */
 export class Rows {
-  /** Six u32 per derived row `i ≥ 2`: `a` low, `a` high, `c` low, `c` high, `b` low, `b` high. */
+  /** Six u32 per row: `a` low, `a` high, `c` low, `c` high, `b` low, `b` high. */
   private readonly words: Uint32Array;
   /** Where `locate` writes; reused by every call, so valid until the next one. */
   private readonly indexes: Int32Array;
@@ -33,13 +30,13 @@ export class Rows {
     seedLow: number,
     seedHigh: number,
   ) {
-    this.words = new Uint32Array(Math.max(0, hashes - DIRECT_ROWS) * 6);
+    this.words = new Uint32Array(hashes * 6);
     this.indexes = new Int32Array(hashes);
     // slots <= 2^27, so a power of two leaves a shift of 5 or more; 32 - log2(1) = 32 is not a
     // valid shift in JavaScript (it is taken mod 32), so width 1 takes the general path.
     this.shift = slots > 1 && (slots & (slots - 1)) === 0 ? 32 - Math.log2(slots) : -1;
     const sip = new SipHash(1, 3);
-    for (let row = DIRECT_ROWS, at = 0; row < hashes; row++) {
+    for (let row = 0, at = 0; row < hashes; row++) {
       for (let j = 0; j < 3; j++, at += 2) {
         sip.begin(seedLow, seedHigh, ROW_DOMAIN, 0);
         sip.word(3 * row + j);
@@ -57,16 +54,13 @@ export class Rows {
    */
   locate(h1: number, h2: number): Int32Array {
     const { slots, hashes, indexes, words, shift } = this;
-    // For a power-of-two width, Lemire's reduction is exactly the word's top bits.
-    indexes[0] = shift >= 0 ? h1 >>> shift : column(h1, slots);
-    if (hashes < 2) return indexes;
-    indexes[1] = slots + (shift >= 0 ? h2 >>> shift : column(h2, slots));
     const x0l = h1 & 0xffff;
     const x0h = h1 >>> 16;
     const x1l = h2 & 0xffff;
     const x1h = h2 >>> 16;
-    for (let row = DIRECT_ROWS, at = 0; row < hashes; row++, at += 6) {
-      const word = derivedWord(words, at, h1, h2, x0l, x0h, x1l, x1h);
+    for (let row = 0, at = 0; row < hashes; row++, at += 6) {
+      const word = rowWord(words, at, h1, h2, x0l, x0h, x1l, x1h);
+      // For a power-of-two width, Lemire's reduction is exactly the word's top bits.
       indexes[row] = row * slots + (shift >= 0 ? word >>> shift : column(word, slots));
     }
     return indexes;
@@ -78,7 +72,7 @@ export class Rows {
  * products are split at bit 16 of `x` so each stays below 2^49; their sum's bits from 32 up are the
  * carry into the high half, which the high halves' products reach only through their low 32 bits.
  */
-function derivedWord(
+function rowWord(
   words: Uint32Array,
   at: number,
   x0: number,

@@ -1,5 +1,5 @@
 /**
- * Serialized sketch, version 2 (docs/format.md §5): `KCCM`, version, flags, shape, seed, i64
+ * Serialized sketch, version 3 (docs/format.md §5): `KCCM`, version, flags, shape, seed, i64
  * counters, CRC-32. The decoder checks in the spec's order and allocates nothing before the length
  * check, so memory is bounded by the input.
  */

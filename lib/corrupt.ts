@@ -33,8 +33,8 @@ export function corruptError(reason: CorruptReason, bytes: Uint8Array): Keepcoun
       const version = view.getUint16(4, true);
       message =
         version < FORMAT_VERSION
-          ? `has format version ${version}, which is no longer read: its rows were not independent ` +
-            `(docs/format.md); this keepcount reads version ${FORMAT_VERSION}, so rebuild the sketch`
+          ? `has format version ${version}, which is no longer read: it put keys in other counters ` +
+            `(docs/format.md, version history); this keepcount reads version ${FORMAT_VERSION}, so rebuild the sketch`
           : `has format version ${version}; this keepcount reads version ${FORMAT_VERSION}`;
       break;
     }

@@ -32,7 +32,7 @@ export interface EstimatorOptions {
    */
   slots?: number;
   /**
-   * The SipHash key: sketches merge only with sketches of the same seed, and someone who does
+   * The hash key: sketches merge only with sketches of the same seed, and someone who does
    * not know it cannot craft colliding keys. A bigint in [0, 2^64) or a safe integer >= 0.
    * Defaults to a random seed from `crypto.getRandomValues`.
    */

@@ -9,10 +9,11 @@ export const MAX_HASHES = 32;
 export const MAX_COUNTERS = 134217728;
 
 /**
- * The serialized format version both backends write and read. Version 1 (HalfSipHash and double
- * hashing, rows not independent) is refused with a message saying it is no longer read.
+ * The serialized format version both backends write and read. Versions 1 (HalfSipHash, double
+ * hashing, rows not independent) and 2 (SipHash-1-3, rows 0 and 1 reading its halves) put keys in
+ * other counters and are refused with a message saying they are no longer read.
  */
-export const FORMAT_VERSION = 2;
+export const FORMAT_VERSION = 3;
 
 /** Bytes before the counters: magic, version, flags, hashes, slots, seed (docs/format.md §5). */
 export const HEADER_BYTES = 24;

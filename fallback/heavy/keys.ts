@@ -1,10 +1,10 @@
 /**
  * Keys in their stored form (docs/format.md §6.1): a tag byte (0 string as UTF-8, 1 bytes,
  * 2 integer as i64 little endian) and the payload, hashed as a Rust `&[u8]` (u64 length, then the
- * bytes) with the sketch's SipHash-1-3. The native binding does the same (`src/keys.rs`).
+ * bytes) with the sketch's rapidhash. The native binding does the same (`src/keys.rs`).
  */
 import type { Key } from '../../lib/core.js';
-import { SipHash } from '../siphash.js';
+import { RapidHash } from '../rapidhash.js';
 
 const TAG_STR = 0;
 const TAG_BYTES = 1;
@@ -12,7 +12,7 @@ const TAG_INT = 2;
 const TWO_32 = 4294967296;
 const MAX_SAFE = BigInt(Number.MAX_SAFE_INTEGER);
 
-const sip = new SipHash(1, 3);
+const hash = new RapidHash();
 const encoder = new TextEncoder();
 // ignoreBOM: a string key may start with U+FEFF, which TextDecoder would otherwise strip.
 const decoder = new TextDecoder('utf-8', { fatal: true, ignoreBOM: true });
@@ -70,18 +70,18 @@ export function storedCopy(): Uint8Array {
  * Hashes the stored form {@link encodeKey} wrote with the 64-bit seed `k1:k0`; the result is in
  * the returned hasher's `h1` (low) and `h2` (high), valid until the next call.
  */
-export function hashStored(k0: number, k1: number): SipHash {
+export function hashStored(k0: number, k1: number): RapidHash {
   return hashBytes(scratch, length, k0, k1);
 }
 
 /** Hashes `bytes[0, len)` as a Rust `&[u8]` with the seed `k1:k0`. */
-export function hashBytes(bytes: Uint8Array, len: number, k0: number, k1: number): SipHash {
-  sip.begin(k0, k1, 0, 0);
-  sip.word(len);
-  sip.word(Math.floor(len / TWO_32));
-  sip.bytes(bytes, 0, len);
-  sip.finish();
-  return sip;
+export function hashBytes(bytes: Uint8Array, len: number, k0: number, k1: number): RapidHash {
+  hash.begin(k0, k1);
+  hash.word(len);
+  hash.word(Math.floor(len / TWO_32));
+  hash.bytes(bytes, 0, len);
+  hash.finish();
+  return hash;
 }
 
 /** A stored key as the JavaScript value it came from (integers as numbers when safe); `undefined` for bytes no key encodes to. */

@@ -15,7 +15,7 @@ export const addSat = (a: number, b: number): number => Math.min(a + b, U64_MAX)
 
 /** A tracked key. */
 export interface Entry {
-  /** The key's SipHash output: low and high 32 bits. */
+  /** The key's hash (rapidhash): low and high 32 bits. */
   h1: number;
   h2: number;
   /** The stored form (docs/format.md §6.1). */

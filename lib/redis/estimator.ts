@@ -13,7 +13,7 @@ export interface SyncedEstimatorOptions {
   /** The structure's name: nodes that give the same name share the counts. Required; no `{` or `}`. */
   name: string;
   /**
-   * The SipHash seed, the same on every node (a shared secret: whoever knows it can craft
+   * The hash seed, the same on every node (a shared secret: whoever knows it can craft
    * colliding keys). A bigint in [0, 2^64) or a safe integer >= 0. Required.
    */
   seed: bigint | number;

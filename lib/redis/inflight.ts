@@ -35,7 +35,7 @@ export interface SyncedInflightOptions {
   sync: RedisSync;
   /** The structure's name: nodes that give the same name share the counts. Required; no `{` or `}`. */
   name: string;
-  /** The SipHash seed, the same on every node; see `SyncedEstimatorOptions.seed`. Required. */
+  /** The hash seed, the same on every node; see `SyncedEstimatorOptions.seed`. Required. */
   seed: bigint | number;
   /**
    * How long a node's slots count for the others after its last successful sync: an integer in

@@ -27,7 +27,7 @@ export interface SyncedRateOptions {
   sync: RedisSync;
   /** The structure's name: nodes that give the same name share the counts. Required; no `{` or `}`. */
   name: string;
-  /** The SipHash seed, the same on every node; see `SyncedEstimatorOptions.seed`. Required. */
+  /** The hash seed, the same on every node; see `SyncedEstimatorOptions.seed`. Required. */
   seed: bigint | number;
   /** Length of one window in milliseconds: an integer in [1, 86,400,000]. Required. */
   intervalMs: number;

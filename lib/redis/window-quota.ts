@@ -16,7 +16,7 @@ export interface SyncedWindowQuotaOptions {
   sync: RedisSync;
   /** The quota's name: nodes that give the same name share it. Required; no `{` or `}`. */
   name: string;
-  /** The SipHash seed, the same on every node (a shared secret). Required. */
+  /** The hash seed, the same on every node (a shared secret). Required. */
   seed: bigint | number;
   /** Requests allowed per key per window, fleet-wide: an integer >= 0. Required. */
   limit: number;
