@@ -13,10 +13,12 @@
  * y, two floors per high word): the hash is one dependent chain, and each int↔double conversion
  * and floor on it costs about as much as a multiply (Node 20.20, AMD EPYC VM, 2026-11-26).
  *
- * As with `SipHash`, the stream is buffered as little-endian 32-bit words and hashed in one pass by
- * `finish`, because rapidhash reads the last 16 bytes before it knows they are the last. JavaScript
- * runs one hash at a time per thread, so callers keep one instance and reuse it.
+ * The stream is buffered as little-endian 32-bit words ({@link WordStream}) and hashed in one pass
+ * by `finish`, because rapidhash reads the last 16 bytes before it knows they are the last.
+ * JavaScript runs one hash at a time per thread, so callers keep one instance and reuse it.
  */
+
+import { WordStream } from './word-stream.js';
 
 /** The crate's `DEFAULT_SECRETS` as (low, high) u32 pairs: the constants seeds are premixed with. */
 const DEFAULT_SECRETS = [
@@ -96,7 +98,7 @@ export function deriveSecrets(seedLow: number, seedHigh: number, out: Uint32Arra
 }
 
 /** One streaming rapidhash V3 computation: `begin`, any number of `word`/`byte`/`bytes` calls, `finish`. */
-export class RapidHash {
+export class RapidHash extends WordStream {
   /** The seed `secrets` was derived from; deriving costs eight 128-bit multiplies, so it is cached. */
   private seedLow = 0;
   private seedHigh = 0;
@@ -104,19 +106,13 @@ export class RapidHash {
   private readonly secrets = new Uint32Array(16);
   /** The long-input loop's lane states, lane 0 the seed itself; then the seed for `finish`. */
   private readonly lanes = new Int32Array(2 * LANES);
-  /**
-   * The stream so far as little-endian 32-bit words, with at least one word to spare beyond the
-   * last one written so `read32` never reads past the array.
-   */
-  private words = new Int32Array(16);
-  /** Bytes absorbed. */
-  private length = 0;
   /** Low 32 bits of the last output (unsigned). */
   h1 = 0;
   /** High 32 bits of the last output (unsigned). */
   h2 = 0;
 
   constructor() {
+    super();
     deriveSecrets(0, 0, this.secrets);
   }
 
@@ -128,43 +124,6 @@ export class RapidHash {
       this.seedHigh = seedHigh;
     }
     this.length = 0;
-  }
-
-  /** Absorbs one byte. */
-  byte(b: number): void {
-    const n = this.length;
-    const at = n >>> 2;
-    if (at + 1 === this.words.length) this.grow();
-    const shift = (n & 3) << 3;
-    // The first byte of a word overwrites it, so nothing of an earlier hash survives above `length`.
-    this.words[at] = shift === 0 ? b : this.words[at]! | (b << shift);
-    this.length = n + 1;
-  }
-
-  /** Absorbs four bytes given as a little-endian u32. */
-  word(w: number): void {
-    const n = this.length;
-    if ((n & 3) === 0) {
-      const at = n >>> 2;
-      if (at + 1 === this.words.length) this.grow();
-      this.words[at] = w;
-      this.length = n + 4;
-    } else {
-      this.byte(w & 0xff);
-      this.byte((w >>> 8) & 0xff);
-      this.byte((w >>> 16) & 0xff);
-      this.byte(w >>> 24);
-    }
-  }
-
-  /** Absorbs `bytes[start..end)`. */
-  bytes(bytes: Uint8Array, start: number, end: number): void {
-    let i = start;
-    while ((this.length & 3) !== 0 && i < end) this.byte(bytes[i++]!);
-    for (; i + 4 <= end; i += 4) {
-      this.word(bytes[i]! | (bytes[i + 1]! << 8) | (bytes[i + 2]! << 16) | (bytes[i + 3]! << 24));
-    }
-    while (i < end) this.byte(bytes[i++]!);
   }
 
   /** Ends the hash; the 64-bit output is then in `h1` (low half) and `h2` (high half). */
@@ -285,11 +244,5 @@ export class RapidHash {
       lanes[1] = product[1]! ^ product[3]!;
     }
     return remainder;
-  }
-
-  private grow(): void {
-    const bigger = new Int32Array(this.words.length * 2);
-    bigger.set(this.words);
-    this.words = bigger;
   }
 }

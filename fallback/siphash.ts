@@ -9,20 +9,14 @@
  * reuse it.
  */
 
+import { WordStream } from './word-stream.js';
+
 /** One streaming SipHash computation: `begin`, any number of `word`/`byte`/`bytes` calls, `finish`. */
-export class SipHash {
+export class SipHash extends WordStream {
   private k0l = 0;
   private k0h = 0;
   private k1l = 0;
   private k1h = 0;
-  /**
-   * The stream so far as little-endian 32-bit words. `finish` compresses it in one pass with the
-   * state in local variables: a method call and eight field loads and stores per block cost more
-   * than the rounds themselves.
-   */
-  private words = new Int32Array(16);
-  /** Bytes absorbed. */
-  private length = 0;
   /** Low 32 bits of the last output (unsigned). */
   h1 = 0;
   /** High 32 bits of the last output (unsigned). */
@@ -31,7 +25,9 @@ export class SipHash {
   constructor(
     private readonly compressionRounds: number,
     private readonly finalizationRounds: number,
-  ) {}
+  ) {
+    super();
+  }
 
   /** Starts a hash keyed by the 128-bit key `k0`, `k1`, each given as low and high 32 bits. */
   begin(k0Low: number, k0High: number, k1Low: number, k1High: number): void {
@@ -40,43 +36,6 @@ export class SipHash {
     this.k1l = k1Low;
     this.k1h = k1High;
     this.length = 0;
-  }
-
-  /** Absorbs one byte. */
-  byte(b: number): void {
-    const n = this.length;
-    const at = n >>> 2;
-    if (at === this.words.length) this.grow();
-    const shift = (n & 3) << 3;
-    // The first byte of a word overwrites it, so nothing of an earlier hash survives above `length`.
-    this.words[at] = shift === 0 ? b : this.words[at]! | (b << shift);
-    this.length = n + 1;
-  }
-
-  /** Absorbs four bytes given as a little-endian u32. */
-  word(w: number): void {
-    const n = this.length;
-    if ((n & 3) === 0) {
-      const at = n >>> 2;
-      if (at === this.words.length) this.grow();
-      this.words[at] = w;
-      this.length = n + 4;
-    } else {
-      this.byte(w & 0xff);
-      this.byte((w >>> 8) & 0xff);
-      this.byte((w >>> 16) & 0xff);
-      this.byte(w >>> 24);
-    }
-  }
-
-  /** Absorbs `bytes[start..end)`. */
-  bytes(bytes: Uint8Array, start: number, end: number): void {
-    let i = start;
-    while ((this.length & 3) !== 0 && i < end) this.byte(bytes[i++]!);
-    for (; i + 4 <= end; i += 4) {
-      this.word(bytes[i]! | (bytes[i + 1]! << 8) | (bytes[i + 2]! << 16) | (bytes[i + 3]! << 24));
-    }
-    while (i < end) this.byte(bytes[i++]!);
   }
 
   /** Ends the hash; the 64-bit output is then in `h1` (low half) and `h2` (high half). */
@@ -165,11 +124,5 @@ export class SipHash {
     }
     this.h1 = (v0l ^ v1l ^ v2l ^ v3l) >>> 0;
     this.h2 = (v0h ^ v1h ^ v2h ^ v3h) >>> 0;
-  }
-
-  private grow(): void {
-    const bigger = new Int32Array(this.words.length * 2);
-    bigger.set(this.words);
-    this.words = bigger;
   }
 }
