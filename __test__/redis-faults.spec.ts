@@ -7,6 +7,7 @@
 import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
 import test from 'ava';
 import { rateLimit, tokenBucket, upstreamLimit } from '../lib/http/index.js';
+import { sketchLayout } from '../lib/redis/hasher.js';
 import { RedisSync, SyncedEstimator, SyncedInflight, SyncedLimiter, SyncedWindowQuota } from '../lib/redis/index.js';
 import { title } from './helpers.js';
 import { close, get, listen } from './http-client.js';
@@ -53,6 +54,13 @@ async function readInflight(connection: Connection, name: string, keys: string[]
   return keys.map((key) => reader.get(key));
 }
 
+/**
+ * The Redis key of a part of structure `name` (`e:c`, `i:n:a`, `nodes`, ...), a sketch's parts laid
+ * out as the default 4 × 8192 sketch with seed 7 that every structure here uses.
+ */
+const keyOf = (name: string, suffix: string): string =>
+  `keepcount:{${name}}:${suffix.replace(/^([ei]):/, `$1:${sketchLayout(4, 8192, 7n)}:`)}`;
+
 test.serial(
   title('a sketch key overwritten with another Redis type is deleted, reported once by name, and rebuilt'),
   async (t) => {
@@ -75,7 +83,7 @@ test.serial(
         a.sketch.incr('k0', 5);
         b.sketch.incr('k0', 1);
         await flushBoth();
-        const key = `keepcount:{${name}}:${suffix}`;
+        const key = keyOf(name, suffix);
         const overwrite = overwrites[k % overwrites.length] as (key: string) => string[];
         await connection.send(['DEL', key]);
         await connection.send(overwrite(key));
@@ -130,7 +138,7 @@ test.serial(
         a.inflight.enter('up', 2);
         b.inflight.enter('up', 3);
         await flushBoth();
-        const key = `keepcount:{${name}}:${suffix}`;
+        const key = keyOf(name, suffix);
         await connection.send(['DEL', key]);
         await connection.send((overwrites[k % overwrites.length] as (key: string) => string[])(key));
         a.inflight.enter('up', 1);
@@ -207,7 +215,7 @@ test.serial(
         // Without a loss, c's slots would count until its lease (an hour) ran out.
         await round();
         t.deepEqual([a.inflight.get('up'), b.inflight.get('up')], [7, 7], `${loss}: c still holds its lease`);
-        await connection.send(loss === 'FLUSHALL' ? ['FLUSHALL'] : ['DEL', `keepcount:{${name}}:${loss}`]);
+        await connection.send(loss === 'FLUSHALL' ? ['FLUSHALL'] : ['DEL', keyOf(name, loss)]);
         // The documented bound: exact again after three syncs of each live node.
         for (let i = 0; i < 3; i++) t.deepEqual(await round(), [true, true], loss);
         t.deepEqual(
@@ -239,9 +247,7 @@ test.serial(
       const name = 'evicted';
       const { a, b, round } = await leasedFleet(connection, name);
       // Losing any of these is a loss of state (the registry alone only counts nodes).
-      const keys = ['i:c', 'i:v', 'i:m', 'i:l', 'i:n:a', 'i:n:b', 'i:n:c'].map(
-        (suffix) => `keepcount:{${name}}:${suffix}`,
-      );
+      const keys = ['i:c', 'i:v', 'i:m', 'i:l', 'i:n:a', 'i:n:b', 'i:n:c'].map((suffix) => keyOf(name, suffix));
       // LRU idle time counts in seconds: make the structure's keys older than the filler.
       await sleep(2100);
       await connection.send(['CONFIG', 'SET', 'maxmemory-policy', 'allkeys-lru']);

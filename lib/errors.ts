@@ -41,6 +41,10 @@
  *   sync found a key under its prefix holding a Redis type keepcount never writes there (another
  *   writer shares the prefix; its `key` property names the key). The sync deleted it and went on,
  *   and the structure rebuilt what it held, as after Redis lost the key.
+ * - `ERR_KEEPCOUNT_LAYOUT` (`Error`): emitted, never thrown, on the same `'error'` event when nodes
+ *   made with another seed, shape or sketch format sync a structure of the same name: they would
+ *   count one key in other cells, so the two groups count apart. Its `key` names this node's entry,
+ *   `layout` and `theirs` the two layouts. Once per other layout, until that one stops syncing.
  * - `ERR_KEEPCOUNT_INTERNAL` (`Error`): a bug in keepcount, never bad input: an N-API call the native
  *   backend makes failed, or its Rust code panicked. The panic is caught and thrown as this error
  *   rather than aborting the process; please report it.
@@ -65,6 +69,7 @@ export type ErrorCode =
   | 'ERR_KEEPCOUNT_UNSUPPORTED'
   | 'ERR_KEEPCOUNT_SYNC'
   | 'ERR_KEEPCOUNT_FOREIGN_KEY'
+  | 'ERR_KEEPCOUNT_LAYOUT'
   | 'ERR_KEEPCOUNT_INTERNAL';
 
 /** An error with a keepcount {@link ErrorCode}. */

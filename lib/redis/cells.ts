@@ -14,6 +14,34 @@ export interface Push {
   values: string[];
 }
 
+/**
+ * Where an entry lives in Redis (script.ts). A sketch's layout is part of its base, so nodes that
+ * would put one key in different cells never mix their counts.
+ */
+export interface EntryKeys {
+  /** The key base: the structure's, its part (`e`, `w<window>`, `i`, `p`) and the layout. */
+  base: string;
+  /** The structure's node registry. */
+  registry: string;
+  /** The layout registry of the part (of every window, for a rate): which layouts synced it lately. */
+  layouts: string;
+  /** What decides the cells a key lands in: `sketchLayout` for a sketch. */
+  layout: string;
+}
+
+/**
+ * The keys of `part` of the structure whose keys start with `structure`, laid out as `layout`;
+ * `kind` names the layout registry, shared by the parts of one kind (a rate's windows).
+ */
+export function entryKeys(structure: string, part: string, layout: string, kind = part): EntryKeys {
+  return {
+    base: `${structure}:${part}:${layout}`,
+    registry: `${structure}:nodes`,
+    layouts: `${structure}:${kind}:layouts`,
+    layout,
+  };
+}
+
 /** One entry's part of the script's reply. */
 export interface Pull {
   applied: boolean;
@@ -22,6 +50,8 @@ export interface Pull {
   nodes: number;
   cells: number[];
   others: number[];
+  /** The other layouts that synced this part of the structure lately: a misconfigured fleet. */
+  layouts: string[];
 }
 
 export class SyncedCells {
@@ -29,9 +59,8 @@ export class SyncedCells {
   readonly mine: Float64Array;
   /** Every other node's count per counter, as of the last pull. */
   readonly others: Float64Array;
-  /** The Redis key base (see script.ts) and the structure's node registry key. */
-  readonly base: string;
-  readonly registry: string;
+  /** Where the entry lives in Redis. */
+  readonly keys: EntryKeys;
   /** Milliseconds the entry's keys live after this sync (0: for ever). */
   readonly ttlMs: () => number;
   /**
@@ -50,12 +79,11 @@ export class SyncedCells {
   readonly #marked: Uint8Array;
   #dirty: number[] = [];
 
-  constructor(counters: number, base: string, registry: string, ttlMs: () => number = () => 0, leaseMs = 0) {
+  constructor(counters: number, keys: EntryKeys, ttlMs: () => number = () => 0, leaseMs = 0) {
     this.mine = new Float64Array(counters);
     this.others = new Float64Array(counters);
     this.#marked = new Uint8Array(counters);
-    this.base = base;
-    this.registry = registry;
+    this.keys = keys;
     this.ttlMs = ttlMs;
     this.leaseMs = leaseMs;
   }

@@ -2,7 +2,7 @@
 import type { Key } from '../core.js';
 import { invalidType } from '../errors.js';
 import { countArgument, optionsObject, shapeOptions } from '../options.js';
-import { SyncedCells } from './cells.js';
+import { entryKeys, SyncedCells } from './cells.js';
 import { KeyHasher } from './hasher.js';
 import { nameOption, RedisSync } from './sync.js';
 
@@ -31,7 +31,9 @@ export interface SyncedEstimatorOptions {
  * (one for the other node to push, one for this one to pull), and is exact again once every
  * node has synced.
  *
- * The sketch lives in Redis under `<prefix>:{<name>}:e:*` (one hash tag: one cluster slot), with
+ * The sketch lives in Redis under `<prefix>:{<name>}:e:<layout>:*` (one hash tag: one cluster
+ * slot; the layout names the sketch format, shape and a seed digest, so misconfigured nodes never
+ * mix their counts with the others' and are reported as `ERR_KEEPCOUNT_LAYOUT`), with
  * one hash per node holding its contribution, kept for ever: delete the keys to start over.
  */
 export class SyncedEstimator {
@@ -48,7 +50,7 @@ export class SyncedEstimator {
     // Hashes keys the way every node does; its own counters stay unused (the arrays below count).
     this.#hasher = new KeyHasher(hashes, slots, o.seed);
     const base = `${this.#sync.prefix}:{${name}}`;
-    this.#cells = new SyncedCells(hashes * slots, `${base}:e`, `${base}:nodes`);
+    this.#cells = new SyncedCells(hashes * slots, entryKeys(base, 'e', this.#hasher.layout));
     this.#sync.add(this, 'SyncedEstimator', name);
   }
 

@@ -10,13 +10,30 @@
  * bit-identical to the native one (the cross-backend specs check it), so nodes on different
  * backends still count every key in the same counters.
  */
+import { createHash } from 'node:crypto';
 import type { Key } from '../core.js';
 import { validateKey } from '../keys.js';
+import { FORMAT_VERSION } from '../limits.js';
 import { seedOption } from '../options.js';
 import { hashKey } from '../../fallback/hasher.js';
 import { Rows } from '../../fallback/rows.js';
 
+/**
+ * What decides the cells a key lands in, part of a synced sketch's Redis keys (script.ts): the
+ * sketch format, the shape and a digest of the seed, e.g. `f3-4x8192-5e1d09aa`. Nodes that differ
+ * in any of them would count one key in different cells, so they must not add up their counts.
+ * The seed goes as 8 hex digits of a SHA-256, not as itself: whoever reads Redis can write counts
+ * anyway, but need not learn the seed that keeps outsiders from choosing colliding keys; two
+ * different seeds share a digest with probability 2^-32.
+ */
+export function sketchLayout(hashes: number, slots: number, seed: bigint): string {
+  const digest = createHash('sha256').update(`keepcount seed ${seed}`).digest('hex').slice(0, 8);
+  return `f${FORMAT_VERSION}-${hashes}x${slots}-${digest}`;
+}
+
 export class KeyHasher {
+  /** See {@link sketchLayout}. */
+  readonly layout: string;
   readonly #rows: Rows;
   readonly #k0: number;
   readonly #k1: number;
@@ -24,6 +41,7 @@ export class KeyHasher {
   /** `hashes` × `slots` checked by the caller; `seed` as `EstimatorOptions.seed`, required. */
   constructor(hashes: number, slots: number, seed: unknown) {
     const s = seedOption(seed);
+    this.layout = sketchLayout(hashes, slots, s);
     this.#k0 = Number(BigInt.asUintN(32, s));
     this.#k1 = Number(BigInt.asUintN(32, s >> 32n));
     this.#rows = new Rows(hashes, slots, this.#k0, this.#k1);

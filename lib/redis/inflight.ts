@@ -5,9 +5,10 @@ import { invalidType } from '../errors.js';
 import { guardedIncr, type InflightCounter, type InflightGuard } from '../inflight.js';
 import { validateKey } from '../keys.js';
 import { MAX_STORED_KEY_LENGTH } from '../long-key.js';
-import { countArgument, integerOption, optionsObject, shapeOptions } from '../options.js';
-import { SyncedCells } from './cells.js';
+import { countArgument, integerOption, optionsObject, seedOption, shapeOptions } from '../options.js';
+import { entryKeys, SyncedCells } from './cells.js';
 import { syncOption } from './estimator.js';
+import { sketchLayout } from './hasher.js';
 import { nameOption, type RedisSync } from './sync.js';
 
 /** Longest lease: an hour, as the sync's other periods. */
@@ -95,10 +96,12 @@ export class SyncedInflight implements InflightCounter {
     if (o.seed === undefined) throw invalidType('The "seed" option', 'a bigint or a number', o.seed);
     this.leaseMs = integerOption('leaseMs', o.leaseMs, this.#sync.syncMs + 1, MAX_LEASE_MS, this.#sync.staleAfterMs);
     const { hashes, slots } = shapeOptions(o.hashes, o.slots, { hashes: 4, slots: 8192 });
-    this.#hasher = new Estimator({ hashes, slots, seed: o.seed });
+    const seed = seedOption(o.seed);
+    this.#hasher = new Estimator({ hashes, slots, seed });
     const base = `${this.#sync.prefix}:{${name}}`;
     const ttlMs = this.leaseMs * KEEP_LEASES;
-    this.#cells = new SyncedCells(hashes * slots, `${base}:i`, `${base}:nodes`, () => ttlMs, this.leaseMs);
+    const layout = sketchLayout(hashes, slots, seed);
+    this.#cells = new SyncedCells(hashes * slots, entryKeys(base, 'i', layout), () => ttlMs, this.leaseMs);
     this.#core = {
       incr: (key, value) => this.#cells.add(this.#counters(key), value),
       get: (key) => this.#cells.estimate(this.#counters(key)),

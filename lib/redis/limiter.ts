@@ -4,7 +4,7 @@ import type { RequestLimiter } from '../http/quota.js';
 import { storedKey } from '../long-key.js';
 import { limitSpec, type LimiterDecision, type RateLimit } from '../quotas.js';
 import { integerOption, optionsObject } from '../options.js';
-import { SyncedCells } from './cells.js';
+import { entryKeys, SyncedCells } from './cells.js';
 import { syncOption } from './estimator.js';
 import { failPolicyOption, type FailPolicy } from './fail-policy.js';
 import type { LoanRequest } from './loan.js';
@@ -44,6 +44,12 @@ const IDLE_SYNCS = 10;
  * new keys during an outage stops here.
  */
 const MAX_ACCOUNTS = 65_536;
+
+/**
+ * The layout of the presence entry, which holds no cells (only the node registry that tells each
+ * node how many share a key's bucket): every node agrees on it.
+ */
+const PRESENCE_LAYOUT = 'presence';
 
 /** Options of {@link SyncedLimiter}. */
 export interface SyncedLimiterOptions {
@@ -179,7 +185,7 @@ export class SyncedLimiter implements RequestLimiter {
     }
     this.#base = `${this.#sync.prefix}:{${name}}`;
     const presenceTtlMs = this.leaseMs;
-    this.#presence = new SyncedCells(0, `${this.#base}:p`, `${this.#base}:nodes`, () => presenceTtlMs);
+    this.#presence = new SyncedCells(0, entryKeys(this.#base, 'p', PRESENCE_LAYOUT), () => presenceTtlMs);
     this.#sync.add(this, 'SyncedLimiter', name);
   }
 

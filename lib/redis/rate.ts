@@ -4,7 +4,7 @@ import type { Key } from '../core.js';
 import { invalidType, outOfRange } from '../errors.js';
 import type { RateComponents } from '../rate.js';
 import { countArgument, integerOption, optionsObject, shapeOptions } from '../options.js';
-import { SyncedCells } from './cells.js';
+import { entryKeys, SyncedCells } from './cells.js';
 import { KeyHasher } from './hasher.js';
 import { syncOption } from './estimator.js';
 import { nameOption, type RedisSync } from './sync.js';
@@ -164,9 +164,11 @@ export class SyncedRate {
   }
 
   #window(index: number): Window {
-    const base = `${this.#base}:w${index}`;
     // Read until the end of window index + 1, on clocks up to the skew margin behind.
     const ttlMs = (): number => Math.max(1, Math.ceil((index + 2) * this.intervalMs - this.#now()) + SKEW_MARGIN_MS);
-    return { index, cells: new SyncedCells(this.#counters, base, `${this.#base}:nodes`, ttlMs) };
+    return {
+      index,
+      cells: new SyncedCells(this.#counters, entryKeys(this.#base, `w${index}`, this.#hasher.layout, 'w'), ttlMs),
+    };
   }
 }

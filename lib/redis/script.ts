@@ -33,6 +33,13 @@
  * A second key per entry, the structure's node registry, is a sorted set node → last sync time:
  * the live node count for the "each node enforces its share" fail policy.
  *
+ * Nodes share an entry only if they put every key in the same cells: same sketch format, shape and
+ * seed, which a node's layout names (`sketchLayout`). The layout is part of the base, so nodes
+ * that disagree never mix their counts (each group counts apart), and a third key per entry, the
+ * structure's layout registry, is a sorted set layout → last sync time: each sync replies with the
+ * other layouts synced within the liveness period, so both sides of a misconfiguration, or of a
+ * rolling reconfiguration, hear of it.
+ *
  * A leased entry (an in-flight count) also has `B:l`, a sorted set node → lease expiry (server
  * time), renewed by each of the node's applied syncs, and a member `''` (score +inf, never reaped;
  * node ids are never empty) that marks it as of the entry's incarnation. Every sync first reaps the other nodes whose
@@ -71,14 +78,16 @@
  * returned (the node dropped them itself by then), and a debt stays with the node, which reports it
  * when it comes back.
  *
- * KEYS: per cell entry its base and its registry, then one key per bucket entry. ARGV: node id,
- * registry lifetime (ms), pull limit, number of cell entries; then per cell entry: sequence
- * number, the last sequence number Redis acknowledged applying (0: none), version last seen,
- * lifetime in ms (0: none), lease in ms (0: none), cell count n, n
+ * KEYS: per cell entry its base, its registry and its layout registry, then one key per bucket
+ * entry. ARGV: node id, registry lifetime (ms, also how long a layout stays live), pull limit,
+ * number of cell entries; then per cell entry: sequence number, the last sequence number Redis
+ * acknowledged applying (0: none), version last seen, lifetime in ms (0: none), lease in ms (0:
+ * none), layout, cell count n, n
  * pairs of cell index and cumulative value; then per bucket entry: sequence number, rate (tokens
  * per ms), burst (the tokens of a new bucket), cap, lease in ms, lifetime in ms (0: none), tokens
  * held, tokens wanted (−1: leaving). Reply, per cell entry: applied (0/1), version, incarnation, live nodes, m,
- * then m pairs of cell index and the others' count (global minus this node's); then per bucket
+ * then m pairs of cell index and the others' count (global minus this node's), o and the o other
+ * live layouts; then per bucket
  * entry the tokens lent, as a string; then f, the number of keys of another type deleted, and f
  * pairs of key and the type it held.
  */
@@ -136,13 +145,13 @@ local function reap(base, counts, versions, meta, leases, i)
     end
   end
 end
-for k = 1, 2 * entries, 2 do
-  local base, registry = KEYS[k], KEYS[k + 1]
-  local seq, acked, since, ttl, lease, n = ARGV[a], tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3]), tonumber(ARGV[a + 4]), tonumber(ARGV[a + 5])
-  a = a + 6
+for k = 1, 3 * entries, 3 do
+  local base, registry, layouts = KEYS[k], KEYS[k + 1], KEYS[k + 2]
+  local seq, acked, since, ttl, lease, layout, n = ARGV[a], tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3]), tonumber(ARGV[a + 4]), ARGV[a + 5], tonumber(ARGV[a + 6])
+  a = a + 7
   local counts, versions, meta, mine, leases = base .. ':c', base .. ':v', base .. ':m', base .. ':n:' .. node, base .. ':l'
   for _, key in ipairs({counts, meta, mine}) do own(key, 'hash') end
-  for _, key in ipairs({versions, registry}) do own(key, 'zset') end
+  for _, key in ipairs({versions, registry, layouts}) do own(key, 'zset') end
   local intact = true
   if lease > 0 and own(leases, 'zset') then
     for _, other in ipairs(redis.call('ZRANGE', leases, 0, -1)) do
@@ -193,6 +202,9 @@ for k = 1, 2 * entries, 2 do
   redis.call('ZADD', registry, now, node)
   redis.call('ZREMRANGEBYSCORE', registry, '-inf', now - live)
   redis.call('PEXPIRE', registry, live)
+  redis.call('ZADD', layouts, now, layout)
+  redis.call('ZREMRANGEBYSCORE', layouts, '-inf', now - live)
+  redis.call('PEXPIRE', layouts, live)
   local changed = redis.call('ZRANGEBYSCORE', versions, '(' .. since, '+inf', 'WITHSCORES', 'LIMIT', 0, pull + 1)
   local version = tonumber(redis.call('HGET', meta, 'v') or '0')
   local last = #changed
@@ -213,8 +225,13 @@ for k = 1, 2 * entries, 2 do
     out[#out + 1] = tonumber(cell)
     out[#out + 1] = tonumber(redis.call('HGET', counts, cell) or '0') - tonumber(redis.call('HGET', mine, cell) or '0')
   end
+  local others = redis.call('ZRANGE', layouts, 0, -1)
+  out[#out + 1] = #others - 1
+  for _, other in ipairs(others) do
+    if other ~= layout then out[#out + 1] = other end
+  end
 end
-for k = 2 * entries + 1, #KEYS do
+for k = 3 * entries + 1, #KEYS do
   local bucket = KEYS[k]
   local seq, rate, burst, cap = tonumber(ARGV[a]), tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3])
   local lease, ttl, held, want = tonumber(ARGV[a + 4]), tonumber(ARGV[a + 5]), tonumber(ARGV[a + 6]), tonumber(ARGV[a + 7])

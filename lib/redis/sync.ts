@@ -82,6 +82,9 @@ const MAX_MS = 3_600_000;
 const MAX_PUSH = 2048;
 const MAX_PULL = 2 * MAX_PUSH;
 
+/** Per layout registry, an entry it came with and the other layouts it named. */
+type Heard = Map<string, { entry: SyncedCells; others: Set<string> }>;
+
 /** The registry keeps a node this many sync periods after its last sync. */
 const LIVE_PERIODS = 10;
 
@@ -91,8 +94,10 @@ const LIVE_PERIODS = 10;
  * with the cause of each failed one (in a cluster, of each failed call: a sync whose calls partly
  * failed keeps what they did apply and counts as failed), and with an `ERR_KEEPCOUNT_FOREIGN_KEY`
  * error for each key under the prefix that held another Redis type (someone else wrote there):
- * the sync deleted it and went on, the structure rebuilding it as after a loss (see script.ts).
- * Its timer is unref'd: it never keeps the process alive.
+ * the sync deleted it and went on, the structure rebuilding it as after a loss (see script.ts);
+ * and with an `ERR_KEEPCOUNT_LAYOUT` error when nodes made with another seed, shape or sketch
+ * format sync a structure of the same name (the two groups count apart), once per other layout
+ * until it stops syncing. Its timer is unref'd: it never keeps the process alive.
  */
 export class RedisSync extends EventEmitter {
   /** Milliseconds between syncs. */
@@ -117,6 +122,11 @@ export class RedisSync extends EventEmitter {
   #running: Promise<boolean> | undefined;
   #nodes = 1;
   #closing: Promise<boolean> | undefined;
+  /**
+   * The other layouts each layout registry named at the last sync, so that a misconfiguration is
+   * reported once, not every sync (and again if it goes away and comes back).
+   */
+  #heard: Heard = new Map();
   readonly #stats: SyncStats = {
     syncs: 0,
     failures: 0,
@@ -241,15 +251,27 @@ export class RedisSync extends EventEmitter {
       );
       let nodes = 1;
       let ok = true;
+      const heard: Heard = new Map();
       for (const result of results) {
         if (result.status === 'fulfilled') {
           nodes = Math.max(nodes, result.value.nodes);
           for (const error of result.value.foreign) if (this.listenerCount('error') > 0) this.emit('error', error);
+          for (const [key, now] of result.value.layouts) {
+            const before = this.#heard.get(key)?.others;
+            for (const theirs of now.others) {
+              if (before?.has(theirs) !== true && this.listenerCount('error') > 0) {
+                this.emit('error', layoutError(now.entry, theirs, this.syncMs * LIVE_PERIODS));
+              }
+            }
+            heard.set(key, now);
+          }
         } else {
           ok = false;
           if (this.listenerCount('error') > 0) this.emit('error', result.reason);
         }
       }
+      // A failed call named no layouts: what its registries named before still stands.
+      this.#heard = ok ? heard : new Map([...this.#heard, ...heard]);
       if (!ok) {
         this.#stats.failures++;
         return false;
@@ -281,15 +303,16 @@ export class RedisSync extends EventEmitter {
     seq: string,
     timeout: Promise<never>,
     started: number,
-  ): Promise<{ nodes: number; foreign: Error[] }> {
+  ): Promise<{ nodes: number; foreign: Error[]; layouts: Heard }> {
     const pushes = entries.map((entry) => entry.take(MAX_PUSH));
     try {
       const keys: string[] = [];
       const args = [this.nodeId, String(this.syncMs * LIVE_PERIODS), String(MAX_PULL), String(entries.length)];
       entries.forEach((entry, k) => {
         const push = pushes[k] as Push;
-        keys.push(entry.base, entry.registry);
+        keys.push(entry.keys.base, entry.keys.registry, entry.keys.layouts);
         args.push(seq, String(entry.acked), String(entry.since), String(entry.ttlMs()), String(entry.leaseMs));
+        args.push(entry.keys.layout);
         args.push(String(push.cells.length));
         push.cells.forEach((cell, j) => args.push(String(cell), push.values[j] as string));
       });
@@ -301,14 +324,17 @@ export class RedisSync extends EventEmitter {
       const reply = await Promise.race([runSyncScript(this.#count, keys, args), timeout]);
       const { pulls, lent, foreign } = parseReply(reply, entries.length, loans.length);
       let nodes = 1;
+      const layouts: Heard = new Map();
       pulls.forEach((pull, k) => {
-        (entries[k] as SyncedCells).apply(pull, Number(seq));
+        const entry = entries[k] as SyncedCells;
+        entry.apply(pull, Number(seq));
         nodes = Math.max(nodes, pull.nodes);
         this.#stats.cellsPulled += pull.cells.length;
+        layouts.set(entry.keys.layouts, { entry, others: new Set(pull.layouts) });
       });
       for (const push of pushes) this.#stats.cellsPushed += push.cells.length;
       loans.forEach((loan, k) => loan.lent(lent[k] as number, started));
-      return { nodes, foreign: foreign.map(({ key, type }) => foreignKeyError(key, type, this.prefix)) };
+      return { nodes, foreign: foreign.map(({ key, type }) => foreignKeyError(key, type, this.prefix)), layouts };
     } catch (error) {
       pushes.forEach((push, k) => (entries[k] as SyncedCells).restore(push));
       for (const loan of loans) loan.failed();
@@ -332,6 +358,26 @@ export class RedisSync extends EventEmitter {
 
 function timeoutError(ms: number): Error {
   return withCode(new Error(`Redis sync timed out after ${ms} ms`), 'ERR_KEEPCOUNT_SYNC');
+}
+
+/**
+ * Nodes of another layout (`theirs`) synced the same part of a structure within `liveMs`: they
+ * were made with another seed, shape or sketch format, so they count every key in other cells and
+ * the two groups count apart (script.ts), each blind to the other's traffic.
+ */
+function layoutError(entry: SyncedCells, theirs: string, liveMs: number): Error {
+  const { base, layout } = entry.keys;
+  const error = withCode(
+    new Error(
+      `Redis entry "${base}" has nodes of another layout syncing beside it within ${liveMs} ms: "${theirs}" ` +
+        `against this node's "${layout}" (sketch format, hashes x slots, seed digest). They would count one key in ` +
+        "different cells, so each layout counts apart and neither sees the other's traffic. Give every node of the " +
+        'structure the same seed, hashes and slots and the same keepcount version, or give it another name ' +
+        '(expected for a while during a rolling reconfiguration)',
+    ),
+    'ERR_KEEPCOUNT_LAYOUT',
+  );
+  return Object.assign(error, { key: base, layout, theirs });
 }
 
 /**
@@ -372,7 +418,7 @@ function byHashTag(entries: SyncedCells[], loans: LoanRequest[]): { entries: Syn
     if (g === undefined) groups.set(tag, (g = { entries: [], loans: [] }));
     return g;
   };
-  for (const entry of entries) group(hashTag(entry.base)).entries.push(entry);
+  for (const entry of entries) group(hashTag(entry.keys.base)).entries.push(entry);
   for (const loan of loans) group(hashTag(loan.key)).loans.push(loan);
   return [...groups.values()];
 }
@@ -409,7 +455,13 @@ function parseReply(
       cells.push(number(a));
       others.push(number(a + 1));
     }
-    pulls.push({ applied, version, incarnation, nodes, cells, others });
+    const layouts: string[] = [];
+    const o = number(a++);
+    for (let j = 0; j < o; j++, a++) {
+      if (a >= reply.length) throw unexpected();
+      layouts.push(String(reply[a]));
+    }
+    pulls.push({ applied, version, incarnation, nodes, cells, others, layouts });
   }
   const lent: number[] = [];
   for (let k = 0; k < loans; k++, a++) lent.push(Math.max(0, number(a)));
