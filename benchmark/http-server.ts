@@ -1,8 +1,9 @@
 /**
  * One hello-world server of the end-to-end HTTP benchmark (`http.ts`), run in its own process:
  * `node --import=tsx benchmark/http-server.ts <setup>`. It prints `{"port": N}` once listening and
- * answers `'rss'` messages on the IPC channel with its resident set size, so the load generator can
- * read the server's memory growth without a request going through the limiter.
+ * answers `'usage'` messages on the IPC channel with its resident set size and the CPU time it has
+ * used, so the load generator can read the server's memory growth and CPU time per request without
+ * a request going through the limiter.
  *
  * Every limiter is configured to admit everything (limits far above the load), so the figures are
  * the cost of counting and deciding, with RateLimit headers on; clients are told apart by
@@ -27,6 +28,14 @@ const WINDOW_MS = 60_000;
 const HELLO = 'hello world\n';
 
 type Setup = () => Promise<number>;
+
+/** What the server answers a `'usage'` message with. */
+export interface ServerUsage {
+  /** Resident set size, bytes. */
+  rss: number;
+  /** CPU time the process has used (user + system, all its threads), microseconds. */
+  cpuUs: number;
+}
 
 const listen = (server: ReturnType<typeof createServer>): Promise<number> =>
   new Promise((resolve) => server.listen(0, '127.0.0.1', () => resolve((server.address() as AddressInfo).port)));
@@ -122,7 +131,10 @@ async function main(): Promise<void> {
   if (setup === undefined) throw new Error(`unknown setup ${JSON.stringify(name)}; one of ${Object.keys(SETUPS)}`);
   const port = await setup();
   process.on('message', (message) => {
-    if (message === 'rss') process.send!(process.memoryUsage().rss);
+    if (message === 'usage') {
+      const cpu = process.cpuUsage();
+      process.send!({ rss: process.memoryUsage().rss, cpuUs: cpu.user + cpu.system } satisfies ServerUsage);
+    }
   });
   process.stdout.write(`${JSON.stringify({ port })}\n`);
 }

@@ -1,28 +1,40 @@
 /**
  * The end-to-end HTTP benchmark: `node --import=tsx benchmark/http.ts [--quick] --out http.json`.
  *
- * For each setup of `http-server.ts` (a hello-world on node:http, Express or Fastify, bare or
- * behind a limiter), this process starts the server in a child process, drives it with autocannon
- * (32 connections, a fresh client address in `X-Forwarded-For` on every request, so the limiter
- * sees as many distinct clients as requests), and records requests per second, p99 latency and the
- * server's RSS growth over the run. Setups are interleaved round by round (each round starts every
- * setup afresh) and each figure is the median over rounds; a ratio between two setups is the median
- * of their ratios within each round. Server and load generator share the
- * machine's cores, as they would on one host; the report says how many there were.
+ * For each setup of `http-server.ts` (a hello-world on node:http, Express or Fastify behind a
+ * limiter), this process starts the server in a child process beside its framework's bare server,
+ * drives both at once with autocannon (32 connections each, a fresh client address in
+ * `X-Forwarded-For` on every request, so the limiter sees as many distinct clients as requests),
+ * and records requests per second, p99 latency, and the servers' RSS growth and CPU time per
+ * request over the run (see {@link runHttp} for why side by side). Setups are interleaved round by
+ * round (each round starts every server afresh) and each figure is the median over rounds; a ratio
+ * between two setups is the median over rounds of their ratios to the bare server beside them.
+ * With two cores or more the servers run on one and autocannon on the others (`splitCores` in
+ * load.ts), so what a limiter costs comes out of the servers' core; the report says which cores
+ * each side had.
  */
 import { writeFileSync } from 'node:fs';
-import { availableParallelism } from 'node:os';
 import { join } from 'node:path';
 import { parseArgs } from 'node:util';
-import { SETUPS } from './http-server.js';
-import { addresses, CONNECTIONS, drive, startServer } from './load.js';
+import { SETUPS, type ServerUsage } from './http-server.js';
+import { addresses, bareOf, CONNECTIONS, drive, splitCores, startServer } from './load.js';
 
 export interface HttpCase {
   setup: string;
-  /** Median requests per second over rounds. */
+  /** Median requests per second over rounds, side by side with its bare server (see {@link runHttp}). */
   rps: number;
-  /** Requests per second in each round, in round order: ratios pair setups within a round. */
-  roundRps: number[];
+  /**
+   * Per round, requests per second over those of the bare server beside it in the same run (1 for
+   * a bare server): ratios of setups are taken from these, round by round (report.ts).
+   */
+  roundRatios: number[];
+  /**
+   * Median server CPU time per request, microseconds (user + system, every thread of the server):
+   * what the setup costs the server, whatever the load generator and the machine's neighbours do.
+   */
+  cpuUs: number;
+  /** Per round, the bare server's CPU per request over this setup's, in the same run (1 for a bare server). */
+  roundCpuRatios: number[];
   /** Median p99 latency in ms. */
   p99: number;
   /** Median server RSS growth over a run, bytes. */
@@ -34,71 +46,110 @@ export interface HttpCase {
 }
 
 export interface HttpResults {
+  /** Connections autocannon keeps open to each server. */
   connections: number;
   seconds: number;
   rounds: number;
   cores: number;
+  /** The CPUs the servers ran on, or `undefined` when they shared all of them with the load generator. */
+  serverCpus: number[] | undefined;
+  /** The CPUs the load generator ran on, or `undefined` when shared. */
+  loadCpus: number[] | undefined;
   cases: HttpCase[];
 }
 
 interface Run {
   rps: number;
+  cpuUs: number;
   p99: number;
   rssGrowth: number;
   requests: number;
   non2xx: number;
 }
 
-async function runOnce(setup: string, seconds: number): Promise<Run> {
-  const server = await startServer(join(__dirname, 'http-server.ts'), setup);
+/**
+ * Runs `setups` at the same time, each in its own server process on `cpus` and driven by its own
+ * autocannon, after a warm-up; resolves with each one's figures.
+ */
+async function runSideBySide(setups: string[], seconds: number, cpus: number[] | undefined): Promise<Run[]> {
+  const script = join(__dirname, 'http-server.ts');
+  const servers = await Promise.all(setups.map((setup) => startServer(script, setup, cpus)));
   try {
-    const next = addresses();
+    const nexts = servers.map(() => addresses());
     // A short warm-up so the JIT has compiled the hot path before the measured run.
-    await drive(server.port, Math.max(1, seconds / 4), next);
-    const before = await server.ask<number>('rss');
-    const result = await drive(server.port, seconds, next);
-    const after = await server.ask<number>('rss');
-    return {
+    await Promise.all(servers.map((server, i) => drive(server.port, Math.max(1, seconds / 4), nexts[i]!)));
+    const before = await Promise.all(servers.map((server) => server.ask<ServerUsage>('usage')));
+    const results = await Promise.all(servers.map((server, i) => drive(server.port, seconds, nexts[i]!)));
+    const after = await Promise.all(servers.map((server) => server.ask<ServerUsage>('usage')));
+    return results.map((result, i) => ({
       rps: result.requests.average,
+      cpuUs: (after[i]!.cpuUs - before[i]!.cpuUs) / result.requests.total,
       p99: result.latency.p99,
-      rssGrowth: after - before,
+      rssGrowth: after[i]!.rss - before[i]!.rss,
       requests: result.requests.total,
       non2xx: result.non2xx + result.errors,
-    };
+    }));
   } finally {
-    server.stop();
+    for (const server of servers) server.stop();
   }
 }
 
 const median = (xs: number[]): number => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)]!;
 
-export async function runHttp(quick: boolean): Promise<HttpResults> {
-  // Five short rounds rather than two long ones: the load on a shared VM drifts over minutes, so
-  // ratios are taken within a round (see `relativeRps` in report.ts) and their median drops the
-  // rounds a neighbour's burst spoiled.
+/**
+ * Every setup of `only` (by default all), each run side by side with its framework's bare server:
+ * both servers on the same core, each driven by its own autocannon at the same time, so that a
+ * slower spell of the machine (on a shared VM, rounds of one setup run alone spread ±20%) slows
+ * both alike and the ratio of the two, taken within the run, is left. With the core shared
+ * equally, the setup's throughput over the bare server's is the bare server's cost per request
+ * over the setup's; both that ratio and the ratio of their CPU times per request are recorded.
+ */
+export async function runHttp(quick: boolean, only: string[] = []): Promise<HttpResults> {
+  // Five short rounds rather than two long ones: the load on a shared VM drifts over minutes, and
+  // the median of the ratios drops the rounds a neighbour's burst spoiled.
   const seconds = quick ? 1 : 4;
   const rounds = quick ? 1 : 5;
-  const names = Object.keys(SETUPS);
+  const asked = only.length > 0 ? only : Object.keys(SETUPS);
+  const names = [...new Set([...asked.map(bareOf), ...asked])];
+  const unknown = names.filter((name) => !(name in SETUPS));
+  if (unknown.length > 0) {
+    throw new Error(`unknown setups ${unknown.join(', ')}; known: ${Object.keys(SETUPS).join(', ')}`);
+  }
+  const cpus = splitCores();
+  const limited = names.filter((name) => name !== bareOf(name));
   const runs = new Map<string, Run[]>(names.map((n) => [n, []]));
+  const ratios = new Map<string, { rps: number[]; cpu: number[] }>(names.map((n) => [n, { rps: [], cpu: [] }]));
   for (let round = 0; round < rounds; round++) {
     // Rotate the order each round so no setup always runs first or last.
-    const order = names.map((_, i) => names[(i + round) % names.length]!);
+    const order = limited.map((_, i) => limited[(i + round) % limited.length]!);
     for (const setup of order) {
-      console.log(`http ${setup} (round ${round + 1}/${rounds})`);
-      runs.get(setup)!.push(await runOnce(setup, seconds));
+      console.log(`http ${setup} beside ${bareOf(setup)} (round ${round + 1}/${rounds})`);
+      const [bare, ours] = (await runSideBySide([bareOf(setup), setup], seconds, cpus.server)) as [Run, Run];
+      runs.get(setup)!.push(ours);
+      runs.get(bareOf(setup))!.push(bare);
+      ratios.get(setup)!.rps.push(ours.rps / bare.rps);
+      ratios.get(setup)!.cpu.push(bare.cpuUs / ours.cpuUs);
+    }
+    for (const bare of names.filter((name) => name === bareOf(name))) {
+      ratios.get(bare)!.rps.push(1);
+      ratios.get(bare)!.cpu.push(1);
     }
   }
   return {
     connections: CONNECTIONS,
     seconds,
     rounds,
-    cores: availableParallelism(),
+    cores: cpus.cores,
+    serverCpus: cpus.server,
+    loadCpus: cpus.load,
     cases: names.map((setup) => {
       const r = runs.get(setup)!;
       return {
         setup,
         rps: median(r.map((x) => x.rps)),
-        roundRps: r.map((x) => x.rps),
+        roundRatios: ratios.get(setup)!.rps,
+        cpuUs: median(r.map((x) => x.cpuUs)),
+        roundCpuRatios: ratios.get(setup)!.cpu,
         p99: median(r.map((x) => x.p99)),
         rssGrowth: median(r.map((x) => x.rssGrowth)),
         requests: median(r.map((x) => x.requests)),
@@ -110,9 +161,13 @@ export async function runHttp(quick: boolean): Promise<HttpResults> {
 
 if (require.main === module) {
   const { values } = parseArgs({
-    options: { quick: { type: 'boolean', default: false }, out: { type: 'string' } },
+    options: {
+      quick: { type: 'boolean', default: false },
+      out: { type: 'string' },
+      setup: { type: 'string', multiple: true },
+    },
   });
-  runHttp(values.quick)
+  runHttp(values.quick, values.setup)
     .then((results) => {
       const json = JSON.stringify(results, null, 2) + '\n';
       if (values.out !== undefined) writeFileSync(values.out, json);

@@ -2,11 +2,58 @@
  * The load-generator side of the HTTP benches (`http.ts`, `request-path.ts`): a benchmark server
  * started in its own process, and autocannon driving it with a fresh client address per request.
  */
-import { fork } from 'node:child_process';
+import { execFileSync, spawn } from 'node:child_process';
+import { availableParallelism } from 'node:os';
 import autocannon from 'autocannon';
 
 /** Connections autocannon keeps open. */
 export const CONNECTIONS = 32;
+
+/**
+ * Which CPUs the server and the load generator run on. With at least two CPUs (and `taskset`),
+ * the server gets the first and this process (autocannon) the others: a limiter's work then comes
+ * out of the server's own core, not out of a core it shares with the load generator, so the
+ * server's throughput is what its one core can do, as on a host that gives each worker a core.
+ * `KEEPCOUNT_BENCH_PIN=0` turns it off (both sides share every CPU).
+ */
+export interface CoreSplit {
+  /** The CPUs the bench could run on before the split. */
+  cores: number;
+  /** The server's CPUs, or `undefined` when not pinned. */
+  server: number[] | undefined;
+  /** The load generator's CPUs, or `undefined` when not pinned. */
+  load: number[] | undefined;
+}
+
+/** The CPUs this process may run on, from `taskset`, or `undefined` without it. */
+function affinity(): number[] | undefined {
+  try {
+    const out = execFileSync('taskset', ['-c', '-p', String(process.pid)], { encoding: 'utf8' });
+    return out
+      .slice(out.lastIndexOf(':') + 1)
+      .trim()
+      .split(',')
+      .flatMap((part) => {
+        const [from, to = from] = part.split('-').map(Number) as [number, number?];
+        return Array.from({ length: to - from + 1 }, (_, i) => from + i);
+      });
+  } catch {
+    return undefined;
+  }
+}
+
+/** Pins this process's threads to the load generator's CPUs; see {@link CoreSplit}. */
+export function splitCores(): CoreSplit {
+  const cores = availableParallelism();
+  const cpus = process.env.KEEPCOUNT_BENCH_PIN === '0' ? undefined : affinity();
+  if (cpus === undefined || cpus.length < 2) return { cores, server: undefined, load: undefined };
+  const split = { cores, server: cpus.slice(0, 1), load: cpus.slice(1) };
+  execFileSync('taskset', ['-a', '-c', '-p', split.load.join(','), String(process.pid)], { stdio: 'ignore' });
+  return split;
+}
+
+/** The server an HTTP setup runs beside: its framework's bare hello-world (`express-none` for `express-…`). */
+export const bareOf = (setup: string): string => `${setup.split('-')[0]}-none`;
 
 /** A benchmark server running in a child process. */
 export interface ServerProcess {
@@ -18,13 +65,13 @@ export interface ServerProcess {
 
 /**
  * Starts `script <name>` (run through tsx; it must print `{"port": N}` once listening) in a child
- * process, and resolves once it listens.
+ * process, on `cpus` when given (see {@link splitCores}), and resolves once it listens.
  */
-export async function startServer(script: string, name: string): Promise<ServerProcess> {
-  const child = fork(script, [name], {
-    execArgv: ['--import=tsx'],
-    stdio: ['ignore', 'pipe', 'inherit', 'ipc'],
-  });
+export async function startServer(script: string, name: string, cpus?: number[]): Promise<ServerProcess> {
+  const node = [process.execPath, '--import=tsx', script, name];
+  const [command, ...args] = cpus === undefined ? node : ['taskset', '-c', cpus.join(','), ...node];
+  // spawn, not fork, so that taskset can come first; the IPC channel reaches node through it.
+  const child = spawn(command as string, args, { stdio: ['ignore', 'pipe', 'inherit', 'ipc'] });
   const port = await new Promise<number>((resolve, reject) => {
     let out = '';
     child.stdout!.setEncoding('utf8').on('data', (chunk: string) => {

@@ -1,7 +1,8 @@
 /** Renders the results as Markdown tables and a horizontal bar chart (SVG, no dependencies). */
 import type { MemoryResult } from './memory.js';
 import type { NodeResults, SuiteResult } from './node.js';
-import type { HttpResults } from './http.js';
+import type { HttpCase, HttpResults } from './http.js';
+import { bareOf } from './load.js';
 import type { RedisResults } from './redis.js';
 
 export interface Machine {
@@ -60,30 +61,62 @@ function suiteTable(s: SuiteResult): string {
 }
 
 /**
- * Throughput of `setup` relative to `base` (by default the bare server of its framework:
- * `node-none` for `node-…`): the median of their ratios within each round, so a round the whole
- * machine ran slow in cancels out instead of landing on one side of the ratio.
+ * The median over rounds of `setup`'s per-round ratio over `base`'s, each taken against the bare
+ * server beside it in the same run (see `runHttp`).
  */
-export function relativeRps(http: HttpResults, setup: string, base = `${setup.split('-')[0]}-none`): number {
-  const rounds = (name: string): number[] => http.cases.find((c) => c.setup === name)?.roundRps ?? [];
+function relative(http: HttpResults, setup: string, base: string, of: (c: HttpCase) => number[]): number {
+  const rounds = (name: string): number[] => {
+    const c = http.cases.find((x) => x.setup === name);
+    return c === undefined ? [] : of(c);
+  };
   const [ours, theirs] = [rounds(setup), rounds(base)];
   const ratios = ours.map((r, i) => r / theirs[i]!).sort((a, b) => a - b);
   return ratios.length === 0 || ratios.length !== theirs.length ? NaN : ratios[Math.floor(ratios.length / 2)]!;
 }
 
+/**
+ * Throughput of `setup` relative to `base` (by default the bare server of its framework:
+ * `node-none` for `node-…`), from runs side by side with the bare server, so that a spell the
+ * whole machine ran slow in slows both sides of each ratio alike.
+ */
+export function relativeRps(http: HttpResults, setup: string, base = bareOf(setup)): number {
+  return relative(http, setup, base, (c) => c.roundRatios);
+}
+
+/**
+ * The bare server's CPU time per request over `setup`'s (the throughput a server whose one core is
+ * the bottleneck would keep), paired as {@link relativeRps} pairs.
+ */
+export function relativeCpu(http: HttpResults, setup: string, base = bareOf(setup)): number {
+  return relative(http, setup, base, (c) => c.roundCpuRatios);
+}
+
+/** Where the server and the load generator ran, for the report. */
+function coresLine(http: HttpResults): string {
+  return http.serverCpus === undefined || http.loadCpus === undefined
+    ? `servers and load generator (autocannon, its own process) share the machine's ${http.cores} cores`
+    : `the servers run on ${http.serverCpus.length} core (CPU ${http.serverCpus.join(',')}), the load generator ` +
+        `(autocannon, its own process) on ${http.loadCpus.length} (CPU ${http.loadCpus.join(',')}), of the machine's ${http.cores}`;
+}
+
 function httpTable(http: HttpResults): string {
   const lines = [
-    `${http.connections} connections, a fresh client address per request, ${http.seconds} s per run after a warm-up, ` +
-      `median of ${http.rounds} interleaved round(s) (× bare server: the median of the ratios within a round); server and load generator (autocannon, its own process) share ` +
-      `the machine's ${http.cores} cores. Every limiter admits everything: the figures are the cost of counting and ` +
-      'deciding, with rate-limit headers on.',
+    "Each setup runs side by side with its framework's bare server, both on one core and each driven by its own " +
+      `autocannon with ${http.connections} connections at the same time, so a slow spell of the machine slows both ` +
+      `alike; a fresh client address per request, ${http.seconds} s per run after a warm-up, median of ${http.rounds} ` +
+      'interleaved round(s); "× bare server" is the median over rounds of the setup\'s requests/s over the bare ' +
+      "server's beside it (the core shared equally, this is the bare server's cost per request over the setup's), " +
+      '"× bare (CPU)" the same from server CPU time per request (user + system, every thread of the server). ' +
+      `Requests/s are each server's with half a core; ${coresLine(http)}. Every limiter admits everything: ` +
+      'the figures are the cost of counting and deciding, with rate-limit headers on.',
     '',
-    '| setup | requests/s | × bare server | p99 ms | server RSS growth | requests (= distinct clients) | non-2xx |',
-    '| --- | ---: | ---: | ---: | ---: | ---: | ---: |',
+    '| setup | requests/s | × bare server | server CPU µs/request | × bare (CPU) | p99 ms | server RSS growth | requests (= distinct clients) | non-2xx |',
+    '| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |',
   ];
   for (const c of http.cases) {
     lines.push(
-      `| ${c.setup} | ${c.rps.toFixed(0)} | ${relativeRps(http, c.setup).toFixed(2)} | ${c.p99} | ` +
+      `| ${c.setup} | ${c.rps.toFixed(0)} | ${relativeRps(http, c.setup).toFixed(2)} | ${c.cpuUs.toFixed(1)} | ` +
+        `${relativeCpu(http, c.setup).toFixed(2)} | ${c.p99} | ` +
         `${fmtBytes(c.rssGrowth)} | ${c.requests.toLocaleString('en-US')} | ${c.non2xx} |`,
     );
   }

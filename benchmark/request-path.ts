@@ -14,10 +14,9 @@
  * is the throughput the step costs.
  */
 import { createRequire } from 'node:module';
-import { availableParallelism } from 'node:os';
 import { join } from 'node:path';
 import { parseArgs } from 'node:util';
-import { addresses, drive, startServer } from './load.js';
+import { addresses, drive, splitCores, startServer } from './load.js';
 import { STEPS } from './request-path-server.js';
 
 interface Timing {
@@ -27,8 +26,8 @@ interface Timing {
   calls: number;
 }
 
-async function timeStep(step: string, seconds: number): Promise<Timing> {
-  const server = await startServer(join(__dirname, 'request-path-server.ts'), step);
+async function timeStep(step: string, seconds: number, cpus: number[] | undefined): Promise<Timing> {
+  const server = await startServer(join(__dirname, 'request-path-server.ts'), step, cpus);
   try {
     const next = addresses();
     await drive(server.port, Math.max(1, seconds / 4), next);
@@ -51,18 +50,22 @@ async function main(): Promise<void> {
   const rounds = Number(values.rounds);
   const seconds = Number(values.seconds);
   const steps = Object.keys(STEPS);
+  const cpus = splitCores();
   const samples = new Map<string, { step: number[]; busy: number[] }>(steps.map((s) => [s, { step: [], busy: [] }]));
   for (let round = 0; round < rounds; round++) {
     const order = steps.map((_, i) => steps[(i + round) % steps.length]!);
     for (const step of order) {
-      const t = await timeStep(step, seconds);
+      const t = await timeStep(step, seconds, cpus.server);
       samples.get(step)!.step.push(t.stepNs / t.calls / 1000);
       samples.get(step)!.busy.push(t.busyUs / t.calls);
     }
   }
   const timer = median(samples.get('empty')!.step);
   console.log(
-    `Express ${(createRequire(__filename)('express/package.json') as { version: string }).version}, node ${process.version}, ${availableParallelism()} cores shared by server and load generator; ` +
+    `Express ${(createRequire(__filename)('express/package.json') as { version: string }).version}, node ${process.version}, ${cpus.cores} cores, ` +
+      (cpus.server === undefined
+        ? 'shared by server and load generator; '
+        : `the server on CPU ${cpus.server.join(',')}, the load generator on CPU ${cpus.load!.join(',')}; `) +
       `${rounds} rounds of ${seconds} s, medians; the timer's own ${timer.toFixed(2)} µs subtracted.\n`,
   );
   console.log("| step | µs per request | share of the server's main thread per request | rounds (µs) |");
