@@ -20,7 +20,7 @@ import type { Middleware } from '../lib/http/index.js';
 import { keepcount, keepcountHttp } from './package.js';
 
 const { Limiter } = keepcount;
-const { KeepcountStore, keepcountFastifyStore, rateLimit, tokenBucket, upstreamLimit } = keepcountHttp;
+const { KeepcountStore, clientIp, ipKey, keepcountFastifyStore, rateLimit, tokenBucket, upstreamLimit } = keepcountHttp;
 
 /** Far above what one run can send: every request is admitted. */
 const LIMIT = 1_000_000_000;
@@ -35,6 +35,8 @@ export interface ServerUsage {
   rss: number;
   /** CPU time the process has used (user + system, all its threads), microseconds. */
   cpuUs: number;
+  /** What the parts' results were, so that they are not optimised away. */
+  sink: string;
 }
 
 const listen = (server: ReturnType<typeof createServer>): Promise<number> =>
@@ -125,15 +127,60 @@ export const SETUPS: Record<string, Setup> = {
   }),
 };
 
+/** Keeps a result alive so that a part is not optimised away. */
+let sink: unknown;
+
+const partLimiter = openLimiter();
+
+/**
+ * What `tokenBucket` is made of, each as the only middleware of an Express hello-world: run by
+ * name (`http.ts --setup express-part-key ...`), not by default. They tell how much of a limiter's
+ * end-to-end cost each part carries (benchmark/README.md).
+ */
+export const PARTS: Record<string, Setup> = {
+  // Allocates about what a key extraction does, without parsing.
+  'express-part-alloc': expressServer([
+    (req, _res, next) => {
+      sink = { rows: [1, 2, 3], parts: String(req.headers['x-forwarded-for']).split('.') };
+      next();
+    },
+  ]),
+  'express-part-key': expressServer([
+    (req, _res, next) => {
+      sink = ipKey(clientIp(req, 1));
+      next();
+    },
+  ]),
+  // One call into the native core, with a constant key.
+  'express-part-check': expressServer([
+    (_req, _res, next) => {
+      sink = partLimiter.check('x', 1);
+      next();
+    },
+  ]),
+  'express-part-key-check': expressServer([
+    (req, _res, next) => {
+      sink = partLimiter.check(ipKey(clientIp(req, 1)), 1);
+      next();
+    },
+  ]),
+};
+
 async function main(): Promise<void> {
   const name = process.argv[2] ?? '';
-  const setup = SETUPS[name];
-  if (setup === undefined) throw new Error(`unknown setup ${JSON.stringify(name)}; one of ${Object.keys(SETUPS)}`);
+  const setup = SETUPS[name] ?? PARTS[name];
+  if (setup === undefined) {
+    throw new Error(`unknown setup ${JSON.stringify(name)}; one of ${[...Object.keys(SETUPS), ...Object.keys(PARTS)]}`);
+  }
   const port = await setup();
   process.on('message', (message) => {
     if (message === 'usage') {
       const cpu = process.cpuUsage();
-      process.send!({ rss: process.memoryUsage().rss, cpuUs: cpu.user + cpu.system } satisfies ServerUsage);
+      process.send!({
+        rss: process.memoryUsage().rss,
+        cpuUs: cpu.user + cpu.system,
+        sink: typeof sink,
+      } satisfies ServerUsage);
     }
   });
   process.stdout.write(`${JSON.stringify({ port })}\n`);

@@ -16,7 +16,7 @@
 import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { parseArgs } from 'node:util';
-import { SETUPS, type ServerUsage } from './http-server.js';
+import { PARTS, SETUPS, type ServerUsage } from './http-server.js';
 import { addresses, bareOf, CONNECTIONS, drive, splitCores, startServer } from './load.js';
 
 export interface HttpCase {
@@ -111,10 +111,9 @@ export async function runHttp(quick: boolean, only: string[] = []): Promise<Http
   const rounds = quick ? 1 : 5;
   const asked = only.length > 0 ? only : Object.keys(SETUPS);
   const names = [...new Set([...asked.map(bareOf), ...asked])];
-  const unknown = names.filter((name) => !(name in SETUPS));
-  if (unknown.length > 0) {
-    throw new Error(`unknown setups ${unknown.join(', ')}; known: ${Object.keys(SETUPS).join(', ')}`);
-  }
+  const known = [...Object.keys(SETUPS), ...Object.keys(PARTS)];
+  const unknown = names.filter((name) => !known.includes(name));
+  if (unknown.length > 0) throw new Error(`unknown setups ${unknown.join(', ')}; known: ${known.join(', ')}`);
   const cpus = splitCores();
   const limited = names.filter((name) => name !== bareOf(name));
   const runs = new Map<string, Run[]>(names.map((n) => [n, []]));
