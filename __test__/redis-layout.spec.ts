@@ -25,6 +25,8 @@ function node(send: SendCommand, syncMs = 3_600_000): { sync: RedisSync; errors:
 test(title('the layout names the sketch format, the shape and a digest of the seed, not the seed'), (t) => {
   const layout = sketchLayout(4, 1024, 0x5eedn);
   t.regex(layout, /^f3-4x1024-[0-9a-f]{8}$/);
+  // The digest docs/format.md gives for seed 7.
+  t.is(sketchLayout(4, 8192, 7n), 'f3-4x8192-2adb6c84');
   t.false(layout.includes(String(0x5eedn)) || layout.includes('5eed'));
   t.not(sketchLayout(4, 1024, 0x5eeen), layout);
   t.not(sketchLayout(2, 2048, 0x5eedn), layout);

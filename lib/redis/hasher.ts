@@ -20,8 +20,9 @@ import { Rows } from '../../fallback/rows.js';
 
 /**
  * What decides the cells a key lands in, part of a synced sketch's Redis keys (script.ts): the
- * sketch format, the shape and a digest of the seed, e.g. `f3-4x8192-5e1d09aa`. Nodes that differ
- * in any of them would count one key in different cells, so they must not add up their counts.
+ * sketch format, the shape and a digest of the seed, e.g. `f3-4x8192-2adb6c84` for seed 7. Nodes
+ * that differ in any of them would count one key in different cells, so they must not add up
+ * their counts.
  * The seed goes as 8 hex digits of a SHA-256, not as itself: whoever reads Redis can write counts
  * anyway, but need not learn the seed that keeps outsiders from choosing colliding keys; two
  * different seeds share a digest with probability 2^-32.
