@@ -158,6 +158,19 @@ export const PARTS: Record<string, Setup> = {
       next();
     },
   ]),
+  // The default clock of keepcount's limiters, and the one it replaced (lib/clock.ts).
+  'express-part-hrtime': expressServer([
+    (_req, _res, next) => {
+      sink = process.hrtime();
+      next();
+    },
+  ]),
+  'express-part-performance-now': expressServer([
+    (_req, _res, next) => {
+      sink = performance.now();
+      next();
+    },
+  ]),
   'express-part-key-check': expressServer([
     (req, _res, next) => {
       sink = partLimiter.check(ipKey(clientIp(req, 1)), 1);
