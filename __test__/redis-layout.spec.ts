@@ -152,3 +152,20 @@ test.serial(
     }
   },
 );
+
+test.serial(title('a reply names at most 16 other layouts, however many nodes each have their own seed'), async (t) => {
+  const server = await startRedis();
+  const connection = await connectClient('ioredis', server.port);
+  try {
+    const nodes = Array.from({ length: 18 }, () => node(connection.send));
+    nodes.forEach((n, i) => new SyncedEstimator({ sync: n.sync, name: 'scattered', seed: i }).incr('k'));
+    for (const n of nodes) t.true(await n.sync.flush());
+    // The last node found 17 other layouts live, and was told of 16.
+    t.is(nodes[17]!.errors.length, 16);
+    t.true(nodes[17]!.errors.every((e) => e.code === 'ERR_KEEPCOUNT_LAYOUT' && e.theirs !== e.layout));
+    await Promise.all(nodes.map((n) => n.sync.close()));
+  } finally {
+    await connection.close();
+    await server.stop();
+  }
+});

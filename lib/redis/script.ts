@@ -87,7 +87,8 @@
  * per ms), burst (the tokens of a new bucket), cap, lease in ms, lifetime in ms (0: none), tokens
  * held, tokens wanted (−1: leaving). Reply, per cell entry: applied (0/1), version, incarnation, live nodes, m,
  * then m pairs of cell index and the others' count (global minus this node's), o and the o other
- * live layouts; then per bucket
+ * live layouts (at most 16: enough to report a misconfiguration, and a fleet where every node has
+ * its own seed does not make every reply as long as the fleet); then per bucket
  * entry the tokens lent, as a string; then f, the number of keys of another type deleted, and f
  * pairs of key and the type it held.
  */
@@ -99,6 +100,7 @@ local node, live, pull, entries = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]),
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local a, out, foreign = 5, {}, {}
+local MAX_LAYOUTS = 16
 local function number(x) return string.format('%.17g', x) end
 local function own(key, kind)
   local found = redis.call('TYPE', key).ok
@@ -225,11 +227,12 @@ for k = 1, 3 * entries, 3 do
     out[#out + 1] = tonumber(cell)
     out[#out + 1] = tonumber(redis.call('HGET', counts, cell) or '0') - tonumber(redis.call('HGET', mine, cell) or '0')
   end
-  local others = redis.call('ZRANGE', layouts, 0, -1)
-  out[#out + 1] = #others - 1
-  for _, other in ipairs(others) do
-    if other ~= layout then out[#out + 1] = other end
+  local others = {}
+  for _, other in ipairs(redis.call('ZRANGE', layouts, 0, MAX_LAYOUTS)) do
+    if other ~= layout and #others < MAX_LAYOUTS then others[#others + 1] = other end
   end
+  out[#out + 1] = #others
+  for _, other in ipairs(others) do out[#out + 1] = other end
 end
 for k = 3 * entries + 1, #KEYS do
   local bucket = KEYS[k]
