@@ -103,7 +103,7 @@ function httpTable(http: HttpResults): string {
   const lines = [
     "Each setup runs side by side with its framework's bare server, both on one core and each driven by its own " +
       `autocannon with ${http.connections} connections at the same time, so a slow spell of the machine slows both ` +
-      `alike; a fresh client address per request, ${http.seconds} s per run after a warm-up, median of ${http.rounds} ` +
+      `alike; a fresh client address per request, ${http.seconds} s per run after a ${http.warmUpSeconds} s warm-up, median of ${http.rounds} ` +
       'interleaved round(s); "× bare server" is the median over rounds of the setup\'s requests/s over the bare ' +
       "server's beside it (the core shared equally, this is the bare server's cost per request over the setup's), " +
       '"× bare (CPU)" the same from server CPU time per request (user + system, every thread of the server). ' +
