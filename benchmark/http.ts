@@ -137,7 +137,10 @@ export async function runHttp(quick: boolean, only: string[] = []): Promise<Http
     const order = limited.map((_, i) => limited[(i + round) % limited.length]!);
     for (const setup of order) {
       console.log(`http ${setup} beside ${bareOf(setup)} (round ${round + 1}/${rounds})`);
-      const [bare, ours] = (await runSideBySide([bareOf(setup), setup], seconds, warmUpSeconds, cpus.server)) as [Run, Run];
+      const [bare, ours] = (await runSideBySide([bareOf(setup), setup], seconds, warmUpSeconds, cpus.server)) as [
+        Run,
+        Run,
+      ];
       runs.get(setup)!.push(ours);
       runs.get(bareOf(setup))!.push(bare);
       ratios.get(setup)!.rps.push(ours.rps / bare.rps);
