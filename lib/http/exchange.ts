@@ -15,25 +15,17 @@ function endAll(this: Socket): void {
  * Calls `done` once, when the exchange of `req` and `res` is over: the response closed (finished,
  * failed or aborted) or the connection under it did.
  *
- * The response's `close` alone is enough only for the response attached to the socket. With
- * HTTP/1.1 pipelining Node queues the responses behind the one attached to the socket, and when
- * the client disconnects only the attached one emits `close`: the queued ones emit nothing, ever.
- * The socket's `close` covers them, and an exchange whose socket is already gone (its request
- * never started) is over at once. The socket gets one listener however many exchanges wait on it
- * (a pipelining client would otherwise trip Node's `MaxListenersExceededWarning`), and an
- * exchange that ends first leaves that set.
+ * The response's `close` alone is not enough. With HTTP/1.1 pipelining Node queues the responses
+ * behind the one attached to the socket, and when the client disconnects only the attached one
+ * emits `close`: the queued ones emit nothing, ever. The socket's `close` covers them, and an
+ * exchange whose socket is already gone (its request never started) is over at once. The socket
+ * gets one listener however many exchanges wait on it (a pipelining client would otherwise trip
+ * Node's `MaxListenersExceededWarning`), and an exchange that ends first leaves that set.
  */
 export function onExchangeEnd(req: IncomingMessage, res: ServerResponse, done: () => void): void {
   const socket: Socket | null = req.socket;
   if (res.closed || res.destroyed || socket === null || socket.destroyed) {
     done();
-    return;
-  }
-  if (res.socket === socket) {
-    // Attached (no response queued ahead of it on the connection): Node emits its `close` exactly
-    // once whichever way the exchange ends, the connection closing included, so no set and no
-    // wrapper, the common case's cost (about 1.5 % of an Express hello-world's CPU otherwise).
-    res.on('close', done);
     return;
   }
   let ends = open.get(socket);
