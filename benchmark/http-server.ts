@@ -88,15 +88,32 @@ function fastifyServer(register: (app: ReturnType<typeof Fastify>) => Promise<vo
 
 const openLimiter = (): LimiterType => new Limiter({ bestEffort: { requests: { perSecond: LIMIT, burst: LIMIT } } });
 
+/** The header fields `rateLimit` sends in these setups for a client's first request. */
+const RATE_LIMIT_POLICY = `"default";q=${LIMIT};w=${WINDOW_MS / 1000}`;
+const RATE_LIMIT = `"default";r=${LIMIT - 1};t=${WINDOW_MS / 1000}`;
+
+/** Sends those two fields, as a middleware, without counting anything. */
+const sendRateLimitFields = (_req: IncomingMessage, res: ServerResponse, next: () => void): void => {
+  res.setHeader('RateLimit-Policy', RATE_LIMIT_POLICY);
+  res.setHeader('RateLimit', RATE_LIMIT);
+  next();
+};
+
 /** The setups by name: `<framework>-<limiter>`; `-none` is each framework's baseline. */
 export const SETUPS: Record<string, Setup> = {
   'node-none': nodeServer([]),
+  // The two RateLimit header fields `rateLimit` sends here, as constants, with no limiter: what
+  // Node charges any middleware for them (a validating `setHeader` each, then their serialization),
+  // the floor under `rateLimit` with its headers on.
+  'node-headers': nodeServer([sendRateLimitFields]),
   'node-rateLimit': nodeServer([rateLimit({ limit: LIMIT, windowMs: WINDOW_MS, trustProxy: 1 })]),
   'node-tokenBucket': nodeServer([tokenBucket({ limiter: openLimiter(), trustProxy: 1 })]),
   'node-upstreamLimit': nodeServer([upstreamLimit({ max: LIMIT, upstream: () => 'origin' })]),
   'express-none': expressServer([]),
   // Express's own cost of one more middleware layer: the floor under every Express limiter.
   'express-noop': expressServer([(_req, _res, next) => next()]),
+  // The floor under Express's `rateLimit`: one more layer (as express-noop) sending the two fields.
+  'express-headers': expressServer([sendRateLimitFields]),
   'express-rateLimit': expressServer([
     rateLimit({ limit: LIMIT, windowMs: WINDOW_MS, trustProxy: 1 }) as express.RequestHandler,
   ]),
@@ -133,11 +150,19 @@ let sink: unknown;
 const partLimiter = openLimiter();
 
 /**
- * What `tokenBucket` is made of, each as the only middleware of an Express hello-world: run by
+ * What the limiters are made of, each as the only middleware of a hello-world: run by
  * name (`http.ts --setup express-part-key ...`), not by default. They tell how much of a limiter's
  * end-to-end cost each part carries (benchmark/README.md).
  */
 export const PARTS: Record<string, Setup> = {
+  // `rateLimit` with a sketch 1/10 the default's (160 KiB, which stays in L2), and with the sketch
+  // alone (no heavy-hitter table): does the memory the count touches weigh end to end?
+  'node-part-small-sketch': nodeServer([
+    rateLimit({ limit: LIMIT, windowMs: WINDOW_MS, trustProxy: 1, clients: 1_000 }),
+  ]),
+  'node-part-sketch-only': nodeServer([
+    rateLimit({ limit: LIMIT, windowMs: WINDOW_MS, trustProxy: 1, heavyHitters: false }),
+  ]),
   // Allocates about what a key extraction does, without parsing.
   'express-part-alloc': expressServer([
     (req, _res, next) => {
