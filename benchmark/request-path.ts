@@ -1,12 +1,12 @@
 /**
  * Where a limiter's time goes on Express's request path:
- * `node --import=tsx benchmark/request-path.ts [--rounds 5] [--seconds 4]` (`npm run bench:request-path`).
+ * `node --import=tsx benchmark/request-path.ts [--rounds 5] [--seconds 4] [--warm-up 10]` (`npm run bench:request-path`).
  *
  * The end-to-end bench (`http.ts`) says how much throughput a limiter costs, but on a shared
  * 2-core machine its ratios move by ±5% from run to run, too much to tell the parts of a 5% cost
  * apart. This times each part inside a loaded server instead: each step of `request-path-server.ts`
  * is the only middleware of an Express hello-world in its own process, driven by autocannon as in
- * `http.ts` (32 connections, a fresh `X-Forwarded-For` address per request, a warm-up), with a
+ * `http.ts` (32 connections, a fresh `X-Forwarded-For` address per request, a 10 s warm-up), with a
  * `process.hrtime` timer around the step. Reported per step: the median over interleaved rounds of
  * its mean microseconds per request (the empty step's, the timer itself, subtracted), and that as
  * a share of the time the server's event loop was busy per request in the same run (parsing and
@@ -26,11 +26,16 @@ interface Timing {
   calls: number;
 }
 
-async function timeStep(step: string, seconds: number, cpus: number[] | undefined): Promise<Timing> {
+async function timeStep(
+  step: string,
+  seconds: number,
+  warmUpSeconds: number,
+  cpus: number[] | undefined,
+): Promise<Timing> {
   const server = await startServer(join(__dirname, 'request-path-server.ts'), step, cpus);
   try {
     const next = addresses();
-    await drive(server.port, Math.max(1, seconds / 4), next);
+    await drive(server.port, warmUpSeconds, next);
     await server.ask('reset');
     const result = await drive(server.port, seconds, next);
     const timing = await server.ask<Timing>('timing');
@@ -45,17 +50,24 @@ const median = (xs: number[]): number => [...xs].sort((a, b) => a - b)[Math.floo
 
 async function main(): Promise<void> {
   const { values } = parseArgs({
-    options: { rounds: { type: 'string', default: '5' }, seconds: { type: 'string', default: '4' } },
+    options: {
+      rounds: { type: 'string', default: '5' },
+      seconds: { type: 'string', default: '4' },
+      // As in http.ts: after 1 s V8 is still compiling on this VM, and a step brings more code to
+      // compile than the empty one, so a short warm-up charges that one-off cost to the step.
+      'warm-up': { type: 'string', default: '10' },
+    },
   });
   const rounds = Number(values.rounds);
   const seconds = Number(values.seconds);
+  const warmUpSeconds = Number(values['warm-up']);
   const steps = Object.keys(STEPS);
   const cpus = splitCores();
   const samples = new Map<string, { step: number[]; busy: number[] }>(steps.map((s) => [s, { step: [], busy: [] }]));
   for (let round = 0; round < rounds; round++) {
     const order = steps.map((_, i) => steps[(i + round) % steps.length]!);
     for (const step of order) {
-      const t = await timeStep(step, seconds, cpus.server);
+      const t = await timeStep(step, seconds, warmUpSeconds, cpus.server);
       samples.get(step)!.step.push(t.stepNs / t.calls / 1000);
       samples.get(step)!.busy.push(t.busyUs / t.calls);
     }
@@ -66,7 +78,7 @@ async function main(): Promise<void> {
       (cpus.server === undefined
         ? 'shared by server and load generator; '
         : `the server on CPU ${cpus.server.join(',')}, the load generator on CPU ${cpus.load!.join(',')}; `) +
-      `${rounds} rounds of ${seconds} s, medians; the timer's own ${timer.toFixed(2)} µs subtracted.\n`,
+      `${rounds} rounds of ${seconds} s after ${warmUpSeconds} s of warm-up, medians; the timer's own ${timer.toFixed(2)} µs subtracted.\n`,
   );
   console.log("| step | µs per request | share of the server's main thread per request | rounds (µs) |");
   console.log('|---|---:|---:|---|');
