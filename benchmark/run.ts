@@ -383,7 +383,8 @@ for (const framework of ['node', 'express']) {
     targets.push({
       what: `${framework} ${limiter}, end to end, honest target: over ${floor}`,
       goal: `≥ 0.95× its throughput (${floor} itself: ${relativeRps(http, floor).toFixed(2)}× the bare server)`,
-      measured: `${r.toFixed(2)}× (by server CPU per request: ${relativeCpu(http, setup, floor).toFixed(2)}×)`,
+      // Three decimals: a ratio a hair under the goal must not print as the goal.
+      measured: `${r.toFixed(3)}× (by server CPU per request: ${relativeCpu(http, setup, floor).toFixed(3)}×)`,
       met: r >= 0.95,
     });
   }
