@@ -97,6 +97,11 @@ test(title('options are validated with keepcount error codes'), (t) => {
     message: 'The "trustProxy" option must be false, a number or a function. Received type boolean (true)',
   });
   t.throws(() => rateLimit({ quota: {} as WindowQuota }), { instanceOf: TypeError, code: 'ERR_INVALID_ARG_TYPE' });
+  t.throws(() => rateLimit({ limit: 1, windowMs: 1000, headers: 'draft-8' as never }), {
+    instanceOf: TypeError,
+    code: 'ERR_INVALID_ARG_TYPE',
+    message: 'The "headers" option must be a boolean. Received type string ("draft-8")',
+  });
   t.throws(() => rateLimit({ limit: 1, windowMs: 1000, policy: 'naïve' }), {
     instanceOf: TypeError,
     code: 'ERR_INVALID_ARG_TYPE',

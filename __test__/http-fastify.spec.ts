@@ -50,6 +50,23 @@ test(
   },
 );
 
+test(title('fastify hook: headers: false sends no RateLimit fields, and Retry-After on refusals only'), async (t) => {
+  const clock = new ManualClock();
+  const app = Fastify();
+  app.get('/', { onRequest: rateLimitHook({ limit: 1, windowMs: 30_000, clock, headers: false }) }, async () => 'ok');
+  const port = await start(app);
+  t.teardown(() => app.close());
+
+  const [first, second] = [await get(port, '/'), await get(port, '/')];
+  t.deepEqual([first.status, second.status], [200, 429]);
+  for (const r of [first, second]) {
+    t.is(r.headers['ratelimit-policy'], undefined);
+    t.is(r.headers.ratelimit, undefined);
+  }
+  t.is(first.headers['retry-after'], undefined);
+  t.is(second.headers['retry-after'], '30');
+});
+
 test(title('fastify hook: a custom refusal handler answers'), async (t) => {
   const clock = new ManualClock();
   const app = Fastify();

@@ -48,6 +48,23 @@ for (const [name, serve] of Object.entries(frameworks)) {
     },
   );
 
+  test(title(`${name}: headers: false sends no RateLimit fields, and Retry-After on refusals only`), async (t) => {
+    const clock = new ManualClock();
+    const server = serve([rateLimit({ limit: 1, windowMs: 60_000, clock, headers: false })], ok);
+    const port = await listen(server);
+    t.teardown(() => close(server));
+
+    const [first, second] = [await get(port), await get(port)];
+    t.deepEqual([first.status, second.status], [200, 429]);
+    for (const r of [first, second]) {
+      t.is(r.headers['ratelimit-policy'], undefined);
+      t.is(r.headers.ratelimit, undefined);
+    }
+    t.is(first.headers['retry-after'], undefined);
+    t.is(second.headers['retry-after'], '60');
+    t.is(second.body, 'Too Many Requests\n');
+  });
+
   test(title(`${name}: ignores X-Forwarded-For unless trusted, then believes exactly the trusted hops`), async (t) => {
     const clock = new ManualClock();
     const untrusted = serve([rateLimit({ limit: 1, windowMs: 1000, clock })], ok);

@@ -7,7 +7,13 @@
 import type { FastifyPluginCallback, FastifyReply, FastifyRequest } from 'fastify';
 import type { IncomingMessage } from 'node:http';
 import type { Ipv6Subnet, TrustProxy } from './client-ip.js';
-import { rateLimitHeaders, retryAfter, type RateLimitDecision, type TokenBucketRefusal } from './headers.js';
+import {
+  rateLimitHeaders,
+  retryAfter,
+  retryAfterField,
+  type RateLimitDecision,
+  type TokenBucketRefusal,
+} from './headers.js';
 import type { Limiter } from '../limiter.js';
 import type { SharedLimiter } from '../shared-limiter.js';
 import { onExchangeEnd } from './exchange.js';
@@ -42,6 +48,11 @@ async function refused(reply: FastifyReply): Promise<void> {
 export interface RateLimitHookOptions extends Partial<WindowQuotaOptions> {
   /** A ready quota to count in; replaces `limit`/`windowMs`/... */
   quota?: RequestQuota;
+  /**
+   * Send `RateLimit-Policy` and `RateLimit` on every counted reply. Defaults to `true`; with
+   * `false` refusals still get `Retry-After` and nothing else is sent (see the node `rateLimit`).
+   */
+  headers?: boolean;
   /** Which proxies to believe for the default key; see {@link TrustProxy}. Defaults to `false`. */
   trustProxy?: TrustProxy;
   /**
@@ -76,11 +87,12 @@ export interface RateLimitHookOptions extends Partial<WindowQuotaOptions> {
  * ```
  */
 export function rateLimitHook(options: RateLimitHookOptions): OnRequestHook & QuotaTalkers {
-  const { quota, key, skip, onLimit } = rateLimitConfig(options, raw);
+  const { quota, headers, key, skip, onLimit } = rateLimitConfig(options, raw);
   const hook: OnRequestHook = async (request, reply) => {
     if (skip?.(request) === true) return;
     const decision = quota.consume(key(request));
-    reply.headers(rateLimitHeaders(decision));
+    if (headers) reply.headers(rateLimitHeaders(decision));
+    else if (!decision.allowed) reply.header('Retry-After', retryAfterField(decision));
     if (decision.allowed) return;
     if (onLimit !== undefined) await onLimit(request, reply, decision);
     else reply.code(429).type('text/plain; charset=utf-8').send('Too Many Requests\n');

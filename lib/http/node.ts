@@ -106,6 +106,14 @@ export interface RateLimitOptions<
 > extends Partial<WindowQuotaOptions> {
   /** A ready quota to count in (e.g. shared by several routes); replaces `limit`/`windowMs`/... */
   quota?: RequestQuota;
+  /**
+   * Send `RateLimit-Policy` and `RateLimit` on every counted response. Defaults to `true`. With
+   * `false` refusals still get `Retry-After` and nothing else is sent: for servers whose clients do
+   * not read the fields, since Node validates and serializes each field it sends (on a node:http
+   * hello-world the two fields alone cost 3 % of its throughput and 8 % of its CPU per request:
+   * benchmark/RESULTS.md, `node-headers`).
+   */
+  headers?: boolean;
   /** Which proxies to believe for the default key; see {@link TrustProxy}. Defaults to `false`. */
   trustProxy?: TrustProxy;
   /**
@@ -135,8 +143,8 @@ const tooMany = (_req: IncomingMessage, res: ServerResponse): void => answer(res
 
 /**
  * Rate-limits requests: counts each (unless `skip`ped) under its key, sets `RateLimit-Policy` and
- * `RateLimit` on every counted response, and answers requests over the quota with `onLimit`
- * (429 and `Retry-After` by default).
+ * `RateLimit` on every counted response (unless `headers: false`), and answers requests over the
+ * quota with `onLimit` (429 and `Retry-After` by default).
  *
  * @example
  * ```ts
@@ -149,7 +157,7 @@ const tooMany = (_req: IncomingMessage, res: ServerResponse): void => answer(res
 export function rateLimit<Req extends IncomingMessage = IncomingMessage, Res extends ServerResponse = ServerResponse>(
   options: RateLimitOptions<Req, Res>,
 ): RateLimitMiddleware<Req, Res> {
-  const { quota, key, skip, onLimit = tooMany } = rateLimitConfig(options, (req: Req) => req);
+  const { quota, headers, key, skip, onLimit = tooMany } = rateLimitConfig(options, (req: Req) => req);
   const middleware: Middleware<Req, Res> = (req, res, next) => {
     let decision: RateLimitDecision | undefined;
     try {
@@ -158,8 +166,10 @@ export function rateLimit<Req extends IncomingMessage = IncomingMessage, Res ext
         // The fields of rateLimitHeaders(), without its object and entries array per request; none
         // once a handler before this one sent the headers (the decision stands without them).
         if (!res.headersSent) {
-          res.setHeader('RateLimit-Policy', policyField(decision));
-          res.setHeader('RateLimit', rateLimitField(decision));
+          if (headers) {
+            res.setHeader('RateLimit-Policy', policyField(decision));
+            res.setHeader('RateLimit', rateLimitField(decision));
+          }
           if (!decision.allowed) res.setHeader('Retry-After', retryAfterField(decision));
         }
       }

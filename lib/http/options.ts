@@ -33,6 +33,7 @@ type AnyFunction = (...args: never[]) => unknown;
 /** The options `rateLimit` and `rateLimitHook` share, over their request type and refusal handler. */
 export interface RateLimitInput<R, H extends AnyFunction> extends Partial<WindowQuotaOptions> {
   quota?: RequestQuota;
+  headers?: boolean;
   trustProxy?: TrustProxy;
   ipv6Subnet?: Ipv6Subnet;
   key?: (request: R) => string;
@@ -43,6 +44,8 @@ export interface RateLimitInput<R, H extends AnyFunction> extends Partial<Window
 /** A parsed {@link RateLimitInput}: the adapter supplies only the default `onLimit`. */
 export interface RateLimitConfig<R, H> {
   quota: RequestQuota;
+  /** Whether counted responses carry `RateLimit-Policy` and `RateLimit`. */
+  headers: boolean;
   key: (request: R) => string;
   skip: ((request: R) => boolean) | undefined;
   onLimit: H | undefined;
@@ -151,10 +154,18 @@ export function rateLimitConfig<R, H extends AnyFunction>(
   const o = optionsObject(options);
   return {
     quota: windowQuota(o),
+    headers: headersOption(o.headers),
     key: perRequestOption('key', o.key) ?? clientKey(o, raw),
     skip: perRequestOption('skip', o.skip),
     onLimit: functionOption('onLimit', o.onLimit),
   };
+}
+
+/** The `headers` option: `true` unless `false`. */
+function headersOption(value: unknown): boolean {
+  if (value === undefined) return true;
+  if (typeof value !== 'boolean') throw invalidType('The "headers" option', 'a boolean', value);
+  return value;
 }
 
 /** The quota `options` name, or a new one from their `limit`/`windowMs`/... */
