@@ -82,6 +82,14 @@ export function parseField(value: string | string[] | undefined): { name: string
   return { name: match[1]!, params };
 }
 
+/** A reply's rate-limit header fields, each `undefined` when absent: to compare replies in one assertion. */
+export function limitFields(
+  reply: Reply,
+): Record<'policy' | 'rateLimit' | 'retryAfter', string | string[] | undefined> {
+  const { headers } = reply;
+  return { policy: headers['ratelimit-policy'], rateLimit: headers.ratelimit, retryAfter: headers['retry-after'] };
+}
+
 /** A deferred promise. */
 export function deferred<T = void>(): { promise: Promise<T>; resolve: (value: T) => void } {
   let resolve!: (value: T) => void;
