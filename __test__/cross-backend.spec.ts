@@ -139,7 +139,7 @@ test(title('both backends agree on Rate over random operations and times'), (t) 
     const hashes = 1 + Math.floor(random() * 4);
     const slots = 1 + Math.floor(random() * 64);
     const seed = randomSeed(random);
-    const [native, fallback]: [RateCore, RateCore] = pair((b) => new b.Rate(interval, hashes, slots, seed));
+    const [native, fallback]: [RateCore, RateCore] = pair((b) => new b.Rate(interval, hashes, slots, seed, false));
     const keys = Array.from({ length: 10 }, () => randomKey(random));
     let now = 0;
     for (let op = 0; op < 400; op++) {
@@ -162,7 +162,7 @@ test(title('both backends agree on Rate over random operations and times'), (t) 
 });
 
 test(title('a Rate interval of 2^52 ms works natively as in the fallback'), (t) => {
-  const [native, fallback] = pair((b) => new b.Rate(2 ** 52, 4, 16, 5n));
+  const [native, fallback] = pair((b) => new b.Rate(2 ** 52, 4, 16, 5n, false));
   for (const now of [0, 1, 2 ** 52 - 1, 2 ** 52, 2 ** 53 - 1]) {
     t.is(native.observe('k', 1, now), fallback.observe('k', 1, now));
     t.deepEqual({ ...native.sample('k', now) }, { ...fallback.sample('k', now) });
@@ -179,7 +179,7 @@ test(title('both backends agree on every heavy-hitter answer and serialize summa
     const threshold = 1 + int(20);
     const capacity = 1 + int(24);
     const intervalMs = 1 + int(100);
-    const [native, fallback] = pair((b) => new b.Heavy(intervalMs, hashes, slots, seed, threshold, capacity));
+    const [native, fallback] = pair((b) => new b.Heavy(intervalMs, hashes, slots, seed, threshold, capacity, false));
     const keys = Array.from({ length: 40 }, () => randomKey(random));
     let now = 0;
     for (let op = 0; op < 600; op++) {
@@ -187,9 +187,18 @@ test(title('both backends agree on every heavy-hitter answer and serialize summa
       const at = `run ${run} op ${op}`;
       if (random() < 0.02) now += int(2 * intervalMs);
       const choice = random();
-      if (choice < 0.75) {
+      if (choice < 0.65) {
         const value = 1 + int(random() < 0.9 ? 3 : 2 ** 32 - 1);
         t.is(native.incr(key, value, now), fallback.incr(key, value, now), `${at}: incr`);
+      } else if (choice < 0.75) {
+        const value = 1 + int(3);
+        const windows = [new Float64Array(1), new Float64Array(1)];
+        t.deepEqual(
+          [native.incrInWindow(key, value, now, windows[0]!), windows[0]![0]],
+          [fallback.incrInWindow(key, value, now, windows[1]!), windows[1]![0]],
+          `${at}: incrInWindow`,
+        );
+        t.is(native.intervalElapsed(now), fallback.intervalElapsed(now), `${at}: intervalElapsed`);
       } else if (choice < 0.8) {
         const value = 1 + int(5);
         native.decr(key, value, now);
@@ -218,7 +227,7 @@ test(title('both backends agree on every heavy-hitter answer and serialize summa
 
 test(title('both backends refuse the same corrupt heavy-hitter summaries for the same reason'), (t) => {
   const random = prng(77);
-  const [native, fallback] = pair((b) => new b.Heavy(1000, 3, 64, 5n, 2, 16));
+  const [native, fallback] = pair((b) => new b.Heavy(1000, 3, 64, 5n, 2, 16, false));
   for (let i = 0; i < 200; i++) {
     const key = randomKey(random);
     native.incr(key, 1 + Math.floor(random() * 4), 0);

@@ -39,7 +39,7 @@ const SOURCE = join(__dirname, '..', 'crates', 'limits', 'tests', 'heavy_vectors
 const vectors = JSON.parse(readFileSync(COPY, 'utf8')) as Vectors;
 
 const core = (c: Config): HeavyCore =>
-  new active.Heavy(c.intervalMs, c.hashes, c.slots, BigInt(c.seed), c.threshold, c.capacity);
+  new active.Heavy(c.intervalMs, c.hashes, c.slots, BigInt(c.seed), c.threshold, c.capacity, false);
 
 /**
  * The JavaScript key of a vector key. `variant` picks among the forms that name one key: i64 keys

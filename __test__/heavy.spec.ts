@@ -1,6 +1,7 @@
 import test from 'ava';
-import { Estimator, HeavyHitters, ManualClock, type Clock } from '../lib/index.js';
-import { throwsShape, title } from './helpers.js';
+import { backend, Estimator, HeavyHitters, ManualClock, type Clock } from '../lib/index.js';
+import { hrtimeCalls, throwsShape, title } from './helpers.js';
+import { sleep } from './waits.js';
 
 /** A deterministic generator for the streams below. */
 function splitmix(seed: number): () => number {
@@ -94,6 +95,26 @@ test(title('the previous interval is one call, and two idle intervals empty both
   t.is(heavy.intervalRemainingMs(), 1000);
   clock.advance(2000);
   t.deepEqual(heavy.top(5, 'previous'), []);
+});
+
+test(title('without a clock, intervals turn on the host clock, which the native core reads itself'), async (t) => {
+  const heavy = new HeavyHitters({ intervalMs: 100, threshold: 2, capacity: 8 });
+  const made = process.hrtime.bigint();
+  const first = heavy.incrWindow('k');
+  t.is(first.count, 1);
+  t.true(first.resetMs >= 1 && first.resetMs <= 100, `resetMs ${first.resetMs}`);
+  // Timers may fire a little early on the loop's cached time: wait on the clock itself.
+  while (process.hrtime.bigint() - made < 150_000_000n) await sleep(20);
+  // At least one interval later: this call starts the next interval, so all of it is left.
+  t.deepEqual(heavy.incrWindow('k'), { count: 1, resetMs: 100 });
+  const left = heavy.intervalRemainingMs();
+  t.true(left >= 1 && left <= 100, `intervalRemainingMs ${left}`);
+  // Counting on the host clock takes no clock call from JavaScript on the native backend; the
+  // fallback's core reads process.hrtime() itself, once per call.
+  const calls = hrtimeCalls(() => {
+    for (let i = 0; i < 10; i++) heavy.incr('k');
+  });
+  t.is(calls, backend === 'native' ? 0 : 10);
 });
 
 test(title('incrWindow counts as incr and tells what is left of the interval, from one clock read'), (t) => {

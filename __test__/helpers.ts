@@ -6,6 +6,26 @@ import { backend } from '../lib/index.js';
 /** A spec title naming the backend under test, e.g. `[fallback] merges sketches`. */
 export const title = (sentence: string): string => `[${backend}] ${sentence}`;
 
+/**
+ * How many times `fn` calls `process.hrtime()`, the default clock's read (lib/clock.ts
+ * `hostClock`). `fn` must be synchronous: the count is global while it runs.
+ */
+export function hrtimeCalls(fn: () => void): number {
+  const hrtime = process.hrtime;
+  let calls = 0;
+  const counting = Object.assign((time?: [number, number]) => {
+    calls++;
+    return hrtime(time);
+  }, hrtime);
+  process.hrtime = counting;
+  try {
+    fn();
+  } finally {
+    process.hrtime = hrtime;
+  }
+  return calls;
+}
+
 /** What an error must look like: its class, `code` and exact message. */
 export interface ErrorShape {
   instanceOf: new (...args: never[]) => Error;

@@ -77,6 +77,12 @@ test(title('bad keys, counts, shapes and merges throw the classes and codes of l
   expect('fast rateObserveInWindowStr now -1', 'RangeError', 'ERR_OUT_OF_RANGE');
   expect('fast rateObserveInWindowNum window Float32Array', 'TypeError', 'ERR_INVALID_ARG_TYPE');
   expect('fast rateObserveInWindowKey window empty Float64Array', 'TypeError', 'ERR_INVALID_ARG_TYPE');
+  expect('fast heavyIncrStr now -1', 'RangeError', 'ERR_OUT_OF_RANGE');
+  expect('fast heavyIncrNum count 2^53', 'RangeError', 'ERR_OUT_OF_RANGE');
+  expect('fast heavyIncrInWindowStr now -1', 'RangeError', 'ERR_OUT_OF_RANGE');
+  expect('fast heavyIncrInWindowNum window Float32Array', 'TypeError', 'ERR_INVALID_ARG_TYPE');
+  expect('fast heavyIncrInWindowKey window empty Float64Array', 'TypeError', 'ERR_INVALID_ARG_TYPE');
+  expect('fast heavyIncrInWindowKey handle of class rate', 'TypeError', 'ERR_INVALID_ARG_TYPE');
   expect('fast estimatorGetKey handle another generation', 'TypeError', 'ERR_INVALID_ARG_TYPE');
   expect('fast rateObserveStr handle of class estimator', 'TypeError', 'ERR_INVALID_ARG_TYPE');
   expect('fast estimatorIncrStr handle of class limiter', 'TypeError', 'ERR_INVALID_ARG_TYPE');

@@ -1,6 +1,7 @@
 import test from 'ava';
-import { ManualClock, proportionalRate, Rate, type RateComponents } from '../lib/index.js';
-import { throwsShape, title } from './helpers.js';
+import { backend, ManualClock, proportionalRate, Rate, type RateComponents } from '../lib/index.js';
+import { hrtimeCalls, throwsShape, title } from './helpers.js';
+import { sleep } from './waits.js';
 
 const setup = () => {
   const clock = new ManualClock();
@@ -103,6 +104,24 @@ test(title('works on the default monotonic clock'), (t) => {
   t.is(rate.observe('a'), 1);
   t.is(rate.observe('a', 2), 3);
   t.is(rate.rate('a'), 0);
+});
+
+test(title('without a clock, intervals turn on the host clock, which the native core reads itself'), async (t) => {
+  const rate = new Rate({ intervalMs: 100 });
+  const made = process.hrtime.bigint();
+  const first = rate.observeWindow('a');
+  t.is(first.count, 1);
+  t.true(first.resetMs >= 1 && first.resetMs <= 100, `resetMs ${first.resetMs}`);
+  // Timers may fire a little early on the loop's cached time: wait on the clock itself.
+  while (process.hrtime.bigint() - made < 150_000_000n) await sleep(20);
+  // At least one interval later: this call starts the next interval, so all of it is left.
+  t.deepEqual(rate.observeWindow('a'), { count: 1, resetMs: 100 });
+  // Counting on the host clock takes no clock call from JavaScript on the native backend; the
+  // fallback's core reads process.hrtime() itself, once per call.
+  const calls = hrtimeCalls(() => {
+    for (let i = 0; i < 10; i++) rate.observe('a');
+  });
+  t.is(calls, backend === 'native' ? 0 : 10);
 });
 
 test(title('refuses bad options, events, functions and clock readings'), (t) => {

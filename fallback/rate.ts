@@ -21,11 +21,13 @@ export class FallbackRate implements RateCore {
     hashes: number,
     slots: number,
     seed: bigint,
+    hostClock: boolean,
   ) {
     this.intervals = new Rotation(
       intervalMs,
       new FallbackEstimator(hashes, slots, seed),
       new FallbackEstimator(hashes, slots, seed),
+      hostClock,
     );
     this.k0 = Number(BigInt.asUintN(32, seed));
     this.k1 = Number(BigInt.asUintN(32, seed >> 32n));

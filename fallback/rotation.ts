@@ -1,3 +1,5 @@
+import { Stopwatch } from '../lib/clock.js';
+
 /**
  * The two-slot interval clock of `Rate` and `HeavyHitters` (crates/limits/src/rotation.rs,
  * single-threaded): one slot counts the current interval, the other holds the previous one, and
@@ -7,6 +9,12 @@
 export class Rotation<T extends { reset(): void }> {
   /** Elapsed ms (the caller's time base) of the last start. */
   private lastReset = 0;
+  /**
+   * With a host clock (`hostClock` of `RateCoreConstructor`): whole ms since construction on the
+   * host's monotonic clock, read here in place of the `nowMs` the caller passes, as the native
+   * core's `CallerClock::host` does.
+   */
+  private readonly host: Stopwatch | undefined;
 
   constructor(
     private readonly intervalMs: number,
@@ -14,11 +22,18 @@ export class Rotation<T extends { reset(): void }> {
     public current: T,
     /** The slot holding the previous interval. */
     public previous: T,
-  ) {}
+    hostClock = false,
+  ) {
+    this.host = hostClock ? new Stopwatch(undefined) : undefined;
+  }
 
-  /** Starts a new interval if the current one ended; returns ms since the last start before it. */
+  /**
+   * Starts a new interval if the current one ended; returns ms since the last start before it.
+   * `nowMs` is the caller's reading, ignored with a host clock.
+   */
   maybeReset(nowMs: number): number {
-    const past = Math.max(0, nowMs - this.lastReset);
+    const now = this.host === undefined ? nowMs : Math.floor(this.host.elapsedMs());
+    const past = Math.max(0, now - this.lastReset);
     if (past < this.intervalMs) return past;
     const stale = this.previous;
     stale.reset();
@@ -26,7 +41,7 @@ export class Rotation<T extends { reset(): void }> {
     this.current = stale;
     // Two intervals or more: what was current is stale too.
     if (past >= this.intervalMs * 2) this.previous.reset();
-    this.lastReset = nowMs;
+    this.lastReset = now;
     return past;
   }
 }

@@ -73,6 +73,8 @@ export function closedHeavy(): HeavyCore {
   };
   const standIn: HeavyCore = {
     incr: fail,
+    incrInWindow: fail,
+    intervalElapsed: fail,
     decr: fail,
     count: fail,
     top: fail,

@@ -68,7 +68,9 @@ export interface RateSample {
 /**
  * pingora-limits' `Rate` on a time base the caller supplies: `nowMs` is whole milliseconds
  * elapsed since the core was created, never decreasing (`lib/` reads the user's clock and clamps).
- * Each call first rolls the intervals over as pingora's `maybe_reset` does.
+ * A core made with `hostClock` reads that itself instead, on the host's monotonic clock (see
+ * {@link RateCoreConstructor}), and ignores every `nowMs`. Each call first rolls the intervals
+ * over as pingora's `maybe_reset` does.
  */
 export interface RateCore {
   /** Adds `events` to `key` in the current interval; returns its count there. */
@@ -87,8 +89,21 @@ export interface RateCore {
   close(): void;
 }
 
-/** `intervalMs` is an integer in [1, 2^52]; the shape is within §4; `seed` in [0, 2^64). */
-export type RateCoreConstructor = new (intervalMs: number, hashes: number, slots: number, seed: bigint) => RateCore;
+/**
+ * `intervalMs` is an integer in [1, 2^52]; the shape is within §4; `seed` in [0, 2^64). With
+ * `hostClock` the core keeps time itself: whole milliseconds since it was made on the host's
+ * monotonic clock (`CLOCK_MONOTONIC`, `process.hrtime()`'s), read in each call, as `lib/`'s
+ * `Stopwatch` counts them on its default clock. For `lib/`'s objects made without a `clock`: the
+ * native core then reads the time inside the call it makes anyway, instead of JavaScript making
+ * a call of its own for it.
+ */
+export type RateCoreConstructor = new (
+  intervalMs: number,
+  hashes: number,
+  slots: number,
+  seed: bigint,
+  hostClock: boolean,
+) => RateCore;
 
 /** One dimension of a quota: `amount` tokens every `periodNs` ns, at most `burst` held (safe integers, periodNs >= 1). */
 export interface LimitSpec {
@@ -259,7 +274,7 @@ export type HeavyCorruptReason =
 
 /**
  * `crates/limits/src/heavy/window.rs`' `HeavyHitters` keyed by JavaScript keys, on a time base the
- * caller supplies (`nowMs` as for {@link RateCore}). Keys are stored and hashed in their encoded
+ * caller supplies or on the host's clock (`nowMs` and `hostClock` as for {@link RateCore}). Keys are stored and hashed in their encoded
  * form (docs/format.md §6.1): a tag byte (0 string as UTF-8, 1 bytes, 2 integer as i64 LE) and the
  * payload, hashed as a Rust `&[u8]`. Each call first rolls the intervals over as `Rate` does.
  */
@@ -270,6 +285,13 @@ export interface HeavyCore {
    * otherwise `−1 − estimate`, its sketch estimate in the current interval encoded below zero.
    */
   incr(key: Key, value: number, nowMs: number): number;
+  /**
+   * {@link incr}, also writing to `window[0]` the ms the current interval has run after any
+   * roll-over (so in [0, intervalMs)), from the same clock reading as the count.
+   */
+  incrInWindow(key: Key, value: number, nowMs: number, window: Float64Array): number;
+  /** The ms the current interval has run, after rolling it over if it ended (then 0). */
+  intervalElapsed(nowMs: number): number;
   /**
    * Takes back `value` (an integer in [1, 2^32 − 1]) counted for `key` in the current interval
    * (`Summary::decr`): a tracked key's exact count drops by `value`, saturating at 0; the sketch
@@ -293,7 +315,8 @@ export interface HeavyCore {
 
 /**
  * `intervalMs` an integer in [1, 2^52]; the shape within §4; `seed` in [0, 2^64); `threshold` an
- * integer in [1, 2^53 − 1]; `capacity` an integer in [1, 2^24].
+ * integer in [1, 2^53 − 1]; `capacity` an integer in [1, 2^24]; `hostClock` as for
+ * {@link RateCoreConstructor}.
  */
 export type HeavyCoreConstructor = new (
   intervalMs: number,
@@ -302,6 +325,7 @@ export type HeavyCoreConstructor = new (
   seed: bigint,
   threshold: number,
   capacity: number,
+  hostClock: boolean,
 ) => HeavyCore;
 
 /**

@@ -112,13 +112,13 @@ export class HeavyHitters {
   /** The hash seed. */
   readonly seed: bigint;
   #core: HeavyCore;
-  readonly #stopwatch: Stopwatch;
   /**
-   * When the current interval started, in the milliseconds of `#elapsed`: the core's rotation rule
-   * (`maybe_reset`: a call at least one interval after the start starts a new one) mirrored here,
-   * so {@link intervalRemainingMs} needs no call into the core.
+   * Reads the user's clock for the core; `undefined` without a `clock` option, when the core
+   * reads the host's clock itself, inside the call it makes anyway.
    */
-  #intervalStart = 0;
+  readonly #stopwatch: Stopwatch | undefined;
+  /** Where the core writes how far the interval has run, for {@link incrWindow}. */
+  readonly #window = new Float64Array(1);
 
   constructor(options: HeavyHittersOptions) {
     const o = optionsObject(options);
@@ -129,8 +129,16 @@ export class HeavyHitters {
     this.hashes = hashes;
     this.slots = slots;
     this.seed = seedOption(o.seed);
-    this.#stopwatch = new Stopwatch(o.clock);
-    this.#core = new active.Heavy(this.intervalMs, hashes, slots, this.seed, this.threshold, this.capacity);
+    this.#stopwatch = o.clock === undefined ? undefined : new Stopwatch(o.clock);
+    this.#core = new active.Heavy(
+      this.intervalMs,
+      hashes,
+      slots,
+      this.seed,
+      this.threshold,
+      this.capacity,
+      o.clock === undefined,
+    );
   }
 
   /**
@@ -150,12 +158,8 @@ export class HeavyHitters {
    * every request.
    */
   incrWindow(key: Key, value = 1): { count: number; resetMs: number } {
-    const k = validateKey(key);
-    const v = valueArgument(value);
-    const now = this.#elapsed();
-    const r = this.#core.incr(k, v, now);
-    // `#elapsed` has started a new interval if the last one ended, so `now` lies in the current one.
-    return { count: r >= 0 ? r : -1 - r, resetMs: this.intervalMs - (now - this.#intervalStart) };
+    const r = this.#core.incrInWindow(validateKey(key), valueArgument(value), this.#elapsed(), this.#window);
+    return { count: r >= 0 ? r : -1 - r, resetMs: this.intervalMs - this.#window[0]! };
   }
 
   /**
@@ -235,8 +239,7 @@ export class HeavyHitters {
    * replaced by the next call, so it reads as a whole interval.
    */
   intervalRemainingMs(): number {
-    const past = this.#now() - this.#intervalStart;
-    return past >= this.intervalMs ? this.intervalMs : this.intervalMs - past;
+    return this.intervalMs - this.#core.intervalElapsed(this.#elapsed());
   }
 
   #absorb(bytes: Uint8Array, window: 0 | 1): void {
@@ -253,16 +256,14 @@ export class HeavyHitters {
     if (failure !== null) throw heavyCorruptError(failure);
   }
 
-  /** The time to pass to the core (which rotates by it), following the core's rotation. */
+  /**
+   * The time to pass to the core: whole milliseconds since construction, as `Rate` counts them;
+   * 0 when the core reads the host's clock itself (and ignores it).
+   */
   #elapsed(): number {
-    const now = this.#now();
-    if (now - this.#intervalStart >= this.intervalMs) this.#intervalStart = now;
-    return now;
-  }
-
-  /** Whole milliseconds since construction, as `Rate` counts them. */
-  #now(): number {
-    return Math.min(Math.floor(this.#stopwatch.elapsedMs()), Number.MAX_SAFE_INTEGER);
+    const stopwatch = this.#stopwatch;
+    if (stopwatch === undefined) return 0;
+    return Math.min(Math.floor(stopwatch.elapsedMs()), Number.MAX_SAFE_INTEGER);
   }
 }
 

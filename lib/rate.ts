@@ -145,7 +145,11 @@ export class Rate {
   /** The interval length in milliseconds. */
   readonly intervalMs: number;
   #core: RateCore;
-  readonly #stopwatch: Stopwatch;
+  /**
+   * Reads the user's clock for the core; `undefined` when the core keeps time itself: the host's
+   * clock, read inside the core's call (no `clock` option), or a shared segment's.
+   */
+  readonly #stopwatch: Stopwatch | undefined;
   /** Where the core writes the elapsed part of the interval for {@link observeWindow}. */
   readonly #window = new Float64Array(1);
 
@@ -156,15 +160,15 @@ export class Rate {
     if (options instanceof Adopted) {
       this.intervalMs = options.intervalMs;
       this.#core = options.core;
-      this.#stopwatch = options.stopwatch ?? new Stopwatch(undefined);
+      this.#stopwatch = options.stopwatch;
       return;
     }
     const o = optionsObject(options);
     this.intervalMs = integerOption('intervalMs', o.intervalMs, 1, MAX_INTERVAL_MS);
     const { hashes, slots } = shapeOptions(o.hashes, o.slots, DEFAULT_SHAPE);
     const seed = seedOption(o.seed);
-    this.#stopwatch = new Stopwatch(o.clock);
-    this.#core = new active.Rate(this.intervalMs, hashes, slots, seed);
+    this.#stopwatch = o.clock === undefined ? undefined : new Stopwatch(o.clock);
+    this.#core = new active.Rate(this.intervalMs, hashes, slots, seed, o.clock === undefined);
   }
 
   /**
@@ -304,9 +308,12 @@ export class Rate {
 
   /**
    * Whole milliseconds since construction, never negative, saturating at 2^53 − 1 (285,616 years):
-   * a custom clock may run further, and both cores take only safe integers.
+   * a custom clock may run further, and both cores take only safe integers. 0 for a core that
+   * keeps time itself, which ignores it.
    */
   #elapsed(): number {
-    return Math.min(Math.floor(this.#stopwatch.elapsedMs()), Number.MAX_SAFE_INTEGER);
+    const stopwatch = this.#stopwatch;
+    if (stopwatch === undefined) return 0;
+    return Math.min(Math.floor(stopwatch.elapsedMs()), Number.MAX_SAFE_INTEGER);
   }
 }

@@ -95,7 +95,10 @@ pub struct HeavyStats {
 
 #[napi]
 impl HeavyHitters {
-    /// Validated like `lib/heavy.ts` does; out-of-range values are a `RangeError`.
+    /// Validated like `lib/heavy.ts` does; out-of-range values are a `RangeError`. With
+    /// `hostClock` the summaries read the host's monotonic clock themselves and ignore every
+    /// `nowMs` ([`CallerClock::host`]).
+    #[allow(clippy::too_many_arguments)]
     #[napi(constructor, catch_unwind)]
     pub fn new(
         env: &Env,
@@ -105,6 +108,7 @@ impl HeavyHitters {
         seed: BigInt,
         threshold: f64,
         capacity: f64,
+        host_clock: Option<bool>,
     ) -> Result<Self> {
         (|| -> Outcome<Self> {
             let interval = args::integer(
@@ -126,7 +130,11 @@ impl HeavyHitters {
             let capacity = capacity as usize;
             let settings = Settings::new(shape, args::seed(&seed)?, threshold, capacity)
                 .map_err(config_failure)?;
-            let now = CallerClock::default();
+            let now = if host_clock == Some(true) {
+                CallerClock::host()
+            } else {
+                CallerClock::default()
+            };
             // The clock counts milliseconds, so the interval is given in them too.
             let windows =
                 Windows::with_clock(settings, Duration::from_nanos(interval), now.clone())
@@ -176,6 +184,19 @@ impl HeavyHitters {
         self.with_key(env, key, value, now_ms, |windows, hash, key, value| {
             windows.decr_hash(hash, key, value);
         })
+    }
+
+    /// Milliseconds the current interval has run at `nowMs`, after starting the next one if it
+    /// ended (then 0), as every call does.
+    #[napi(catch_unwind)]
+    pub fn interval_elapsed(&self, env: &Env, now_ms: f64) -> Result<f64> {
+        (|| -> Outcome<f64> {
+            let inner = self.inner.get()?;
+            inner.now.set(now_ms)?;
+            // The clock counts milliseconds as the crate's nanoseconds; below the 2^52 ms interval.
+            Ok(inner.windows.interval_elapsed().as_nanos() as f64)
+        })()
+        .map_err(|failure| map_error(env, failure))
     }
 
     /// `key`'s bounds in `window` (0 current, 1 previous, 2 both).
@@ -340,7 +361,11 @@ fn incr_result(
     stored: &[u8],
     value: u32,
 ) -> f64 {
-    let count = windows.incr_hash(hash, stored, value);
+    count_result(windows.incr_hash(hash, stored, value))
+}
+
+/// A count as `incr` returns it: the exact count of a tracked key, else `−1 − estimate`.
+fn count_result(count: Count) -> f64 {
     if count.standing == Standing::Tracked {
         count.lower as f64
     } else {
@@ -411,11 +436,17 @@ fn config_failure(err: ConfigError) -> Failure {
 
 /// `incr` as raw functions taking the object's handle first, then the method's arguments
 /// `(key, value, nowMs)`, returning and throwing what the method does (and a `TypeError` for a
-/// handle that names no live object): per key type (`Str`, `Num`) or for any key (`Key`).
-pub(crate) const FAST_PATHS: [(&CStr, Callback); 3] = [
+/// handle that names no live object): per key type (`Str`, `Num`) or for any key (`Key`). Then
+/// `incrInWindow` the same way: `incr` with a fourth argument, a `Float64Array` whose first element
+/// receives the milliseconds the current interval has run (the crate's `incr_hash_in_interval`), so
+/// that `incrWindow` learns its reset time from the core's own clock reading.
+pub(crate) const FAST_PATHS: [(&CStr, Callback); 6] = [
     (c"heavyIncrStr", incr_str),
     (c"heavyIncrNum", incr_num),
     (c"heavyIncrKey", incr_key),
+    (c"heavyIncrInWindowStr", incr_in_window_str),
+    (c"heavyIncrInWindowNum", incr_in_window_num),
+    (c"heavyIncrInWindowKey", incr_in_window_key),
 ];
 
 raw::per_key_type! {
@@ -430,6 +461,28 @@ raw::per_key_type! {
             k.with_stored(|stored| {
                 let hash = inner.windows.hash_key(stored);
                 incr_result(&inner.windows, hash, stored, value)
+            })
+        })
+    }
+}
+
+raw::per_key_type! {
+    [incr_in_window_str, incr_in_window_num, incr_in_window_key],
+    |env, read, [handle, key, value, now_ms, window]| {
+        let inner = raw::resolve(env, handle, &HEAVIES)?;
+        let value = raw::number(env, value, "The \"value\" argument")?;
+        let value = value_argument(value)?;
+        let now_ms = raw::number(env, now_ms, "The \"nowMs\" argument")?;
+        let window = raw::first_f64(env, window, "The \"window\" argument")?;
+        inner.now.set(now_ms)?;
+        read(env, key, |k| {
+            k.with_stored(|stored| {
+                let hash = inner.windows.hash_key(stored);
+                let (count, elapsed) = inner.windows.incr_hash_in_interval(hash, stored, value);
+                // SAFETY: checked by first_f64, and still within this call. Milliseconds below
+                // the 2^52 ms interval: exact in a double.
+                window.write(elapsed as f64);
+                count_result(count)
             })
         })
     }

@@ -89,9 +89,18 @@ impl From<RateComponents> for RateSample {
 #[napi]
 impl Rate {
     /// A rate over intervals of `intervalMs` (an integer in [1, 2^52]) with two sketches of
-    /// `hashes × slots` keyed by `seed`; otherwise a `RangeError`. Time starts at 0.
+    /// `hashes × slots` keyed by `seed`; otherwise a `RangeError`. Time starts at 0. With
+    /// `hostClock` the rate reads the host's monotonic clock itself and ignores every `nowMs`
+    /// ([`CallerClock::host`]).
     #[napi(constructor, catch_unwind)]
-    pub fn new(env: &Env, interval_ms: f64, hashes: f64, slots: f64, seed: BigInt) -> Result<Self> {
+    pub fn new(
+        env: &Env,
+        interval_ms: f64,
+        hashes: f64,
+        slots: f64,
+        seed: BigInt,
+        host_clock: Option<bool>,
+    ) -> Result<Self> {
         (|| -> Outcome<Self> {
             let interval = args::integer(
                 "The \"intervalMs\" argument",
@@ -101,7 +110,11 @@ impl Rate {
             )?;
             let hashes = args::dimension("The \"hashes\" argument", hashes)?;
             let slots = args::dimension("The \"slots\" argument", slots)?;
-            let now = CallerClock::default();
+            let now = if host_clock == Some(true) {
+                CallerClock::host()
+            } else {
+                CallerClock::default()
+            };
             // The clock counts milliseconds, so the interval is given in them too (module docs).
             let sketches = Sketches::with_clock(
                 Duration::from_nanos(interval),

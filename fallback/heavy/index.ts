@@ -24,11 +24,20 @@ export class FallbackHeavy implements HeavyCore {
   /** The current and previous interval's slots. */
   private readonly intervals: Rotation<Summary>;
 
-  constructor(intervalMs: number, hashes: number, slots: number, seed: bigint, threshold: number, capacity: number) {
+  constructor(
+    private readonly intervalMs: number,
+    hashes: number,
+    slots: number,
+    seed: bigint,
+    threshold: number,
+    capacity: number,
+    hostClock: boolean,
+  ) {
     this.intervals = new Rotation(
       intervalMs,
       new Summary(new FallbackEstimator(hashes, slots, seed), threshold, capacity),
       new Summary(new FallbackEstimator(hashes, slots, seed), threshold, capacity),
+      hostClock,
     );
   }
 
@@ -36,6 +45,18 @@ export class FallbackHeavy implements HeavyCore {
     this.intervals.maybeReset(nowMs);
     const h = this.hash(key);
     return this.intervals.current.incr(key, h.h1, h.h2, value);
+  }
+
+  incrInWindow(key: Key, value: number, nowMs: number, window: Float64Array): number {
+    window[0] = this.intervalElapsed(nowMs);
+    const h = this.hash(key);
+    return this.intervals.current.incr(key, h.h1, h.h2, value);
+  }
+
+  intervalElapsed(nowMs: number): number {
+    const past = this.intervals.maybeReset(nowMs);
+    // A call that ended the interval started the next one.
+    return past < this.intervalMs ? past : 0;
   }
 
   decr(key: Key, value: number, nowMs: number): void {

@@ -131,6 +131,43 @@ impl<K: Hash + Eq + Clone, C: Clock> HeavyHitters<K, C> {
             .incr_hash(hash, key, value)
     }
 
+    /// [`incr_hash`](Self::incr_hash), also returning how far the current interval has run (in
+    /// the clock's nanoseconds; 0 when this call started it): what a fixed-window quota reports
+    /// as the time to its reset, from the same clock reading as the count. Advanced API.
+    ///
+    /// ```
+    /// use keepcount_limits::clock::ManualClock;
+    /// use keepcount_limits::heavy::{HeavyHitters, Settings};
+    /// use keepcount_limits::Shape;
+    /// use std::time::Duration;
+    ///
+    /// let clock = ManualClock::new();
+    /// let settings = Settings::new(Shape::new(4, 64).unwrap(), 7, 5, 8).unwrap();
+    /// let heavy = HeavyHitters::<String, _>::with_clock(settings, Duration::from_nanos(100), &clock).unwrap();
+    /// let hash = heavy.hash_key("k");
+    /// clock.advance(Duration::from_nanos(30));
+    /// assert_eq!(heavy.incr_hash_in_interval(hash, "k", 2).1, 30);
+    /// clock.advance(Duration::from_nanos(100)); // ends the interval: a new one starts now
+    /// assert_eq!(heavy.incr_hash_in_interval(hash, "k", 1).1, 0);
+    /// ```
+    pub fn incr_hash_in_interval<Q>(&self, hash: KeyHash, key: &Q, value: u32) -> (Count, u64)
+    where
+        K: Borrow<Q>,
+        Q: Eq + ToOwned<Owned = K> + ?Sized,
+    {
+        let past = self.maybe_reset();
+        let count = self
+            .current_of(self.red_or_blue())
+            .incr_hash(hash, key, value);
+        (count, self.in_interval(past))
+    }
+
+    /// How far the current interval has run (0 when this call started it), starting a new
+    /// interval if the current one ended, as every call does.
+    pub fn interval_elapsed(&self) -> Duration {
+        Duration::from_nanos(self.in_interval(self.maybe_reset()))
+    }
+
     /// Takes back `value` counted for `key` in the current interval ([`Summary::decr`]); returns
     /// its bounds there.
     pub fn decr<Q>(&self, key: &Q, value: u32) -> Count
@@ -230,10 +267,21 @@ impl<K: Hash + Eq + Clone, C: Clock> HeavyHitters<K, C> {
         self.rotation.red_or_blue()
     }
 
-    /// Starts a new interval if the current one has ended.
+    /// Starts a new interval if the current one has ended; returns the time since the current
+    /// interval started as of the call (before any rotation it made).
     #[inline]
-    fn maybe_reset(&self) {
-        self.rotation.maybe_reset(self);
+    fn maybe_reset(&self) -> u64 {
+        self.rotation.maybe_reset(self)
+    }
+
+    /// The time into the current interval after a [`maybe_reset`](Self::maybe_reset) that
+    /// returned `past`: a call that ended the interval started the next one.
+    fn in_interval(&self, past: u64) -> u64 {
+        if past < self.rotation.interval_nanos() {
+            past
+        } else {
+            0
+        }
     }
 }
 
@@ -315,6 +363,22 @@ mod tests {
     fn heavy(clock: &ManualClock) -> HeavyHitters<u64, &ManualClock> {
         let settings = Settings::new(Shape::new(4, 1024).unwrap(), 5, 3, 16).unwrap();
         HeavyHitters::with_clock(settings, MINUTE, clock).unwrap()
+    }
+
+    #[test]
+    fn interval_elapsed_follows_the_rotation() {
+        let clock = ManualClock::new();
+        let h = heavy(&clock);
+        clock.advance(Duration::from_secs(20));
+        assert_eq!(h.interval_elapsed(), Duration::from_secs(20));
+        let key = h.hash_key(&1);
+        assert_eq!(h.incr_hash_in_interval(key, &1, 1).1, 20_000_000_000);
+        // Past the end: this call starts the next interval, counted from its own reading.
+        clock.advance(Duration::from_secs(50));
+        assert_eq!(h.interval_elapsed(), Duration::ZERO);
+        clock.advance(Duration::from_secs(5));
+        let (count, past) = h.incr_hash_in_interval(key, &1, 1);
+        assert_eq!((count.upper, past), (1, 5_000_000_000));
     }
 
     #[test]
