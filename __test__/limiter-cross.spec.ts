@@ -76,8 +76,8 @@ test(title('native and fallback limiters log identical decisions for a recorded 
   let infinite = 0;
   for (const seed of [1, 2, 3, 4, 5, 6, 7, 8]) {
     const bestEffort: QuotaSpec = { requests: { amount: 5, periodNs: 1e9, burst: 3 } };
-    const native = run(new nativeBackend.Limiter(bestEffort), seed, 3000);
-    const fallback = run(new fallbackBackend.Limiter(bestEffort), seed, 3000);
+    const native = run(new nativeBackend.Limiter(bestEffort, false), seed, 3000);
+    const fallback = run(new fallbackBackend.Limiter(bestEffort, false), seed, 3000);
     t.deepEqual(native, fallback, `seed ${seed}`);
     for (const line of native) {
       if (!line.startsWith('check')) continue;
@@ -95,7 +95,7 @@ test(title('both limiters turn clock readings into the same nanoseconds at the e
   // reading was worth.
   for (const nowMs of [0, 1e-6, 0.9e-6, 1.5e-6, 2 ** 53 / 1e6, 2 ** 64 / 1e6, 1e300, -5, NaN]) {
     const answers = [nativeBackend, fallbackBackend].map((backend) => {
-      const core = new backend.Limiter({ requests: { amount: 1, periodNs: 1e6, burst: 1 } });
+      const core = new backend.Limiter({ requests: { amount: 1, periodNs: 1e6, burst: 1 } }, false);
       return [core.check('k', 1, nowMs), core.check('k', 1, nowMs), core.check('k', 1, nowMs + 1e-3)];
     });
     t.deepEqual(answers[0], answers[1], `nowMs ${nowMs}`);
@@ -106,9 +106,9 @@ test(title('the native limiter throws, never aborts, on input lib/ would not pas
   const limit = (amount: number, periodNs: number, burst: number) => ({ requests: { amount, periodNs, burst } });
   const range = { instanceOf: RangeError, code: 'ERR_OUT_OF_RANGE' };
   for (const bad of [limit(-1, 1, 1), limit(1, 0, 1), limit(1, 1, 0.5), limit(NaN, 1, 1), limit(1, 2 ** 53, 1)]) {
-    t.throws(() => new nativeBackend.Limiter(bad), range);
+    t.throws(() => new nativeBackend.Limiter(bad, false), range);
   }
-  const core = new nativeBackend.Limiter(limit(1, 1e9, 1));
+  const core = new nativeBackend.Limiter(limit(1, 1e9, 1), false);
   for (const cost of [-1, 0.5, NaN, Infinity, 2 ** 53]) t.throws(() => core.check('k', cost, 0), range);
   t.throws(() => core.check({} as never, 1, 0), { instanceOf: TypeError, code: 'ERR_INVALID_ARG_TYPE' });
   t.throws(() => core.replaceKeys(['a', 'b'], packQuotas([limit(1, 1, 1)]), 0), range);

@@ -1,6 +1,7 @@
 import test from 'ava';
-import { Limiter, ManualClock, type Quota } from '../lib/index.js';
-import { throwsShape, title } from './helpers.js';
+import { backend, Limiter, ManualClock, type Quota } from '../lib/index.js';
+import { hrtimeCalls, throwsShape, title } from './helpers.js';
+import { sleep } from './waits.js';
 
 const requests = (perSecond: number, burst: number): Quota => ({ requests: { perSecond, burst } });
 const units = (perSecond: number, burst: number): Quota => ({ units: { perSecond, burst } });
@@ -35,6 +36,26 @@ test(title('bursts, then refills exactly on the clock'), (t) => {
   // A long idle refills to the burst, no further.
   clock.advance(3_600_000);
   t.is(drain(limiter, 'k'), 3);
+});
+
+test(title('without a clock, buckets refill on the host clock, which the native core reads itself'), async (t) => {
+  // One token every 100 ms, one held.
+  const limiter = new Limiter({ bestEffort: requests(10, 1) });
+  const made = process.hrtime.bigint();
+  t.deepEqual(limiter.check('a'), { allowed: true });
+  const refused = limiter.check('a');
+  t.false(refused.allowed);
+  const wait = refused.allowed ? 0 : refused.retryAfterMs;
+  t.true(wait > 0 && wait <= 100, `retryAfterMs ${wait}`);
+  // Timers may fire a little early on the loop's cached time: wait on the clock itself.
+  while (process.hrtime.bigint() - made < 150_000_000n) await sleep(20);
+  t.deepEqual(limiter.check('a'), { allowed: true });
+  // Checking on the host clock takes no clock call from JavaScript on the native backend; the
+  // fallback's core reads process.hrtime() itself, once per call.
+  const calls = hrtimeCalls(() => {
+    for (let i = 0; i < 10; i++) limiter.check('b');
+  });
+  t.is(calls, backend === 'native' ? 0 : 10);
 });
 
 test(title('waits are exact to the nanosecond: a third of a second is 333.333334 ms'), (t) => {

@@ -9,6 +9,7 @@
  * `number`s (safe integers, as `lib/` validated them) and are converted once per quota.
  */
 import { unpackQuota, type Key, type LimiterCore, type LimitSpec, type QuotaSpec } from '../lib/core.js';
+import { Stopwatch } from '../lib/clock.js';
 import { canonical, type CanonicalKey } from './canonical.js';
 
 const U64_MAX = 2n ** 64n - 1n;
@@ -153,7 +154,14 @@ export class FallbackLimiter implements LimiterCore {
   private readonly overall: Bucket;
   private overallLimited = false;
 
-  constructor(bestEffort: QuotaSpec) {
+  /**
+   * With a host clock (`hostClock` of `LimiterCoreConstructor`): reads the host's monotonic clock
+   * in place of the `nowMs` callers pass, as the native core does.
+   */
+  private readonly host: Stopwatch | undefined;
+
+  constructor(bestEffort: QuotaSpec, hostClock = false) {
+    this.host = hostClock ? new Stopwatch(undefined) : undefined;
     const quota = govern(bestEffort);
     this.bestEffort = { quota, state: full(quota, 0n) };
     this.overall = { quota: UNLIMITED, state: full(UNLIMITED, 0n) };
@@ -164,7 +172,7 @@ export class FallbackLimiter implements LimiterCore {
   }
 
   check(key: Key, cost: number, nowMs: number): number {
-    const now = nanosFromMs(nowMs);
+    const now = this.nanos(nowMs);
     const own = this.keys.get(canonical(key)) ?? this.bestEffort;
     const costs: [bigint, bigint] = [1n, BigInt(cost)];
     refill(own.state, own.quota, now);
@@ -183,7 +191,7 @@ export class FallbackLimiter implements LimiterCore {
   }
 
   replaceKeys(keys: Key[], quotas: Float64Array, nowMs: number): boolean {
-    const now = nanosFromMs(nowMs);
+    const now = this.nanos(nowMs);
     const next = new Map<CanonicalKey, Bucket>();
     const kept: [Bucket, Governing][] = [];
     for (let i = 0; i < keys.length; i++) {
@@ -210,21 +218,26 @@ export class FallbackLimiter implements LimiterCore {
     if (bucket === undefined) return false;
     const governing = govern(quota);
     // As native: an unchanged quota is not even refilled (which a stale reading would notice).
-    if (!quotasEqual(bucket.quota, governing)) setQuota(bucket, governing, nanosFromMs(nowMs));
+    if (!quotasEqual(bucket.quota, governing)) setQuota(bucket, governing, this.nanos(nowMs));
     return true;
   }
 
   setBestEffort(quota: QuotaSpec, nowMs: number): void {
-    setQuota(this.bestEffort, govern(quota), nanosFromMs(nowMs));
+    setQuota(this.bestEffort, govern(quota), this.nanos(nowMs));
   }
 
   setOverall(quota: QuotaSpec | null, nowMs: number): void {
     const governing = quota === null ? UNLIMITED : govern(quota);
-    setQuota(this.overall, governing, nanosFromMs(nowMs));
+    setQuota(this.overall, governing, this.nanos(nowMs));
     this.overallLimited = governing.dims[0] !== null || governing.dims[1] !== null;
   }
 
   quota(key: Key): QuotaSpec | null {
     return this.keys.get(canonical(key))?.quota.spec ?? null;
+  }
+
+  /** The time of a call in nanoseconds: the host clock's reading, or the caller's `nowMs`. */
+  private nanos(nowMs: number): bigint {
+    return nanosFromMs(this.host === undefined ? nowMs : this.host.elapsedMs());
   }
 }

@@ -160,7 +160,9 @@ function unpackLimit(packed: Float64Array, at: number): LimitSpec | undefined {
 /**
  * The token-bucket limiter of `crates/limits/src/limiter.rs` on a time base the caller supplies:
  * `nowMs` is milliseconds since the core was created (finite, >= 0, fractions allowed), taken as
- * `trunc(nowMs × 1e6)` nanoseconds saturating at 2^64 − 1, identically in both backends.
+ * `trunc(nowMs × 1e6)` nanoseconds saturating at 2^64 − 1, identically in both backends. A core
+ * made with `hostClock` reads nanoseconds since it was made on the host's monotonic clock itself
+ * and ignores every `nowMs` (see {@link RateCoreConstructor}).
  */
 export interface LimiterCore {
   /** 0 if admitted (and taken); else the ms until it would be (`wait_ns / 1e6`), `Infinity` if never. */
@@ -181,7 +183,7 @@ export interface LimiterCore {
 }
 
 /** Creates a limiter with no keys and `bestEffort` for every key, full at time 0. */
-export type LimiterCoreConstructor = new (bestEffort: QuotaSpec) => LimiterCore;
+export type LimiterCoreConstructor = new (bestEffort: QuotaSpec, hostClock: boolean) => LimiterCore;
 
 /** Keeps the process alive (like a ref'd `setTimeout`) or not, for one armed tick. */
 export interface TickHandle {

@@ -60,7 +60,11 @@ export interface LimiterOptions {
  */
 export class Limiter {
   readonly #core: LimiterCore;
-  readonly #stopwatch: Stopwatch;
+  /**
+   * Reads the user's clock for the core; `undefined` without a `clock` option, when the core
+   * reads the host's clock itself, inside the call it makes anyway.
+   */
+  readonly #stopwatch: Stopwatch | undefined;
   #bestEffort: QuotaInfo;
   #overall: QuotaInfo | undefined;
 
@@ -71,8 +75,8 @@ export class Limiter {
     const bestEffort = quotaSpec('The "bestEffort" option', options.bestEffort);
     const overall = options.overall === undefined ? null : quotaSpec('The "overall" option', options.overall);
     const keys = options.keys === undefined ? undefined : entries('keys', 'option', options.keys);
-    this.#stopwatch = new Stopwatch(options.clock);
-    this.#core = new active.Limiter(bestEffort);
+    this.#stopwatch = options.clock === undefined ? undefined : new Stopwatch(options.clock);
+    this.#core = new active.Limiter(bestEffort, options.clock === undefined);
     this.#bestEffort = quotaInfo(bestEffort);
     if (overall !== null) {
       this.#core.setOverall(overall, 0);
@@ -197,9 +201,9 @@ export class Limiter {
     return this.#core.size;
   }
 
-  /** Milliseconds since construction, never negative. */
+  /** Milliseconds since construction, never negative; 0 for a core that reads the host's clock itself (and ignores it). */
   #elapsed(): number {
-    return this.#stopwatch.elapsedMs();
+    return this.#stopwatch === undefined ? 0 : this.#stopwatch.elapsedMs();
   }
 }
 

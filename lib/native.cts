@@ -411,8 +411,8 @@ class NativeLimiter implements LimiterCore {
   private readonly native: Binding.Limiter;
   private readonly handle: number;
 
-  constructor(bestEffort: QuotaSpec) {
-    this.native = new binding.Limiter(bestEffort);
+  constructor(bestEffort: QuotaSpec, hostClock: boolean) {
+    this.native = new binding.Limiter(bestEffort, hostClock);
     this.handle = this.native.handle;
   }
 

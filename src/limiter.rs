@@ -4,7 +4,10 @@
 //! The clock lives in JavaScript (`lib/limiter.ts` reads the user's `Clock`): every call passes
 //! `nowMs`, milliseconds (fractions allowed) since the limiter was created, and the crate's `_at`
 //! methods take it as `(nowMs × 1e6) as u64` nanoseconds, the conversion `fallback/limiter.ts`
-//! reproduces. Keys are kept in their stored form (docs/format.md §6.1, [`Key::with_stored`]),
+//! reproduces. Without a user clock (`lib/`'s default) the limiter is made with `hostClock` and
+//! reads the host's monotonic clock itself, nanoseconds since it was made, ignoring `nowMs`: one
+//! vDSO read in the call it makes anyway instead of a `process.hrtime()` call from JavaScript
+//! before it (as `Rate`'s, `crate::caller_clock`). Keys are kept in their stored form (docs/format.md §6.1, [`Key::with_stored`]),
 //! so `1` and `1n` are one key and a string never equals a `Uint8Array`, as in docs/format.md §1.
 //!
 //! `check` is also [`FAST_PATHS`]: raw N-API functions taking the limiter's [`Limiter::handle`],
@@ -26,14 +29,32 @@ use napi_derive::napi;
 use std::cell::RefCell;
 use std::ffi::CStr;
 use std::rc::Rc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// The crate's limiter as the binding holds it.
 type Buckets = Core<Box<[u8]>, ManualClock>;
 
+/// The buckets and where their time comes from.
+struct Timed {
+    buckets: Buckets,
+    /// When a limiter on the host's clock was made; `None` when the caller passes the time.
+    host: Option<Instant>,
+}
+
+impl Timed {
+    /// Nanoseconds since the limiter was made: the host's reading, or the caller's `now_ms`.
+    fn now(&self, now_ms: f64) -> u64 {
+        match self.host {
+            // u64 nanoseconds last 584 years.
+            Some(origin) => u64::try_from(origin.elapsed().as_nanos()).unwrap_or(u64::MAX),
+            None => nanos(now_ms),
+        }
+    }
+}
+
 thread_local! {
     /// This thread's limiters, by handle, for the fast paths.
-    static LIMITERS: RefCell<Slab<Buckets>> = const { RefCell::new(Slab::new(2)) };
+    static LIMITERS: RefCell<Slab<Timed>> = const { RefCell::new(Slab::new(2)) };
 }
 
 /// The largest safe integer: amounts, bursts, periods and costs are at most this.
@@ -65,9 +86,9 @@ pub struct QuotaSpec {
 /// input.
 #[napi(custom_finalize)]
 pub struct Limiter {
-    core: Rc<Buckets>,
+    core: Rc<Timed>,
     /// The limiter's entry in [`LIMITERS`], emptied when this object is collected.
-    slot: Slot<Buckets>,
+    slot: Slot<Timed>,
     /// The key table and the keys' bytes, reported to V8 (see [`crate::memory`]); renewed by
     /// every `replace_keys`. A million keys hold some 100 MB that V8 would otherwise not see.
     memory: RefCell<External>,
@@ -88,14 +109,17 @@ fn key_heap_bytes(len: usize) -> usize {
 
 #[napi]
 impl Limiter {
-    /// A limiter with no keys and `bestEffort` for every key; time starts at 0.
+    /// A limiter with no keys and `bestEffort` for every key; time starts at 0. With `hostClock`
+    /// it reads the host's monotonic clock itself and ignores every `nowMs` (module docs).
     #[napi(constructor, catch_unwind)]
-    pub fn new(env: &Env, best_effort: QuotaSpec) -> Result<Self> {
+    pub fn new(env: &Env, best_effort: QuotaSpec, host_clock: Option<bool>) -> Result<Self> {
         (|| -> Outcome<Self> {
             // The clock never moves: every call passes its reading to an `_at` method.
-            let core = Rc::new(Core::with_clock(quota(&best_effort)?, ManualClock::new()));
+            let buckets = Core::with_clock(quota(&best_effort)?, ManualClock::new());
+            let host = (host_clock == Some(true)).then(Instant::now);
+            let core = Rc::new(Timed { buckets, host });
             let slot = Slot::new(&LIMITERS, Rc::clone(&core))?;
-            let memory = RefCell::new(External::report(env, core.table_bytes()));
+            let memory = RefCell::new(External::report(env, core.buckets.table_bytes()));
             Ok(Self { core, slot, memory })
         })()
         .map_err(|failure| map_error(env, failure))
@@ -119,8 +143,8 @@ impl Limiter {
     ) -> Result<f64> {
         (|| -> Outcome<f64> {
             let cost = args::integer("The \"cost\" argument", cost, 0, MAX_SAFE)?;
-            let now = nanos(now_ms);
-            with_key(env, key, |key| wait_ms(&self.core, key, cost, now))
+            let now = self.core.now(now_ms);
+            with_key(env, key, |key| wait_ms(&self.core.buckets, key, cost, now))
         })()
         .map_err(|failure| map_error(env, failure))
     }
@@ -149,11 +173,15 @@ impl Limiter {
                 key_bytes += key_heap_bytes(key.len());
                 entries.push((key, packed_quota(packed)?));
             }
-            match self.core.replace_keys_at(entries, nanos(now_ms)) {
+            match self
+                .core
+                .buckets
+                .replace_keys_at(entries, self.core.now(now_ms))
+            {
                 Ok(()) => {
                     let mut memory = self.memory.borrow_mut();
                     memory.release(env);
-                    *memory = External::report(env, self.core.table_bytes() + key_bytes);
+                    *memory = External::report(env, self.core.buckets.table_bytes() + key_bytes);
                     Ok(true)
                 }
                 Err(LimiterError::DuplicateKey) => Ok(false),
@@ -175,7 +203,9 @@ impl Limiter {
         (|| -> Outcome<bool> {
             let quota = quota(&quota_spec)?;
             match with_key(env, key, |key| {
-                self.core.set_quota_at(key, quota, nanos(now_ms))
+                self.core
+                    .buckets
+                    .set_quota_at(key, quota, self.core.now(now_ms))
             })? {
                 Ok(()) => Ok(true),
                 Err(LimiterError::UnknownKey) => Ok(false),
@@ -189,7 +219,9 @@ impl Limiter {
     #[napi(catch_unwind)]
     pub fn set_best_effort(&self, env: &Env, quota_spec: QuotaSpec, now_ms: f64) -> Result<()> {
         let quota = quota(&quota_spec).map_err(|failure| map_error(env, failure))?;
-        self.core.set_best_effort_at(quota, nanos(now_ms));
+        self.core
+            .buckets
+            .set_best_effort_at(quota, self.core.now(now_ms));
         Ok(())
     }
 
@@ -201,7 +233,9 @@ impl Limiter {
             .map(quota)
             .transpose()
             .map_err(|failure| map_error(env, failure))?;
-        self.core.set_overall_at(quota, nanos(now_ms));
+        self.core
+            .buckets
+            .set_overall_at(quota, self.core.now(now_ms));
         Ok(())
     }
 
@@ -212,7 +246,7 @@ impl Limiter {
         env: &Env,
         #[napi(ts_arg_type = "string | number | bigint | Uint8Array")] key: Unknown,
     ) -> Result<Option<QuotaSpec>> {
-        with_key(env, key, |key| self.core.quota(key).map(spec))
+        with_key(env, key, |key| self.core.buckets.quota(key).map(spec))
             .map_err(|failure| map_error(env, failure))
     }
 
@@ -220,7 +254,7 @@ impl Limiter {
     #[napi(getter)]
     pub fn size(&self) -> f64 {
         // Exact: at most u32::MAX keys.
-        self.core.len() as f64
+        self.core.buckets.len() as f64
     }
 }
 
@@ -270,8 +304,8 @@ raw::per_key_type! {
         let core = raw::resolve(env, handle, &LIMITERS)?;
         let cost = raw::number(env, cost, "The \"cost\" argument")?;
         let cost = args::integer("The \"cost\" argument", cost, 0, MAX_SAFE)?;
-        let now = nanos(raw::number(env, now_ms, "The \"nowMs\" argument")?);
-        read(env, key, |key| key.with_stored(|key| wait_ms(&core, key, cost, now)))
+        let now = core.now(raw::number(env, now_ms, "The \"nowMs\" argument")?);
+        read(env, key, |key| key.with_stored(|key| wait_ms(&core.buckets, key, cost, now)))
     }
 }
 
