@@ -47,7 +47,10 @@ export class ManualClock implements Clock {
  * thread: rates over a `SharedArrayBuffer` need that. And it is the cheaper read on a request path:
  * inside a loaded Express server (`benchmark/request-path.ts`'s method) `performance.now()` took a
  * median 0.92 µs per request, `process.hrtime()` 0.24 µs (Node 20, 2 shared cores, November 2026),
- * and `rateLimit` and `tokenBucket` read the clock on every request.
+ * and `rateLimit` and `tokenBucket` read the clock on every request. `Rate`, `HeavyHitters` and
+ * `Limiter` given no `clock` go further: their cores read this same clock inside the call they
+ * make anyway (`hostClock` of `lib/core.ts` `RateCoreConstructor`), with no read here at all on
+ * the native backend.
  */
 export const hostClock: Clock = {
   now: () => {

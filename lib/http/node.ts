@@ -110,7 +110,7 @@ export interface RateLimitOptions<
    * Send `RateLimit-Policy` and `RateLimit` on every counted response. Defaults to `true`. With
    * `false` refusals still get `Retry-After` and nothing else is sent: for servers whose clients do
    * not read the fields, since Node validates and serializes each field it sends (on a node:http
-   * hello-world the two fields alone cost 3 % of its throughput and 8 % of its CPU per request:
+   * hello-world the two fields alone cost 2–3 % of its throughput and 7–8 % of its CPU per request:
    * benchmark/RESULTS.md, `node-headers`).
    */
   headers?: boolean;
