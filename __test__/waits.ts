@@ -9,6 +9,15 @@ import type { RedisSync } from '../lib/redis/index.js';
 
 export const sleep = (ms: number): Promise<void> => new Promise((resolve) => setTimeout(resolve, ms));
 
+/**
+ * Resolves once at least `ms` milliseconds have passed on the host's monotonic clock (the default
+ * clock of `Rate`, `HeavyHitters` and `Limiter`) since `since`, a `process.hrtime.bigint()`
+ * reading: timers fire on the event loop's cached time and may run a little early by that clock.
+ */
+export async function hostClockPassed(since: bigint, ms: number): Promise<void> {
+  while (process.hrtime.bigint() - since < BigInt(ms) * 1_000_000n) await sleep(20);
+}
+
 /** How long {@link until} waits by default: far past any event-loop delay seen on this machine. */
 const DEADLINE_MS = 10_000;
 
