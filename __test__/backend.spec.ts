@@ -65,9 +65,10 @@ test(
   },
 );
 
-function runWorker(
-  pending: boolean,
-): Promise<{ worker: Worker; message: { backend: string; count: number; bytes: number } }> {
+function runWorker(pending: boolean): Promise<{
+  worker: Worker;
+  message: { backend: string; count: number; bytes: number; windows: { count: number; resetMs: number }[] };
+}> {
   const worker = new Worker(`require('tsx/cjs'); require(${JSON.stringify(fixture('worker.ts'))});`, {
     eval: true,
     workerData: { pending },
@@ -80,7 +81,8 @@ function runWorker(
 
 test(title('loads and works in a worker thread'), async (t) => {
   const { worker, message } = await runWorker(false);
-  t.deepEqual(message, { backend, count: 2, bytes: 28 + 8 * 4 * 8192 });
+  const window = { count: 3, resetMs: 750 };
+  t.deepEqual(message, { backend, count: 2, bytes: 28 + 8 * 4 * 8192, windows: [window, window] });
   await worker.terminate();
 });
 

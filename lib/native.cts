@@ -81,6 +81,14 @@ const { heavyIncrStr, heavyIncrNum, heavyIncrKey } = fast;
 const { heavyIncrInWindowStr, heavyIncrInWindowNum, heavyIncrInWindowKey } = fast;
 
 /**
+ * Where `rateObserveInWindow*` and `heavyIncrInWindow*` write how far the interval has run: one
+ * array for this thread, handed to the binding once (`src/window.rs`: an array argument per call
+ * cost ~100 ns). Its own `ArrayBuffer`, held only here, so nothing can detach it.
+ */
+const windowScratch = new Float64Array(new ArrayBuffer(8));
+binding.windowScratch(windowScratch);
+
+/**
  * `core`'s counters as a heap sketch of the binding, for `merge`: the binding merges heap sketches
  * into either kind, so a shared sketch given as the other one is copied first.
  */
@@ -388,9 +396,14 @@ class NativeRate implements RateCore {
   }
 
   observeInWindow(key: Key, events: number, nowMs: number, window: Float64Array): number {
-    if (typeof key === 'string') return rateObserveInWindowStr(this.handle, key, events, nowMs, window);
-    if (typeof key === 'number') return rateObserveInWindowNum(this.handle, key, events, nowMs, window);
-    return rateObserveInWindowKey(this.handle, key, events, nowMs, window);
+    const count =
+      typeof key === 'string'
+        ? rateObserveInWindowStr(this.handle, key, events, nowMs)
+        : typeof key === 'number'
+          ? rateObserveInWindowNum(this.handle, key, events, nowMs)
+          : rateObserveInWindowKey(this.handle, key, events, nowMs);
+    window[0] = windowScratch[0]!;
+    return count;
   }
 
   previousCount(key: Key, nowMs: number): number {
@@ -477,9 +490,14 @@ class NativeHeavy implements HeavyCore {
   }
 
   incrInWindow(key: Key, value: number, nowMs: number, window: Float64Array): number {
-    if (typeof key === 'string') return heavyIncrInWindowStr(this.handle, key, value, nowMs, window);
-    if (typeof key === 'number') return heavyIncrInWindowNum(this.handle, key, value, nowMs, window);
-    return heavyIncrInWindowKey(this.handle, key, value, nowMs, window);
+    const count =
+      typeof key === 'string'
+        ? heavyIncrInWindowStr(this.handle, key, value, nowMs)
+        : typeof key === 'number'
+          ? heavyIncrInWindowNum(this.handle, key, value, nowMs)
+          : heavyIncrInWindowKey(this.handle, key, value, nowMs);
+    window[0] = windowScratch[0]!;
+    return count;
   }
 
   intervalElapsed(nowMs: number): number {

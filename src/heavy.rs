@@ -16,6 +16,7 @@ use crate::error::{Failure, Result as Outcome, map_error};
 use crate::held::Held;
 use crate::keys::{self, Key, Stored};
 use crate::raw::{self, Callback, Slab};
+use crate::window;
 use keepcount_limits::hash::KeyHash;
 use keepcount_limits::heavy::{
     ConfigError, Count, HeavyHitters as Windows, MAX_CAPACITY, Settings, Standing, Stats, Summary,
@@ -437,8 +438,8 @@ fn config_failure(err: ConfigError) -> Failure {
 /// `incr` as raw functions taking the object's handle first, then the method's arguments
 /// `(key, value, nowMs)`, returning and throwing what the method does (and a `TypeError` for a
 /// handle that names no live object): per key type (`Str`, `Num`) or for any key (`Key`). Then
-/// `incrInWindow` the same way: `incr` with a fourth argument, a `Float64Array` whose first element
-/// receives the milliseconds the current interval has run (the crate's `incr_hash_in_interval`), so
+/// `incrInWindow` the same way: `incr` that also writes the milliseconds the current interval has
+/// run (the crate's `incr_hash_in_interval`) to the thread's window scratch ([`crate::window`]), so
 /// that `incrWindow` learns its reset time from the core's own clock reading.
 pub(crate) const FAST_PATHS: [(&CStr, Callback); 6] = [
     (c"heavyIncrStr", incr_str),
@@ -468,22 +469,20 @@ raw::per_key_type! {
 
 raw::per_key_type! {
     [incr_in_window_str, incr_in_window_num, incr_in_window_key],
-    |env, read, [handle, key, value, now_ms, window]| {
+    |env, read, [handle, key, value, now_ms]| {
         let inner = raw::resolve(env, handle, &HEAVIES)?;
         let value = raw::number(env, value, "The \"value\" argument")?;
         let value = value_argument(value)?;
         let now_ms = raw::number(env, now_ms, "The \"nowMs\" argument")?;
-        let window = raw::first_f64(env, window, "The \"window\" argument")?;
         inner.now.set(now_ms)?;
-        read(env, key, |k| {
+        let (count, elapsed) = read(env, key, |k| {
             k.with_stored(|stored| {
                 let hash = inner.windows.hash_key(stored);
-                let (count, elapsed) = inner.windows.incr_hash_in_interval(hash, stored, value);
-                // SAFETY: checked by first_f64, and still within this call. Milliseconds below
-                // the 2^52 ms interval: exact in a double.
-                window.write(elapsed as f64);
-                count_result(count)
+                inner.windows.incr_hash_in_interval(hash, stored, value)
             })
-        })
+        })?;
+        // Milliseconds below the 2^52 ms interval: exact in a double.
+        window::write(elapsed as f64)?;
+        Ok(count_result(count))
     }
 }

@@ -14,6 +14,7 @@ use crate::error::{Result as Outcome, map_error};
 use crate::keys;
 use crate::memory::External;
 use crate::raw::{self, Callback, Slab, Slot};
+use crate::window;
 use keepcount_limits::rate::{Rate as Sketches, RateComponents};
 use napi::bindgen_prelude::{BigInt, ObjectFinalize, Unknown};
 use napi::{Env, JsValue, Result};
@@ -223,9 +224,10 @@ impl Inner {
 
 /// `observe` as raw functions taking the rate's handle first, then the method's arguments,
 /// throwing the method's errors (and a `TypeError` for a handle that names no live rate): per key
-/// type (`Str`, `Num`) or for any key (`Key`). Then `observeInWindow` the same way: `observe` with
-/// a fifth argument, a `Float64Array` that receives the milliseconds elapsed in the current
-/// interval (the crate's `observe_hash_in_interval`), so `WindowQuota` needs one call per request.
+/// type (`Str`, `Num`) or for any key (`Key`). Then `observeInWindow` the same way: `observe`
+/// that also writes the milliseconds elapsed in the current interval (the crate's
+/// `observe_hash_in_interval`) to the thread's window scratch ([`crate::window`]), so
+/// `WindowQuota` needs one call per request.
 /// Exported by `fastPaths()`.
 pub(crate) const FAST_PATHS: [(&CStr, Callback); 6] = [
     (c"rateObserveStr", observe_str),
@@ -250,17 +252,15 @@ raw::per_key_type! {
 
 raw::per_key_type! {
     [observe_in_window_str, observe_in_window_num, observe_in_window_key],
-    |env, read, [handle, key, events, now_ms, window]| {
+    |env, read, [handle, key, events, now_ms]| {
         let inner = raw::resolve(env, handle, &RATES)?;
         let events = raw::count(env, events, "The \"events\" argument")?;
         let key = read(env, key, |k| inner.sketches.hash_key(k))?;
         let now_ms = raw::number(env, now_ms, "The \"nowMs\" argument")?;
-        let window = raw::first_f64(env, window, "The \"window\" argument")?;
         inner.set_now(now_ms)?;
         let (count, elapsed) = inner.sketches.observe_hash_in_interval(key, events);
-        // SAFETY: checked by first_f64, and still within this call. Milliseconds below the
-        // 2^52 ms interval: exact in a double.
-        window.write(elapsed as f64);
+        // Milliseconds below the 2^52 ms interval: exact in a double.
+        window::write(elapsed as f64)?;
         Ok(count as f64)
     }
 }
