@@ -81,7 +81,7 @@ const { heavyIncrStr, heavyIncrNum, heavyIncrKey } = fast;
 const { heavyIncrInWindowStr, heavyIncrInWindowNum, heavyIncrInWindowKey } = fast;
 
 /**
- * Where `rateObserveInWindow*` and `heavyIncrInWindow*` write how far the interval has run: one
+ * Where the rates' `…ObserveInWindow*` and `heavyIncrInWindow*` write how far the interval has run: one
  * array for this thread, handed to the binding once (`src/window.rs`: an array argument per call
  * cost ~100 ns). Its own `ArrayBuffer`, held only here, so nothing can detach it.
  */
@@ -234,9 +234,14 @@ class NativeSharedRate implements RateCore {
   }
 
   observeInWindow(key: Key, events: number, _nowMs: number, window: Float64Array): number {
-    if (typeof key === 'string') return sharedRateObserveInWindowStr(this.handle, key, events, window);
-    if (typeof key === 'number') return sharedRateObserveInWindowNum(this.handle, key, events, window);
-    return sharedRateObserveInWindowKey(this.handle, key, events, window);
+    const count =
+      typeof key === 'string'
+        ? sharedRateObserveInWindowStr(this.handle, key, events)
+        : typeof key === 'number'
+          ? sharedRateObserveInWindowNum(this.handle, key, events)
+          : sharedRateObserveInWindowKey(this.handle, key, events);
+    window[0] = windowScratch[0]!;
+    return count;
   }
 
   previousCount(key: Key): number {
@@ -351,9 +356,14 @@ class NativeBufferRate implements RateCore {
   }
 
   observeInWindow(key: Key, events: number, nowMs: number, window: Float64Array): number {
-    if (typeof key === 'string') return bufferRateObserveInWindowStr(this.handle, key, events, nowMs, window);
-    if (typeof key === 'number') return bufferRateObserveInWindowNum(this.handle, key, events, nowMs, window);
-    return bufferRateObserveInWindowKey(this.handle, key, events, nowMs, window);
+    const count =
+      typeof key === 'string'
+        ? bufferRateObserveInWindowStr(this.handle, key, events, nowMs)
+        : typeof key === 'number'
+          ? bufferRateObserveInWindowNum(this.handle, key, events, nowMs)
+          : bufferRateObserveInWindowKey(this.handle, key, events, nowMs);
+    window[0] = windowScratch[0]!;
+    return count;
   }
 
   previousCount(key: Key, nowMs: number): number {

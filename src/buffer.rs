@@ -21,6 +21,7 @@ use crate::held::Held;
 use crate::keys;
 use crate::rate::RateSample;
 use crate::raw::{self, Callback, Slab};
+use crate::window;
 use keepcount_limits::shared::SharedRate;
 use napi::bindgen_prelude::{BigInt, ObjectFinalize, Unknown};
 use napi::{Env, JsValue, Result, sys};
@@ -259,8 +260,9 @@ impl Inner {
 }
 
 /// `BufferRate.observe(handle, key, events, nowMs)` and `observeInWindow(handle, key, events,
-/// nowMs, window)` as raw functions, as the heap rate's (`crate::rate::FAST_PATHS`): `window[0]`
-/// receives the whole milliseconds elapsed in the interval. Exported by `fastPaths()`.
+/// nowMs)` as raw functions, as the heap rate's (`crate::rate::FAST_PATHS`): the thread's window
+/// scratch ([`crate::window`]) receives the whole milliseconds elapsed in the interval. Exported by
+/// `fastPaths()`.
 pub(crate) const FAST_PATHS: [(&CStr, Callback); 6] = [
     (c"bufferRateObserveStr", observe_str),
     (c"bufferRateObserveNum", observe_num),
@@ -284,17 +286,16 @@ raw::per_key_type! {
 
 raw::per_key_type! {
     [observe_in_window_str, observe_in_window_num, observe_in_window_key],
-    |env, read, [handle, key, events, now_ms, window]| {
+    |env, read, [handle, key, events, now_ms]| {
         let inner = raw::resolve(env, handle, &BUFFER_RATES)?;
         let events = raw::count(env, events, "The \"events\" argument")?;
         let now_ms = raw::number(env, now_ms, "The \"nowMs\" argument")?;
-        let window = raw::first_f64(env, window, "The \"window\" argument")?;
         let sketches = inner.at(now_ms)?;
         let key = read(env, key, |k| sketches.hash_key(k))?;
         let (count, past) = sketches.observe_hash_in_interval(key, events);
-        // SAFETY: checked by first_f64, and still within this call. Whole milliseconds, below
-        // the 2^52 ms interval: exact in a double, and the interval's end stays at least 1 ms away.
-        window.write((past / NANOS_PER_MS) as f64);
+        // Whole milliseconds, below the 2^52 ms interval: exact in a double, and the interval's
+        // end stays at least 1 ms away.
+        window::write((past / NANOS_PER_MS) as f64)?;
         Ok(count as f64)
     }
 }

@@ -334,9 +334,9 @@ pub(crate) unsafe fn count(
     crate::args::count(what, number)
 }
 
-/// Element 0 of `value`, a `Float64Array` of length >= 1: where a fast path that returns two
-/// numbers writes the second, without allocating an object for them. Otherwise a `TypeError`
-/// naming `what`. Checked before the call changes anything, written at its end.
+/// Element 0 of `value`, a `Float64Array` of length >= 1: the window scratch
+/// ([`crate::window`]) where the fast paths that return two numbers write the second. Otherwise
+/// a `TypeError` naming `what`.
 ///
 /// # Safety
 /// `env` and `value` must be live handles of the current call. The pointer is valid for writes

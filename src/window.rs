@@ -1,6 +1,6 @@
 //! The window scratch: one `Float64Array` per JavaScript thread, handed over once by
-//! `lib/native.cts` (`windowScratch`), where the `InWindow` fast paths of the heap `Rate` and
-//! `HeavyHitters` write how far the current interval has run.
+//! `lib/native.cts` (`windowScratch`), where the `InWindow` fast paths of `Rate`, `SharedRate`,
+//! `BufferRate` and `HeavyHitters` write how far the current interval has run.
 //!
 //! Taking a `Float64Array` argument per call instead cost about 100 ns a call here
 //! (`napi_get_typedarray_info`: `HeavyHitters` `incrInWindow` 375–421 ns against `incr`'s 294–307

@@ -8,6 +8,7 @@ use crate::held::Held;
 use crate::keys;
 use crate::rate::RateSample;
 use crate::raw::{self, Callback, Slab};
+use crate::window;
 use keepcount_limits::shared::SharedRate as Sketches;
 use napi::bindgen_prelude::{BigInt, ObjectFinalize, Unknown};
 use napi::{Env, JsValue, Result};
@@ -136,10 +137,10 @@ impl SharedRate {
     }
 }
 
-/// `SharedRate.observe(handle, key, events)` and `observeInWindow(handle, key, events, window)` as
-/// raw functions, as the heap rate's (`crate::rate::FAST_PATHS`) without `nowMs`: `window[0]`
-/// receives the whole milliseconds elapsed in the host's interval, so a `WindowQuota` on a shared
-/// rate makes one call per request.
+/// `SharedRate.observe(handle, key, events)` and `observeInWindow(handle, key, events)` as raw
+/// functions, as the heap rate's (`crate::rate::FAST_PATHS`) without `nowMs`: the thread's window
+/// scratch ([`crate::window`]) receives the whole milliseconds elapsed in the host's interval, so
+/// a `WindowQuota` on a shared rate makes one call per request.
 pub(super) const FAST_PATHS: [(&CStr, Callback); 6] = [
     (c"sharedRateObserveStr", observe_str),
     (c"sharedRateObserveNum", observe_num),
@@ -161,15 +162,14 @@ raw::per_key_type! {
 
 raw::per_key_type! {
     [observe_in_window_str, observe_in_window_num, observe_in_window_key],
-    |env, read, [handle, key, events, window]| {
+    |env, read, [handle, key, events]| {
         let sketches = raw::resolve(env, handle, &SHARED_RATES)?;
         let events = raw::count(env, events, "The \"events\" argument")?;
         let key = read(env, key, |k| sketches.hash_key(k))?;
-        let window = raw::first_f64(env, window, "The \"window\" argument")?;
         let (count, past) = sketches.observe_hash_in_interval(key, events);
-        // SAFETY: checked by first_f64, and still within this call. Whole milliseconds, below
-        // the 2^52 ms interval: exact in a double, and the interval's end stays at least 1 ms away.
-        window.write((past / 1_000_000) as f64);
+        // Whole milliseconds, below the 2^52 ms interval: exact in a double, and the interval's
+        // end stays at least 1 ms away.
+        window::write((past / 1_000_000) as f64)?;
         Ok(count as f64)
     }
 }
