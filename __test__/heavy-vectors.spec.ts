@@ -8,7 +8,7 @@ import { join } from 'node:path';
 import { active } from '../lib/backend.js';
 import type { HeavyCore, HeavyCorruptReason, HeavyTalker, HeavyWindow, Key } from '../lib/core.js';
 import { HeavyHitters } from '../lib/index.js';
-import { encodeKey, storedCopy } from '../fallback/heavy/keys.js';
+import { hashBytes, hashStoredKey, storedCopy } from '../fallback/heavy/keys.js';
 import { prng, throwsShape, title } from './helpers.js';
 
 type KeyType = 'string' | 'bytes' | 'i64';
@@ -237,11 +237,13 @@ test(title('keys are one key exactly when their stored forms are equal'), (t) =>
   );
 });
 
-test('[fallback] a string key is stored as TextEncoder writes it, lone surrogates as U+FFFD', (t) => {
-  // The fallback encodes strings itself (TextEncoder.encodeInto would need a fresh subarray per
-  // call): every UTF-8 length boundary, pairs, and lone surrogates at each position.
+test('[fallback] a string key is stored and hashed as TextEncoder writes it, lone surrogates as U+FFFD', (t) => {
+  // The fallback hashes an ASCII string from its char codes, writing its stored form only when
+  // asked, and encodes any other string itself: every UTF-8 length boundary, pairs, lone
+  // surrogates at each position, and ASCII strings of every length across a few hash words.
   const edges = ['', '\x7f', '\x80', '\u07ff', '\u0800', '\uffff', '\ud7ff', '\ue000', '\ud83d\udc22', '\udbff\udfff'];
   const lone = ['\ud800', '\udc00', 'a\ud800', '\ud800a', '\udc00\ud800', '\ud800\ud800\udc00', 'x\udfff\ud83d'];
+  const ascii = Array.from({ length: 40 }, (_, n) => 'abcdefghij0123456789ABCDEFGHIJ.:-_~!*()[]'.slice(0, n));
   const random = prng(5);
   const units = [0x41, 0x7f, 0x80, 0x7ff, 0x800, 0xd7ff, 0xd800, 0xdbff, 0xdc00, 0xdfff, 0xe000, 0xfffd, 0xffff];
   const drawn = Array.from({ length: 2000 }, () =>
@@ -250,8 +252,11 @@ test('[fallback] a string key is stored as TextEncoder writes it, lone surrogate
     ),
   );
   const encoder = new TextEncoder();
-  for (const key of [...edges, ...lone, ...drawn]) {
-    encodeKey(key);
-    t.deepEqual(storedCopy(), Uint8Array.from([0, ...encoder.encode(key)]), JSON.stringify(key));
+  for (const key of [...edges, ...lone, ...ascii, '203.0.113.77', 'x'.repeat(300) + '\u00e9', ...drawn]) {
+    const { h1, h2 } = hashStoredKey(key, 0x9e3779b9, 0x7f4a7c15);
+    const stored = storedCopy();
+    t.deepEqual(stored, Uint8Array.from([0, ...encoder.encode(key)]), JSON.stringify(key));
+    const bytes = hashBytes(stored, stored.length, 0x9e3779b9, 0x7f4a7c15);
+    t.deepEqual([h1, h2], [bytes.h1, bytes.h2], `the hash of ${JSON.stringify(key)}`);
   }
 });

@@ -15,7 +15,7 @@ import type {
 import { canonical, type CanonicalKey } from '../canonical.js';
 import { FallbackEstimator } from '../estimator.js';
 import { decodeSummary, encodeSummary } from './codec.js';
-import { decodeStored, encodeKey, hashStored } from './keys.js';
+import { decodeStored, hashStoredKey } from './keys.js';
 import { Summary } from './summary.js';
 import { Rotation } from '../rotation.js';
 import { addSat, rank, type Entry } from './table.js';
@@ -112,10 +112,9 @@ export class FallbackHeavy implements HeavyCore {
   /** Nothing to free: the summaries go with this core, which `lib/` drops on close. */
   close(): void {}
 
-  /** Encodes `key` into the scratch buffer and hashes it (both summaries share the seed). */
+  /** Hashes `key`'s stored form (both summaries share the seed). */
   private hash(key: Key): { h1: number; h2: number } {
-    encodeKey(key);
-    return hashStored(this.intervals.current.k0, this.intervals.current.k1);
+    return hashStoredKey(key, this.intervals.current.k0, this.intervals.current.k1);
   }
 
   /** `top_of_both`: every key tracked in either interval, with the sum of its bounds in both. */

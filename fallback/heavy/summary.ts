@@ -1,7 +1,7 @@
 /**
  * One interval's heavy hitters (crates/limits/src/heavy/summary.rs `Summary`): a count-min sketch
- * in front of a bounded exact table. Keys arrive as their stored form, written by `keys.ts`
- * `encodeKey` into its scratch buffer just before each call.
+ * in front of a bounded exact table. Keys arrive hashed by `keys.ts` `hashStoredKey` just before each
+ * call, which then gives their stored form (`storedCopy`).
  */
 import type { HeavyCount, HeavyStats, Key } from '../../lib/core.js';
 import { canonical, type CanonicalKey } from '../canonical.js';
@@ -31,7 +31,7 @@ export class Summary {
   }
 
   /**
-   * `incr_hash` for `key`, whose stored form `keys.ts` `encodeKey` just wrote and which hashed as
+   * `incr_hash` for `key`, which `keys.ts` `hashStoredKey` just hashed as
    * `h1`/`h2`: returns its exact count if it is tracked after this increment, else
    * `−1 − estimate`.
    */
