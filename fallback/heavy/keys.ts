@@ -67,10 +67,10 @@ function hashAscii(key: string, k0: number, k1: number): boolean {
   hash.word(0);
   let w = TAG_STR;
   let shift = 8;
-  let seen = 0;
   for (let i = 0; i < n; i++) {
     const c = key.charCodeAt(i);
-    seen |= c;
+    // Stop at once: a long non-ASCII key is then read once more, by the encoder, not twice.
+    if (c >= 0x80) return false;
     w |= c << shift;
     shift += 8;
     if (shift === 32) {
@@ -79,7 +79,6 @@ function hashAscii(key: string, k0: number, k1: number): boolean {
       shift = 0;
     }
   }
-  if (seen >= 0x80) return false;
   for (let at = 0; at < shift; at += 8) hash.byte((w >>> at) & 0xff);
   hash.finish();
   return true;
