@@ -108,6 +108,14 @@
 //! full; the sketch estimate still bounds them, and the stress test in `tests/heavy.rs` checks
 //! `count ≤ upper + threads − 1`.
 //!
+//! A [`HeavyHitters`] rotating after an idle spell takes out of both summaries what they held
+//! when it claimed the rotation, rather than clearing them, so increments other threads make
+//! meanwhile are not lost (`tests/idle_rotation.rs` counts every one): each sketch subtracts
+//! its copy counter by counter, and each table empties, since an entry cannot tell its stale
+//! count from its new one. When increments raced into a table (a key counted or entered there,
+//! or overflowed), their exact counts go with it while its sketch keeps them, so that summary
+//! stops capping entering keys' slack at `T − 1` until its next reset, as after a merge.
+//!
 //! # Performance
 //! Single-threaded, `u64` keys, 4 × 4096 sketch, threshold 128, 1,024 entries, 2·10^6 events
 //! (`cargo bench -p keepcount-limits --bench heavy`, AMD EPYC, 2 shared vCPUs, 2026-11-23),

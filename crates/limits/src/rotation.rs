@@ -13,7 +13,8 @@
 //! the new interval. Here both slots hold only stale counts when the rotation is claimed, so the
 //! flag flips at once and each slot then [forgets](Slots::forget) what it held at the claim: what
 //! threads count meanwhile stays, every row of an event in the same slot (a `Rate`'s sketches
-//! subtract copies taken before the claim; a `HeavyHitters`' summaries can only be cleared).
+//! subtract copies taken before the claim; a `HeavyHitters`' summaries subtract their sketches'
+//! copies and empty their tables, keeping racing increments in the sketch).
 
 use crate::clock::Clock;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};

@@ -35,8 +35,8 @@ use super::table::{Entry, OverflowCounts};
 pub const MAGIC: [u8; 4] = *b"KCHH";
 /// The format version this crate writes and reads.
 pub const VERSION: u16 = 1;
-/// Flag bit 0: the summary has merged another since its last reset, so entering keys' slack is
-/// not capped at `threshold - 1`.
+/// Flag bit 0: the summary has merged another since its last reset (or increments raced with a
+/// rotation after idleness), so entering keys' slack is not capped at `threshold - 1`.
 const FLAG_MERGED: u16 = 1;
 /// Magic (4) + version (2) + flags (2) + length (8) + threshold (8) + capacity (4) + entries (4)
 /// + three overflow counters (24) + sketch length (4).

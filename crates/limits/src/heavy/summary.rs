@@ -1,12 +1,12 @@
 //! One interval's heavy-hitter summary: [`Summary`], a count-min sketch in front of a bounded
 //! exact table. The guarantees are stated in the [module doc](super).
 
-use crate::estimator::Estimator;
+use crate::estimator::{self, Estimator};
 use crate::hash::KeyHash;
 use std::borrow::Borrow;
 use std::fmt;
 use std::hash::Hash;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use super::count::{Count, Standing, Talker};
 use super::settings::Settings;
@@ -50,8 +50,21 @@ pub struct Summary<K> {
     settings: Settings,
     /// Set by a merge (and kept until a reset): the sketch then holds increments that did not
     /// pass through [`incr_hash`](Summary::incr_hash), so an entering key's slack is its whole
-    /// estimate rather than at most `threshold - 1` (guarantee 2 of the module doc).
+    /// estimate rather than at most `threshold - 1` (guarantee 2 of the module doc). Also set by
+    /// a rotation after idleness that increments raced ([`forget`](Summary::forget)).
     merged: AtomicBool,
+    /// Merges made into this summary, never reset: how a rotation after idleness tells whether
+    /// one raced with it.
+    merges: AtomicU64,
+}
+
+/// What a summary held when a rotation after idleness was claimed: what
+/// [`forget`](Summary::forget) takes out.
+pub(crate) struct Baseline<K> {
+    sketch: estimator::Baseline,
+    entries: Vec<Entry<K>>,
+    overflow: OverflowCounts,
+    merges: u64,
 }
 
 /// A summary's counters of what it saw and what it could not track.
@@ -80,6 +93,7 @@ impl<K: Hash + Eq + Clone> Summary<K> {
             table: Table::new(settings.capacity()),
             settings,
             merged: AtomicBool::new(false),
+            merges: AtomicU64::new(0),
         }
     }
 
@@ -96,6 +110,7 @@ impl<K: Hash + Eq + Clone> Summary<K> {
             table: Table::new(settings.capacity()),
             settings,
             merged: AtomicBool::new(merged),
+            merges: AtomicU64::new(0),
         };
         summary.table.replace_with(|_| entries);
         summary.table.set_overflow(overflow);
@@ -153,11 +168,13 @@ impl<K: Hash + Eq + Clone> Summary<K> {
         // Its previous increment, if any, read an estimate below the threshold (else it would
         // have entered then: the table had room then, since it has now and never shrinks), so
         // its count before this increment is below the threshold too. Unless a merge added
-        // counts that never passed through here.
-        let slack_cap = if self.merged() {
-            u64::MAX
-        } else {
-            self.settings.threshold() - 1
+        // counts that never passed through here, or a rotation dropped entries that raced it.
+        let slack_cap = || {
+            if self.merged() {
+                u64::MAX
+            } else {
+                self.settings.threshold() - 1
+            }
         };
         self.table
             .add(hash, key, u64::from(value), estimate, slack_cap)
@@ -260,6 +277,37 @@ impl<K: Hash + Eq + Clone> Summary<K> {
         // Relaxed: see merge.
         self.merged.store(false, Ordering::Relaxed);
         self.sketch.reset();
+    }
+
+    /// The sketch's counters, the entries and the overflow counters as they are now: read when a
+    /// rotation after idleness is about to be claimed, while nobody counts into this summary.
+    pub(crate) fn baseline(&self) -> Baseline<K> {
+        Baseline {
+            sketch: self.sketch.snapshot(),
+            entries: self.table.entries(),
+            overflow: self.table.overflow(),
+            // Relaxed: compared with a later read under the table's lock, which merges hold.
+            merges: self.merges.load(Ordering::Relaxed),
+        }
+    }
+
+    /// Takes `baseline` out, keeping what increments racing with the rotation added: the sketch
+    /// subtracts its copy counter by counter ([`Estimator::forget`]), so every increment since
+    /// stays whole in it; the table empties, since an entry cannot tell its stale count from
+    /// its new one. If increments raced into the table (an entry entered or counted, an overflow,
+    /// a merge), their exact counts go with it while the sketch still holds them: a key that
+    /// enters again may have counted more than `threshold - 1` before, so the slack cap is
+    /// lifted as after a merge until the next reset. Without a race this is a
+    /// [`reset`](Self::reset). Stops early once `go_on` returns `false` (another rotation began).
+    pub(crate) fn forget(&self, baseline: Baseline<K>, go_on: impl Fn() -> bool) {
+        self.sketch.forget(&baseline.sketch, &go_on);
+        self.table
+            .forget(&baseline.entries, baseline.overflow, &go_on, |changed| {
+                // Relaxed, both: under the table's exclusive lock, which merges and entering
+                // keys (reading the flag for their slack cap) take too.
+                let merged = self.merges.load(Ordering::Relaxed) != baseline.merges;
+                self.merged.store(changed || merged, Ordering::Relaxed);
+            });
     }
 
     /// Counters of the table's use and of what it could not track.
@@ -406,6 +454,53 @@ mod tests {
         assert_eq!(s.count(&1).upper, 0);
         assert_eq!(s.stats().tracked, 0);
         assert_eq!(s.stats().overflow_events, 0);
+    }
+
+    #[test]
+    fn forgetting_an_unraced_baseline_is_a_reset() {
+        let (s, fresh) = (summary(2, 1), summary(2, 1));
+        s.incr(&1, 3);
+        s.incr(&2, 3); // overflows: the table holds one key
+        s.merge(&summary(2, 1)).unwrap();
+        s.forget(s.baseline(), || true);
+        assert_eq!(s.stats(), fresh.stats());
+        assert!(!s.merged());
+        assert_eq!(
+            s.sketch()
+                .counters()
+                .iter()
+                .map(|c| c.load(Ordering::Relaxed))
+                .max(),
+            Some(0)
+        );
+    }
+
+    #[test]
+    fn forgetting_keeps_what_raced_and_lifts_the_slack_cap() {
+        let s = summary(3, 8);
+        s.incr(&1, 5); // tracked, stale
+        let baseline = s.baseline();
+        // Racing with the rotation: the stale estimate lets key 1 count exactly in the table.
+        for _ in 0..4 {
+            s.incr(&1, 1);
+        }
+        s.forget(baseline, || true);
+        assert_eq!(s.stats().total, 4);
+        assert_eq!(s.stats().tracked, 0);
+        assert!(s.merged());
+        // Key 1 counted 4 since the claim; entering again on its next increment, its slack must
+        // cover the 4 the table dropped, more than threshold - 1.
+        let count = s.incr(&1, 1);
+        assert_eq!(count.standing, Standing::Tracked);
+        assert!(count.lower <= 5 && 5 <= count.upper, "{count:?}");
+    }
+
+    #[test]
+    fn forgetting_stops_when_another_rotation_began() {
+        let s = summary(1, 8);
+        s.incr(&1, 2);
+        s.forget(s.baseline(), || false);
+        assert_eq!((s.stats().total, s.stats().tracked), (2, 1));
     }
 
     #[test]

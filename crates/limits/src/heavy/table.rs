@@ -81,16 +81,17 @@ impl<K: Eq> Table<K> {
 
     /// Counts `value` for a key whose sketch estimate, this increment included, is `estimate`
     /// (at least the threshold): exactly if it is tracked; by entering it if there is room, with
-    /// the slack `min(estimate - value, slack_cap)` (its estimate before this increment, capped
+    /// the slack `min(estimate - value, slack_cap())` (its estimate before this increment, capped
     /// by what the caller knows of its count before: see the module's guarantee 2); else as
-    /// overflow.
+    /// overflow. `slack_cap` is read under the exclusive lock, so it sees what the last merge or
+    /// [`forget`](Self::forget) decided.
     pub(crate) fn add<Q>(
         &self,
         hash: KeyHash,
         key: &Q,
         value: u64,
         estimate: u64,
-        slack_cap: u64,
+        slack_cap: impl FnOnce() -> u64,
     ) -> Count
     where
         K: Borrow<Q>,
@@ -113,7 +114,7 @@ impl<K: Eq> Table<K> {
         if slots.len() >= self.capacity {
             return self.overflowed(value, estimate);
         }
-        let slack = estimate.saturating_sub(value).min(slack_cap);
+        let slack = estimate.saturating_sub(value).min(slack_cap());
         slots.insert_unique(
             hash.to_u64(),
             Slot {
@@ -218,6 +219,41 @@ impl<K: Eq> Table<K> {
         self.set_overflow(OverflowCounts::default());
     }
 
+    /// Empties the table for a rotation after idleness, unless `go_on` says another rotation
+    /// began, and takes `overflow` (the counters at the claim) out of the overflow counters;
+    /// `settle` then runs under the same exclusive lock with whether the table changed since it
+    /// held `baseline` (an entry entered or counted, or an overflow), that is whether increments
+    /// raced with the rotation: their exact counts go with the table, their sketch counts stay.
+    pub(crate) fn forget(
+        &self,
+        baseline: &[Entry<K>],
+        overflow: OverflowCounts,
+        go_on: impl Fn() -> bool,
+        settle: impl FnOnce(bool),
+    ) {
+        let mut slots = self.slots.write();
+        if !go_on() {
+            return;
+        }
+        // Entries leave only by a clear or a merge (which the caller tells apart), so the same
+        // number of entries with the baseline's keys and counts is the baseline's table.
+        let changed = slots.len() != baseline.len()
+            || baseline.iter().any(|entry| {
+                slots
+                    .find(entry.hash.to_u64(), |s| s.key == entry.key)
+                    // Relaxed: under the exclusive lock no increment is in flight.
+                    .is_none_or(|slot| slot.exact.load(Ordering::Relaxed) != entry.exact)
+            });
+        let now = self.overflow();
+        slots.clear();
+        self.set_overflow(OverflowCounts {
+            events: now.events.saturating_sub(overflow.events),
+            weight: now.weight.saturating_sub(overflow.weight),
+            merge_dropped: now.merge_dropped.saturating_sub(overflow.merge_dropped),
+        });
+        settle(changed || now.events != overflow.events);
+    }
+
     pub(crate) fn set_overflow(&self, counts: OverflowCounts) {
         // Relaxed: statistics.
         self.overflow.events.store(counts.events, Ordering::Relaxed);
@@ -318,9 +354,9 @@ mod tests {
     #[test]
     fn enters_with_the_estimate_before_the_increment_as_slack() {
         let table = Table::<u32>::new(2);
-        let count = table.add(hash(1), &1, 2, 7, u64::MAX);
+        let count = table.add(hash(1), &1, 2, 7, || u64::MAX);
         assert_eq!((count.lower, count.upper), (2, 7));
-        let count = table.add(hash(1), &1, 3, 99, u64::MAX);
+        let count = table.add(hash(1), &1, 3, 99, || u64::MAX);
         assert_eq!((count.lower, count.upper), (5, 10));
         assert_eq!(table.get(hash(1), &1), Some(count));
     }
@@ -328,8 +364,8 @@ mod tests {
     #[test]
     fn refuses_entry_when_full_and_counts_it() {
         let table = Table::<u32>::new(1);
-        table.add(hash(1), &1, 1, 5, u64::MAX);
-        let count = table.add(hash(2), &2, 4, 6, u64::MAX);
+        table.add(hash(1), &1, 1, 5, || u64::MAX);
+        let count = table.add(hash(2), &2, 4, 6, || u64::MAX);
         assert_eq!(count.standing, Standing::Overflow);
         assert_eq!((count.lower, count.upper), (0, 6));
         assert_eq!(table.get(hash(2), &2), None);
@@ -343,8 +379,8 @@ mod tests {
     #[test]
     fn keys_with_the_same_hash_stay_apart() {
         let table = Table::<u32>::new(4);
-        table.add(hash(9), &1, 1, 5, 2);
-        table.add(hash(9), &2, 2, 5, 2);
+        table.add(hash(9), &1, 1, 5, || 2);
+        table.add(hash(9), &2, 2, 5, || 2);
         assert_eq!(table.get(hash(9), &1).unwrap().lower, 1);
         assert_eq!(table.get(hash(9), &2).unwrap().lower, 2);
         // The cap bounds the slack: 5 - 1 = 4 capped to 2.

@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use super::count::{Count, Talker};
 use super::settings::{ConfigError, Settings};
-use super::summary::{MergeError, Summary};
+use super::summary::{Baseline, MergeError, Summary};
 use super::table::{Entry, rank};
 
 /// Which interval a query reads.
@@ -59,7 +59,10 @@ pub enum Window {
 ///
 /// # Thread safety
 /// `Send + Sync` when `K` and `C` are. As in [`Rate`](crate::rate::Rate), an increment racing
-/// with an interval change may be counted in either interval.
+/// with an interval change may be counted in either interval, and is counted once. After an
+/// idle spell, increments racing with the rotation stay in their summary's sketch; if any had
+/// reached the table, that summary lifts its slack cap until its next reset (module doc,
+/// *Thread safety*).
 pub struct HeavyHitters<K, C: Clock = MonotonicClock> {
     red: Summary<K>,
     blue: Summary<K>,
@@ -267,6 +270,10 @@ impl<K: Hash + Eq + Clone, C: Clock> HeavyHitters<K, C> {
         self.rotation.red_or_blue()
     }
 
+    fn summary(&self, red: bool) -> &Summary<K> {
+        if red { &self.red } else { &self.blue }
+    }
+
     /// Starts a new interval if the current one has ended; returns the time since the current
     /// interval started as of the call (before any rotation it made).
     #[inline]
@@ -285,20 +292,22 @@ impl<K: Hash + Eq + Clone, C: Clock> HeavyHitters<K, C> {
     }
 }
 
-/// A summary cannot tell the entries counted after a rotation began from the ones before, so a
-/// stale summary is cleared, as pingora clears a stale sketch: what other threads count into it
-/// while it is cleared may be lost.
+/// After idleness both summaries take out what they held at the claim ([`Summary::forget`])
+/// instead of being cleared, so what threads count meanwhile stays: in the new interval, or in
+/// the previous one for a thread that had not yet seen the flip.
 impl<K: Hash + Eq + Clone, C: Clock> Slots for HeavyHitters<K, C> {
-    type Baseline = ();
+    type Baseline = Baseline<K>;
 
     fn clear(&self, red: bool) {
-        if red { &self.red } else { &self.blue }.reset();
+        self.summary(red).reset();
     }
 
-    fn baseline(&self, _red: bool) {}
+    fn baseline(&self, red: bool) -> Baseline<K> {
+        self.summary(red).baseline()
+    }
 
-    fn forget(&self, red: bool, _baseline: (), _go_on: impl Fn() -> bool) {
-        self.clear(red);
+    fn forget(&self, red: bool, baseline: Baseline<K>, go_on: impl Fn() -> bool) {
+        self.summary(red).forget(baseline, go_on);
     }
 }
 

@@ -85,6 +85,7 @@ impl<K: Hash + Eq + Clone> Summary<K> {
             // Relaxed: a flag that publishes nothing else; an increment racing with the merge
             // may read it stale, one of the races documented above.
             self.merged.store(true, Ordering::Relaxed);
+            self.merges.fetch_add(1, Ordering::Relaxed);
             merged
         });
         let ours = self.table.overflow();
