@@ -295,6 +295,46 @@ test.serial(
   },
 );
 
+test.serial(
+  title("a key made room for and asked for again: Redis never gives back its earlier account's last loan"),
+  async (t) => {
+    const server = await startRedis();
+    const connection = await connectClient('ioredis', server.port);
+    try {
+      const sync = new RedisSync({ sendCommand: connection.send, syncMs: 3_600_000 });
+      // 10 tokens that never refill: a loan given back twice is an eleventh admission.
+      const limiter = new SyncedLimiter({ sync, name: 'again', limit: { perSecond: 0, burst: 10 } });
+      let admitted = 0;
+      const check = (): void => {
+        if (limiter.check('k').allowed) admitted++;
+      };
+      t.true(await sync.flush());
+      check(); // on credit
+      t.true(await sync.flush()); // lent 2: the debt and the demand
+      check();
+      t.true(await sync.flush()); // lent 1, which Redis records as this node's last loan
+      check(); // ...and spent: 3 admitted, 7 tokens left in Redis
+      t.is(admitted, 3);
+      // 65,535 more keys that owe nothing fill the table behind k; one more makes k's account go.
+      for (let i = 1; i < 65_536; i++) limiter.check(`o${i}`, 0);
+      limiter.check('x', 0);
+      check(); // a new account for k, on credit again (one token: more would be the nodes' credit)
+      // Its first request waits for the other keys' turns, 1,024 a sync: then it has a loan, and
+      // no more credit; what it admits after comes from the bucket.
+      for (let i = 0; i < 64; i++) t.true(await sync.flush());
+      for (let i = 0; i < 2 * 64; i++) {
+        for (let j = 0; j < 3; j++) check();
+        t.true(await sync.flush());
+      }
+      t.is(admitted, 10, 'every token of the bucket, once');
+      await sync.close();
+    } finally {
+      await connection.close();
+      await server.stop();
+    }
+  },
+);
+
 test.serial(title('tokenBucket on two real servers with a SyncedLimiter holds one bucket for both'), async (t) => {
   const server = await startRedis();
   const connections = await Promise.all(clientNames.map((name) => connectClient(name, server.port)));

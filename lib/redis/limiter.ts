@@ -101,6 +101,8 @@ interface Account {
   idle: number;
   /** `performance.now()` after which the loan is void (0: no loan). */
   expiresAt: number;
+  /** See {@link LoanRequest.got}. */
+  got: number;
   /** The `'local'` fail policy's own bucket: tokens and when they were counted. */
   localTokens: number;
   localAt: number;
@@ -282,13 +284,15 @@ export class SyncedLimiter implements RequestLimiter {
       ttlMs: bucket.ttlMs,
       held,
       want,
-      lent: (tokens, sentAt) => {
+      got: account.got,
+      lent: (tokens, sentAt, seq) => {
         if (leaving) return;
         // A reply later than the lease (counted from before the request left) is void: Redis may
-        // already have written the loan off.
+        // already have written the loan off, or else gives it back at the next sync.
         if (performance.now() > sentAt + this.leaseMs) return;
         account.held += tokens;
         account.expiresAt = sentAt + this.leaseMs;
+        account.got = seq;
       },
       // A failed sync tells Redis nothing: the demand counts in the next one, and idle syncs are
       // counted only when they reach Redis. A key that left is gone (its loan lapses in Redis).
@@ -321,6 +325,7 @@ export class SyncedLimiter implements RequestLimiter {
         demand: 0,
         idle: 0,
         expiresAt: 0,
+        got: this.#sync.sequence,
         localTokens: share,
         localAt: performance.now(),
       };

@@ -20,8 +20,19 @@ export interface LoanRequest {
   readonly held: number;
   /** Tokens it asks for, or −1 to give back what it holds and leave the bucket. */
   readonly want: number;
-  /** Takes in the tokens lent, after a successful sync sent at `sentAt` (`performance.now()`). */
-  lent(tokens: number, sentAt: number): void;
+  /**
+   * The sequence number of the last sync whose loan for this key the node took in, or, before
+   * any, of the last sync before the node started asking for it: Redis gives a loan it made
+   * after that, which the node never took (its sync gave up first), back to the bucket. A loan
+   * Redis recorded for an earlier account of the key (forgotten, then asked for again) is before
+   * it, so it is never given back twice.
+   */
+  readonly got: number;
+  /**
+   * Takes in the tokens lent by the sync numbered `seq`, after it succeeded; it was sent at
+   * `sentAt` (`performance.now()`).
+   */
+  lent(tokens: number, sentAt: number, seq: number): void;
   /** The sync failed: what the request reported (its demand) must go with the next one. */
   failed(): void;
 }

@@ -69,14 +69,17 @@
  * A bucket entry (one key of a synced limiter) is one hash, the fleet's token bucket for the key:
  * `t` its tokens and `at` when they were counted (server time), and per node `o:<node>` the tokens
  * on loan to it (negative: what it borrowed on credit), `w:<node>` what it last asked for,
- * `x:<node>` its lease expiry and `s:<node>` its last sequence number. A node reports what it holds
+ * `x:<node>` its lease expiry, `s:<node>` its last sequence number and `l:<node>` what that sync
+ * lent it. A node reports what it holds
  * and asks for more; the script refills the bucket at `rate` up to `burst`, and never above `cap`
  * minus everything on loan (so tokens in the bucket plus tokens held by nodes never pass `cap`),
  * then lends the node `min(want, tokens × want / all wants)`: a share in proportion to demand,
  * Doorman's proportional share. A node that leaves (want −1) gives its tokens back, or pays its debt from the bucket (which
  * may go below zero). Loans of nodes whose lease ran out are written off: their tokens are never
  * returned (the node dropped them itself by then), and a debt stays with the node, which reports it
- * when it comes back.
+ * when it comes back. A node also says which sync's loan it last took in (`got`): when its last
+ * sync here is later, the node gave up on that reply (a timeout) and never took the loan, so the
+ * loan goes back into the bucket, once (the next applied sync records its own loan in its place).
  *
  * KEYS: per cell entry its base, its registry and its layout registry, then one key per bucket
  * entry. ARGV: node id, registry lifetime (ms, also how long a layout stays live), pull limit,
@@ -85,7 +88,7 @@
  * none), layout, cell count n, n
  * pairs of cell index and cumulative value; then per bucket entry: sequence number, rate (tokens
  * per ms), burst (the tokens of a new bucket), cap, lease in ms, lifetime in ms (0: none), tokens
- * held, tokens wanted (−1: leaving). Reply, per cell entry: applied (0/1), version, incarnation, live nodes, m,
+ * held, tokens wanted (−1: leaving), the sequence number whose loan it last took in. Reply, per cell entry: applied (0/1), version, incarnation, live nodes, m,
  * then m pairs of cell index and the others' count (global minus this node's), o and the o other
  * live layouts (at most 16: enough to report a misconfiguration, and a fleet where every node has
  * its own seed does not make every reply as long as the fleet); then per bucket
@@ -237,19 +240,19 @@ end
 for k = 3 * entries + 1, #KEYS do
   local bucket = KEYS[k]
   local seq, rate, burst, cap = tonumber(ARGV[a]), tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3])
-  local lease, ttl, held, want = tonumber(ARGV[a + 4]), tonumber(ARGV[a + 5]), tonumber(ARGV[a + 6]), tonumber(ARGV[a + 7])
-  a = a + 8
+  local lease, ttl, held, want, got = tonumber(ARGV[a + 4]), tonumber(ARGV[a + 5]), tonumber(ARGV[a + 6]), tonumber(ARGV[a + 7]), tonumber(ARGV[a + 8])
+  a = a + 9
   own(bucket, 'hash')
   local f, flat = {}, redis.call('HGETALL', bucket)
   for j = 1, #flat, 2 do f[flat[j]] = flat[j + 1] end
-  local lent = 0
-  if seq > tonumber(f['s:' .. node] or '0') then
+  local lent, last = 0, tonumber(f['s:' .. node] or '0')
+  if seq > last then
     local lent_out, wanted = 0, want
     for field, value in pairs(f) do
       local other = string.sub(field, 3)
       if string.sub(field, 1, 2) == 'x:' and other ~= node then
         if tonumber(value) < now then
-          redis.call('HDEL', bucket, 'o:' .. other, 'w:' .. other, 'x:' .. other, 's:' .. other)
+          redis.call('HDEL', bucket, 'o:' .. other, 'w:' .. other, 'x:' .. other, 's:' .. other, 'l:' .. other)
         else
           lent_out = lent_out + tonumber(f['o:' .. other] or '0')
           wanted = wanted + tonumber(f['w:' .. other] or '0')
@@ -257,6 +260,7 @@ for k = 3 * entries + 1, #KEYS do
       end
     end
     local tokens, at = tonumber(f.t or burst), tonumber(f.at or now)
+    if last > got then tokens = tokens + tonumber(f['l:' .. node] or '0') end
     if want >= 0 then lent_out = lent_out + held else tokens = tokens + held end
     tokens = math.min(burst, cap - lent_out, tokens + rate * math.max(0, now - at))
     if want >= 0 then
@@ -264,9 +268,9 @@ for k = 3 * entries + 1, #KEYS do
         lent = math.min(want, tokens * want / wanted)
         tokens = tokens - lent
       end
-      redis.call('HSET', bucket, 'o:' .. node, number(held + lent), 'w:' .. node, number(want), 'x:' .. node, now + lease)
+      redis.call('HSET', bucket, 'o:' .. node, number(held + lent), 'w:' .. node, number(want), 'x:' .. node, now + lease, 'l:' .. node, number(lent))
     else
-      redis.call('HDEL', bucket, 'o:' .. node, 'w:' .. node, 'x:' .. node)
+      redis.call('HDEL', bucket, 'o:' .. node, 'w:' .. node, 'x:' .. node, 'l:' .. node)
     end
     redis.call('HSET', bucket, 't', number(tokens), 'at', now, 's:' .. node, seq)
     if ttl > 0 then redis.call('PEXPIRE', bucket, ttl) else redis.call('PERSIST', bucket) end

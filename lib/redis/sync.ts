@@ -201,6 +201,11 @@ export class RedisSync extends EventEmitter {
     this.#sources.add(source);
   }
 
+  /** @internal The sequence number of the last sync sent (0: none yet). */
+  get sequence(): number {
+    return this.#seq;
+  }
+
   /** @internal */
   remove(source: SyncSource): void {
     this.#sources.delete(source);
@@ -319,7 +324,7 @@ export class RedisSync extends EventEmitter {
       for (const loan of loans) {
         keys.push(loan.key);
         args.push(seq, String(loan.rate), String(loan.burst), String(loan.cap), String(loan.leaseMs));
-        args.push(String(loan.ttlMs), String(loan.held), String(loan.want));
+        args.push(String(loan.ttlMs), String(loan.held), String(loan.want), String(loan.got));
       }
       const reply = await Promise.race([runSyncScript(this.#count, keys, args), timeout]);
       const { pulls, lent, foreign } = parseReply(reply, entries.length, loans.length);
@@ -333,7 +338,7 @@ export class RedisSync extends EventEmitter {
         layouts.set(entry.keys.layouts, { entry, others: new Set(pull.layouts) });
       });
       for (const push of pushes) this.#stats.cellsPushed += push.cells.length;
-      loans.forEach((loan, k) => loan.lent(lent[k] as number, started));
+      loans.forEach((loan, k) => loan.lent(lent[k] as number, started, Number(seq)));
       return { nodes, foreign: foreign.map(({ key, type }) => foreignKeyError(key, type, this.prefix)), layouts };
     } catch (error) {
       pushes.forEach((push, k) => (entries[k] as SyncedCells).restore(push));
