@@ -312,3 +312,40 @@ test(title('the fastify store reads without counting, and refuses per-key window
     message: 'The keepcount store shares one window between keys and cannot support exponentialBackoff',
   });
 });
+
+test(title('@fastify/rate-limit with skipOnError: a request whose key is missing is still counted'), async (t) => {
+  // The key comes from a header the client may leave out. Were the store to fail on `undefined`,
+  // skipOnError would let every such request through uncounted; LocalStore counts them together.
+  const app = Fastify();
+  await app.register(fastifyRateLimitPlugin, {
+    max: 2,
+    timeWindow: 60_000,
+    skipOnError: true,
+    keyGenerator: (request) => request.headers['x-api-key'] as string,
+    store: keepcountFastifyStore({ clock: new ManualClock() }),
+  });
+  app.get('/', async () => 'ok');
+  await app.listen({ port: 0, host: '127.0.0.1' });
+  t.teardown(() => app.close());
+  const { port } = app.server.address() as { port: number };
+  const statuses = [];
+  for (let i = 0; i < 3; i++) statuses.push((await get(port, '/')).status);
+  t.deepEqual(statuses, [200, 200, 429], 'requests without the header share one count');
+  t.is((await get(port, '/', { 'x-api-key': 'k' })).status, 200, 'a client with its own key is counted apart');
+});
+
+test(title('the fastify store counts a key that is not a string under its String() form'), async (t) => {
+  const store = new (keepcountFastifyStore({ clock: new ManualClock() }))({});
+  const incr = (key: unknown) =>
+    new Promise<number>((resolve, reject) =>
+      store.incr(key as string, (error, result) => (error ? reject(error) : resolve(result!.current)), 1000, 5),
+    );
+  t.is(await incr(undefined), 1);
+  t.is(await incr('undefined'), 2);
+  t.is(await incr(5), 1);
+  t.is(await incr('5'), 2);
+  t.is(await incr(1.5), 1);
+  t.is(await incr(Symbol('s')), 1);
+  // String() itself throws: an error through the callback, nothing thrown at the plugin.
+  await t.throwsAsync(incr(Object.create(null)), { instanceOf: TypeError });
+});

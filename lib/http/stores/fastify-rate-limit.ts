@@ -12,10 +12,14 @@
  *   so the constructor refuses them rather than silently ignoring them.
  * - Memory is fixed per sketch (16 × hashes × slots bytes, sized from `clients`); the plugin's
  *   `cache` (LRU size) option does not apply.
- * - Keys are what keepcount counts (a string or a number, as the plugin's `keyGenerator` type
- *   says): a key of another type (`undefined` from a missing header, an object) fails the request
- *   with keepcount's `TypeError` through the plugin, where `LocalStore` would count it under that
- *   value.
+ * - A key is counted as a string: a number (which the plugin's `keyGenerator` type allows) or
+ *   any other value under its `String()` form, as express-rate-limit's stores read theirs (`5`
+ *   and `'5'` are one key). `undefined` from a missing header is `'undefined'`, so every request
+ *   without the header shares one count, as under `LocalStore`, which keys its map by the value
+ *   itself. It is never an error: with the plugin's `skipOnError`, a store error lets the request
+ *   through uncounted, so a client could escape the limit by leaving out the header its key comes
+ *   from. (A key `String()` throws on, such as an object with no `toString`, fails through the
+ *   callback.)
  *
  * Like `LocalStore` it reads `Date.now()` by default, so tests that fake `Date` turn its windows,
  * and takes any `timeWindow` >= 0, rounded up to whole milliseconds (0 as 1 ms).
@@ -81,6 +85,12 @@ export interface FastifyStore {
 /** A store class as the plugin's `store` option takes it. */
 export type FastifyStoreConstructor = new (params: object) => FastifyStore;
 
+/**
+ * The key a request is counted under: a string as it is, anything else as its `String()` form
+ * (see the module notes on why never an error).
+ */
+const countedKey = (key: unknown): string => (typeof key === 'string' ? key : String(key));
+
 /** Unsupported per-key window extensions, refused by name. */
 function refuseExtensions(options: object | undefined): void {
   const params = options as FastifyStoreParams | undefined;
@@ -119,7 +129,7 @@ export function keepcountFastifyStore(options: KeepcountFastifyStoreOptions = {}
     incr(key: string, callback: FastifyStoreCallback, timeWindow: number): void {
       let result;
       try {
-        const { count, resetMs } = this.#quota(timeWindow).count(key);
+        const { count, resetMs } = this.#quota(timeWindow).count(countedKey(key));
         result = { current: count, ttl: resetMs };
       } catch (error) {
         return callback(error as Error);
@@ -131,7 +141,7 @@ export function keepcountFastifyStore(options: KeepcountFastifyStoreOptions = {}
     read(key: string, callback: FastifyStoreCallback, timeWindow: number): void {
       let result;
       try {
-        const { count, resetMs } = this.#quota(timeWindow).current(key);
+        const { count, resetMs } = this.#quota(timeWindow).current(countedKey(key));
         result = { current: count, ttl: count > 0 ? resetMs : 0 };
       } catch (error) {
         return callback(error as Error);
