@@ -89,6 +89,50 @@ test(title('express: a failing key, skip, cost or upstream reaches next(error), 
   t.is(admitted, 0, 'no failing request reached the handler');
 });
 
+test(
+  title('express: a function failing with a value Express reads as going on still never reaches the handler'),
+  async (t) => {
+    // Express takes next(undefined | null | 0 | '') for "go on" and next('route') for "the next
+    // route": passed on as they are, these refusals and failures would be admitted.
+    const values: Record<string, unknown> = { undefined, null: null, zero: 0, empty: '', route: 'route' };
+    const limiter = new Limiter({ bestEffort: { requests: { perSecond: 10, burst: 10 } } });
+    const errors: unknown[] = [];
+    let admitted = 0;
+    const app = express();
+    for (const [name, value] of Object.entries(values)) {
+      const fail = (): never => {
+        throw value;
+      };
+      const failAsync = async (): Promise<never> => fail();
+      app.get(`/limit-throws/${name}`, rateLimit({ limit: 0, windowMs: 1000, onLimit: fail }));
+      app.get(`/limit-rejects/${name}`, rateLimit({ limit: 0, windowMs: 1000, onLimit: failAsync }));
+      app.get(`/key/${name}`, rateLimit({ limit: 5, windowMs: 1000, key: fail }));
+      app.get(`/cost/${name}`, tokenBucket({ limiter, cost: fail }));
+      app.get(`/upstream/${name}`, upstreamLimit({ max: 1, upstream: fail }));
+    }
+    app.get('/{*path}', (_req, res) => {
+      admitted++;
+      res.send('admitted');
+    });
+    app.use((error: unknown, _req: express.Request, res: express.Response, _next: express.NextFunction) => {
+      errors.push(error);
+      res.status(500).send('failed');
+    });
+    const server = createServer(app);
+    const port = await listen(server);
+    t.teardown(() => close(server));
+    for (const path of ['limit-throws', 'limit-rejects', 'key', 'cost', 'upstream']) {
+      for (const [name, value] of Object.entries(values)) {
+        t.is((await get(port, `/${path}/${name}`)).status, 500, `${path} ${name}`);
+        const error = errors.at(-1) as Error & { code?: string };
+        t.is(error.code, 'ERR_KEEPCOUNT_CALLBACK', `${path} ${name}`);
+        t.is(error.cause, value, `${path} ${name}`);
+      }
+    }
+    t.is(admitted, 0, 'no refused or failing request reached a handler');
+  },
+);
+
 test(title('options are validated with keepcount error codes'), (t) => {
   t.throws(() => rateLimit({ limit: -1, windowMs: 1000 }), { instanceOf: RangeError, code: 'ERR_OUT_OF_RANGE' });
   t.throws(() => rateLimit({ limit: 1, windowMs: 1000, trustProxy: true as never }), {

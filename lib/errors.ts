@@ -45,6 +45,10 @@
  *   made with another seed, shape or sketch format sync a structure of the same name: they would
  *   count one key in other cells, so the two groups count apart. Its `key` names this node's entry,
  *   `layout` and `theirs` the two layouts. Once per other layout, until that one stops syncing.
+ * - `ERR_KEEPCOUNT_CALLBACK` (`Error`): handed to Express's `next` (never thrown) when a function given
+ *   to a keepcount/http middleware (`key`, `skip`, `cost`, `upstream`, `onLimit`) threw or rejected
+ *   with a value Express would take for going on (`undefined`, `null`, `0`, `''`, `false`,
+ *   `'route'`, `'router'`); the value is its `cause`.
  * - `ERR_KEEPCOUNT_INTERNAL` (`Error`): a bug in keepcount, never bad input: an N-API call the native
  *   backend makes failed, or its Rust code panicked. The panic is caught and thrown as this error
  *   rather than aborting the process; please report it.
@@ -70,6 +74,7 @@ export type ErrorCode =
   | 'ERR_KEEPCOUNT_SYNC'
   | 'ERR_KEEPCOUNT_FOREIGN_KEY'
   | 'ERR_KEEPCOUNT_LAYOUT'
+  | 'ERR_KEEPCOUNT_CALLBACK'
   | 'ERR_KEEPCOUNT_INTERNAL';
 
 /** An error with a keepcount {@link ErrorCode}. */

@@ -5,6 +5,7 @@
  * @module
  */
 import type { IncomingMessage, ServerResponse } from 'node:http';
+import { describe, withCode } from '../errors.js';
 import type { Limiter } from '../limiter.js';
 import type { SharedLimiter } from '../shared-limiter.js';
 import type { Ipv6Subnet, TrustProxy } from './client-ip.js';
@@ -41,7 +42,7 @@ export type Next = (error?: unknown) => void;
  * error path), else answers 500 (see {@link Next}). Never goes on to the handler.
  */
 function fail(res: ServerResponse, next: Next, error: unknown): void {
-  if (next.length > 0) return next(error);
+  if (next.length > 0) return next(nextError(error));
   if (res.headersSent) {
     res.destroy();
     return;
@@ -49,6 +50,24 @@ function fail(res: ServerResponse, next: Next, error: unknown): void {
   res.statusCode = 500;
   res.setHeader('Content-Type', 'text/plain; charset=utf-8');
   res.end('Internal Server Error\n');
+}
+
+/**
+ * What {@link fail} hands `next` for `error`: the error itself, unless Express would not take it
+ * for one. Express reads a falsy argument (`undefined`, `null`, `0`, `''`, `false`) as "go on" and
+ * `'route'`/`'router'` as "skip to the next route/router": either would admit the request. Those
+ * are wrapped in an `ERR_KEEPCOUNT_CALLBACK` error, the value as its `cause`.
+ */
+function nextError(error: unknown): unknown {
+  if (error && error !== 'route' && error !== 'router') return error;
+  return withCode(
+    new Error(
+      `A function given to a keepcount middleware threw or rejected with ${describe(error)}, ` +
+        'which Express would take for going on',
+      { cause: error },
+    ),
+    'ERR_KEEPCOUNT_CALLBACK',
+  );
 }
 
 /**
