@@ -33,3 +33,21 @@ test(
     t.is(inflight.get('origin'), 0);
   },
 );
+
+test(title('UpstreamLimit: a call whose upstream the counter refuses leaves its client uncounted'), (t) => {
+  // An upstream key the counter throws on (a number that is no safe integer, a closed counter):
+  // the client was counted in before, and must be let go, or each such call holds it for good.
+  const limit = new UpstreamLimit({ max: 5, perClient: 2 });
+  const bad = 1.5 as unknown as string;
+  for (const method of ['enter', 'acquire'] as const) {
+    for (let i = 0; i < 3; i++) {
+      t.throws(() => limit[method](bad, 'client'), { instanceOf: RangeError, code: 'ERR_OUT_OF_RANGE' });
+    }
+    t.is(limit.clientCount(bad, 'client'), 0, method);
+  }
+  const slot = limit.enter('origin', 'client');
+  t.true(slot.allowed);
+  t.is(limit.clientCount('origin', 'client'), 1);
+  slot.release();
+  t.is(limit.clientCount('origin', 'client'), 0);
+});

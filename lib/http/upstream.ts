@@ -89,7 +89,13 @@ export class UpstreamLimit {
   acquire(key: string, client?: string): UpstreamSlot {
     const held = this.#holdClient(key, client);
     if (held !== undefined && held.refused) return this.#refuseClient(key, held.count);
-    const [guard, count] = this.inflight.incr(key);
+    let counted;
+    try {
+      counted = this.inflight.incr(key);
+    } catch (error) {
+      throw this.#letGo(held, error);
+    }
+    const [guard, count] = counted;
     const allowed = count <= this.max;
     if (allowed) this.#allowed++;
     else {
@@ -121,7 +127,12 @@ export class UpstreamLimit {
     if (counter === undefined) return this.acquire(key, client);
     const held = this.#holdClient(key, client);
     if (held !== undefined && held.refused) return this.#refuseClient(key, held.count);
-    const count = counter.enter(key);
+    let count;
+    try {
+      count = counter.enter(key);
+    } catch (error) {
+      throw this.#letGo(held, error);
+    }
     const allowed = count <= this.max;
     let holding = allowed;
     if (allowed) this.#allowed++;
@@ -157,6 +168,15 @@ export class UpstreamLimit {
     if (count > this.perClient) return { entry, count, refused: true };
     this.#clients.set(entry, count);
     return { entry, count, refused: false };
+  }
+
+  /**
+   * Lets go of the client `held` for a call whose upstream count failed (a key the counter
+   * refuses, a closed counter), so that no failed call stays counted; returns `error` to rethrow.
+   */
+  #letGo(held: { entry: string } | undefined, error: unknown): unknown {
+    if (held !== undefined) this.#dropClient(held.entry);
+    return error;
   }
 
   #dropClient(entry: string): void {
