@@ -1,5 +1,5 @@
 import test from 'ava';
-import { Estimator, Inflight, Limiter, ManualClock, Rate, type InflightGuard } from '../lib/index.js';
+import { Estimator, HeavyHitters, Inflight, Limiter, ManualClock, Rate, type InflightGuard } from '../lib/index.js';
 import { runFixture, throwsShape, title } from './helpers.js';
 
 test(title('counts in and out per key (pingora inflight_count)'), (t) => {
@@ -129,6 +129,11 @@ test(title('a key on a detached buffer is the empty key, for Inflight as for eve
   t.is(rate.observe(new Uint8Array(0), 1), 3);
   const limiter = new Limiter({ bestEffort: { requests: { amount: 1, periodMs: 60_000, burst: 1 } } });
   t.true(limiter.check(detached).allowed);
+  const heavy = new HeavyHitters({ intervalMs: 1000, threshold: 1, seed: 7n, clock: new ManualClock() });
+  t.is(heavy.incr(detached), 1);
+  t.is(heavy.incrWindow(detached).count, 2);
+  heavy.decr(detached);
+  t.deepEqual(heavy.count(new Uint8Array(0)), { lower: 1, upper: 1, standing: 'tracked' });
 });
 
 test(title('enter and leave count in and out without a guard, alongside guards on the same keys'), (t) => {

@@ -112,7 +112,9 @@ function encodeKey(key: Key): void {
   } else {
     if (scratch.length < 1 + key.length) grow(1 + key.length);
     scratch[0] = TAG_BYTES;
-    scratch.set(key, 1);
+    // A view on a detached buffer has length 0 (the empty key, as native reads it), but `set`
+    // throws on it.
+    if (key.length > 0) scratch.set(key, 1);
     length = 1 + key.length;
   }
 }
