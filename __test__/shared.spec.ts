@@ -217,6 +217,16 @@ test(title('names, seeds, modes and directories are checked before anything is o
     code: 'ERR_OUT_OF_RANGE',
     message: 'The "dir" option must be a non-empty path. Received type string ("")',
   });
+  for (const open of [
+    () => Rate.openShared('r', { intervalMs: 1000, seed: SEED, dir: '/tmp/a\0b' }),
+    () => Rate.unlink('r', { dir: '/tmp/a\0b' }),
+  ]) {
+    throwsShape(t, open, {
+      instanceOf: TypeError,
+      code: 'ERR_INVALID_ARG_TYPE',
+      message: 'The "dir" option must be a path without null bytes. Received type string ("/tmp/a\\u0000b")',
+    });
+  }
 });
 
 test(title('a missing directory is ERR_KEEPCOUNT_IO with the path'), (t) => {

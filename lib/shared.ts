@@ -59,6 +59,8 @@ export function sharedDir(options: SharedPlacement): string | undefined {
   if (dir === undefined) return undefined;
   if (typeof dir !== 'string') throw invalidType('The "dir" option', 'of type string', dir);
   if (dir === '') throw outOfRange('The "dir" option', 'a non-empty path', dir);
+  // No path holds one, and the system's error for it would name a path cut at the NUL.
+  if (dir.includes('\0')) throw invalidType('The "dir" option', 'a path without null bytes', dir);
   return dir;
 }
 
