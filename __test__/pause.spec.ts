@@ -1,6 +1,7 @@
 // Its own file: pausing is process-wide state, and ava runs one file per worker.
 import test from 'ava';
 import { setTimeout as delay } from 'node:timers/promises';
+import { join } from 'node:path';
 import { Worker } from 'node:worker_threads';
 import { pauseForFork, sleep, timeout, TimeoutError, timeoutSignal, unpause } from '../lib/index.js';
 import { fixture, title } from './helpers.js';
@@ -65,3 +66,22 @@ test.serial(
     t.is(Atomics.load(counters, 1), 0, 'sleeps that ended early');
   },
 );
+
+test.serial(title('a worker ended while paused for fork leaves no pause behind'), async (t) => {
+  // The native pause is the whole process's: were it to outlive the worker that set it, every
+  // other thread's timers would wait for an unpause that never comes.
+  const lib = JSON.stringify(join(__dirname, '..', 'lib', 'index.ts'));
+  const worker = new Worker(
+    `require('tsx/cjs');
+     require(${lib}).pauseForFork();
+     require('node:worker_threads').parentPort.postMessage('paused');
+     setInterval(() => {}, 1000);`,
+    { eval: true },
+  );
+  await new Promise((resolve) => worker.once('message', resolve));
+  await worker.terminate();
+  const started = performance.now();
+  const slept = await Promise.race([sleep(20).then(() => true), delay(3000).then(() => false)]);
+  t.true(slept, 'a sleep of this thread ends after the worker is gone');
+  t.true(performance.now() - started >= 19);
+});

@@ -25,7 +25,7 @@ use napi::bindgen_prelude::Function;
 use napi::threadsafe_function::{ThreadsafeFunction, ThreadsafeFunctionCallMode};
 use napi::{Env, Result, Status, sys};
 use napi_derive::napi;
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::rc::Rc;
 use std::sync::Arc;
 use std::time::Duration;
@@ -171,15 +171,35 @@ fn shut_down(env: &Env) -> napi::Error {
     )
 }
 
+thread_local! {
+    /// Whether this JavaScript thread paused the timer manager and has not unpaused it.
+    static PAUSED_HERE: Cell<bool> = const { Cell::new(false) };
+    /// Whether this thread's environment has the cleanup hook that unpauses for it.
+    static UNPAUSE_HOOKED: Cell<bool> = const { Cell::new(false) };
+}
+
 /// pingora-timeout's `pause_for_fork` for the process-wide timer manager: the clock thread takes
-/// no more locks; waits two ticks. Call right before `fork()`.
+/// no more locks; waits two ticks. Call right before `fork()`. The pause is the whole process's,
+/// so a worker thread that ends while it holds one (terminated between the two calls) unpauses
+/// as its environment is torn down: otherwise every other thread's timers would wait for good.
 #[napi(catch_unwind)]
-pub fn pause_for_fork() {
+pub fn pause_for_fork(env: &Env) -> Result<()> {
+    if !UNPAUSE_HOOKED.get() {
+        env.add_env_cleanup_hook((), |()| {
+            if PAUSED_HERE.replace(false) {
+                fast_timeout::unpause();
+            }
+        })?;
+        UNPAUSE_HOOKED.set(true);
+    }
+    PAUSED_HERE.set(true);
     fast_timeout::pause_for_fork();
+    Ok(())
 }
 
 /// pingora-timeout's `unpause`: call right after `fork()`, in parent and child.
 #[napi(catch_unwind)]
 pub fn unpause() {
+    PAUSED_HERE.set(false);
     fast_timeout::unpause();
 }
