@@ -294,7 +294,10 @@ export class Estimator {
    * Throws `ERR_KEEPCOUNT_MISMATCH` unless both have the same hashes, slots and seed.
    */
   merge(other: Estimator): void {
-    if (!(other instanceof Estimator)) throw invalidType('The "other" argument', 'an instance of Estimator', other);
+    // A brand check, not `instanceof`: an object made from the prototype (`Object.create`) has no core.
+    if (typeof other !== 'object' || other === null || !(#core in other)) {
+      throw invalidType('The "other" argument', 'an instance of Estimator', other);
+    }
     const a = this.#core;
     const b = other.#core;
     if (isClosed(b)) throw closedError('Estimator');

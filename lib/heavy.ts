@@ -210,7 +210,8 @@ export class HeavyHitters {
    * then.
    */
   merge(source: HeavyHitters | Uint8Array, window: 'current' | 'previous' = 'current'): void {
-    if (source instanceof HeavyHitters) {
+    // A brand check, not `instanceof`: an object made from the prototype (`Object.create`) has no core.
+    if (typeof source === 'object' && source !== null && #core in source) {
       if (isClosed(source.#core)) throw closedError('HeavyHitters');
       this.#absorb(source.serialize('current'), 0);
       this.#absorb(source.serialize('previous'), 1);

@@ -3,7 +3,7 @@ import { closedRate, dispose, isClosed } from './closed.js';
 import { active } from './backend.js';
 import type { Key, RateCore } from './core.js';
 import { hostClock, Stopwatch, type Clock } from './clock.js';
-import { invalidType } from './errors.js';
+import { invalidType, outOfRange } from './errors.js';
 import { validateKey } from './keys.js';
 import { countArgument, integerOption, optionsObject, seedOption, shapeOptions } from './options.js';
 import { MAX_COUNTERS, MAX_HASHES } from './limits.js';
@@ -119,10 +119,35 @@ export interface RateComponents {
  * pingora-limits' `PROPORTIONAL_RATE_ESTIMATE_CALC_FN`: events per second over the last interval,
  * interpolating linearly between the previous and the current interval by how far into the current
  * one we are (https://blog.cloudflare.com/counting-things-a-lot-of-different-things/).
+ *
+ * Takes what a `rateWith` passes: integer counts (negative too, as `observe` takes negative
+ * events; the native backend's counts go past 2^53, so any integer), an `intervalMs` that is an
+ * integer in [1, 2^52] as {@link RateOptions.intervalMs}, and a `currentIntervalFraction` in
+ * [0, 1] (keepcount/redis' `SyncedRate` reports 1 at the very end of a window). Anything else
+ * throws `TypeError` `ERR_INVALID_ARG_TYPE` (not a number) or `RangeError` `ERR_OUT_OF_RANGE`.
  */
 export function proportionalRate(components: RateComponents): number {
+  if (typeof components !== 'object' || components === null) {
+    throw invalidType('The "components" argument', 'of type object', components);
+  }
   const { prevSamples, currSamples, intervalMs, currentIntervalFraction } = components;
+  // One test per field, as cheap as the arithmetic: `rateWith(key, proportionalRate)` may run per
+  // request. What was wrong with a field is worked out only on the way to its error.
+  if (!Number.isInteger(prevSamples)) throw componentError('prevSamples', 'an integer', prevSamples);
+  if (!Number.isInteger(currSamples)) throw componentError('currSamples', 'an integer', currSamples);
+  if (!(Number.isInteger(intervalMs) && intervalMs >= 1 && intervalMs <= MAX_INTERVAL_MS)) {
+    throw componentError('intervalMs', `an integer in [1, ${MAX_INTERVAL_MS}]`, intervalMs);
+  }
+  if (!(typeof currentIntervalFraction === 'number' && currentIntervalFraction >= 0 && currentIntervalFraction <= 1)) {
+    throw componentError('currentIntervalFraction', 'a number in [0, 1]', currentIntervalFraction);
+  }
   return (prevSamples * (1 - currentIntervalFraction) + currSamples) / (intervalMs / 1000);
+}
+
+/** The error for a {@link RateComponents} field that is not `expected`: wrong type, else out of range. */
+function componentError(name: keyof RateComponents, expected: string, value: unknown): TypeError | RangeError {
+  const what = `The "components.${name}" argument`;
+  return typeof value === 'number' ? outOfRange(what, expected, value) : invalidType(what, 'of type number', value);
 }
 
 /**

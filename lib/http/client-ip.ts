@@ -21,14 +21,20 @@ export type TrustProxy = false | number | ((ip: string, hop: number) => boolean)
 /** Validates a {@link TrustProxy} option. @internal */
 export function trustProxyOption(value: unknown): TrustProxy {
   if (value === undefined || value === false) return false;
-  if (typeof value === 'number') {
-    if (!Number.isSafeInteger(value) || value < 0) {
-      throw outOfRange('The "trustProxy" option', 'an integer >= 0 when it is a number', value);
-    }
-    return value;
-  }
-  if (typeof value === 'function') return value as TrustProxy;
-  throw invalidType('The "trustProxy" option', 'false, a number or a function', value);
+  if (typeof value === 'function' || isProxyCount(value)) return value as TrustProxy;
+  throw trustProxyError('option', value);
+}
+
+/** A number {@link TrustProxy}: an integer >= 0. */
+const isProxyCount = (value: unknown): value is number =>
+  typeof value === 'number' && Number.isSafeInteger(value) && value >= 0;
+
+/** The error for a `trustProxy` that is none of `false`, a number of proxies or a function. */
+function trustProxyError(kind: 'option' | 'argument', value: unknown): TypeError | RangeError {
+  const what = `The "trustProxy" ${kind}`;
+  return typeof value === 'number'
+    ? outOfRange(what, 'an integer >= 0 when it is a number', value)
+    : invalidType(what, 'false, a number or a function', value);
 }
 
 /**
@@ -91,7 +97,8 @@ function canonical(g: number[]): string {
  * the deprecated `::203.0.113.7`) as that IPv4 address, so IPv4 clients are never lumped into one
  * IPv6 prefix; any other IPv6 address as its `ipv6Subnet` prefix in canonical form
  * (`2001:db8:1::/56`), or the whole address canonically when `ipv6Subnet` is `false`. Anything
- * that is not an IP address (`'unknown'`) is returned unchanged.
+ * that is not an IP address (`'unknown'`) is returned unchanged. An `ip` that is not a string
+ * throws `TypeError` `ERR_INVALID_ARG_TYPE`; an `ipv6Subnet` as the option of that name does.
  *
  * @example
  * ```ts
@@ -102,6 +109,7 @@ function canonical(g: number[]): string {
  * ```
  */
 export function ipKey(ip: string, ipv6Subnet: Ipv6Subnet = DEFAULT_IPV6_SUBNET): string {
+  if (typeof ip !== 'string') throw invalidType('The "ip" argument', 'of type string', ip);
   return prefixKey(ip, ipv6SubnetOption(ipv6Subnet));
 }
 
@@ -171,7 +179,9 @@ function forwardedFor(req: IncomingMessage): string | undefined {
  * closed, Node no longer knows the peer's address (a request can outlive it in a slow middleware,
  * e.g. behind nginx, which closes its upstream connection when its client aborts): a number of
  * trusted proxies still reads `X-Forwarded-For`, since it trusts hops by count, not by address;
- * otherwise, and when the header has no trusted entry, the address is `'unknown'`.
+ * otherwise, and when the header has no trusted entry, the address is `'unknown'`. A `trustProxy`
+ * that is none of `false`, an integer >= 0 or a function throws as `rateLimit`'s option does:
+ * `RangeError` `ERR_OUT_OF_RANGE` for another number, `TypeError` `ERR_INVALID_ARG_TYPE` otherwise.
  *
  * @example
  * ```ts
@@ -188,6 +198,10 @@ export function clientIp(req: IncomingMessage, trustProxy: TrustProxy = false): 
     ip = peerIp(req);
     // A trust function judges addresses, and the peer's is gone.
     if (ip === undefined) return 'unknown';
+  } else if (!isProxyCount(trustProxy)) {
+    // Checked here rather than by `trustProxyOption` first: the middleware calls this per request
+    // with an option it already checked, and the common values cost no more than before.
+    throw trustProxyError('argument', trustProxy);
   }
   const list = forwardedFor(req);
   if (list === undefined) return ip ?? peerIp(req) ?? 'unknown';

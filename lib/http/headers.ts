@@ -14,7 +14,7 @@
  *
  * @module
  */
-import { invalidType } from '../errors.js';
+import { invalidType, outOfRange } from '../errors.js';
 
 /** What a quota check decided, as the headers and a refusal handler need it. */
 export interface RateLimitDecision {
@@ -44,9 +44,12 @@ export interface TokenBucketRefusal {
   retryAfterMs: number;
 }
 
+/** What an sf-string may hold (RFC 9651 §3.3.3): printable ASCII. */
+const PRINTABLE_ASCII = /^[\x20-\x7e]*$/;
+
 /** Names a policy: printable ASCII, as an sf-string allows. @internal */
 export function policyName(value: unknown): string {
-  if (typeof value !== 'string' || !/^[\x20-\x7e]*$/.test(value)) {
+  if (typeof value !== 'string' || !PRINTABLE_ASCII.test(value)) {
     throw invalidType('The "policy" option', 'a string of printable ASCII', value);
   }
   return value;
@@ -64,6 +67,9 @@ const seconds = (ms: number): number => Math.ceil(ms / 1000);
  * requests from more. Seconds never reach it (a window is at most 2^52 ms, 4.5 × 10^12 s).
  */
 const SF_INTEGER_MAX = 999_999_999_999_999;
+
+/** The longest window a `WindowQuota` takes, 2^52 ms: a decision's `windowMs` and `resetMs` are at most this. */
+const MAX_WINDOW_MS = 2 ** 52;
 
 const sfInteger = (n: number): number => Math.min(n, SF_INTEGER_MAX);
 
@@ -99,7 +105,10 @@ export function retryAfterField(decision: RateLimitDecision): string {
 
 /**
  * The header fields for `decision`: `RateLimit-Policy` and `RateLimit` always, `Retry-After` when
- * it refuses.
+ * it refuses. Of the decision it reads `allowed` (a boolean), `policy` (a string of printable
+ * ASCII), `limit` and `remaining` (integers >= 0) and `resetMs` and `windowMs` (milliseconds in
+ * [0, 2^52]); a field of another type throws `TypeError` `ERR_INVALID_ARG_TYPE`, a number out of
+ * its range `RangeError` `ERR_OUT_OF_RANGE`.
  *
  * @example
  * ```ts
@@ -107,12 +116,65 @@ export function retryAfterField(decision: RateLimitDecision): string {
  * ```
  */
 export function rateLimitHeaders(decision: RateLimitDecision): Record<string, string> {
+  checkDecision(decision);
   const headers: Record<string, string> = {
     'RateLimit-Policy': policyField(decision),
     RateLimit: rateLimitField(decision),
   };
   if (!decision.allowed) headers['Retry-After'] = retryAfterField(decision);
   return headers;
+}
+
+/**
+ * Throws unless `decision` has every field {@link rateLimitHeaders} reads, of its type and range.
+ * Fastify's hook calls that per request, so the fields are tested in one condition and the error
+ * worked out only when one fails. The policy's text is tested only when it is not the one
+ * {@link policyField} remembers: that one passed {@link policyName} (the middleware's quotas) or
+ * this check already.
+ */
+function checkDecision(decision: RateLimitDecision): void {
+  if (
+    typeof decision !== 'object' ||
+    decision === null ||
+    typeof decision.allowed !== 'boolean' ||
+    typeof decision.policy !== 'string' ||
+    (decision.policy !== policyMemo.policy && !PRINTABLE_ASCII.test(decision.policy)) ||
+    !isCount(decision.limit) ||
+    !isCount(decision.remaining) ||
+    !isWindowMs(decision.resetMs) ||
+    !isWindowMs(decision.windowMs)
+  ) {
+    throw decisionError(decision);
+  }
+}
+
+/** A decision's `limit` or `remaining`: an integer >= 0 (sent as at most 10^15 − 1). */
+const isCount = (value: unknown): boolean => Number.isInteger(value) && (value as number) >= 0;
+
+/** A decision's `resetMs` or `windowMs`. */
+const isWindowMs = (value: unknown): boolean => typeof value === 'number' && value >= 0 && value <= MAX_WINDOW_MS;
+
+/** The error for the first field of `decision` that {@link checkDecision} refuses. */
+function decisionError(decision: unknown): TypeError | RangeError {
+  if (typeof decision !== 'object' || decision === null) {
+    return invalidType('The "decision" argument', 'of type object', decision);
+  }
+  const d = decision as Record<keyof RateLimitDecision, unknown>;
+  const what = (name: keyof RateLimitDecision): string => `The "decision.${name}" argument`;
+  if (typeof d.allowed !== 'boolean') return invalidType(what('allowed'), 'of type boolean', d.allowed);
+  if (typeof d.policy !== 'string' || !PRINTABLE_ASCII.test(d.policy)) {
+    return invalidType(what('policy'), 'a string of printable ASCII', d.policy);
+  }
+  if (!isCount(d.limit)) return numberError(what('limit'), 'an integer >= 0', d.limit);
+  if (!isCount(d.remaining)) return numberError(what('remaining'), 'an integer >= 0', d.remaining);
+  const milliseconds = `a number of milliseconds in [0, ${MAX_WINDOW_MS}]`;
+  if (!isWindowMs(d.resetMs)) return numberError(what('resetMs'), milliseconds, d.resetMs);
+  return numberError(what('windowMs'), milliseconds, d.windowMs);
+}
+
+/** `TypeError` for a value that is not a number, else `RangeError`: it is not `expected`. */
+function numberError(what: string, expected: string, value: unknown): TypeError | RangeError {
+  return typeof value === 'number' ? outOfRange(what, expected, value) : invalidType(what, 'of type number', value);
 }
 
 /** `Retry-After` for a token-bucket refusal, or `undefined` when waiting never helps. */
