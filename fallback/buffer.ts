@@ -9,22 +9,16 @@
  * `crates/limits/src/shared/rate.rs`: the interval word, claimed and finished by
  * compare-and-swap, so all threads end an interval once, and after idleness the carry of the
  * events counted during the rotation (`estimator/carry.rs`). BigInt arithmetic makes these slower than
- * the default `Float64Array` sketch, which stays as it was.
+ * the process-local sketch (`estimator.ts`), which takes it only for counters past 2^53.
  */
 import type { EstimatorCore, Key, RateCore, RateSample } from '../lib/core.js';
 import { FIRST_COUNTER, RATE_WORD } from '../lib/shared-buffer.js';
+import { clampI64, I64_MAX, I64_MIN } from './counters.js';
 import { hashKey } from './hasher.js';
 import { Rows } from './rows.js';
 import { encodeWords } from './wire.js';
 
-const I64_MAX = 2n ** 63n - 1n;
-const I64_MIN = -(2n ** 63n);
 const U64_MAX = 2n ** 64n - 1n;
-/** 2^63 and above convert to `i64::MAX`, as the native `f64 as i64` does. */
-const I64_BOUND = 2 ** 63;
-
-/** `value` clamped to the i64 range. */
-const clampI64 = (value: bigint): bigint => (value > I64_MAX ? I64_MAX : value < I64_MIN ? I64_MIN : value);
 
 /**
  * 2^53: a counter strictly within ±2^53 converts to a number exactly, and adding a safe integer
@@ -161,11 +155,12 @@ export class AtomicEstimator implements EstimatorCore {
     }
   }
 
-  /** Adds `other`'s counters (a `Float64Array` sketch's, or another buffer's), saturating. */
+  /** Adds `other`'s counters (a process-local sketch's, or another buffer's), saturating. */
   merge(other: EstimatorCore): void {
-    const read = counterReader(other);
+    // Both kinds of sketch read their counters as i64s with `counter`.
+    const theirs = other as unknown as { counter(i: number): bigint };
     const n = this.hashes * this.slots;
-    for (let i = 0; i < n; i++) addSaturating(this.words, this.first + i, read(i));
+    for (let i = 0; i < n; i++) addSaturating(this.words, this.first + i, theirs.counter(i));
   }
 
   /** Counter `i` as an i64. */
@@ -179,16 +174,6 @@ export class AtomicEstimator implements EstimatorCore {
   serialize(): Uint8Array {
     return encodeWords(this.hashes, this.slots, this.seed, (i) => this.counter(i));
   }
-}
-
-/** Reads `core`'s counters as i64s: an {@link AtomicEstimator}'s, or a `Float64Array` sketch's. */
-function counterReader(core: EstimatorCore): (i: number) => bigint {
-  if (core instanceof AtomicEstimator) return (i) => core.counter(i);
-  const counters = (core as unknown as { counters: Float64Array }).counters;
-  return (i) => {
-    const c = counters[i]!;
-    return c >= I64_BOUND ? I64_MAX : BigInt(c);
-  };
 }
 
 /** Bit 0 of the interval word: which sketch counts the current interval. */

@@ -50,7 +50,7 @@ export class FallbackRate implements RateCore {
     return this.intervals.previous.get(key);
   }
 
-  /** Nothing to do: the sketches' `Float64Array`s go with this core, which `lib/` drops on close. */
+  /** Nothing to do: the sketches' counters go with this core, which `lib/` drops on close. */
   close(): void {}
 
   sample(key: Key, nowMs: number): RateSample {

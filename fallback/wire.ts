@@ -14,18 +14,13 @@ import {
   MAX_HASHES,
   serializedBytes,
 } from '../lib/limits.js';
+import { Counters } from './counters.js';
 import { crc32 } from './crc32.js';
 
-const TWO_32 = 4294967296;
-/** 2^63, which no i64 holds: the saturated counter `i64::MAX` reads as this number. */
-const I64_BOUND = 2 ** 63;
 const MAGIC = 0x4d43434b; // "KCCM" read as a little-endian u32
 
-/**
- * Encodes a sketch. Counters are within [−2^63, 2^63] (they saturate); 2^63 is written as
- * `i64::MAX`, the counter Rust holds when it reports 2^63.
- */
-export function encode(hashes: number, slots: number, seed: bigint, counters: Float64Array): Uint8Array {
+/** Encodes a sketch. */
+export function encode(hashes: number, slots: number, seed: bigint, counters: Counters): Uint8Array {
   const bytes = new Uint8Array(serializedBytes(hashes, slots));
   const view = new DataView(bytes.buffer);
   view.setUint32(0, MAGIC, true);
@@ -34,18 +29,7 @@ export function encode(hashes: number, slots: number, seed: bigint, counters: Fl
   view.setUint32(8, hashes, true);
   view.setUint32(12, slots, true);
   view.setBigUint64(16, seed, true);
-  for (let i = 0, at = HEADER_BYTES; i < counters.length; i++, at += COUNTER_BYTES) {
-    // Exact for integer-valued doubles of any magnitude: both halves are exact integers.
-    const c = counters[i]!;
-    if (c >= I64_BOUND) {
-      view.setUint32(at, 0xffffffff, true);
-      view.setUint32(at + 4, 0x7fffffff, true);
-      continue;
-    }
-    const hi = Math.floor(c / TWO_32);
-    view.setUint32(at, c - hi * TWO_32, true);
-    view.setUint32(at + 4, ((hi % TWO_32) + TWO_32) % TWO_32, true);
-  }
+  counters.writeTo(view, HEADER_BYTES);
   const end = bytes.length - CHECKSUM_BYTES;
   view.setUint32(end, crc32(bytes, end), true);
   return bytes;
@@ -69,7 +53,7 @@ export function encodeWords(hashes: number, slots: number, seed: bigint, counter
 }
 
 /** A decoded sketch, or the first check it fails. */
-export type Decoded = { hashes: number; slots: number; seed: bigint; counters: Float64Array } | CorruptReason;
+export type Decoded = { hashes: number; slots: number; seed: bigint; counters: Counters } | CorruptReason;
 
 /** Decodes and validates a sketch in the spec's order. */
 export function decode(bytes: Uint8Array): Decoded {
@@ -85,10 +69,5 @@ export function decode(bytes: Uint8Array): Decoded {
   if (bytes.length !== serializedBytes(hashes, slots)) return 'length';
   const end = bytes.length - CHECKSUM_BYTES;
   if (view.getUint32(end, true) !== crc32(bytes, end)) return 'checksum';
-  const counters = new Float64Array(n);
-  for (let i = 0, at = HEADER_BYTES; i < n; i++, at += COUNTER_BYTES) {
-    // One rounding at most (beyond 2^53), the same as Rust's `i64 as f64`.
-    counters[i] = view.getInt32(at + 4, true) * TWO_32 + view.getUint32(at, true);
-  }
-  return { hashes, slots, seed: view.getBigUint64(16, true), counters };
+  return { hashes, slots, seed: view.getBigUint64(16, true), counters: Counters.readFrom(view, HEADER_BYTES, n) };
 }

@@ -8,7 +8,7 @@ import { crc32 } from '../crc32.js';
 import { FallbackEstimator } from '../estimator.js';
 import { decode as decodeSketch, encode as encodeSketch } from '../wire.js';
 import { decodeStored } from './keys.js';
-import { Summary, asCount } from './summary.js';
+import { Summary } from './summary.js';
 import { U64_MAX, type Entry } from './table.js';
 
 const MAGIC = 0x4848434b; // "KCHH" read as a little-endian u32
@@ -107,7 +107,9 @@ export function decodeSummary(bytes: Uint8Array): Summary | HeavyCorruptReason {
     if (previous !== undefined && compareBytes(previous, key) >= 0) return 'order';
     previous = key;
     const { h1, h2 } = summary.hashOf(key);
-    if (BigInt(asCount(sketch.getHashed(h1, h2))) < threshold) return 'below-threshold';
+    // `as_count`: a negative estimate is unbounded, so never below.
+    const estimate = sketch.exactHashed(h1, h2);
+    if (estimate >= 0n && estimate < threshold) return 'below-threshold';
     entries.push({ h1, h2, key, exact, slack });
   }
   if (at !== body) return 'trailing';

@@ -10,7 +10,7 @@ import { hashBytes, storedCopy } from './keys.js';
 import { addSat, rank, Table, U64_MAX, upperOf, type Entry } from './table.js';
 
 /** `as_count`: a sketch estimate as a bound; a negative one (only merged or decoded counters) is unbounded. */
-export const asCount = (estimate: number): number => (estimate < 0 ? U64_MAX : estimate);
+const asCount = (estimate: number): number => (estimate < 0 ? U64_MAX : estimate);
 
 export class Summary {
   readonly table: Table;
@@ -103,9 +103,8 @@ export class Summary {
   }
 
   stats(): HeavyStats {
-    const { counters, slots } = this.sketch;
-    let total = 0;
-    for (let i = 0; i < slots; i++) total += counters[i]!;
+    // Each increment adds to one counter per row: the first row sums them all (summary.rs `stats`).
+    const total = this.sketch.counters.wrappingSum(0, this.sketch.slots);
     const o = this.table.overflow;
     return {
       tracked: this.table.entries.size,
