@@ -111,13 +111,12 @@ test(title('merge refuses sketches of another shape or seed'), (t) => {
   const shape = {
     instanceOf: Error,
     code: 'ERR_KEEPCOUNT_MISMATCH',
-    message:
-      'Cannot merge a 4×64 sketch with seed 2 into a 4×64 sketch with seed 1: hashes, slots and seed must be equal',
+    message: 'Cannot merge a 4×64 sketch into a 4×64 sketch with another seed: hashes, slots and seed must be equal',
   };
   throwsShape(t, () => a.merge(new Estimator({ hashes: 4, slots: 64, seed: 2n })), shape);
   throwsShape(t, () => a.merge(new Estimator({ hashes: 3, slots: 64, seed: 1n })), {
     ...shape,
-    message: /^Cannot merge a 3×64 sketch with seed 1 into a 4×64 sketch/,
+    message: 'Cannot merge a 3×64 sketch into a 4×64 sketch: hashes, slots and seed must be equal',
   });
   throwsShape(t, () => a.merge(new Estimator({ hashes: 4, slots: 65, seed: 1n })), {
     ...shape,

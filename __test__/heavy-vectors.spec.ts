@@ -188,7 +188,7 @@ test(title('HeavyHitters.merge refuses every corrupt summary with a coded error 
       throwsShape(t, () => heavy.merge(input), {
         instanceOf: Error,
         code: 'ERR_KEEPCOUNT_MISMATCH',
-        message: `Cannot merge heavy-hitter summaries: hashes, slots, seed and threshold must be equal (this one: ${hashes}×${slots}, seed ${seed}, threshold ${threshold})`,
+        message: `Cannot merge heavy-hitter summaries: hashes, slots, seed and threshold must be equal (this one: ${hashes}×${slots}, threshold ${threshold}; seeds are secret and not shown)`,
       });
     } else {
       throwsShape(t, () => heavy.merge(input), {

@@ -304,8 +304,9 @@ export class Estimator {
     if (a.hashes !== b.hashes || a.slots !== b.slots || a.seed !== b.seed) {
       throw withCode(
         new Error(
-          `Cannot merge a ${b.hashes}×${b.slots} sketch with seed ${b.seed} into a ` +
-            `${a.hashes}×${a.slots} sketch with seed ${a.seed}: hashes, slots and seed must be equal`,
+          // Whether the seeds differ, never the seeds: messages end up in logs, and the seed is secret.
+          `Cannot merge a ${b.hashes}×${b.slots} sketch into a ${a.hashes}×${a.slots} sketch` +
+            `${a.seed === b.seed ? '' : ' with another seed'}: hashes, slots and seed must be equal`,
         ),
         'ERR_KEEPCOUNT_MISMATCH',
       );

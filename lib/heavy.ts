@@ -249,7 +249,7 @@ export class HeavyHitters {
       throw withCode(
         new Error(
           `Cannot merge heavy-hitter summaries: hashes, slots, seed and threshold must be equal ` +
-            `(this one: ${this.hashes}×${this.slots}, seed ${this.seed}, threshold ${this.threshold})`,
+            `(this one: ${this.hashes}×${this.slots}, threshold ${this.threshold}; seeds are secret and not shown)`,
         ),
         'ERR_KEEPCOUNT_MISMATCH',
       );

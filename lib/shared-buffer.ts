@@ -170,7 +170,15 @@ export function readBuffer(buffer: unknown, expected: Partial<BufferLayout> & { 
   }
   if (expected.slots !== undefined && expected.slots !== slots)
     throw mismatch('slots', `${slots}`, `${expected.slots}`);
-  if (expected.seed !== undefined && expected.seed !== seed) throw mismatch('seed', `${seed}`, `${expected.seed}`);
+  if (expected.seed !== undefined && expected.seed !== seed) {
+    // Not the seeds themselves: messages end up in logs, and the seed is what keeps keys apart.
+    throw withCode(
+      new Error(
+        'The shared buffer was created with another seed than the one requested (seeds are secret: neither is shown)',
+      ),
+      'ERR_KEEPCOUNT_MISMATCH',
+    );
+  }
   if (code === 2) {
     if (intervalNs % NANOS_PER_MS !== 0n) {
       throw corrupt('layout', `interval ${intervalNs} ns is not a whole number of milliseconds`);

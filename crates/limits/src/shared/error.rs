@@ -42,9 +42,10 @@ pub enum SharedError {
         /// The first field that differs: `"kind"`, `"hashes"`, `"slots"`, `"seed"`,
         /// `"interval"`, `"processes"`, or a limiter's `"capacity"`, `"quota"` or `"bestEffort"`.
         field: &'static str,
-        /// The field's value in the file.
+        /// The field's value in the file; empty for `"seed"`, which is secret (error messages
+        /// end up in logs, and whoever knows the seed can aim keys at one counter).
         existing: String,
-        /// The value asked for.
+        /// The value asked for; empty for `"seed"`.
         requested: String,
     },
     /// Every process slot of a shared in-flight segment is held by a live process.
@@ -133,6 +134,11 @@ impl fmt::Display for SharedError {
                 "{} is not a valid keepcount segment ({} check failed); remove it to start afresh",
                 path.display(),
                 reason.as_str()
+            ),
+            Self::Mismatch { path, field, .. } if *field == "seed" => write!(
+                f,
+                "{} was created with another seed than the one requested (seeds are secret: neither is shown)",
+                path.display()
             ),
             Self::Mismatch {
                 path,
