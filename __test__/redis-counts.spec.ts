@@ -86,6 +86,39 @@ test.serial(title('more cells than one sync carries arrive over the next syncs, 
   }
 });
 
+test.serial(title('a sketch closed before its sync is pushed by the next sync, then no longer synced'), async (t) => {
+  const server = await startRedis();
+  const connection = await connectClient('ioredis', server.port);
+  try {
+    let calls = 0;
+    const counted: SendCommand = (args) => {
+      calls++;
+      return connection.send(args);
+    };
+    const writerSync = new RedisSync({ sendCommand: counted, syncMs: 3_600_000 });
+    const writer = new SyncedEstimator({ sync: writerSync, name: 'closed', seed: 7 });
+    for (let i = 0; i < 100; i++) writer.incr('k');
+    // Closed before any sync, as a shutdown closes structures before their sync: nothing is lost.
+    writer.close();
+    t.true(await writerSync.flush());
+    // The script call (and its NOSCRIPT retry, the first time).
+    const sent = calls;
+    t.true(sent > 0);
+    // Everything it counted went: it is synced no more.
+    t.true(await writerSync.flush());
+    t.is(calls, sent);
+    await writerSync.close();
+    const readerSync = new RedisSync({ sendCommand: connection.send, syncMs: 3_600_000 });
+    const reader = new SyncedEstimator({ sync: readerSync, name: 'closed', seed: 7 });
+    t.true(await readerSync.flush());
+    t.is(reader.get('k'), 100);
+    await readerSync.close();
+  } finally {
+    await connection.close();
+    await server.stop();
+  }
+});
+
 test(title('synced sketches put every key where this backend’s Estimator does'), (t) => {
   const keys = ['', 'k0', '203.0.113.7', 'żółw 🐢', 0, 1, -1, 2 ** 53 - 1, 1n, -(2n ** 63n), new Uint8Array([1, 2, 3])];
   for (const [hashes, slots, seed] of [

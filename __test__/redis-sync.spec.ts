@@ -12,7 +12,7 @@ import {
   SyncedRate,
   SyncedWindowQuota,
 } from '../lib/redis/index.js';
-import { throwsShape, title } from './helpers.js';
+import { runFixture, throwsShape, title } from './helpers.js';
 
 const sleep = (ms: number): Promise<void> => new Promise((resolve) => setTimeout(resolve, ms));
 
@@ -51,6 +51,51 @@ test(title('close() called twice resolves both calls once the last sync is done,
   t.false(first);
   t.deepEqual(second, [false, 1]);
 });
+
+test(title('a structure closed before its sync is pushed by sync.close(), and counts no more'), async (t) => {
+  const sent: string[][] = [];
+  const sync = new RedisSync({
+    sendCommand: async (args) => {
+      sent.push(args);
+      throw new Error('recorded, not sent');
+    },
+    syncMs: 3_600_000,
+  });
+  sync.on('error', () => {});
+  const sketch = new SyncedEstimator({ sync, name: 'closed-first', seed: 7 });
+  const quota = new SyncedWindowQuota({ sync, name: 'closed-quota', seed: 7, limit: 10, windowMs: 60_000 });
+  sketch.incr('k', 5);
+  quota.consume('k', 3);
+  // The natural order at shutdown: the structures, then the sync.
+  sketch.close();
+  quota.close();
+  const closed = {
+    instanceOf: Error,
+    code: 'ERR_KEEPCOUNT_CLOSED',
+    message: /^This Synced(Estimator|Rate) was closed: it counts no more/,
+  };
+  throwsShape(t, () => sketch.incr('k'), closed);
+  throwsShape(t, () => sketch.decr('k'), closed);
+  throwsShape(t, () => quota.consume('k'), closed);
+  throwsShape(t, () => quota.adjust('k', 1), closed);
+  t.is(sketch.get('k'), 5);
+  t.is(quota.current('k').count, 3);
+  t.false(await sync.close());
+  // One script call carrying both: 4 counters of 5 and 4 of 3 (the sketch's 4 rows each).
+  t.is(sent.length, 1);
+  const args = sent[0]!;
+  t.is(args.filter((a) => a === '5').length >= 4, true);
+  t.is(args.filter((a) => a === '3').length >= 4, true);
+});
+
+test(
+  title('close() on a sender that never answers resolves false after timeoutMs before the process exits'),
+  async (t) => {
+    const child = await runFixture('close-hung-sync.ts');
+    t.is(child.code, 0, child.stderr);
+    t.regex(child.stdout, /closed false done/);
+  },
+);
 
 test(title('a sender that throws synchronously fails the sync, never the caller'), async (t) => {
   const sync = new RedisSync({

@@ -129,6 +129,11 @@ export class SyncedCells {
     return { cells, values };
   }
 
+  /** Whether no cell waits to be pushed (none changed since the last push that was taken). */
+  get settled(): boolean {
+    return this.#dirty.length === 0;
+  }
+
   /** Marks the cells of a push that failed, to go (with their values by then) in the next one. */
   restore(push: Push): void {
     for (const i of push.cells) this.#mark(i);

@@ -4,7 +4,7 @@ import { invalidType } from '../errors.js';
 import { countArgument, optionsObject, shapeOptions } from '../options.js';
 import { entryKeys, SyncedCells } from './cells.js';
 import { KeyHasher } from './hasher.js';
-import { nameOption, RedisSync } from './sync.js';
+import { closedSyncedError, nameOption, RedisSync } from './sync.js';
 
 /** Options of {@link SyncedEstimator}. */
 export interface SyncedEstimatorOptions {
@@ -40,6 +40,7 @@ export class SyncedEstimator {
   readonly #hasher: KeyHasher;
   readonly #cells: SyncedCells;
   readonly #sync: RedisSync;
+  #closed = false;
 
   constructor(options: SyncedEstimatorOptions) {
     const o = optionsObject(options);
@@ -56,11 +57,13 @@ export class SyncedEstimator {
 
   /** Adds `value` (a safe integer, may be negative; defaults to 1) to `key`; returns its new fleet-wide estimate. */
   incr(key: Key, value = 1): number {
+    if (this.#closed) throw closedSyncedError('SyncedEstimator');
     return this.#cells.add(this.#hasher.indexes(key), countArgument('value', value));
   }
 
   /** Subtracts `value` from `key`; returns its new estimate. */
   decr(key: Key, value = 1): number {
+    if (this.#closed) throw closedSyncedError('SyncedEstimator');
     return this.#cells.add(this.#hasher.indexes(key), -countArgument('value', value));
   }
 
@@ -79,9 +82,14 @@ export class SyncedEstimator {
     return [this.#cells];
   }
 
-  /** Stops syncing this sketch (push what is pending first with `sync.flush()`). */
+  /**
+   * Stops counting: `incr` and `decr` then throw `ERR_KEEPCOUNT_CLOSED`, reads answer from the
+   * last state. What was counted before is pushed by the next successful syncs (`sync.flush()`,
+   * the timer, or `sync.close()`), after which the sketch is no longer synced.
+   */
   close(): void {
-    this.#sync.remove(this);
+    this.#closed = true;
+    this.#sync.retire(this);
   }
 }
 

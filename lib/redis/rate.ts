@@ -7,7 +7,7 @@ import { countArgument, integerOption, optionsObject, shapeOptions } from '../op
 import { entryKeys, SyncedCells } from './cells.js';
 import { KeyHasher } from './hasher.js';
 import { syncOption } from './estimator.js';
-import { nameOption, type RedisSync } from './sync.js';
+import { closedSyncedError, nameOption, type RedisSync } from './sync.js';
 
 /** Longest interval: a day. Windows are Redis keys that live two intervals. */
 const MAX_INTERVAL_MS = 86_400_000;
@@ -68,6 +68,7 @@ export class SyncedRate {
   readonly #clock: Clock;
   readonly #base: string;
   readonly #counters: number;
+  #closed = false;
   #current: Window;
   #previous: Window;
 
@@ -90,6 +91,7 @@ export class SyncedRate {
 
   /** Records `events` (a safe integer; defaults to 1) for `key`; returns its fleet-wide count in the current window. */
   observe(key: Key, events = 1): number {
+    if (this.#closed) throw closedSyncedError('SyncedRate');
     const indexes = this.#hasher.indexes(key);
     const value = countArgument('events', events);
     this.#roll(this.#now());
@@ -134,9 +136,15 @@ export class SyncedRate {
     return [this.#previous.cells, this.#current.cells];
   }
 
-  /** Stops syncing (push what is pending first with `sync.flush()`). */
+  /**
+   * Stops counting: `observe` (and a quota's `consume` and `adjust`) then throw
+   * `ERR_KEEPCOUNT_CLOSED`, reads answer from the last state. What was counted before is pushed
+   * by the next successful syncs (`sync.flush()`, the timer, or `sync.close()`), after which the
+   * rate is no longer synced.
+   */
   close(): void {
-    this.#sync.remove(this);
+    this.#closed = true;
+    this.#sync.retire(this);
   }
 
   #now(): number {

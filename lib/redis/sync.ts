@@ -7,7 +7,7 @@
  */
 import { EventEmitter } from 'node:events';
 import { randomUUID } from 'node:crypto';
-import { invalidType, outOfRange, withCode } from '../errors.js';
+import { invalidType, outOfRange, withCode, type KeepcountError } from '../errors.js';
 import { integerOption, optionsObject } from '../options.js';
 import type { Pull, Push, SyncedCells } from './cells.js';
 import type { LoanRequest } from './loan.js';
@@ -53,6 +53,17 @@ export interface RedisSyncOptions {
 export interface SyncSource {
   entries(): SyncedCells[];
   loans?(): LoanRequest[];
+}
+
+/**
+ * The `ERR_KEEPCOUNT_CLOSED` error of a synced structure counted after its `close()`: it would
+ * never be pushed.
+ */
+export function closedSyncedError(what: string): KeepcountError {
+  return withCode(
+    new Error(`This ${what} was closed: it counts no more (what it counted before goes with the next sync)`),
+    'ERR_KEEPCOUNT_CLOSED',
+  );
 }
 
 /** Counts of what this node has sent, for metrics. */
@@ -114,6 +125,10 @@ export class RedisSync extends EventEmitter {
   readonly cluster: boolean;
   readonly #send: SendCommand;
   readonly #sources = new Set<SyncSource>();
+  /** Closed structures still in {@link #sources} until what they counted is pushed: see {@link retire}. */
+  readonly #retiring = new Set<SyncSource>();
+  /** The running sync's deadline, referenced once {@link close} waits on it. */
+  #deadline: NodeJS.Timeout | undefined;
   /** The kind and name of every structure ever added, closed ones included: see {@link add}. */
   readonly #claimed = new Set<string>();
   readonly #timer: NodeJS.Timeout;
@@ -206,9 +221,18 @@ export class RedisSync extends EventEmitter {
     return this.#seq;
   }
 
-  /** @internal */
+  /** @internal Stops syncing `source` now: what it has not pushed stays unpushed. */
   remove(source: SyncSource): void {
     this.#sources.delete(source);
+  }
+
+  /**
+   * @internal Stops syncing `source`, which counts no more, once everything it counted has been
+   * pushed: after the first successful sync that leaves none of its cells waiting. Closing a
+   * structure before its sync (the natural order at shutdown) then loses nothing.
+   */
+  retire(source: SyncSource): void {
+    if (this.#sources.has(source)) this.#retiring.add(source);
   }
 
   /**
@@ -232,6 +256,9 @@ export class RedisSync extends EventEmitter {
 
   async #close(): Promise<boolean> {
     clearInterval(this.#timer);
+    // A sync's deadline is unreferenced so that syncing alone never keeps the process alive; the
+    // last one is awaited by whoever closes, so a hung sender must not let the process exit first.
+    this.#deadline?.ref();
     await this.#running;
     return this.flush();
   }
@@ -243,12 +270,15 @@ export class RedisSync extends EventEmitter {
       const loans = [...this.#sources].flatMap((source) => source.loans?.() ?? []);
       if (entries.length === 0 && loans.length === 0) {
         this.#lastSuccess = performance.now();
+        this.#dropSettled();
         return true;
       }
       const groups = this.cluster ? byHashTag(entries, loans) : [{ entries, loans }];
       const seq = String(++this.#seq);
       const timeout = new Promise<never>((_, reject) => {
-        timer = setTimeout(() => reject(timeoutError(this.timeoutMs)), this.timeoutMs).unref();
+        timer = setTimeout(() => reject(timeoutError(this.timeoutMs)), this.timeoutMs);
+        if (this.#closing === undefined) timer.unref();
+        this.#deadline = timer;
       });
       const started = performance.now();
       const results = await Promise.allSettled(
@@ -285,6 +315,7 @@ export class RedisSync extends EventEmitter {
       this.#lastSuccess = performance.now();
       this.#stats.syncs++;
       this.#stats.lastRoundTripMs = this.#lastSuccess - started;
+      this.#dropSettled();
       this.emit('sync');
       return true;
     } catch (error) {
@@ -293,6 +324,17 @@ export class RedisSync extends EventEmitter {
       return false;
     } finally {
       clearTimeout(timer);
+      this.#deadline = undefined;
+    }
+  }
+
+  /** Stops syncing the retired structures with nothing left to push ({@link retire}). */
+  #dropSettled(): void {
+    for (const source of this.#retiring) {
+      if (source.entries().every((entry) => entry.settled)) {
+        this.#sources.delete(source);
+        this.#retiring.delete(source);
+      }
     }
   }
 

@@ -127,7 +127,10 @@ export class SyncedWindowQuota implements RequestQuota {
     return Math.max(1, Math.ceil((1 - this.#rate.elapsedFraction()) * this.windowMs));
   }
 
-  /** Stops syncing the quota. */
+  /**
+   * Stops counting: `consume` and `adjust` then throw `ERR_KEEPCOUNT_CLOSED`. What was counted
+   * before is pushed by the next successful syncs, after which the quota is no longer synced.
+   */
   close(): void {
     this.#rate.close();
   }
