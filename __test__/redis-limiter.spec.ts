@@ -267,6 +267,29 @@ test.serial(title('a failed sync keeps the demand it carried for the next one'),
   }
 });
 
+test.serial(title('keys that differ only in lone surrogates are one bucket, in Redis and on the node'), async (t) => {
+  const server = await startRedis();
+  const connection = await connectClient('ioredis', server.port);
+  try {
+    const sync = new RedisSync({ sendCommand: connection.send, syncMs: 3_600_000 });
+    // 3 tokens, never refilled. Redis gets keys as UTF-8, where each lone surrogate is U+FFFD.
+    const limiter = new SyncedLimiter({ sync, name: 'surrogates', limit: { perSecond: 0, burst: 3 } });
+    t.true(await sync.flush());
+    let admitted = 0;
+    for (let round = 0; round < 3; round++) {
+      for (const key of ['\ud800', '\udc00', '\ufffd', 'a\ud800'.slice(1)]) {
+        for (let i = 0; i < 2; i++) if (limiter.check(key).allowed) admitted++;
+      }
+      t.true(await sync.flush());
+    }
+    t.is(admitted, 3);
+    await sync.close();
+  } finally {
+    await connection.close();
+    await server.stop();
+  }
+});
+
 test.serial(
   title('a node keeps at most 65,536 keys: a new one past that waits while the oldest owes tokens'),
   async (t) => {

@@ -181,7 +181,7 @@ export class SyncedLimiter implements RequestLimiter {
         if (!Array.isArray(entry) || typeof entry[0] !== 'string') {
           throw invalidType(`The "keys[${i}]" option`, 'a [string, RateLimit] pair', entry);
         }
-        this.#buckets.set(storedKey(entry[0]), this.#parse(`The "keys[${i}][1]" option`, entry[1]));
+        this.#buckets.set(storedKey(entry[0].toWellFormed()), this.#parse(`The "keys[${i}][1]" option`, entry[1]));
         i++;
       }
     }
@@ -203,7 +203,9 @@ export class SyncedLimiter implements RequestLimiter {
     if (typeof cost !== 'number') throw invalidType('The "cost" argument', 'of type number', cost);
     if (!Number.isSafeInteger(cost) || cost < 0) throw outOfRange('The "cost" argument', 'a safe integer >= 0', cost);
     if (this.#closed) return refusal(Infinity);
-    const account = this.#account(storedKey(key));
+    // Well formed first: Redis gets the key as UTF-8, where every lone surrogate is U+FFFD, so
+    // keys that differ only there share one bucket in Redis and must share one account here too.
+    const account = this.#account(storedKey(key.isWellFormed() ? key : key.toWellFormed()));
     if (account === undefined) return refusal(this.#sync.syncMs);
     const { bucket } = account;
     account.demand += cost;
