@@ -81,4 +81,24 @@ test(title('the overflow of a full table is visible, and bad arguments are coded
     code: 'ERR_OUT_OF_RANGE',
     message: /The "topTalkers" option must be an integer in \[0, 100\]/,
   });
+  // prom-client's own refusals are plain Errors with no code: these are ours.
+  throwsShape(t, () => new KeepcountMetrics({ registry }), {
+    instanceOf: Error,
+    code: 'ERR_KEEPCOUNT_DUPLICATE_KEY',
+    message: /already holds a metric named "keepcount_decisions_total"/,
+  });
+  t.notThrows(() => new KeepcountMetrics({ registry, prefix: 'second_' }));
+  t.notThrows(() => new KeepcountMetrics({ registry: new Registry(), prefix: '' }));
+  for (const prefix of ['1x_', 'a-b_', 'a b', 'ü_']) {
+    throwsShape(t, () => new KeepcountMetrics({ registry: new Registry(), prefix }), {
+      instanceOf: RangeError,
+      code: 'ERR_OUT_OF_RANGE',
+      message: /The "prefix" option must be a Prometheus metric name prefix/,
+    });
+  }
+  throwsShape(t, () => new KeepcountMetrics({ registry: {} as never }), {
+    instanceOf: TypeError,
+    code: 'ERR_INVALID_ARG_TYPE',
+    message: /The "registry" option must be a prom-client Registry/,
+  });
 });

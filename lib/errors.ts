@@ -27,7 +27,8 @@
  * - `ERR_KEEPCOUNT_DUPLICATE_KEY` (`Error`): a `Limiter` key table names the same key twice (`1` and
  *   `1n` are one key); the limiter is unchanged. Or a keepcount/redis structure made on a
  *   `RedisSync` that already carried one of its kind and name (closed or not): both would write
- *   this node's one contribution in Redis.
+ *   this node's one contribution in Redis. Or a `KeepcountMetrics` whose metric names the
+ *   registry already holds.
  * - `ERR_KEEPCOUNT_UNKNOWN_KEY` (`Error`): `Limiter.setQuota` for a key not in the table.
  * - `ERR_KEEPCOUNT_UNSUPPORTED` (`Error`): an option keepcount cannot honour, e.g. @fastify/rate-limit's
  *   `continueExceeding` or `exponentialBackoff` with the keepcount store (its window is shared by all keys);

@@ -21,7 +21,7 @@
  * @module
  */
 import { Counter, Gauge, register as defaultRegistry, type Registry } from 'prom-client';
-import { invalidType, outOfRange } from './errors.js';
+import { invalidType, outOfRange, withCode } from './errors.js';
 import type { QuotaTalkers } from './http/talkers.js';
 import { UpstreamLimit } from './http/upstream.js';
 import { WindowQuota } from './http/window-quota.js';
@@ -29,6 +29,9 @@ import { integerOption, optionsObject } from './options.js';
 
 /** Most top talkers per quota: keeps label cardinality small whatever the option says. */
 const MAX_TOP_TALKERS = 100;
+
+/** The metrics a {@link KeepcountMetrics} registers, after its prefix. */
+const METRIC_NAMES = ['decisions_total', 'top_talker_requests', 'tracked_clients', 'overflow_requests', 'inflight'];
 
 /** Options of {@link KeepcountMetrics}. */
 export interface KeepcountMetricsOptions {
@@ -66,8 +69,26 @@ export class KeepcountMetrics {
   constructor(options: KeepcountMetricsOptions = {}) {
     const o = optionsObject(options);
     const registry = o.registry ?? defaultRegistry;
+    if (typeof (registry as Partial<Registry> | null)?.getSingleMetric !== 'function') {
+      throw invalidType('The "registry" option', 'a prom-client Registry', registry);
+    }
     const prefix = o.prefix ?? 'keepcount_';
     if (typeof prefix !== 'string') throw invalidType('The "prefix" option', 'of type string', prefix);
+    if (!/^([a-zA-Z_:][a-zA-Z0-9_:]*)?$/.test(prefix)) {
+      throw outOfRange('The "prefix" option', 'a Prometheus metric name prefix ([a-zA-Z_:][a-zA-Z0-9_:]*)', prefix);
+    }
+    // prom-client would throw its own uncoded Error at the first metric: say which, with a code.
+    for (const name of METRIC_NAMES) {
+      if (registry.getSingleMetric(`${prefix}${name}`) !== undefined) {
+        throw withCode(
+          new Error(
+            `The registry already holds a metric named "${prefix}${name}": one KeepcountMetrics per registry and ` +
+              'prefix (add every quota and upstream to it), or give the second another prefix',
+          ),
+          'ERR_KEEPCOUNT_DUPLICATE_KEY',
+        );
+      }
+    }
     this.#topTalkers = integerOption('topTalkers', o.topTalkers, 0, MAX_TOP_TALKERS, 10);
     const registers = [registry];
     // The collectors run with `this` bound to their metric: they reach these through closures.
