@@ -5,7 +5,14 @@
  */
 import test from 'ava';
 import { sketchLayout } from '../lib/redis/hasher.js';
-import { RedisSync, SyncedEstimator, SyncedInflight, SyncedRate, type SendCommand } from '../lib/redis/index.js';
+import {
+  RedisSync,
+  SyncedEstimator,
+  SyncedInflight,
+  SyncedRate,
+  SyncedWindowQuota,
+  type SendCommand,
+} from '../lib/redis/index.js';
 import { title } from './helpers.js';
 import { connectClient } from './redis-clients.js';
 import { startRedis } from '../tools/redis-server.js';
@@ -101,11 +108,39 @@ test.serial(title('another shape counts apart too, for a rate’s windows and an
     t.is(inA.get('k'), 1);
     t.is(inOdd.get('k'), 9);
     t.deepEqual(odd.errors.map((e) => [e.code, e.theirs]).sort(), [
-      ['ERR_KEEPCOUNT_LAYOUT', sketchLayout(4, 1024, 7n)],
+      ['ERR_KEEPCOUNT_LAYOUT', `${sketchLayout(4, 1024, 7n)}-w3600000`],
       ['ERR_KEEPCOUNT_LAYOUT', sketchLayout(4, 8192, 7n)],
     ]);
-    t.deepEqual(a.errors.map((e) => e.theirs).sort(), [sketchLayout(3, 8192, 7n), sketchLayout(4, 2048, 7n)].sort());
+    t.deepEqual(
+      a.errors.map((e) => e.theirs).sort(),
+      [sketchLayout(3, 8192, 7n), `${sketchLayout(4, 2048, 7n)}-w3600000`].sort(),
+    );
     await Promise.all([a.sync.close(), odd.sync.close()]);
+  } finally {
+    await connection.close();
+    await server.stop();
+  }
+});
+
+test.serial(title('quotas of one name with another window count apart and report each other'), async (t) => {
+  const server = await startRedis();
+  const connection = await connectClient('ioredis', server.port);
+  try {
+    const [a, b] = [node(connection.send), node(connection.send)];
+    const minute = new SyncedWindowQuota({ sync: a.sync, name: 'q', seed: 7, limit: 10, windowMs: 60_000 });
+    const hour = new SyncedWindowQuota({ sync: b.sync, name: 'q', seed: 7, limit: 10, windowMs: 3_600_000 });
+    minute.consume('k', 3);
+    hour.consume('k', 4);
+    for (const side of [a, b, a]) t.true(await side.sync.flush());
+    // Separate windows' keys: neither sees the other's count (before, neither said so either).
+    t.is(minute.current('k').count, 3);
+    t.is(hour.current('k').count, 4);
+    // A quota's default sketch: 4 rows sized for its default 10,000 clients.
+    const layout = sketchLayout(4, 51072, 7n);
+    t.like(a.errors[0], { code: 'ERR_KEEPCOUNT_LAYOUT', layout: `${layout}-w60000`, theirs: `${layout}-w3600000` });
+    t.like(b.errors[0], { code: 'ERR_KEEPCOUNT_LAYOUT', layout: `${layout}-w3600000`, theirs: `${layout}-w60000` });
+    t.regex(a.errors[0]!.message, /\(and window\)/);
+    await Promise.all([a.sync.close(), b.sync.close()]);
   } finally {
     await connection.close();
     await server.stop();

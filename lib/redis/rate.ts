@@ -67,6 +67,11 @@ export class SyncedRate {
   readonly #hasher: KeyHasher;
   readonly #clock: Clock;
   readonly #base: string;
+  /**
+   * The sketch's layout and the window length: nodes that disagree on the window count in
+   * different windows' keys, so they are reported (`ERR_KEEPCOUNT_LAYOUT`) as other layouts are.
+   */
+  readonly #layout: string;
   readonly #counters: number;
   #closed = false;
   #current: Window;
@@ -82,6 +87,7 @@ export class SyncedRate {
     this.#hasher = new KeyHasher(hashes, slots, o.seed);
     this.#clock = o.clock === undefined ? wallClock : validateClock(o.clock);
     this.#base = `${this.#sync.prefix}:{${name}}`;
+    this.#layout = `${this.#hasher.layout}-w${this.intervalMs}`;
     this.#counters = hashes * slots;
     const now = this.#index(this.#now());
     this.#previous = this.#window(now - 1);
@@ -176,7 +182,7 @@ export class SyncedRate {
     const ttlMs = (): number => Math.max(1, Math.ceil((index + 2) * this.intervalMs - this.#now()) + SKEW_MARGIN_MS);
     return {
       index,
-      cells: new SyncedCells(this.#counters, entryKeys(this.#base, `w${index}`, this.#hasher.layout, 'w'), ttlMs),
+      cells: new SyncedCells(this.#counters, entryKeys(this.#base, `w${index}`, this.#layout, 'w'), ttlMs),
     };
   }
 }

@@ -417,9 +417,10 @@ function layoutError(entry: SyncedCells, theirs: string, liveMs: number): Error 
   const error = withCode(
     new Error(
       `Redis entry "${base}" has nodes of another layout syncing beside it within ${liveMs} ms: "${theirs}" ` +
-        `against this node's "${layout}" (sketch format, hashes x slots, seed digest). They would count one key in ` +
-        "different cells, so each layout counts apart and neither sees the other's traffic. Give every node of the " +
-        'structure the same seed, hashes and slots and the same keepcount version, or give it another name ' +
+        `against this node's "${layout}" (sketch format, hashes x slots, seed digest; for a rate or quota, -w and ` +
+        'its window in ms). They would count one key in different cells or windows, so each layout counts apart ' +
+        "and neither sees the other's traffic. Give every node of the structure the same seed, hashes and slots " +
+        '(and window) and the same keepcount version, or give it another name ' +
         '(expected for a while during a rolling reconfiguration)',
     ),
     'ERR_KEEPCOUNT_LAYOUT',
