@@ -9,7 +9,8 @@ import { FallbackEstimator } from '../estimator.js';
 import { decode as decodeSketch, encode as encodeSketch } from '../wire.js';
 import { decodeStored } from './keys.js';
 import { Summary } from './summary.js';
-import { U64_MAX, type Entry } from './table.js';
+import type { Entry, Overflow } from './table.js';
+import { SAFE, u64, type U64 } from './u64.js';
 
 const MAGIC = 0x4848434b; // "KCHH" read as a little-endian u32
 const VERSION = 1;
@@ -20,11 +21,6 @@ const MIN_LEN = HEADER_LEN + CHECKSUM_LEN;
 /** Key length (4) + exact (8) + slack (8). */
 const ENTRY_MIN_LEN = 20;
 const MAX_CAPACITY = 2 ** 24;
-const U64_MAX_BIG = 2n ** 64n - 1n;
-const MAX_SAFE = BigInt(Number.MAX_SAFE_INTEGER);
-
-/** A bound as a u64: numbers at or past 2^64 are `u64::MAX`. */
-const u64 = (n: number): bigint => (n >= U64_MAX ? U64_MAX_BIG : BigInt(n));
 
 /** Byte order of stored keys (`Vec<u8>`'s `Ord`). */
 function compareBytes(a: Uint8Array, b: Uint8Array): number {
@@ -50,9 +46,9 @@ export function encodeSummary(summary: Summary): Uint8Array {
   view.setBigUint64(16, BigInt(summary.threshold), true);
   view.setUint32(24, summary.table.capacity, true);
   view.setUint32(28, entries.length, true);
-  view.setBigUint64(32, u64(o.events), true);
-  view.setBigUint64(40, u64(o.weight), true);
-  view.setBigUint64(48, u64(o.mergeDropped), true);
+  view.setBigUint64(32, BigInt(o.events), true);
+  view.setBigUint64(40, BigInt(o.weight), true);
+  view.setBigUint64(48, BigInt(o.mergeDropped), true);
   view.setUint32(56, sketchBytes.length, true);
   bytes.set(sketchBytes, HEADER_LEN);
   let at = HEADER_LEN + sketchBytes.length;
@@ -60,8 +56,8 @@ export function encodeSummary(summary: Summary): Uint8Array {
     view.setUint32(at, e.key.length, true);
     bytes.set(e.key, at + 4);
     at += 4 + e.key.length;
-    view.setBigUint64(at, u64(e.exact), true);
-    view.setBigUint64(at + 8, u64(e.slack), true);
+    view.setBigUint64(at, BigInt(e.exact), true);
+    view.setBigUint64(at + 8, BigInt(e.slack), true);
     at += 16;
   }
   view.setUint32(at, crc32(bytes, at), true);
@@ -101,8 +97,8 @@ export function decodeSummary(bytes: Uint8Array): Summary | HeavyCorruptReason {
     if (body - at - 4 < keyLen + 16) return 'entry';
     const key = bytes.slice(at + 4, at + 4 + keyLen);
     at += 4 + keyLen;
-    const exact = Number(view.getBigUint64(at, true));
-    const slack = Number(view.getBigUint64(at + 8, true));
+    const exact = u64(view.getBigUint64(at, true));
+    const slack = u64(view.getBigUint64(at + 8, true));
     at += 16;
     if (previous !== undefined && compareBytes(previous, key) >= 0) return 'order';
     previous = key;
@@ -114,25 +110,25 @@ export function decodeSummary(bytes: Uint8Array): Summary | HeavyCorruptReason {
   }
   if (at !== body) return 'trailing';
   if (entries.some((e) => decodeStored(e.key) === undefined)) return 'key';
-  const overflow = [32, 40, 48].map((offset) => view.getBigUint64(offset, true));
-  if (!exactCounts(entries, overflow)) return 'counts';
+  const counter = (offset: number): U64 => u64(view.getBigUint64(offset, true));
+  const overflow = { events: counter(32), weight: counter(40), mergeDropped: counter(48) };
+  if (!safeCounts(entries, overflow)) return 'counts';
   summary.table.replace(entries);
-  summary.table.overflow = {
-    events: Number(overflow[0]),
-    weight: Number(overflow[1]),
-    mergeDropped: Number(overflow[2]),
-  };
+  summary.table.overflow = overflow;
   summary.merged = (flags & FLAG_MERGED) !== 0;
   return summary;
 }
 
 /**
- * Whether every count is at most 2^53 − 1, which numbers hold exactly: the check both backends make
- * after §6's, so that the fallback keeps what it reads bit for bit.
+ * Whether every count is at most 2^53 − 1: the check the native binding makes after §6's
+ * (src/heavy.rs `absorb`, docs/format.md §6.1), so that both backends refuse the same summaries.
+ * The fallback would keep larger counts exactly; the check stays while the binding makes it.
  */
-function exactCounts(entries: Entry[], overflow: bigint[]): boolean {
+function safeCounts(entries: Entry[], o: Overflow): boolean {
   return (
-    entries.every((e) => e.exact <= Number.MAX_SAFE_INTEGER && e.slack <= Number.MAX_SAFE_INTEGER) &&
-    overflow.every((n) => n <= MAX_SAFE)
+    entries.every((e) => e.exact <= SAFE && e.slack <= SAFE) &&
+    o.events <= SAFE &&
+    o.weight <= SAFE &&
+    o.mergeDropped <= SAFE
   );
 }

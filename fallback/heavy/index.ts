@@ -18,7 +18,8 @@ import { decodeSummary, encodeSummary } from './codec.js';
 import { decodeStored, hashStoredKey } from './keys.js';
 import { Summary } from './summary.js';
 import { Rotation } from '../rotation.js';
-import { addSat, rank, type Entry } from './table.js';
+import { rank, upperOf, type Bounds, type Entry } from './table.js';
+import { addSaturating, subSaturating } from './u64.js';
 
 export class FallbackHeavy implements HeavyCore {
   /** The current and previous interval's slots. */
@@ -69,9 +70,14 @@ export class FallbackHeavy implements HeavyCore {
     this.intervals.maybeReset(nowMs);
     const { h1, h2 } = this.hash(key);
     const id = canonical(key);
-    if (window === 0) return this.intervals.current.count(id, h1, h2);
-    if (window === 1) return this.intervals.previous.count(id, h1, h2);
-    return plus(this.intervals.previous.count(id, h1, h2), this.intervals.current.count(id, h1, h2));
+    const { previous, current } = this.intervals;
+    const bounds =
+      window === 0
+        ? current.count(id, h1, h2)
+        : window === 1
+          ? previous.count(id, h1, h2)
+          : plus(previous.count(id, h1, h2), current.count(id, h1, h2));
+    return { lower: Number(bounds.lower), upper: Number(bounds.upper), standing: bounds.standing };
   }
 
   top(n: number, window: HeavyWindow, nowMs: number): HeavyTalker[] {
@@ -80,8 +86,8 @@ export class FallbackHeavy implements HeavyCore {
       window === 2 ? this.rankedBoth() : (window === 0 ? this.intervals.current : this.intervals.previous).ranked();
     return ranked.slice(0, n).map((e) => ({
       key: decodeStored(e.key)!,
-      lower: e.exact,
-      upper: addSat(e.exact, e.slack),
+      lower: Number(e.exact),
+      upper: Number(upperOf(e)),
     }));
   }
 
@@ -126,14 +132,14 @@ export class FallbackHeavy implements HeavyCore {
     const entries: Entry[] = [];
     for (const [id, e] of keys) {
       const c = plus(this.intervals.previous.count(id, e.h1, e.h2), this.intervals.current.count(id, e.h1, e.h2));
-      entries.push({ h1: e.h1, h2: e.h2, key: e.key, exact: c.lower, slack: Math.max(0, c.upper - c.lower) });
+      entries.push({ h1: e.h1, h2: e.h2, key: e.key, exact: c.lower, slack: subSaturating(c.upper, c.lower) });
     }
     return entries.sort(rank);
   }
 }
 
 /** `Count::plus`: bounds of two disjoint parts add; tracked wins, then overflow. */
-function plus(a: HeavyCount, b: HeavyCount): HeavyCount {
+function plus(a: Bounds, b: Bounds): Bounds {
   const standing = a.standing === 0 || b.standing === 0 ? 0 : a.standing === 2 || b.standing === 2 ? 2 : 1;
-  return { lower: addSat(a.lower, b.lower), upper: addSat(a.upper, b.upper), standing };
+  return { lower: addSaturating(a.lower, b.lower), upper: addSaturating(a.upper, b.upper), standing };
 }

@@ -3,14 +3,21 @@
  * in front of a bounded exact table. Keys arrive hashed by `keys.ts` `hashStoredKey` just before each
  * call, which then gives their stored form (`storedCopy`).
  */
-import type { HeavyCount, HeavyStats, Key } from '../../lib/core.js';
+import type { HeavyStats, Key } from '../../lib/core.js';
 import { canonical, type CanonicalKey } from '../canonical.js';
 import { FallbackEstimator } from '../estimator.js';
 import { hashBytes, storedCopy } from './keys.js';
-import { addSat, rank, Table, U64_MAX, upperOf, type Entry } from './table.js';
+import { rank, Table, upperOf, type Bounds, type Entry } from './table.js';
+import { addSaturating, subSaturating, u64, U64_MAX, type U64 } from './u64.js';
 
-/** `as_count`: a sketch estimate as a bound; a negative one (only merged or decoded counters) is unbounded. */
-const asCount = (estimate: number): number => (estimate < 0 ? U64_MAX : estimate);
+/** 2^53 − 1, here rather than imported from `u64.ts` for `incr`'s sake (see `table.ts`). */
+const SAFE = Number.MAX_SAFE_INTEGER;
+
+/**
+ * `as_count` of an estimate as the sketch returns it (the nearest number): a bound, `u64::MAX`
+ * (2^64 as a number) for a negative one, which only merged or decoded counters give.
+ */
+const asCount = (estimate: number): number => (estimate < 0 ? 2 ** 64 : estimate);
 
 export class Summary {
   readonly table: Table;
@@ -39,7 +46,9 @@ export class Summary {
     const estimate = asCount(this.sketch.incrHashed(h1, h2, value));
     if (estimate < this.threshold) return -1 - estimate;
     const slackCap = this.merged ? U64_MAX : this.threshold - 1;
-    const lower = this.table.add(canonical(key), h1, h2, storedCopy, value, estimate, slackCap);
+    // An entering key's slack is the estimate less this increment: read it exactly past 2^53.
+    const bound = estimate <= SAFE ? estimate : this.estimate(h1, h2);
+    const lower = this.table.add(canonical(key), h1, h2, storedCopy, value, bound, slackCap);
     return lower >= 0 ? lower : -1 - estimate;
   }
 
@@ -47,16 +56,24 @@ export class Summary {
   decr(key: Key, h1: number, h2: number, value: number): void {
     if (asCount(this.sketch.getHashed(h1, h2)) < this.threshold) return;
     const entry = this.table.entries.get(canonical(key));
-    if (entry !== undefined) entry.exact = Math.max(0, entry.exact - value);
+    if (entry !== undefined) entry.exact = subSaturating(entry.exact, value);
   }
 
   /** `count_hash` for a key of canonical form `id` hashed as `h1`/`h2`. */
-  count(id: CanonicalKey, h1: number, h2: number): HeavyCount {
-    const estimate = asCount(this.sketch.getHashed(h1, h2));
+  count(id: CanonicalKey, h1: number, h2: number): Bounds {
+    const estimate = this.estimate(h1, h2);
     if (estimate < this.threshold) return { lower: 0, upper: estimate, standing: 1 };
     const entry = this.table.entries.get(id);
     if (entry === undefined) return { lower: 0, upper: estimate, standing: 2 };
     return { lower: entry.exact, upper: upperOf(entry), standing: 0 };
+  }
+
+  /** `as_count(get_hash)`: the key's sketch estimate as a bound, exactly (see {@link asCount}). */
+  estimate(h1: number, h2: number): U64 {
+    const estimate = this.sketch.getHashed(h1, h2);
+    if (estimate >= 0 && estimate <= SAFE) return estimate;
+    const exact = this.sketch.exactHashed(h1, h2);
+    return exact < 0n ? U64_MAX : u64(exact);
   }
 
   /** The entries, ranked (`top` before truncation). */
@@ -73,16 +90,16 @@ export class Summary {
       const entry = { ...ours };
       if (their !== undefined) {
         theirs.delete(id);
-        entry.exact = addSat(entry.exact, their.exact);
-        entry.slack = addSat(entry.slack, their.slack);
+        entry.exact = addSaturating(entry.exact, their.exact);
+        entry.slack = addSaturating(entry.slack, their.slack);
       } else {
         // Untracked there: its sketch estimate bounds what that stream held.
-        entry.slack = addSat(entry.slack, asCount(other.sketch.getHashed(entry.h1, entry.h2)));
+        entry.slack = addSaturating(entry.slack, other.estimate(entry.h1, entry.h2));
       }
       merged.push(entry);
     }
     for (const their of theirs.values()) {
-      merged.push({ ...their, slack: addSat(their.slack, asCount(this.sketch.getHashed(their.h1, their.h2))) });
+      merged.push({ ...their, slack: addSaturating(their.slack, this.estimate(their.h1, their.h2)) });
     }
     const overflow = { ...this.table.overflow };
     this.table.replace(merged);
@@ -90,9 +107,9 @@ export class Summary {
     this.merged = true;
     const o = other.table.overflow;
     this.table.overflow = {
-      events: addSat(overflow.events, o.events),
-      weight: addSat(overflow.weight, o.weight),
-      mergeDropped: addSat(this.table.overflow.mergeDropped, o.mergeDropped),
+      events: addSaturating(overflow.events, o.events),
+      weight: addSaturating(overflow.weight, o.weight),
+      mergeDropped: addSaturating(this.table.overflow.mergeDropped, o.mergeDropped),
     };
   }
 
@@ -110,9 +127,9 @@ export class Summary {
       tracked: this.table.entries.size,
       capacity: this.table.capacity,
       total: asCount(total),
-      overflowEvents: o.events,
-      overflowWeight: o.weight,
-      mergeDropped: o.mergeDropped,
+      overflowEvents: Number(o.events),
+      overflowWeight: Number(o.weight),
+      mergeDropped: Number(o.mergeDropped),
     };
   }
 
