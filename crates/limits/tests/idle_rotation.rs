@@ -8,8 +8,10 @@
 //! and the next call rotates after idleness), then several threads count one key at once: the
 //! first call claims the rotation and works through a sketch large enough that the others count
 //! while it does. With the clock standing still during a round nothing stalls for an interval, so
-//! the total must be exact. Keys and seeds are fixed, so the collisions among the other keys are
-//! the same on every run: no false-failure probability.
+//! the total must be exact; a heavy hitter's upper bound may still miss the few increments other
+//! threads had in flight as it entered the table (the race `heavy`'s module doc states), which the
+//! check allows. Keys and seeds are fixed, so the collisions among the other keys are the same on
+//! every run: no false-failure probability.
 
 use keepcount_limits::Shape;
 use keepcount_limits::clock::ManualClock;
@@ -137,8 +139,12 @@ fn heavy_hitters_count_every_event_of_a_rotation_after_idleness_once() {
         // Row 0 of a sketch adds every increment once: the two summaries hold this round's
         // events, K's and the unique keys', none lost and none of the stale ones.
         assert_eq!(total, 2 * events, "round {round}");
+        // K's upper bound may miss the increments other threads had in flight when K entered a
+        // summary's table (the race the module doc states: at most `THREADS - 1` per summary,
+        // and K can enter both); a rotation losing K's counts would miss thousands.
+        let race = 2 * (THREADS as u64 - 1);
         assert!(
-            k.lower <= events && events <= k.upper,
+            k.lower <= events && events <= k.upper + race,
             "round {round}: {k:?}"
         );
     }
