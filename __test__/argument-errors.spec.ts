@@ -156,6 +156,25 @@ test(title('clientIp validates trustProxy as the rateLimit option, as an argumen
   );
 });
 
+test(title('clientIp refuses a request that is not an object, and reads one without headers'), (t) => {
+  for (const [value, received] of [
+    [null, 'null'],
+    [undefined, 'undefined'],
+    ['10.0.0.1', 'type string ("10.0.0.1")'],
+  ] as const) {
+    for (const trustProxy of [false, 1] as const) {
+      throwsShape(
+        t,
+        () => clientIp(value as never, trustProxy),
+        typeError(`The "req" argument must be a request. Received ${received}`),
+      );
+    }
+  }
+  // A request-like object without headers or socket: no address, no crash.
+  t.is(clientIp({} as never, 1), 'unknown');
+  t.is(clientIp({ socket: { remoteAddress: '10.0.0.9' } } as never, 2), '10.0.0.9');
+});
+
 test(title('ipKey refuses an address that is not a string, and a bad ipv6Subnet'), (t) => {
   t.is(ipKey('203.0.113.7'), '203.0.113.7');
   t.is(ipKey('2001:db8:1:2::1', undefined), '2001:db8:1::/56');

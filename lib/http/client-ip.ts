@@ -170,7 +170,9 @@ function peerIp(req: IncomingMessage): string | undefined {
 
 /** `X-Forwarded-For` as one list (Node joins repeated lines into an array), or `undefined`. */
 function forwardedFor(req: IncomingMessage): string | undefined {
-  const header = req.headers['x-forwarded-for'];
+  // Optional: a request-like object without headers (a test double, a bare socket wrapper) has
+  // no forwarded list rather than a TypeError from deep inside.
+  const header = req.headers?.['x-forwarded-for'];
   return Array.isArray(header) ? header.join(',') : header;
 }
 
@@ -181,7 +183,8 @@ function forwardedFor(req: IncomingMessage): string | undefined {
  * trusted proxies still reads `X-Forwarded-For`, since it trusts hops by count, not by address;
  * otherwise, and when the header has no trusted entry, the address is `'unknown'`. A `trustProxy`
  * that is none of `false`, an integer >= 0 or a function throws as `rateLimit`'s option does:
- * `RangeError` `ERR_OUT_OF_RANGE` for another number, `TypeError` `ERR_INVALID_ARG_TYPE` otherwise.
+ * `RangeError` `ERR_OUT_OF_RANGE` for another number, `TypeError` `ERR_INVALID_ARG_TYPE` otherwise;
+ * a `req` that is not an object throws `TypeError` `ERR_INVALID_ARG_TYPE`.
  *
  * @example
  * ```ts
@@ -190,6 +193,7 @@ function forwardedFor(req: IncomingMessage): string | undefined {
  * ```
  */
 export function clientIp(req: IncomingMessage, trustProxy: TrustProxy = false): string {
+  if (typeof req !== 'object' || req === null) throw invalidType('The "req" argument', 'a request', req);
   if (trustProxy === false || trustProxy === 0) return peerIp(req) ?? 'unknown';
   // `undefined` stands for the peer's address until it is needed: a trust function judges it, but
   // counted hops need it only when the header has no entry to take, not on every proxied request.
