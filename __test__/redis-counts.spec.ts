@@ -7,7 +7,14 @@
 import test from 'ava';
 import { Estimator } from '../lib/index.js';
 import { KeyHasher } from '../lib/redis/hasher.js';
-import { RedisSync, SyncedEstimator, type SendCommand } from '../lib/redis/index.js';
+import {
+  RedisSync,
+  SyncedEstimator,
+  SyncedLimiter,
+  SyncedRate,
+  SyncedWindowQuota,
+  type SendCommand,
+} from '../lib/redis/index.js';
 import { title } from './helpers.js';
 import { clientNames, connectClient } from './redis-clients.js';
 import { countNodes, readTotals } from './redis-nodes.js';
@@ -118,6 +125,54 @@ test.serial(title('a sketch closed before its sync is pushed by the next sync, t
     await server.stop();
   }
 });
+
+test.serial(
+  title('each structure counts the nodes that sync it, not those of its neighbours or of another kind'),
+  async (t) => {
+    const server = await startRedis();
+    const connection = await connectClient('ioredis', server.port);
+    try {
+      // Three nodes sync the sketch "hits"; only the first has the quota "api", and the other two a
+      // limiter also named "hits" (another kind under the same name).
+      const nodes = ['a', 'b', 'c'].map((nodeId, n) => {
+        const sync = new RedisSync({ sendCommand: connection.send, syncMs: 3_600_000, nodeId });
+        const sketch = new SyncedEstimator({ sync, name: 'hits', seed: 7 });
+        const quota =
+          n === 0
+            ? new SyncedWindowQuota({ sync, name: 'api', seed: 7, limit: 90, windowMs: 60_000, failPolicy: 'local' })
+            : undefined;
+        const limiter =
+          n > 0 ? new SyncedLimiter({ sync, name: 'hits', limit: { perSecond: 10, burst: 10 } }) : undefined;
+        return { sync, sketch, quota, limiter };
+      });
+      // Twice: a node's first sync may come before the others have registered.
+      for (let round = 0; round < 2; round++) for (const { sync } of nodes) t.true(await sync.flush());
+      const [a, b, c] = nodes as [(typeof nodes)[0], (typeof nodes)[0], (typeof nodes)[0]];
+      t.deepEqual(
+        nodes.map(({ sketch }) => sketch.nodes),
+        [3, 3, 3],
+      );
+      t.is(a.quota?.nodes, 1);
+      // Alone on its quota, the node keeps the whole limit when Redis goes away.
+      t.is(a.quota?.share(), 90);
+      t.is(b.limiter?.nodes, 2);
+      t.is(c.limiter?.nodes, 2);
+      t.deepEqual(
+        nodes.map(({ sync }) => sync.nodes),
+        [3, 3, 3],
+      );
+      // Until its first sync a new structure takes its sync's count, then its own.
+      const late = new SyncedRate({ sync: a.sync, name: 'late', seed: 7, intervalMs: 60_000 });
+      t.is(late.nodes, 3);
+      t.true(await a.sync.flush());
+      t.is(late.nodes, 1);
+      for (const { sync } of nodes) await sync.close();
+    } finally {
+      await connection.close();
+      await server.stop();
+    }
+  },
+);
 
 test(title('synced sketches put every key where this backend’s Estimator does'), (t) => {
   const keys = ['', 'k0', '203.0.113.7', 'żółw 🐢', 0, 1, -1, 2 ** 53 - 1, 1n, -(2n ** 63n), new Uint8Array([1, 2, 3])];

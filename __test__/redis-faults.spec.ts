@@ -55,12 +55,12 @@ async function readInflight(connection: Connection, name: string, keys: string[]
 }
 
 /**
- * The Redis key of a part of structure `name` (`e:c`, `i:n:a`, `nodes`, `e:layouts`, ...), a
+ * The Redis key of a part of structure `name` (`e:c`, `i:n:a`, `e:nodes`, `e:layouts`, ...), a
  * sketch's entries laid out as the default 4 × 8192 sketch with seed 7 that every structure here
- * uses (its layout registry is one for all layouts).
+ * uses (its node and layout registries are one for all layouts).
  */
 const keyOf = (name: string, suffix: string): string =>
-  `keepcount:{${name}}:${suffix.replace(/^([ei]):(?!layouts$)/, `$1:${sketchLayout(4, 8192, 7n)}:`)}`;
+  `keepcount:{${name}}:${suffix.replace(/^([ei]):(?!(?:layouts|nodes)$)/, `$1:${sketchLayout(4, 8192, 7n)}:`)}`;
 
 test.serial(
   title('a sketch key overwritten with another Redis type is deleted, reported once by name, and rebuilt'),
@@ -69,7 +69,7 @@ test.serial(
     const connection = await connectClient('ioredis', server.port);
     try {
       // Every key of a sketch entry, the structure's node registry and its layout registry.
-      const lost = ['e:c', 'e:v', 'e:m', 'e:n:a', 'e:n:b', 'nodes', 'e:layouts'];
+      const lost = ['e:c', 'e:v', 'e:m', 'e:n:a', 'e:n:b', 'e:nodes', 'e:layouts'];
       for (const [k, suffix] of lost.entries()) {
         const name = `foreign-${k}`;
         const nodes = ['a', 'b'].map((id) => {

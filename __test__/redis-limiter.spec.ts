@@ -67,7 +67,7 @@ test.serial(
       // Start them together once all three are registered (they can take many seconds to start).
       const connection = await connectClient('ioredis', server.port);
       const deadline = performance.now() + 50_000;
-      while (Number(await connection.send(['ZCARD', 'keepcount:{hammer}:nodes'])) < 3) {
+      while (Number(await connection.send(['ZCARD', 'keepcount:{hammer}:p:nodes'])) < 3) {
         if (performance.now() > deadline) throw new Error('the 3 nodes never registered');
         await sleep(20);
       }

@@ -33,7 +33,7 @@ export async function waitForNodes(server: RedisServer, name: string, nodes: num
   const connection = await connectClient('ioredis', server.port);
   try {
     const deadline = performance.now() + 20_000;
-    while (Number(await connection.send(['ZCARD', `keepcount:{${name}}:nodes`])) < nodes) {
+    while (Number(await connection.send(['ZCARD', `keepcount:{${name}}:e:nodes`])) < nodes) {
       if (performance.now() > deadline) throw new Error(`${nodes} nodes never synced ${name}`);
       await sleep(20);
     }

@@ -21,7 +21,7 @@ export interface Push {
 export interface EntryKeys {
   /** The key base: the structure's, its part (`e`, `w<window>`, `i`, `p`) and the layout. */
   base: string;
-  /** The structure's node registry. */
+  /** The node registry of the structure's kind of part: its census ({@link Census}). */
   registry: string;
   /** The layout registry of the part (of every window, for a rate): which layouts synced it lately. */
   layouts: string;
@@ -31,12 +31,14 @@ export interface EntryKeys {
 
 /**
  * The keys of `part` of the structure whose keys start with `structure`, laid out as `layout`;
- * `kind` names the layout registry, shared by the parts of one kind (a rate's windows).
+ * `kind` names the node and layout registries, shared by the parts of one kind (a rate's windows).
+ * Structures of different kinds under one name (a sketch and a limiter called `api`) have their
+ * own registries, so each counts the nodes that sync it, not the other's.
  */
 export function entryKeys(structure: string, part: string, layout: string, kind = part): EntryKeys {
   return {
     base: `${structure}:${part}:${layout}`,
-    registry: `${structure}:nodes`,
+    registry: `${structure}:${kind}:nodes`,
     layouts: `${structure}:${kind}:layouts`,
     layout,
   };
@@ -52,6 +54,38 @@ export interface Pull {
   others: number[];
   /** The other layouts that synced this part of the structure lately: a misconfigured fleet. */
   layouts: string[];
+}
+
+/**
+ * The live nodes syncing one structure, as its registry counted them at the structure's last sync:
+ * what its `'local'` fail policy and a limiter's credit divide by. Shared by the structure's cells
+ * (a rate's windows come and go; its census stays). Before the structure's first sync it reads
+ * `fallback`, the most nodes any structure on its sync has counted: a structure added to a running
+ * sync knows the fleet's size at once, from its neighbours, rather than taking itself for alone.
+ */
+export class Census {
+  /** The registry's count at the last sync, or `undefined` before the first. */
+  #counted: number | undefined;
+  readonly #fallback: () => number;
+
+  constructor(fallback: () => number) {
+    this.#fallback = fallback;
+  }
+
+  /** Whether a sync has counted this structure's nodes yet. */
+  get counted(): boolean {
+    return this.#counted !== undefined;
+  }
+
+  /** Live nodes syncing the structure, at least 1. */
+  get nodes(): number {
+    return this.#counted ?? this.#fallback();
+  }
+
+  /** Takes in a pull's count (this node included, so at least 1 but for a malformed reply). */
+  count(nodes: number): void {
+    this.#counted = Math.max(1, nodes);
+  }
 }
 
 export class SyncedCells {
@@ -79,7 +113,11 @@ export class SyncedCells {
   readonly #marked: Uint8Array;
   #dirty: number[] = [];
 
-  constructor(counters: number, keys: EntryKeys, ttlMs: () => number = () => 0, leaseMs = 0) {
+  /** The structure's census, which this entry's pulls update. */
+  readonly census: Census;
+
+  constructor(counters: number, keys: EntryKeys, census: Census, ttlMs: () => number = () => 0, leaseMs = 0) {
+    this.census = census;
     this.mine = new Float64Array(counters);
     this.others = new Float64Array(counters);
     this.#marked = new Uint8Array(counters);
@@ -147,6 +185,7 @@ export class SyncedCells {
    */
   apply(pull: Pull, seq: number): void {
     if (pull.applied) this.acked = seq;
+    this.census.count(pull.nodes);
     if (this.#incarnation !== undefined && this.#incarnation !== pull.incarnation) {
       this.others.fill(0);
       this.since = 0;

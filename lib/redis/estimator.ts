@@ -2,7 +2,7 @@
 import type { Key } from '../core.js';
 import { invalidType } from '../errors.js';
 import { countArgument, optionsObject, shapeOptions } from '../options.js';
-import { entryKeys, SyncedCells } from './cells.js';
+import { Census, entryKeys, SyncedCells } from './cells.js';
 import { KeyHasher } from './hasher.js';
 import { closedSyncedError, nameOption, RedisSync } from './sync.js';
 
@@ -51,7 +51,8 @@ export class SyncedEstimator {
     // Hashes keys the way every node does; its own counters stay unused (the arrays below count).
     this.#hasher = new KeyHasher(hashes, slots, o.seed);
     const base = `${this.#sync.prefix}:{${name}}`;
-    this.#cells = new SyncedCells(hashes * slots, entryKeys(base, 'e', this.#hasher.layout));
+    const census = new Census(() => this.#sync.nodes);
+    this.#cells = new SyncedCells(hashes * slots, entryKeys(base, 'e', this.#hasher.layout), census);
     this.#sync.add(this, 'SyncedEstimator', name);
   }
 
@@ -75,6 +76,14 @@ export class SyncedEstimator {
   /** `key`'s estimate from this node's increments alone. */
   local(key: Key): number {
     return this.#cells.local(this.#hasher.indexes(key));
+  }
+
+  /**
+   * Live nodes syncing this sketch (this one included), as Redis counted them at its last sync;
+   * before its first, the most any structure on its sync has counted (`sync.nodes`).
+   */
+  get nodes(): number {
+    return this.#cells.census.nodes;
   }
 
   /** @internal What the sync pushes and pulls. */

@@ -6,7 +6,7 @@ import { guardedIncr, type InflightCounter, type InflightGuard } from '../inflig
 import { validateKey } from '../keys.js';
 import { MAX_STORED_KEY_LENGTH } from '../long-key.js';
 import { countArgument, integerOption, optionsObject, seedOption, shapeOptions } from '../options.js';
-import { entryKeys, SyncedCells } from './cells.js';
+import { Census, entryKeys, SyncedCells } from './cells.js';
 import { syncOption } from './estimator.js';
 import { sketchLayout } from './hasher.js';
 import { nameOption, type RedisSync } from './sync.js';
@@ -101,7 +101,8 @@ export class SyncedInflight implements InflightCounter {
     const base = `${this.#sync.prefix}:{${name}}`;
     const ttlMs = this.leaseMs * KEEP_LEASES;
     const layout = sketchLayout(hashes, slots, seed);
-    this.#cells = new SyncedCells(hashes * slots, entryKeys(base, 'i', layout), () => ttlMs, this.leaseMs);
+    const census = new Census(() => this.#sync.nodes);
+    this.#cells = new SyncedCells(hashes * slots, entryKeys(base, 'i', layout), census, () => ttlMs, this.leaseMs);
     this.#core = {
       incr: (key, value) => this.#cells.add(this.#counters(key), value),
       get: (key) => this.#cells.estimate(this.#counters(key)),
@@ -152,6 +153,14 @@ export class SyncedInflight implements InflightCounter {
       this.#indexes.set(key, indexes);
     }
     return indexes;
+  }
+
+  /**
+   * Live nodes syncing this count (this one included), as Redis counted them at its last sync;
+   * before its first, the most any structure on its sync has counted (`sync.nodes`).
+   */
+  get nodes(): number {
+    return this.#cells.census.nodes;
   }
 
   /** @internal What the sync pushes and pulls. */

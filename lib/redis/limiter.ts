@@ -4,7 +4,7 @@ import type { RequestLimiter } from '../http/quota.js';
 import { storedKey } from '../long-key.js';
 import { limitSpec, type LimiterDecision, type RateLimit } from '../quotas.js';
 import { integerOption, optionsObject } from '../options.js';
-import { entryKeys, SyncedCells } from './cells.js';
+import { Census, entryKeys, SyncedCells } from './cells.js';
 import { syncOption } from './estimator.js';
 import { failPolicyOption, type FailPolicy } from './fail-policy.js';
 import type { LoanRequest } from './loan.js';
@@ -161,7 +161,7 @@ export class SyncedLimiter implements RequestLimiter {
   readonly #bucket: Bucket;
   readonly #buckets = new Map<string, Bucket>();
   readonly #accounts = new Map<string, Account>();
-  /** Registers the node in the limiter's registry, so `sync.nodes` counts it. */
+  /** Registers the node in the limiter's registry, whose count is the limiter's {@link nodes}. */
   readonly #presence: SyncedCells;
   #closed = false;
 
@@ -187,7 +187,8 @@ export class SyncedLimiter implements RequestLimiter {
     }
     this.#base = `${this.#sync.prefix}:{${name}}`;
     const presenceTtlMs = this.leaseMs;
-    this.#presence = new SyncedCells(0, entryKeys(this.#base, 'p', PRESENCE_LAYOUT), () => presenceTtlMs);
+    const census = new Census(() => this.#sync.nodes);
+    this.#presence = new SyncedCells(0, entryKeys(this.#base, 'p', PRESENCE_LAYOUT), census, () => presenceTtlMs);
     this.#sync.add(this, 'SyncedLimiter', name);
   }
 
@@ -214,11 +215,11 @@ export class SyncedLimiter implements RequestLimiter {
     if (this.#sync.stale) return this.#stale(account, cost, now);
     // A loan past its lease is void (Redis writes it off); a debt is not. Credit is for a key with
     // no loan yet (once Redis has answered, the node admits only what it was lent), and only on a
-    // node that knows the node count: a node that has never synced takes none.
+    // limiter that knows its node count: one that has never synced takes none.
     let credit = 0;
     if (now > account.expiresAt) {
       account.held = Math.min(0, account.held);
-      if (this.#sync.synced) credit = bucket.burst / this.#sync.nodes;
+      if (this.#presence.census.counted) credit = bucket.burst / this.nodes;
     }
     if (account.held - cost >= -credit) {
       account.held -= cost;
@@ -226,6 +227,14 @@ export class SyncedLimiter implements RequestLimiter {
     }
     if (bucket.rate === 0) return refusal(Infinity);
     return refusal(Math.max(this.#sync.syncMs, (cost - account.held - credit) / bucket.rate));
+  }
+
+  /**
+   * Live nodes syncing this limiter (this one included), as Redis counted them at its last sync;
+   * before its first, the most any structure on its sync has counted (`sync.nodes`).
+   */
+  get nodes(): number {
+    return this.#presence.census.nodes;
   }
 
   /** @internal The presence entry, for the node count. */
@@ -319,7 +328,7 @@ export class SyncedLimiter implements RequestLimiter {
         this.#accounts.delete(oldest.key);
       }
       const bucket = this.#buckets.get(key) ?? this.#bucket;
-      const share = bucket.burst / this.#sync.nodes;
+      const share = bucket.burst / this.nodes;
       account = {
         key,
         bucket,
@@ -340,7 +349,7 @@ export class SyncedLimiter implements RequestLimiter {
   #stale(account: Account, cost: number, now: number): LimiterDecision {
     if (this.failPolicy === 'open') return ALLOWED;
     if (this.failPolicy === 'closed') return refusal(this.#sync.syncMs);
-    const nodes = this.#sync.nodes;
+    const nodes = this.nodes;
     const { rate, burst } = account.bucket;
     const elapsed = Math.max(0, now - account.localAt);
     account.localTokens = Math.min(burst / nodes, account.localTokens + (elapsed * rate) / nodes);

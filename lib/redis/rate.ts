@@ -4,7 +4,7 @@ import type { Key } from '../core.js';
 import { invalidType, outOfRange } from '../errors.js';
 import type { RateComponents } from '../rate.js';
 import { countArgument, integerOption, optionsObject, shapeOptions } from '../options.js';
-import { entryKeys, SyncedCells } from './cells.js';
+import { Census, entryKeys, SyncedCells } from './cells.js';
 import { KeyHasher } from './hasher.js';
 import { syncOption } from './estimator.js';
 import { closedSyncedError, nameOption, type RedisSync } from './sync.js';
@@ -73,6 +73,8 @@ export class SyncedRate {
    */
   readonly #layout: string;
   readonly #counters: number;
+  /** Counted by whichever windows sync: they come and go, the census stays. */
+  readonly #census: Census;
   #closed = false;
   #current: Window;
   #previous: Window;
@@ -88,6 +90,7 @@ export class SyncedRate {
     this.#clock = o.clock === undefined ? wallClock : validateClock(o.clock);
     this.#base = `${this.#sync.prefix}:{${name}}`;
     this.#layout = `${this.#hasher.layout}-w${this.intervalMs}`;
+    this.#census = new Census(() => this.#sync.nodes);
     this.#counters = hashes * slots;
     const now = this.#index(this.#now());
     this.#previous = this.#window(now - 1);
@@ -136,6 +139,14 @@ export class SyncedRate {
     return this.#current.cells.local(indexes);
   }
 
+  /**
+   * Live nodes syncing this rate (or quota) (this one included), as Redis counted them at its last sync;
+   * before its first, the most any structure on its sync has counted (`sync.nodes`).
+   */
+  get nodes(): number {
+    return this.#census.nodes;
+  }
+
   /** @internal What the sync pushes and pulls: the current window and the previous one. */
   entries(): SyncedCells[] {
     this.#roll(this.#now());
@@ -182,7 +193,12 @@ export class SyncedRate {
     const ttlMs = (): number => Math.max(1, Math.ceil((index + 2) * this.intervalMs - this.#now()) + SKEW_MARGIN_MS);
     return {
       index,
-      cells: new SyncedCells(this.#counters, entryKeys(this.#base, `w${index}`, this.#layout, 'w'), ttlMs),
+      cells: new SyncedCells(
+        this.#counters,
+        entryKeys(this.#base, `w${index}`, this.#layout, 'w'),
+        this.#census,
+        ttlMs,
+      ),
     };
   }
 }

@@ -185,7 +185,11 @@ export class RedisSync extends EventEmitter {
     return this.#stats.syncs > 0;
   }
 
-  /** Live nodes syncing the same structures, as of the last successful sync (at least 1). */
+  /**
+   * The most live nodes any structure on this sync counted at the last successful sync (at least
+   * 1). Each structure divides by its own count (its `nodes`), which a fleet where structures
+   * run on different sets of nodes makes differ; this is what a structure not yet synced uses.
+   */
   get nodes(): number {
     return this.#nodes;
   }

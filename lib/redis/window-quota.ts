@@ -109,7 +109,15 @@ export class SyncedWindowQuota implements RequestQuota {
 
   /** This node's share of the limit under the `'local'` policy: `limit / nodes`, at least 1 if `limit` is. */
   share(): number {
-    return Math.max(Math.min(1, this.limit), Math.floor(this.limit / this.#sync.nodes));
+    return Math.max(Math.min(1, this.limit), Math.floor(this.limit / this.nodes));
+  }
+
+  /**
+   * Live nodes syncing this quota (this one included), as Redis counted them at its last sync;
+   * before its first, the most any structure on its sync has counted (`sync.nodes`).
+   */
+  get nodes(): number {
+    return this.#rate.nodes;
   }
 
   /** Adds `delta` (possibly negative) to `key`'s count in the current window. */
