@@ -134,14 +134,16 @@ test(title('merges add exact counts past 2^53 and saturate at u64::MAX'), (t) =>
   t.like(saturated.stats(), { overflowEvents: 2 ** 64, overflowWeight: 2 ** 64, mergeDropped: 2 ** 64 });
 });
 
-test(title('an increment of a count merges saturated wraps past 2^64, as the native table’s atomic add does'), (t) => {
-  // table.rs `counted` and `overflowed` add with a wrapping `fetch_add`; only merges saturate.
+test(title('an increment of a count merges saturated stays at u64::MAX instead of wrapping to a small count'), (t) => {
   const heavy = mergedUp(2049);
-  t.is(heavy.incr('k', 5), 4);
-  t.deepEqual(heavy.count('k'), { lower: 4, upper: 2 ** 64, standing: 'tracked' });
+  t.is(heavy.incr('k', 5), 2 ** 64);
+  t.deepEqual(heavy.count('k'), { lower: 2 ** 64, upper: 2 ** 64, standing: 'tracked' });
   heavy.incr('o', 5);
-  t.like(heavy.stats(), { overflowEvents: 0, overflowWeight: 4, mergeDropped: 2 ** 64 });
-  t.deepEqual(countsOf(heavy.serialize()), { entries: { k: [4n, U64_MAX] }, overflow: [0n, 4n, U64_MAX] });
+  t.like(heavy.stats(), { overflowEvents: 2 ** 64, overflowWeight: 2 ** 64, mergeDropped: 2 ** 64 });
+  t.deepEqual(countsOf(heavy.serialize()), {
+    entries: { k: [U64_MAX, U64_MAX] },
+    overflow: [U64_MAX, U64_MAX, U64_MAX],
+  });
 });
 
 test(title('a summary with counts of 2^53 − 1 merges and re-serializes byte-identically; 2^53 + 1 is refused'), (t) => {
@@ -222,5 +224,5 @@ test(title('both backends hold the same counts past 2^53 and u64::MAX: same answ
   same('saturated');
   t.is(fallback.incr('k', V, 0), native.incr('k', V, 0));
   t.is(fallback.incr('o', V, 0), native.incr('o', V, 0));
-  same('wrapped');
+  same('incremented at u64::MAX');
 });

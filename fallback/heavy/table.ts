@@ -2,14 +2,14 @@
  * The bounded exact table behind a summary (crates/limits/src/heavy/table.rs): keys that crossed
  * the threshold, each with its exact count since entry and the slack that bounds what came before.
  * Counts are u64s, exact over the whole range ({@link U64}: numbers while safe, BigInt beyond),
- * and add as the native table's do: an increment wraps past 2^64 as its atomic `fetch_add` does,
- * a merge saturates at `u64::MAX`, a refund stops at 0.
+ * and add as the native table's do: increments and merges saturate at `u64::MAX`, a refund stops
+ * at 0.
  */
 
 import type { HeavyStanding } from '../../lib/core.js';
 import { canonical, type CanonicalKey } from '../canonical.js';
 import { decodeStored } from './keys.js';
-import { addSaturating, addWrapping, compareU64, minU64, subSaturating, type U64 } from './u64.js';
+import { addSaturating, compareU64, minU64, subSaturating, type U64 } from './u64.js';
 
 /**
  * 2^53 − 1, for the test in {@link Table.add}: a constant of this module, not `u64.ts`'s `SAFE`,
@@ -85,17 +85,17 @@ export class Table {
     const entry = this.entries.get(id);
     if (entry !== undefined) {
       const exact = entry.exact;
-      // The usual add: a safe count that stays safe. Any other goes exact in `addWrapping`.
+      // The usual add: a safe count that stays safe. Any other goes exact in `addSaturating`.
       if (typeof exact === 'number') {
         const sum = exact + value;
         if (sum <= SAFE) return (entry.exact = sum);
       }
-      return Number((entry.exact = addWrapping(exact, value)));
+      return Number((entry.exact = addSaturating(exact, value)));
     }
     if (this.entries.size >= this.capacity) {
       const o = this.overflow;
-      o.events = addWrapping(o.events, 1);
-      o.weight = addWrapping(o.weight, value);
+      o.events = addSaturating(o.events, 1);
+      o.weight = addSaturating(o.weight, value);
       return -1;
     }
     const slack = minU64(subSaturating(estimate, value), slackCap);
@@ -107,7 +107,7 @@ export class Table {
   replace(entries: Entry[]): void {
     if (entries.length > this.capacity) {
       entries.sort(rank);
-      this.overflow.mergeDropped = addWrapping(this.overflow.mergeDropped, entries.length - this.capacity);
+      this.overflow.mergeDropped = addSaturating(this.overflow.mergeDropped, entries.length - this.capacity);
       entries.length = this.capacity;
     }
     this.entries.clear();

@@ -29,7 +29,7 @@ export const U64_MAX = 2n ** 64n - 1n;
 export const u64 = (value: bigint): U64 => (value <= SAFE_BIG ? Number(value) : value);
 
 /**
- * `a + b` at most `u64::MAX` (Rust's `saturating_add`, what merges do). A sum of two safe
+ * `a + b` at most `u64::MAX` (Rust's `saturating_add`, what increments and merges do). A sum of two safe
  * integers that tests above 2^53 − 1 is above it exactly too (rounding keeps order), so the
  * BigInt path gives a bigint.
  */
@@ -37,12 +37,6 @@ export function addSaturating(a: U64, b: U64): U64 {
   if (typeof a === 'number' && typeof b === 'number' && a + b <= SAFE) return a + b;
   const sum = BigInt(a) + BigInt(b);
   return sum > U64_MAX ? U64_MAX : sum;
-}
-
-/** `a + b` modulo 2^64 (Rust's `wrapping_add`, what the native table's atomic `fetch_add` does). */
-export function addWrapping(a: U64, b: U64): U64 {
-  if (typeof a === 'number' && typeof b === 'number' && a + b <= SAFE) return a + b;
-  return u64(BigInt.asUintN(64, BigInt(a) + BigInt(b)));
 }
 
 /** `a − b`, at least 0 (Rust's `saturating_sub`). */

@@ -18,8 +18,8 @@ use super::count::{Count, Standing};
 struct Slot<K> {
     hash: KeyHash,
     key: K,
-    /// Every increment since entry (the entering one included), exactly. Wraps only past 2^64,
-    /// which the sketch's i64 counters cannot reach first.
+    /// Every increment since entry (the entering one included), exactly, up to `u64::MAX`, where
+    /// it stays (reachable only after merges piled counts up: [`add_saturating`]).
     exact: AtomicU64,
     /// An upper bound on the key's count before its first exactly-counted increment. Written
     /// only under the exclusive lock.
@@ -133,9 +133,8 @@ impl<K: Eq> Table<K> {
     }
 
     fn overflowed(&self, value: u64, estimate: u64) -> Count {
-        // Relaxed: statistics, read on their own.
-        self.overflow.events.fetch_add(1, Ordering::Relaxed);
-        self.overflow.weight.fetch_add(value, Ordering::Relaxed);
+        add_saturating(&self.overflow.events, 1);
+        add_saturating(&self.overflow.weight, value);
         Count {
             lower: 0,
             upper: estimate,
@@ -289,26 +288,43 @@ impl<K: Eq> Table<K> {
                 |s| s.hash.to_u64(),
             );
         }
-        // Relaxed: statistics.
-        self.overflow
-            .merge_dropped
-            .fetch_add(dropped as u64, Ordering::Relaxed);
+        add_saturating(&self.overflow.merge_dropped, dropped as u64);
     }
 }
 
 /// Adds `value` to a tracked slot and returns its bounds.
 fn counted<K>(slot: &Slot<K>, value: u64) -> Count {
-    // Relaxed: an atomic add needs no ordering to be exact; the slot itself was published by
-    // the lock.
-    let exact = slot
-        .exact
-        .fetch_add(value, Ordering::Relaxed)
-        .wrapping_add(value);
+    let exact = add_saturating(&slot.exact, value);
     Count {
         lower: exact,
         upper: exact.saturating_add(slot.slack),
         standing: Standing::Tracked,
     }
+}
+
+/// Half of `u64::MAX`: a count below it cannot pass `u64::MAX` by concurrent increments (each
+/// at most `u32::MAX`; it would take 2^31 of them in flight at once).
+const HEADROOM: u64 = u64::MAX / 2;
+
+/// Adds `value` to `counter` and returns the sum, stopping at `u64::MAX`: a count never wraps to
+/// a small one, whatever merges piled up before. A count below [`HEADROOM`] (every count not
+/// raised there by merges) takes one atomic add, as before; one above it a compare-and-swap loop.
+///
+/// Relaxed, all: an atomic add needs no ordering to be exact, the counter's slot was published
+/// by the table's lock, and the overflow counters are statistics read on their own.
+fn add_saturating(counter: &AtomicU64, value: u64) -> u64 {
+    if counter.load(Ordering::Relaxed) < HEADROOM {
+        return counter
+            .fetch_add(value, Ordering::Relaxed)
+            .wrapping_add(value);
+    }
+    // The closure always returns Some, so this cannot fail.
+    counter
+        .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |count| {
+            Some(count.saturating_add(value))
+        })
+        .unwrap_or_else(|count| count)
+        .saturating_add(value)
 }
 
 fn entry_of<'a, K, T>(slot: &'a Slot<K>, key: impl FnOnce(&'a K) -> T) -> Entry<T> {
@@ -385,6 +401,45 @@ mod tests {
         assert_eq!(table.get(hash(9), &2).unwrap().lower, 2);
         // The cap bounds the slack: 5 - 1 = 4 capped to 2.
         assert_eq!(table.get(hash(9), &1).unwrap().upper, 3);
+    }
+
+    #[test]
+    fn counts_stop_at_u64_max_instead_of_wrapping() {
+        let table = Table::<u32>::new(1);
+        table.replace_with(|_| {
+            vec![Entry {
+                hash: hash(1),
+                key: 1,
+                exact: u64::MAX - 2,
+                slack: 0,
+            }]
+        });
+        table.set_overflow(OverflowCounts {
+            events: u64::MAX,
+            weight: u64::MAX - 1,
+            merge_dropped: u64::MAX,
+        });
+        // Merges piled the counts up: an increment past the maximum stays there, not at 2.
+        assert_eq!(table.add(hash(1), &1, 5, 5, || 0).lower, u64::MAX);
+        assert_eq!(table.add(hash(1), &1, 1, 5, || 0).lower, u64::MAX);
+        assert_eq!(table.get(hash(1), &1).unwrap().lower, u64::MAX);
+        assert_eq!(
+            table.add(hash(2), &2, 7, 9, || 0).standing,
+            Standing::Overflow
+        );
+        let overflow = table.overflow();
+        assert_eq!((overflow.events, overflow.weight), (u64::MAX, u64::MAX));
+        table.replace_with(|entries| {
+            let mut entries = entries;
+            entries.push(Entry {
+                hash: hash(3),
+                key: 3,
+                exact: 1,
+                slack: 0,
+            });
+            entries
+        });
+        assert_eq!(table.overflow().merge_dropped, u64::MAX);
     }
 
     #[test]
