@@ -61,9 +61,10 @@ test(title('a shared Rate rotates once per interval, seen identically by every p
     return;
   }
   // Margins: each round's observations take a few ms right after an interval starts, and all
-  // reads come within a few ms of each other 1.5 intervals later. The test fails only if this
-  // machine stalls a process for most of a second (the interval).
-  const intervalMs = 1000;
+  // reads come within a few ms of each other 1.5 intervals later, so a read is half an interval
+  // from either edge. The test fails only if this machine stalls a process for 1.5 s (timers on
+  // it have run 0.8 s late).
+  const intervalMs = 3000;
   const all = await workers(3);
   await Promise.all(all.map((w) => w.send({ op: 'open-rate', name: 'r', dir, intervalMs })));
   // Let the interval the creator started lapse, then start a fresh one with a read.
