@@ -176,6 +176,36 @@ test(title('refunds lower a tracked key’s exact count, never below zero'), (t)
   t.is(heavy.count('never-seen').upper, 0);
 });
 
+test(
+  title(
+    'merged keys are the table’s own: a Buffer reused after merge, or a key from top() written to, changes nothing',
+  ),
+  (t) => {
+    const make = () =>
+      new HeavyHitters({ intervalMs: 1000, threshold: 1, capacity: 4, seed: 1n, clock: new ManualClock() });
+    const source = make();
+    source.incr('abc', 3);
+    source.incr(new Uint8Array([1, 2, 3]), 7);
+    // What files and sockets hand out: a Buffer, whose slice() is a view, not a copy.
+    const bytes = Buffer.from(source.serialize());
+    const merged = make();
+    merged.merge(bytes);
+    const before = merged.serialize();
+    bytes.fill(0x41);
+    t.deepEqual(merged.serialize(), before);
+    t.deepEqual(
+      merged.top(5).map((talker) => talker.key),
+      [new Uint8Array([1, 2, 3]), 'abc'],
+    );
+    // Keys come back as plain, independent Uint8Arrays on both backends.
+    const key = merged.top(1)[0]?.key as Uint8Array;
+    t.is(Object.getPrototypeOf(key), Uint8Array.prototype);
+    key[0] = 9;
+    t.deepEqual(merged.serialize(), before);
+    t.notThrows(() => make().merge(merged.serialize()));
+  },
+);
+
 test(title('summaries serialize canonically and merge across nodes with bounds that hold'), (t) => {
   const options = {
     intervalMs: 1000,

@@ -95,7 +95,9 @@ export function decodeSummary(bytes: Uint8Array): Summary | HeavyCorruptReason {
     if (body - at < 4) return 'entry';
     const keyLen = view.getUint32(at, true);
     if (body - at - 4 < keyLen + 16) return 'entry';
-    const key = bytes.slice(at + 4, at + 4 + keyLen);
+    // A copy the table owns, and a plain Uint8Array: `slice` on a Node Buffer (what files and
+    // sockets hand out) is a view, which would tie the table's keys to the caller's memory.
+    const key = new Uint8Array(bytes.subarray(at + 4, at + 4 + keyLen));
     at += 4 + keyLen;
     const exact = u64(view.getBigUint64(at, true));
     const slack = u64(view.getBigUint64(at + 8, true));

@@ -150,7 +150,8 @@ export function decodeStored(stored: Uint8Array): Key | undefined {
         return undefined;
       }
     case TAG_BYTES:
-      return payload.slice();
+      // A plain copy, whatever the stored key's class: the caller may write into what it gets.
+      return new Uint8Array(payload);
     case TAG_INT: {
       if (payload.length !== 8) return undefined;
       const view = new DataView(payload.buffer, payload.byteOffset, 8);
