@@ -11,6 +11,13 @@ import { WindowQuota, rateLimit, tokenBucket, upstreamLimit, type Middleware } f
 import { title, type ErrorShape } from './helpers.js';
 import { close, get, listen } from './http-client.js';
 
+/** The error of a per-request function option that returned `undefined` where `expected` is needed. */
+const missing = (name: string, expected: string): ErrorShape => ({
+  instanceOf: TypeError,
+  code: 'ERR_INVALID_ARG_TYPE',
+  message: `The "${name}" option's result must be ${expected}. Received undefined`,
+});
+
 /** Middleware whose own functions fail, each with the error the caller's error path must see. */
 function failing(): Record<string, { mw: Middleware; error: ErrorShape }> {
   const keyError = Object.assign(new Error('no key for this request'), { code: 'E_TEST_KEY' });
@@ -32,6 +39,16 @@ function failing(): Record<string, { mw: Middleware; error: ErrorShape }> {
       },
     },
     '/upstream': { mw: upstreamLimit({ max: 1, upstream: throwKey }), error: thrown },
+    // A function that finds nothing (a header the client left out) fails the request: taken for
+    // "not given", it cost 1 token and escaped the per-client cap.
+    '/bucket-no-cost': {
+      mw: tokenBucket({ limiter, cost: () => undefined as unknown as number }),
+      error: missing('cost', 'of type number'),
+    },
+    '/upstream-no-client': {
+      mw: upstreamLimit({ max: 5, perClient: 1, key: () => undefined as unknown as string }),
+      error: missing('key', 'of type string'),
+    },
   };
 }
 

@@ -148,54 +148,74 @@ test(title('fastify hook: a pipelining client that leaves gives back every slot 
   );
 });
 
-test(title('fastify hooks: a failing key, cost or upstream reaches the error handler, never the route'), async (t) => {
-  const keyError = Object.assign(new Error('no key for this request'), { code: 'E_TEST_KEY' });
-  const throwKey = () => {
-    throw keyError;
-  };
-  const limiter = new Limiter({ bestEffort: { requests: { perSecond: 10, burst: 10 } } });
-  const thrown = { instanceOf: Error, code: 'E_TEST_KEY', message: 'no key for this request' };
-  const cases = {
-    '/rate-key': { onRequest: rateLimitHook({ limit: 5, windowMs: 1000, key: throwKey }), error: thrown },
-    '/bucket-key': { onRequest: tokenBucketHook({ limiter, key: throwKey }), error: thrown },
-    '/bucket-nan': {
-      onRequest: tokenBucketHook({ limiter, cost: () => NaN }),
-      error: {
-        instanceOf: RangeError,
-        code: 'ERR_OUT_OF_RANGE',
-        message: 'The "cost" argument must be a safe integer >= 0. Received NaN',
+test(
+  title('fastify hooks: a failing or missing key, cost or upstream reaches the error handler, never the route'),
+  async (t) => {
+    const keyError = Object.assign(new Error('no key for this request'), { code: 'E_TEST_KEY' });
+    const throwKey = () => {
+      throw keyError;
+    };
+    const limiter = new Limiter({ bestEffort: { requests: { perSecond: 10, burst: 10 } } });
+    const thrown = { instanceOf: Error, code: 'E_TEST_KEY', message: 'no key for this request' };
+    const cases = {
+      '/rate-key': { onRequest: rateLimitHook({ limit: 5, windowMs: 1000, key: throwKey }), error: thrown },
+      '/bucket-key': { onRequest: tokenBucketHook({ limiter, key: throwKey }), error: thrown },
+      '/bucket-nan': {
+        onRequest: tokenBucketHook({ limiter, cost: () => NaN }),
+        error: {
+          instanceOf: RangeError,
+          code: 'ERR_OUT_OF_RANGE',
+          message: 'The "cost" argument must be a safe integer >= 0. Received NaN',
+        },
       },
-    },
-    '/upstream': { onRequest: upstreamLimitHook({ max: 1, upstream: throwKey }), error: thrown },
-  };
-  const app = Fastify();
-  const errors: unknown[] = [];
-  let admitted = 0;
-  app.setErrorHandler(async (error, _request, reply) => {
-    errors.push(error);
-    return reply.code(500).send('failed');
-  });
-  for (const [path, { onRequest }] of Object.entries(cases)) {
-    app.get(path, { onRequest }, async () => {
-      admitted++;
-      return 'admitted';
+      '/upstream': { onRequest: upstreamLimitHook({ max: 1, upstream: throwKey }), error: thrown },
+      // A function that finds nothing fails the request rather than taking the default.
+      '/bucket-no-cost': {
+        onRequest: tokenBucketHook({ limiter, cost: () => undefined as unknown as number }),
+        error: {
+          instanceOf: TypeError,
+          code: 'ERR_INVALID_ARG_TYPE',
+          message: 'The "cost" option\'s result must be of type number. Received undefined',
+        },
+      },
+      '/upstream-no-client': {
+        onRequest: upstreamLimitHook({ max: 5, perClient: 1, key: () => undefined as unknown as string }),
+        error: {
+          instanceOf: TypeError,
+          code: 'ERR_INVALID_ARG_TYPE',
+          message: 'The "key" option\'s result must be of type string. Received undefined',
+        },
+      },
+    };
+    const app = Fastify();
+    const errors: unknown[] = [];
+    let admitted = 0;
+    app.setErrorHandler(async (error, _request, reply) => {
+      errors.push(error);
+      return reply.code(500).send('failed');
     });
-  }
-  const port = await start(app);
-  t.teardown(() => app.close());
-  for (const [path, { error }] of Object.entries(cases)) {
-    t.is((await get(port, path)).status, 500, path);
-    t.throws(
-      () => {
-        throw errors.at(-1);
-      },
-      error,
-      path,
-    );
-  }
-  t.is(errors.length, Object.keys(cases).length);
-  t.is(admitted, 0);
-});
+    for (const [path, { onRequest }] of Object.entries(cases)) {
+      app.get(path, { onRequest }, async () => {
+        admitted++;
+        return 'admitted';
+      });
+    }
+    const port = await start(app);
+    t.teardown(() => app.close());
+    for (const [path, { error }] of Object.entries(cases)) {
+      t.is((await get(port, path)).status, 500, path);
+      t.throws(
+        () => {
+          throw errors.at(-1);
+        },
+        error,
+        path,
+      );
+    }
+    t.is(errors.length, Object.keys(cases).length);
+    t.is(admitted, 0);
+  },
+);
 
 test(title('fastify plugin: a token-bucket Limiter refuses past the burst with Retry-After'), async (t) => {
   const clock = new ManualClock();

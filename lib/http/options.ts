@@ -110,11 +110,21 @@ function functionOption<F extends AnyFunction>(name: string, value: F | undefine
  * its rejection unhandled (which ends a Node process). A rejected native promise is marked handled
  * first. Other results go on to the counter, which checks them.
  */
-function perRequestOption<R, T>(name: string, value: ((request: R) => T) | undefined): ((request: R) => T) | undefined {
+function perRequestOption<R, T>(
+  name: string,
+  value: ((request: R) => T) | undefined,
+  required?: string,
+): ((request: R) => T) | undefined {
   const fn = functionOption(name, value);
   if (fn === undefined) return undefined;
   return (request) => {
     const result = fn(request);
+    // `required` names the type a result must have where what it goes to has a default for
+    // `undefined` (a cost of 1, no client): a request missing the header or field the function
+    // reads would otherwise escape the limit rather than fail.
+    if (result === undefined && required !== undefined) {
+      throw invalidType(`The "${name}" option's result`, required, result);
+    }
     if (typeof result === 'object' && result !== null && typeof (result as { then?: unknown }).then === 'function') {
       if (result instanceof Promise) Promise.prototype.then.call(result, undefined, ignore);
       throw invalidType(
@@ -200,7 +210,7 @@ export function tokenBucketConfig<R, H extends AnyFunction>(
   return {
     limiter: limiterOption(o.limiter),
     key: perRequestOption('key', o.key) ?? clientKey(o, raw),
-    cost: perRequestOption('cost', o.cost) ?? (() => 1),
+    cost: perRequestOption('cost', o.cost, 'of type number') ?? (() => 1),
     skip: perRequestOption('skip', o.skip),
     onLimit: functionOption('onLimit', o.onLimit),
     talkers: talkersOption(o.talkers),
@@ -222,7 +232,7 @@ export function upstreamLimitConfig<R, H extends AnyFunction>(
 ): UpstreamLimitConfig<R, H> {
   const o = optionsObject(options);
   const limit = upstreamLimit(o);
-  const key = perRequestOption('key', o.key);
+  const key = perRequestOption('key', o.key, 'of type string');
   return {
     limit,
     upstream: perRequestOption('upstream', o.upstream) ?? (() => 'default'),
