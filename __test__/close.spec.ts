@@ -1,7 +1,7 @@
 // close() and `using`: an Estimator or Rate frees its counters at once and refuses every later
 // call with ERR_KEEPCOUNT_CLOSED (memory.spec.ts measures what closing saves).
 import test from 'ava';
-import { Estimator, ManualClock, Rate } from '../lib/index.js';
+import { Estimator, HeavyHitters, ManualClock, Rate } from '../lib/index.js';
 import { throwsShape, title } from './helpers.js';
 
 const closed = (what: string) => ({
@@ -57,6 +57,54 @@ test(title('a closed Rate refuses every call'), (t) => {
     () => r.rateWith('a', (c) => c.currSamples),
   ]) {
     throwsShape(t, call, closed('Rate'));
+  }
+});
+
+test(title('a clock that closes its Rate or HeavyHitters mid-call gets ERR_KEEPCOUNT_CLOSED from that call'), (t) => {
+  /** A clock whose next reading closes `target` first. */
+  const closing = () => {
+    let target: { close(): void } | undefined;
+    let ms = 0;
+    return {
+      clock: { now: () => (target?.close(), ms++) },
+      arm(on: { close(): void }) {
+        target = on;
+      },
+    };
+  };
+  const other = new HeavyHitters({ intervalMs: 10, threshold: 1, seed: 1n }).serialize();
+  const rateCalls: ((r: Rate) => unknown)[] = [
+    (r) => r.observe('k'),
+    (r) => r.observeWindow('k'),
+    (r) => r.rate('k'),
+    (r) => r.rateWith('k', (c) => c),
+  ];
+  const heavyCalls: ((h: HeavyHitters) => unknown)[] = [
+    (h) => h.incr('k'),
+    (h) => h.incrWindow('k'),
+    (h) => h.decr('k'),
+    (h) => h.count('k'),
+    (h) => h.top(5),
+    (h) => h.stats(),
+    (h) => h.serialize(),
+    (h) => h.merge(other),
+    (h) => h.intervalRemainingMs(),
+  ];
+  const calls = [
+    ...rateCalls.map((call) => ['Rate', call] as const),
+    ...heavyCalls.map((call) => ['HeavyHitters', call] as const),
+  ];
+  for (const [what, call] of calls) {
+    const { clock, arm } = closing();
+    const x =
+      what === 'Rate'
+        ? new Rate({ intervalMs: 10, seed: 1n, clock })
+        : new HeavyHitters({ intervalMs: 10, threshold: 1, seed: 1n, clock });
+    call(x as never);
+    arm(x);
+    // Before, native took the call to the freed core (ERR_KEEPCOUNT_INTERNAL or a "live handle"
+    // TypeError) and the fallback counted into the closed object.
+    throwsShape(t, () => call(x as never), closed(what));
   }
 });
 

@@ -147,7 +147,12 @@ export class HeavyHitters {
    * if it is tracked, else its sketch estimate (below `threshold` unless the table is full).
    */
   incr(key: Key, value = 1): number {
-    const r = this.#core.incr(validateKey(key), valueArgument(value), this.#elapsed());
+    const k = validateKey(key);
+    const v = valueArgument(value);
+    // The clock first, then the core: a clock that closes this object swaps the core out, and
+    // the call must go to the closed one (ERR_KEEPCOUNT_CLOSED), not to the freed one.
+    const now = this.#elapsed();
+    const r = this.#core.incr(k, v, now);
     return r >= 0 ? r : -1 - r;
   }
 
@@ -158,7 +163,10 @@ export class HeavyHitters {
    * every request.
    */
   incrWindow(key: Key, value = 1): { count: number; resetMs: number } {
-    const r = this.#core.incrInWindow(validateKey(key), valueArgument(value), this.#elapsed(), this.#window);
+    const k = validateKey(key);
+    const v = valueArgument(value);
+    const now = this.#elapsed();
+    const r = this.#core.incrInWindow(k, v, now, this.#window);
     return { count: r >= 0 ? r : -1 - r, resetMs: this.intervalMs - this.#window[0]! };
   }
 
@@ -168,12 +176,18 @@ export class HeavyHitters {
    * never decreased, so an untracked key's estimate stays as it is (still an upper bound).
    */
   decr(key: Key, value = 1): void {
-    this.#core.decr(validateKey(key), valueArgument(value), this.#elapsed());
+    const k = validateKey(key);
+    const v = valueArgument(value);
+    const now = this.#elapsed();
+    this.#core.decr(k, v, now);
   }
 
   /** Bounds on `key`'s count in `window` (defaults to `'current'`). */
   count(key: Key, window: HeavyWindowName = 'current'): KeyCount {
-    const c = this.#core.count(validateKey(key), windowArgument(window), this.#elapsed());
+    const k = validateKey(key);
+    const w = windowArgument(window);
+    const now = this.#elapsed();
+    const c = this.#core.count(k, w, now);
     return { lower: c.lower, upper: c.upper, standing: STANDINGS[c.standing]! };
   }
 
@@ -188,17 +202,23 @@ export class HeavyHitters {
     if (!Number.isInteger(n) || n < 0 || n > MAX_CAPACITY) {
       throw outOfRange('The "n" argument', `an integer in [0, ${MAX_CAPACITY}]`, n);
     }
-    return this.#core.top(n, windowArgument(window), this.#elapsed());
+    const w = windowArgument(window);
+    const now = this.#elapsed();
+    return this.#core.top(n, w, now);
   }
 
   /** `window`'s counters (defaults to `'current'`): tracked keys, total, overflow. */
   stats(window: 'current' | 'previous' = 'current'): HeavyStats {
-    return this.#core.stats(summaryArgument(window), this.#elapsed());
+    const w = summaryArgument(window);
+    const now = this.#elapsed();
+    return this.#core.stats(w, now);
   }
 
   /** `window`'s summary (defaults to `'current'`) in docs/format.md §6, canonical bytes. */
   serialize(window: 'current' | 'previous' = 'current'): Uint8Array {
-    return this.#core.serialize(summaryArgument(window), this.#elapsed());
+    const w = summaryArgument(window);
+    const now = this.#elapsed();
+    return this.#core.serialize(w, now);
   }
 
   /**
@@ -240,11 +260,13 @@ export class HeavyHitters {
    * replaced by the next call, so it reads as a whole interval.
    */
   intervalRemainingMs(): number {
-    return this.intervalMs - this.#core.intervalElapsed(this.#elapsed());
+    const now = this.#elapsed();
+    return this.intervalMs - this.#core.intervalElapsed(now);
   }
 
   #absorb(bytes: Uint8Array, window: 0 | 1): void {
-    const failure = this.#core.absorb(bytes, window, this.#elapsed());
+    const now = this.#elapsed();
+    const failure = this.#core.absorb(bytes, window, now);
     if (failure === 'mismatch') {
       throw withCode(
         new Error(

@@ -278,7 +278,12 @@ export class Rate {
 
   /** Records `events` (a safe integer; defaults to 1) for `key`; returns its count in the current interval. */
   observe(key: Key, events = 1): number {
-    return this.#core.observe(validateKey(key), countArgument('events', events), this.#elapsed());
+    const k = validateKey(key);
+    const n = countArgument('events', events);
+    // The clock first, then the core: a clock that closes this rate swaps the core out, and the
+    // call must go to the closed one (ERR_KEEPCOUNT_CLOSED), not to the freed one.
+    const now = this.#elapsed();
+    return this.#core.observe(k, n, now);
   }
 
   /**
@@ -288,25 +293,26 @@ export class Rate {
    * fixed-window quota reports, from one core call instead of `observe` and then `rateWith`.
    */
   observeWindow(key: Key, events = 1): { count: number; resetMs: number } {
-    const count = this.#core.observeInWindow(
-      validateKey(key),
-      countArgument('events', events),
-      this.#elapsed(),
-      this.#window,
-    );
+    const k = validateKey(key);
+    const n = countArgument('events', events);
+    const now = this.#elapsed();
+    const count = this.#core.observeInWindow(k, n, now, this.#window);
     return { count, resetMs: this.intervalMs - this.#window[0]! };
   }
 
   /** `key`'s events per second in the last completed interval (0 if none completed recently). */
   rate(key: Key): number {
-    return (this.#core.previousCount(validateKey(key), this.#elapsed()) * 1000) / this.intervalMs;
+    const k = validateKey(key);
+    const now = this.#elapsed();
+    return (this.#core.previousCount(k, now) * 1000) / this.intervalMs;
   }
 
   /** `fn` applied to `key`'s {@link RateComponents}, e.g. {@link proportionalRate}. */
   rateWith<T>(key: Key, fn: (components: RateComponents) => T): T {
     const k = validateKey(key);
     if (typeof fn !== 'function') throw invalidType('The "fn" argument', 'of type function', fn);
-    const s = this.#core.sample(k, this.#elapsed());
+    const now = this.#elapsed();
+    const s = this.#core.sample(k, now);
     return fn({
       prevSamples: s.prevSamples,
       currSamples: s.currSamples,
