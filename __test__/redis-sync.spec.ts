@@ -88,6 +88,27 @@ test(title('a structure closed before its sync is pushed by sync.close(), and co
   t.is(args.filter((a) => a === '3').length >= 4, true);
 });
 
+test(title('a synced quota checks cost and delta as WindowQuota does: a negative cost is no refund'), async (t) => {
+  const sync = new RedisSync({ sendCommand: async () => [], syncMs: 3_600_000 });
+  sync.on('error', () => {});
+  const quota = new SyncedWindowQuota({ sync, name: 'costs', seed: 7, limit: 2, windowMs: 60_000 });
+  quota.consume('k', 3);
+  for (const cost of [-1, NaN, 1.5, 2 ** 32]) {
+    throwsShape(t, () => quota.consume('k', cost), {
+      instanceOf: RangeError,
+      code: 'ERR_OUT_OF_RANGE',
+      message: `The "cost" argument must be an integer in [0, 4294967295]. Received ${String(cost)}`,
+    });
+  }
+  throwsShape(t, () => quota.adjust('k', NaN), {
+    instanceOf: RangeError,
+    code: 'ERR_OUT_OF_RANGE',
+    message: 'The "delta" argument must be an integer in [-4294967295, 4294967295]. Received NaN',
+  });
+  t.like(quota.consume('k', 0), { allowed: false, count: 3 });
+  await sync.close();
+});
+
 test(
   title('close() on a sender that never answers resolves false after timeoutMs before the process exits'),
   async (t) => {

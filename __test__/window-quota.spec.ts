@@ -2,7 +2,7 @@ import test from 'ava';
 import { ManualClock, Rate } from '../lib/index.js';
 import { WindowQuota } from '../lib/http/index.js';
 import { slotsFor } from '../lib/http/window-quota.js';
-import { title } from './helpers.js';
+import { throwsShape, title } from './helpers.js';
 
 test(title('slotsFor sizes 5.1 counters per client for 4 hashes and meets its bound exactly'), (t) => {
   t.is(slotsFor(10_000, 4), 51_072);
@@ -179,4 +179,37 @@ test(title('a quota counts in a given Rate over its window, and refuses a mismat
     code: 'ERR_INVALID_ARG_TYPE',
     message: /The "rate" option must be a Rate/,
   });
+});
+
+test(title('cost and delta are checked the same with and without heavy hitters'), (t) => {
+  for (const heavyHitters of [true, false]) {
+    const quota = new WindowQuota({ limit: 2, windowMs: 1000, seed: 1n, clock: new ManualClock(), heavyHitters });
+    quota.consume('k', 3);
+    const mode = `heavyHitters: ${heavyHitters}`;
+    // Before, with heavy hitters NaN and negatives counted nothing silently; without, -1 was a
+    // refund that turned a refusal into an admission, and 2^32 was counted.
+    for (const cost of [NaN, -1, -Infinity, Infinity, 1.5, 2 ** 32]) {
+      throwsShape(t, () => quota.consume('k', cost), {
+        instanceOf: RangeError,
+        code: 'ERR_OUT_OF_RANGE',
+        message: `The "cost" argument must be an integer in [0, 4294967295]. Received ${String(cost)}`,
+      });
+    }
+    throwsShape(t, () => quota.count('k', '1' as never), {
+      instanceOf: TypeError,
+      code: 'ERR_INVALID_ARG_TYPE',
+      message: 'The "cost" argument must be of type number. Received type string ("1")',
+    });
+    for (const delta of [NaN, 2 ** 32, -(2 ** 32)]) {
+      throwsShape(t, () => quota.adjust('k', delta), {
+        instanceOf: RangeError,
+        code: 'ERR_OUT_OF_RANGE',
+        message: `The "delta" argument must be an integer in [-4294967295, 4294967295]. Received ${String(delta)}`,
+      });
+    }
+    // A cost of 0 reads without counting; the count stood through every refusal above.
+    t.like(quota.consume('k', 0), { allowed: false, count: 3 }, mode);
+    quota.adjust('k', -3);
+    t.like(quota.consume('k', 0), { allowed: true, count: 0 }, mode);
+  }
 });

@@ -333,7 +333,7 @@ export class Estimator {
     this.close();
   }
 
-  /** The sketch in the stable version-2 format (docs/format.md §5), {@link byteLength} bytes. */
+  /** The sketch in the stable version-3 format (docs/format.md §5), {@link byteLength} bytes. */
   serialize(): Uint8Array {
     return this.#core.serialize();
   }

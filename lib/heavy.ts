@@ -21,7 +21,7 @@ const MAX_INTERVAL_MS = 4503599627370496;
 /** The most keys a table holds (crates/limits `MAX_CAPACITY`). */
 export const MAX_CAPACITY = 2 ** 24;
 /** Largest increment of one call: the Rust core counts `u32` values. */
-const MAX_VALUE = 2 ** 32 - 1;
+export const MAX_VALUE = 2 ** 32 - 1;
 
 /** Which interval a query reads. */
 export type HeavyWindowName = 'current' | 'previous' | 'both';

@@ -5,7 +5,7 @@
 import type { Clock } from '../clock.js';
 import type { HeavyStats, HeavyTalker } from '../core.js';
 import { invalidType, outOfRange } from '../errors.js';
-import { HeavyHitters, MAX_CAPACITY } from '../heavy.js';
+import { HeavyHitters, MAX_CAPACITY, MAX_VALUE } from '../heavy.js';
 import { MAX_COUNTERS, MAX_HASHES } from '../limits.js';
 import { storedKey } from '../long-key.js';
 import { integerOption, optionsObject } from '../options.js';
@@ -234,6 +234,7 @@ export class WindowQuota {
    * For callers that decide themselves, as the express-rate-limit and Fastify stores' packages do.
    */
   count(key: string, cost = 1): { count: number; resetMs: number } {
+    quotaArgument('cost', cost, 0);
     const counts = this.#counts;
     if (!(counts instanceof HeavyHitters)) return counts.observeWindow(key, cost);
     if (cost > 0) return counts.incrWindow(storedKey(key), cost);
@@ -242,6 +243,7 @@ export class WindowQuota {
 
   /** Adds `delta` (possibly negative: a refund) to `key`'s count in the current window. */
   adjust(key: string, delta: number): void {
+    quotaArgument('delta', delta, -MAX_VALUE);
     const counts = this.#counts;
     if (!(counts instanceof HeavyHitters)) counts.observe(key, delta);
     else if (delta > 0) counts.incr(storedKey(key), delta);
@@ -291,6 +293,19 @@ export class WindowQuota {
   #heavyCount(counts: HeavyHitters, key: string): number {
     const c = counts.count(storedKey(key));
     return c.standing === 'tracked' ? c.lower : c.upper;
+  }
+}
+
+/**
+ * A `cost` (at least 0: a refund goes through `adjust`) or `delta` (at least `-MAX_VALUE`),
+ * checked the same whichever structure counts: an integer of at most 2^32 − 1 in magnitude, what
+ * a heavy-hitter table takes in one increment. Unchecked, a `NaN` or negative cost counted nothing
+ * with heavy hitters and failed (or refunded) without.
+ */
+export function quotaArgument(name: string, value: unknown, min: number): void {
+  if (typeof value !== 'number') throw invalidType(`The "${name}" argument`, 'of type number', value);
+  if (!Number.isInteger(value) || value < min || value > MAX_VALUE) {
+    throw outOfRange(`The "${name}" argument`, `an integer in [${min}, ${MAX_VALUE}]`, value);
   }
 }
 

@@ -3,7 +3,8 @@ import type { Clock } from '../clock.js';
 import type { RateLimitDecision } from '../http/headers.js';
 import { policyName } from '../http/headers.js';
 import type { RequestQuota } from '../http/quota.js';
-import { slotsFor } from '../http/window-quota.js';
+import { quotaArgument, slotsFor } from '../http/window-quota.js';
+import { MAX_VALUE } from '../heavy.js';
 import { MAX_HASHES } from '../limits.js';
 import { integerOption, optionsObject } from '../options.js';
 import { SyncedRate } from './rate.js';
@@ -88,6 +89,8 @@ export class SyncedWindowQuota implements RequestQuota {
 
   /** Counts one request (or `cost`) for `key` and decides on it, without waiting on Redis. */
   consume(key: string, cost = 1): RateLimitDecision {
+    // As WindowQuota checks it: a negative cost would be a refund that admits.
+    quotaArgument('cost', cost, 0);
     const count = this.#rate.observe(key, cost);
     let allowed = count <= this.limit;
     if (allowed && this.#sync.stale) {
@@ -122,6 +125,7 @@ export class SyncedWindowQuota implements RequestQuota {
 
   /** Adds `delta` (possibly negative) to `key`'s count in the current window. */
   adjust(key: string, delta: number): void {
+    quotaArgument('delta', delta, -MAX_VALUE);
     this.#rate.observe(key, delta);
   }
 

@@ -31,6 +31,7 @@
 import type { Clock } from '../../clock.js';
 import type { HeavyTalker } from '../../core.js';
 import { invalidType, withCode } from '../../errors.js';
+import { MAX_VALUE } from '../../heavy.js';
 import type { Rate } from '../../rate.js';
 import { WindowQuota, type HeavyHitterSettings } from '../window-quota.js';
 import { DateReading, storeQuota, wholeWindowMs } from './window.js';
@@ -131,7 +132,8 @@ export class KeepcountStore {
   resetKey(key: string): void {
     const k = this.prefix + key;
     const { count } = this.#ready().current(k);
-    if (count > 0) this.#ready().adjust(k, -count);
+    // In steps a heavy-hitter table takes (2^32 − 1 at most), for a key counted past that.
+    for (let left = count; left > 0; left -= MAX_VALUE) this.#ready().adjust(k, -Math.min(left, MAX_VALUE));
   }
 
   /** `key`'s hits and reset time; `{ totalHits: 0, … }` for a key not counted in this window. */
