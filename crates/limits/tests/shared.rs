@@ -529,3 +529,64 @@ fn concurrent_observers_racing_rotations_never_panic_and_stay_consistent() {
     clock.advance(SECOND * 2);
     assert_eq!(rates[1].rate(&"hot"), 0.0);
 }
+
+#[test]
+fn a_dead_creators_temporary_file_with_this_pid_does_not_block_creation() {
+    // A creator killed mid-create leaves `.keepcount.<name>.<pid>.<n>.tmp`; the next process
+    // given the same pid (a restarted container's) found its own temporary name taken and every
+    // open failed with "File exists". Planted for every number this process could use next.
+    let dir = Dir::new("stale-temporary");
+    let pid = std::process::id();
+    for n in 0..1024 {
+        fs::write(
+            dir.0.join(format!(".keepcount.left.{pid}.{n}.tmp")),
+            b"partial",
+        )
+        .unwrap();
+    }
+    let est = open_estimator("left", shape(), SEED, &dir.options()).unwrap();
+    assert_eq!(est.incr("k", 2), 2);
+}
+
+#[test]
+fn a_segment_that_does_not_fit_its_filesystem_is_refused_at_creation() {
+    // A sparse file maps fine, then the first write to a page the filesystem cannot allocate
+    // is a SIGBUS that kills the process (and every later opener). Needs a small tmpfs, which
+    // only root can mount: skipped, and said so, where mounting is refused.
+    let dir = Dir::new("small-tmpfs");
+    let Some(_mount) = Tmpfs::mount(&dir.0, "1m") else {
+        eprintln!("skipped: cannot mount a 1 MiB tmpfs here (needs root)");
+        return;
+    };
+    // 4 x 65,536 counters: 2 MiB on a 1 MiB filesystem.
+    match open_estimator("big", Shape::new(4, 65_536).unwrap(), SEED, &dir.options()) {
+        Err(SharedError::Io { source, .. }) => {
+            assert_eq!(source.raw_os_error(), Some(libc::ENOSPC), "{source}");
+        }
+        other => panic!("expected ERR_KEEPCOUNT_IO (no space), got {other:?}"),
+    }
+    // The refused segment left nothing behind: a small one still fits.
+    let est = open_estimator("small", shape(), SEED, &dir.options()).unwrap();
+    assert_eq!(est.incr("k", 1), 1);
+}
+
+/// A tmpfs mounted on a directory, unmounted when dropped (after what was mapped from it).
+struct Tmpfs(PathBuf);
+
+impl Tmpfs {
+    fn mount(dir: &Path, size: &str) -> Option<Self> {
+        Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
+            .arg(dir)
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|status| status.success())
+            .then(|| Self(dir.into()))
+    }
+}
+
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg(&self.0).status();
+    }
+}

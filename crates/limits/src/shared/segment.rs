@@ -303,6 +303,7 @@ impl Segment {
         set_mode(file, options.mode).map_err(io)?;
         // set_len zero-fills: every counter starts at 0.
         file.set_len(layout.total_bytes() as u64).map_err(io)?;
+        reserve(file, layout.total_bytes()).map_err(io)?;
         let map = Memory::Mapped(map(file, &temporary.path)?);
         let created = SystemTime::now()
             .duration_since(UNIX_EPOCH)
@@ -468,12 +469,25 @@ impl Temporary {
             ".{FILE_PREFIX}{name}.{}.{n}.tmp",
             std::process::id()
         ));
-        let file = open_options()
-            .read(true)
-            .write(true)
-            .create_new(true)
-            .open(&path)
-            .map_err(|err| SharedError::io(&path, err))?;
+        let open = || {
+            open_options()
+                .read(true)
+                .write(true)
+                .create_new(true)
+                .open(&path)
+        };
+        let file = match open() {
+            // No other creator can hold this name: it has this process's id and a number this
+            // process never used. So it is a dead creator's, one that had the same pid (a
+            // container restarted: often pid 1 again) and was killed mid-create. Left in place
+            // it would refuse every start of this service; it is garbage, never a segment.
+            Err(err) if err.kind() == io::ErrorKind::AlreadyExists => {
+                fs::remove_file(&path).map_err(|err| SharedError::io(&path, err))?;
+                open()
+            }
+            opened => opened,
+        }
+        .map_err(|err| SharedError::io(&path, err))?;
         Ok(Self { file, path })
     }
 }
@@ -498,6 +512,31 @@ fn open_options() -> OpenOptions {
 #[cfg(not(unix))]
 fn open_options() -> OpenOptions {
     OpenOptions::new()
+}
+
+/// Allocates the file's `len` bytes on its filesystem now. `set_len` makes a sparse file, whose
+/// pages a tmpfs (`/dev/shm`, 64 MiB in a default Docker container) or a full disk allocates
+/// only when first written through the mapping, and a page it cannot allocate then is a `SIGBUS`
+/// that kills every process counting in it. Allocated here, a segment that does not fit is an
+/// `ERR_KEEPCOUNT_IO` error at creation (`No space left on device`) instead.
+#[cfg(target_os = "linux")]
+fn reserve(file: &File, len: usize) -> io::Result<()> {
+    use std::os::fd::AsRawFd;
+    let len =
+        libc::off_t::try_from(len).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+    // SAFETY: the descriptor is open for writing for the duration of the call; posix_fallocate
+    // touches nothing but the file.
+    match unsafe { libc::posix_fallocate(file.as_raw_fd(), 0, len) } {
+        0 => Ok(()),
+        // posix_fallocate returns the error number rather than setting errno.
+        errno => Err(io::Error::from_raw_os_error(errno)),
+    }
+}
+
+/// Elsewhere the file stays sparse: see the Linux version.
+#[cfg(not(target_os = "linux"))]
+fn reserve(_file: &File, _len: usize) -> io::Result<()> {
+    Ok(())
 }
 
 #[cfg(unix)]
