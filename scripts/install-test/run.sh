@@ -146,7 +146,7 @@ install() {
   local dir=$1
   shift
   mkdir -p "$dir"
-  cp "$here"/exercise.cjs "$here"/exercise.d.cts "$here"/smoke.cjs "$here"/smoke.mjs \
+  cp "$here"/exercise.cjs "$here"/exercise.d.cts "$here"/smoke.cjs "$here"/smoke.mjs "$here"/dual.mjs \
     "$here"/ts-consumer.cts "$here"/ts-consumer.mts "$here"/tsconfig.json "$dir/" || return 1
   printf '{ "name": "keepcount-consumer", "version": "1.0.0", "private": true }\n' >"$dir/package.json"
   (cd "$dir" && env PATH="$consumer_path" npm install --no-audit --no-fund --loglevel=error "$@" \
@@ -202,6 +202,12 @@ if install "$work/native" "$main_tgz" "$platform_tgz" >"$work/native-install.log
   node_file=$(find "$work/native/node_modules/keepcount-$platform" -name '*.node')
   [[ -n "$node_file" ]] && pass "installed keepcount and keepcount-$platform" || fail "keepcount-$platform holds no .node"
   check_run "$work/native" native 0 "with the platform package"
+  if (cd "$work/native" && env PATH="$consumer_path" node dual.mjs >"$work/dual.log" 2>&1); then
+    pass "imported and required in one process, keepcount is one copy (one Rate class, reset times right)"
+  else
+    sed 's/^/  /' "$work/dual.log"
+    fail "imported and required in one process, keepcount is two copies"
+  fi
   # Node 20 before 20.19 cannot require() an ES module; the flag reproduces that on newer Node.
   if env PATH="$consumer_path" node --no-experimental-require-module -e 0 2>/dev/null; then
     if (cd "$work/native" && env PATH="$consumer_path" EXPECT_BACKEND=native \
