@@ -16,6 +16,8 @@
 //! JavaScript input is checked, and every error becomes a thrown JavaScript error with a `code`
 //! from `lib/errors.ts` (or `ERR_KEEPCOUNT_INTERNAL` for a broken invariant of the binding).
 
+#[cfg(unix)]
+mod allocator;
 mod args;
 pub mod buffer;
 mod caller_clock;
@@ -31,6 +33,11 @@ mod raw;
 pub mod shared;
 pub mod ticker;
 pub mod window;
+
+/// Large blocks mapped on their own, so dropped sketches give their memory back ([`allocator`]).
+#[cfg(unix)]
+#[global_allocator]
+static ALLOCATOR: allocator::Allocator = allocator::Allocator;
 
 use napi::bindgen_prelude::Object;
 use napi::{Env, Result};
