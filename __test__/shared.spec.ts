@@ -4,7 +4,7 @@
 import { statSync, writeFileSync, existsSync } from 'node:fs';
 import { join } from 'node:path';
 import test from 'ava';
-import { backend, Estimator, Inflight, Rate } from '../lib/index.js';
+import { backend, Estimator, Inflight, ManualClock, Rate } from '../lib/index.js';
 import { throwsShape, title } from './helpers.js';
 import { scratch, sleep, unsupported, workers } from './shared-workers.js';
 
@@ -353,4 +353,20 @@ test(title('observeWindow on a shared Rate counts once and tells the time left i
     message: /^The "events" argument must be/,
   });
   rate.close();
+});
+
+test(title('a clock option is refused where time is shared, on both backends, before anything is opened'), (t) => {
+  const dir = scratch(t);
+  const clock = new ManualClock();
+  const refused = {
+    instanceOf: TypeError,
+    code: 'ERR_INVALID_ARG_TYPE',
+    message:
+      'The "clock" option must be absent: a shared rate keeps time on the host\'s monotonic clock, which every ' +
+      'process and thread reads. Received an instance of ManualClock',
+  };
+  // Before, the clock was ignored: a test advancing it ran on real time without knowing.
+  throwsShape(t, () => Rate.openShared('clocked', { intervalMs: 1000, seed: SEED, dir, clock } as never), refused);
+  throwsShape(t, () => Rate.createSharedBuffer({ intervalMs: 1000, clock } as never), refused);
+  t.false(existsSync(join(dir, 'keepcount.clocked')));
 });

@@ -212,6 +212,7 @@ export class Rate {
   static openShared(name: string, options: SharedRateOptions): Rate {
     const n = sharedName(name);
     const o = optionsObject<SharedRateOptions>(options);
+    noClock(o);
     const intervalMs = integerOption('intervalMs', o.intervalMs, 1, MAX_INTERVAL_MS);
     const { hashes, slots } = shapeOptions(o.hashes, o.slots, DEFAULT_SHAPE);
     const seed = sharedSeed(o.seed);
@@ -228,6 +229,7 @@ export class Rate {
    */
   static createSharedBuffer(options: SharedBufferRateOptions): SharedArrayBuffer {
     const o = optionsObject(options);
+    noClock(o);
     const intervalMs = integerOption('intervalMs', o.intervalMs, 1, MAX_BUFFER_INTERVAL_MS);
     const { hashes, slots } = shapeOptions(o.hashes, o.slots, DEFAULT_SHAPE);
     return createBuffer({ kind: 'rate', hashes, slots, seed: seedOption(o.seed), intervalMs });
@@ -346,5 +348,21 @@ export class Rate {
     const stopwatch = this.#stopwatch;
     if (stopwatch === undefined) return 0;
     return Math.min(Math.floor(stopwatch.elapsedMs()), Number.MAX_SAFE_INTEGER);
+  }
+}
+
+/**
+ * Refuses a `clock` option where time is shared (a segment, a buffer): every process or thread
+ * must read the same clock, the host's monotonic one, so a `ManualClock` there would be ignored
+ * and a test driving it would run on real time without knowing.
+ */
+function noClock(options: object): void {
+  const { clock } = options as { clock?: unknown };
+  if (clock !== undefined) {
+    throw invalidType(
+      'The "clock" option',
+      "absent: a shared rate keeps time on the host's monotonic clock, which every process and thread reads",
+      clock,
+    );
   }
 }

@@ -147,7 +147,8 @@ install() {
   shift
   mkdir -p "$dir"
   cp "$here"/exercise.cjs "$here"/exercise.d.cts "$here"/smoke.cjs "$here"/smoke.mjs "$here"/dual.mjs \
-    "$here"/ts-consumer.cts "$here"/ts-consumer.mts "$here"/tsconfig.json "$dir/" || return 1
+    "$here"/ts-consumer.cts "$here"/ts-consumer.mts "$here"/tsconfig.json "$here"/ts-node10.ts \
+    "$here"/tsconfig.node10.json "$dir/" || return 1
   printf '{ "name": "keepcount-consumer", "version": "1.0.0", "private": true }\n' >"$dir/package.json"
   (cd "$dir" && env PATH="$consumer_path" npm install --no-audit --no-fund --loglevel=error "$@" \
     "typescript@$ts_version" "@types/node@$types_node_version")
@@ -168,6 +169,7 @@ run_consumers() {
     [[ "$resolved" == "$dir/node_modules/keepcount/"* ]] || { echo "keepcount resolved to $resolved" >&2; exit 1; }
     # (set -e does not apply here: the caller tests this function's status.)
     ./node_modules/.bin/tsc -p tsconfig.json || exit 1
+    ./node_modules/.bin/tsc -p tsconfig.node10.json || exit 1
     for entry in smoke.cjs smoke.mjs ts-consumer.cjs ts-consumer.mjs; do
       node "$entry" 2>"$entry.stderr"
       echo "$entry stderr: $(lines_of "$entry.stderr") line(s)"
