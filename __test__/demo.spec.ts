@@ -1,6 +1,8 @@
 import test from 'ava';
 import { spawn } from 'node:child_process';
+import { readdirSync } from 'node:fs';
 import { join } from 'node:path';
+import { setTimeout as sleep } from 'node:timers/promises';
 import { backend } from '../lib/index.js';
 import { title } from './helpers.js';
 
@@ -16,14 +18,18 @@ interface Run {
   ms: number;
 }
 
-/** Runs `npm run demo -- --short [args]` the way the script does (tsx), killed after `limitMs`. */
-function runDemo(limitMs: number, args: string[] = []): Promise<Run> {
+/**
+ * Runs `npm run demo -- --short [args]` the way the script does (tsx), killed after `limitMs`;
+ * `interrupt` sends it SIGINT (Ctrl-C) once it resolves.
+ */
+function runDemo(limitMs: number, args: string[] = [], interrupt?: Promise<unknown>): Promise<Run> {
   const started = performance.now();
   const demo = join(__dirname, '..', 'demo', 'index.ts');
   const child = spawn(process.execPath, ['--import', 'tsx', demo, '--short', ...args], {
     env: { ...process.env, KEEPCOUNT_SILENCE_FALLBACK: '1' },
     stdio: ['ignore', 'pipe', 'pipe'],
   });
+  void interrupt?.then(() => child.kill('SIGINT'));
   const killer = setTimeout(() => child.kill('SIGKILL'), limitMs);
   let stdout = '';
   let stderr = '';
@@ -124,3 +130,34 @@ test.serial(
     t.regex(run.stdout, /in flight after the run: 0;/);
   },
 );
+
+test.serial(title('npm run demo refuses bad flags with its usage line and exit code 2'), async (t) => {
+  for (const args of [
+    ['--cluster', 'abc'],
+    ['--cluster=-2'],
+    ['--cluster', '1.5'],
+    ['--redis', '--cluster', '2'],
+    ['--bogus'],
+  ]) {
+    const run = await runDemo(30_000, args);
+    t.is(run.code, 2, args.join(' '));
+    t.regex(run.stderr, /usage: npm run demo/, args.join(' '));
+  }
+});
+
+test.serial(title('npm run demo -- --cluster 2 interrupted by Ctrl-C leaves no shared segment behind'), async (t) => {
+  if (backend !== 'native') {
+    t.pass('the cluster demo needs the native backend');
+    return;
+  }
+  const before = new Set(readdirSync('/dev/shm'));
+  const segments = (): string[] =>
+    readdirSync('/dev/shm').filter((f) => f.startsWith('keepcount.keepcount-demo-') && !before.has(f));
+  // SIGINT once the run's segments exist: the proxy is up and counting.
+  const up = (async () => {
+    while (segments().length === 0) await sleep(50);
+  })();
+  const run = await runDemo(60_000, ['--cluster', '2'], up);
+  t.not(run.code, 0, 'interrupted');
+  t.deepEqual(segments(), [], 'segments left in /dev/shm');
+});

@@ -170,6 +170,15 @@ async function main(): Promise<void> {
 }
 
 if (require.main === module) {
+  // A mistyped command line is an error, not a structure skipped for want of a backend.
+  const [name, count] = process.argv.slice(2);
+  if (STRUCTURES[name!] === undefined || !(Number.isInteger(Number(count)) && Number(count) >= 1)) {
+    console.error(
+      `usage: node --expose-gc --import=tsx benchmark/memory.ts <structure> <keys >= 1>\n` +
+        `structures: ${Object.keys(STRUCTURES).join(', ')}`,
+    );
+    process.exit(2);
+  }
   main().catch((error: unknown) => {
     console.log(JSON.stringify({ name: process.argv[2], skipped: (error as Error).message }));
     process.exit(0);

@@ -61,6 +61,12 @@ async function main(): Promise<void> {
   const rounds = Number(values.rounds);
   const seconds = Number(values.seconds);
   const warmUpSeconds = Number(values['warm-up']);
+  if (!(Number.isInteger(rounds) && rounds >= 1 && seconds > 0 && warmUpSeconds >= 0)) {
+    console.error(
+      'usage: node --import=tsx benchmark/request-path.ts [--rounds N >= 1] [--seconds S > 0] [--warm-up S >= 0]',
+    );
+    process.exit(2);
+  }
   const steps = Object.keys(STEPS);
   const cpus = splitCores();
   const samples = new Map<string, { step: number[]; busy: number[] }>(steps.map((s) => [s, { step: [], busy: [] }]));

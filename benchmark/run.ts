@@ -4,9 +4,9 @@
  * directory (`--quick`: tiny sizes, one round; proves everything still runs, numbers meaningless).
  */
 import { execFileSync, spawnSync } from 'node:child_process';
-import { mkdtempSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { cpus, loadavg, release, tmpdir, type as osType } from 'node:os';
-import { join } from 'node:path';
+import { dirname, join } from 'node:path';
 import { parseArgs } from 'node:util';
 import { STRUCTURES, type MemoryResult } from './memory.js';
 import type { NodeResults, SuiteResult } from './node.js';
@@ -122,6 +122,7 @@ for (const id of SUITE_IDS) {
     part,
   ]);
   parts.push(JSON.parse(readFileSync(part, 'utf8')) as NodeResults);
+  rmSync(dirname(part), { recursive: true, force: true });
 }
 const node: NodeResults = { ...parts[0]!, suites: parts.flatMap((p) => p.suites) };
 writeFileSync(nodeJson, JSON.stringify(node, null, 2) + '\n');

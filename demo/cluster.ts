@@ -33,10 +33,10 @@ export async function startWorkers(count: number, upstreamPort: number, sharing:
   const env: Record<string, string> = { [UPSTREAM_PORT]: String(upstreamPort) };
   let shared: ReturnType<typeof openShared> | undefined;
   if (sharing.kind === 'shared') {
-    // A previous run killed before cleaning up leaves its segments: start from zero.
-    unlinkShared(prefix);
     shared = openShared(prefix);
     env[PREFIX] = prefix;
+    // Named by this process: removed when it exits, also by Ctrl-C (the mappings stay valid).
+    removeOnExit(prefix);
   } else {
     env[REDIS_PORT] = String(sharing.port);
   }
@@ -87,6 +87,17 @@ export async function startWorkers(count: number, upstreamPort: number, sharing:
       if (sharing.kind === 'shared') unlinkShared(prefix);
     },
   };
+}
+
+/** Unlinks the segments of `prefix` when this process exits or is interrupted. */
+function removeOnExit(prefix: string): void {
+  process.once('exit', () => unlinkShared(prefix));
+  for (const signal of ['SIGINT', 'SIGTERM'] as const) {
+    process.once(signal, () => {
+      unlinkShared(prefix);
+      process.kill(process.pid, signal);
+    });
+  }
 }
 
 /**

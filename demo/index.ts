@@ -15,17 +15,40 @@ import { runWorker, startWorkers } from './cluster.js';
 import { DEMO_SYNC_MS } from './redis.js';
 import { listen, protection, proxy, upstream, upstreamShape } from './servers.js';
 
-const { values: args } = parseArgs({
-  options: {
-    short: { type: 'boolean', default: false },
-    cluster: { type: 'string' },
-    redis: { type: 'boolean', default: false },
-  },
-});
+const USAGE = 'usage: npm run demo [-- --short] [-- --cluster N (1 to 64) | --redis]';
+
+/** The command line, checked: a usage line and exit code 2 for anything else. */
+function parseCommandLine(): { short: boolean; redis: boolean; cluster: number | undefined } {
+  let values;
+  try {
+    ({ values } = parseArgs({
+      options: {
+        short: { type: 'boolean', default: false },
+        cluster: { type: 'string' },
+        redis: { type: 'boolean', default: false },
+      },
+    }));
+  } catch (error) {
+    return usage((error as Error).message);
+  }
+  const cluster = values.cluster === undefined ? undefined : Number(values.cluster);
+  if (cluster !== undefined && !(Number.isInteger(cluster) && cluster >= 1 && cluster <= 64)) {
+    return usage(`--cluster takes a number of workers from 1 to 64, not "${values.cluster}"`);
+  }
+  if (cluster !== undefined && values.redis) return usage('--cluster and --redis are two different demos');
+  return { short: values.short, redis: values.redis, cluster };
+}
+
+function usage(problem: string): never {
+  console.error(`${problem}\n${USAGE}`);
+  process.exit(2);
+}
+
+const args = parseCommandLine();
 const short = args.short;
 const redis = args.redis;
 /** Proxy processes: 0 runs the proxy in this process. */
-const workers = redis ? 3 : args.cluster === undefined ? 0 : Number(args.cluster);
+const workers = redis ? 3 : (args.cluster ?? 0);
 const durationS = short ? 4 : 15;
 /** The upstream browns out during the middle third of the run. */
 const brownout = { fromMs: (durationS * 1000) / 3, toMs: (durationS * 2000) / 3 };

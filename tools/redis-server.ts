@@ -50,12 +50,18 @@ const START_TIMEOUT_MS = 10_000;
 
 /** Servers of this process not yet stopped: killed if the process exits first. */
 const running = new Set<ChildProcess>();
-process.once('exit', () => {
+/** Their directories: removed if the process exits (or is interrupted) before `stop()`. */
+const directories = new Set<string>();
+function abandon(): void {
   for (const child of running) child.kill('SIGKILL');
-});
+  // The killed servers no longer write there (SIGKILL is delivered before rmSync returns, and a
+  // file a dying server still held open goes with the directory entry).
+  for (const dir of directories) rmSync(dir, { recursive: true, force: true });
+}
+process.once('exit', abandon);
 for (const signal of ['SIGINT', 'SIGTERM'] as const) {
   process.once(signal, () => {
-    for (const child of running) child.kill('SIGKILL');
+    abandon();
     process.kill(process.pid, signal);
   });
 }
@@ -112,6 +118,7 @@ export async function startRedis(options: RedisServerOptions = {}): Promise<Redi
   requireRedisServer();
   const port = await freePort();
   const dir = mkdtempSync(join(tmpdir(), 'keepcount-redis-'));
+  directories.add(dir);
   const args = [
     '--port',
     String(port),
@@ -171,6 +178,7 @@ export async function startRedis(options: RedisServerOptions = {}): Promise<Redi
       child?.kill('SIGCONT');
       await kill();
       rmSync(dir, { recursive: true, force: true });
+      directories.delete(dir);
     },
   };
 }
