@@ -534,7 +534,7 @@ fn concurrent_observers_racing_rotations_never_panic_and_stay_consistent() {
 fn a_dead_creators_temporary_file_with_this_pid_does_not_block_creation() {
     // A creator killed mid-create leaves `.keepcount.<name>.<pid>.<n>.tmp`; the next process
     // given the same pid (a restarted container's) found its own temporary name taken and every
-    // open failed with "File exists". Planted for every number this process could use next.
+    // open failed with "File exists". Planted for every number this process could have used.
     let dir = Dir::new("stale-temporary");
     let pid = std::process::id();
     for n in 0..1024 {

@@ -17,7 +17,8 @@ use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 /// Longest segment name: the file name adds `keepcount.` and a creator's temporary name
-/// `.keepcount.<name>.<pid>.<n>.tmp` adds at most 45 bytes, within the usual 255-byte limit.
+/// `.keepcount.<name>.<pid>.<16 hex digits>.tmp` adds at most 43 bytes, within the usual 255-byte
+/// limit.
 pub const MAX_NAME_BYTES: usize = 200;
 /// Default permissions of a new segment file: its owner reads and writes, nobody else.
 pub const DEFAULT_MODE: u32 = 0o600;
@@ -465,31 +466,31 @@ impl Temporary {
         static SEQUENCE: AtomicU64 = AtomicU64::new(0);
         // Relaxed: only uniqueness within the process matters.
         let n = SEQUENCE.fetch_add(1, Ordering::Relaxed);
+        // A pid alone does not make the name unique: a container restarted after a creator was
+        // killed mid-create gets the same pid (often 1) and found its name taken ("File exists")
+        // on every start, and containers sharing the directory can run the same pid at once.
+        // The process's random number, plus the sequence, can do neither.
+        let unique = process_random().wrapping_add(n);
         let path = options.directory().join(format!(
-            ".{FILE_PREFIX}{name}.{}.{n}.tmp",
+            ".{FILE_PREFIX}{name}.{}.{unique:016x}.tmp",
             std::process::id()
         ));
-        let open = || {
-            open_options()
-                .read(true)
-                .write(true)
-                .create_new(true)
-                .open(&path)
-        };
-        let file = match open() {
-            // No other creator can hold this name: it has this process's id and a number this
-            // process never used. So it is a dead creator's, one that had the same pid (a
-            // container restarted: often pid 1 again) and was killed mid-create. Left in place
-            // it would refuse every start of this service; it is garbage, never a segment.
-            Err(err) if err.kind() == io::ErrorKind::AlreadyExists => {
-                fs::remove_file(&path).map_err(|err| SharedError::io(&path, err))?;
-                open()
-            }
-            opened => opened,
-        }
-        .map_err(|err| SharedError::io(&path, err))?;
+        let file = open_options()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .open(&path)
+            .map_err(|err| SharedError::io(&path, err))?;
         Ok(Self { file, path })
     }
+}
+
+/// A random number drawn once per process, from the standard library's per-process hash keys
+/// (seeded by the system's random source).
+fn process_random() -> u64 {
+    use std::hash::{BuildHasher, RandomState};
+    static RANDOM: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+    *RANDOM.get_or_init(|| RandomState::new().hash_one(std::process::id()))
 }
 
 impl Drop for Temporary {
