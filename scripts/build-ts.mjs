@@ -44,10 +44,11 @@ for (const entry of entries) {
   const twin = entry.replace('./dist/esm/', './dist/cjs/');
   const names = Object.keys(require(`.${twin}`)).filter((name) => name !== '__esModule');
   const from = relative(dirname(entry), twin); // '../../cjs/…': never a bare specifier
+  // Named re-exports, not a default import: Node reads CommonJS export names for them, and
+  // bundlers (esbuild, rollup's CommonJS plugin) handle them where a default import broke.
   writeFileSync(
     entry,
     `// keepcount's ES module entry: the CommonJS build's exports (scripts/build-ts.mjs says why).\n` +
-      `import cjs from '${from}';\n\n` +
-      `export const { ${names.join(', ')} } = cjs;\n`,
+      `export { ${names.join(', ')} } from '${from}';\n`,
   );
 }
