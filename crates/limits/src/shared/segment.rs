@@ -520,17 +520,25 @@ fn open_options() -> OpenOptions {
 /// only when first written through the mapping, and a page it cannot allocate then is a `SIGBUS`
 /// that kills every process counting in it. Allocated here, a segment that does not fit is an
 /// `ERR_KEEPCOUNT_IO` error at creation (`No space left on device`) instead.
+///
+/// A filesystem that cannot reserve space (`EOPNOTSUPP` or `EINVAL`: some NFS and FUSE mounts,
+/// where musl does not emulate it as glibc does) keeps the sparse file, as before; a signal during
+/// the call (`EINTR`, which tmpfs returns while it zeroes a large file) retries it.
 #[cfg(target_os = "linux")]
 fn reserve(file: &File, len: usize) -> io::Result<()> {
     use std::os::fd::AsRawFd;
     let len =
         libc::off_t::try_from(len).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
-    // SAFETY: the descriptor is open for writing for the duration of the call; posix_fallocate
-    // touches nothing but the file.
-    match unsafe { libc::posix_fallocate(file.as_raw_fd(), 0, len) } {
-        0 => Ok(()),
-        // posix_fallocate returns the error number rather than setting errno.
-        errno => Err(io::Error::from_raw_os_error(errno)),
+    loop {
+        // SAFETY: the descriptor is open for writing for the duration of the call;
+        // posix_fallocate touches nothing but the file.
+        match unsafe { libc::posix_fallocate(file.as_raw_fd(), 0, len) } {
+            0 => return Ok(()),
+            libc::EINTR => {}
+            libc::EOPNOTSUPP | libc::EINVAL => return Ok(()),
+            // posix_fallocate returns the error number rather than setting errno.
+            errno => return Err(io::Error::from_raw_os_error(errno)),
+        }
     }
 }
 
