@@ -8,13 +8,17 @@ use crate::shared::layout::{
 };
 use memmap2::MmapRaw;
 use portable_atomic::AtomicU128;
-use std::fs::{self, File, OpenOptions};
+use std::fs;
 use std::io;
 use std::path::{Path, PathBuf};
 use std::ptr::NonNull;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
+
+mod file;
+
+use file::{Temporary, map, open_options, reserve, set_mode};
 
 /// Longest segment name: the file name adds `keepcount.` and a creator's temporary name
 /// `.keepcount.<name>.<pid>.<16 hex digits>.tmp` adds at most 43 bytes, within the usual 255-byte
@@ -453,115 +457,6 @@ impl std::fmt::Debug for Counters {
             .field("index", &self.index)
             .finish()
     }
-}
-
-/// A creator's file under its temporary name, removed when dropped (after the link, or on error).
-struct Temporary {
-    file: File,
-    path: PathBuf,
-}
-
-impl Temporary {
-    fn create(name: &str, options: &SharedOptions) -> Result<Self, SharedError> {
-        static SEQUENCE: AtomicU64 = AtomicU64::new(0);
-        // Relaxed: only uniqueness within the process matters.
-        let n = SEQUENCE.fetch_add(1, Ordering::Relaxed);
-        // A pid alone does not make the name unique: a container restarted after a creator was
-        // killed mid-create gets the same pid (often 1) and found its name taken ("File exists")
-        // on every start, and containers sharing the directory can run the same pid at once.
-        // The process's random number, plus the sequence, can do neither.
-        let unique = process_random().wrapping_add(n);
-        let path = options.directory().join(format!(
-            ".{FILE_PREFIX}{name}.{}.{unique:016x}.tmp",
-            std::process::id()
-        ));
-        let file = open_options()
-            .read(true)
-            .write(true)
-            .create_new(true)
-            .open(&path)
-            .map_err(|err| SharedError::io(&path, err))?;
-        Ok(Self { file, path })
-    }
-}
-
-/// A random number drawn once per process, from the standard library's per-process hash keys
-/// (seeded by the system's random source).
-fn process_random() -> u64 {
-    use std::hash::{BuildHasher, RandomState};
-    static RANDOM: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
-    *RANDOM.get_or_init(|| RandomState::new().hash_one(std::process::id()))
-}
-
-impl Drop for Temporary {
-    fn drop(&mut self) {
-        // Best effort: a leftover temporary file is garbage, never mistaken for a segment.
-        let _ = fs::remove_file(&self.path);
-    }
-}
-
-#[cfg(unix)]
-fn open_options() -> OpenOptions {
-    use std::os::unix::fs::OpenOptionsExt;
-    let mut options = OpenOptions::new();
-    // Owner-only while it is being built; O_NOFOLLOW: a symlink planted under a segment's name
-    // in a shared directory is refused, not followed.
-    options.mode(DEFAULT_MODE).custom_flags(libc::O_NOFOLLOW);
-    options
-}
-
-#[cfg(not(unix))]
-fn open_options() -> OpenOptions {
-    OpenOptions::new()
-}
-
-/// Allocates the file's `len` bytes on its filesystem now. `set_len` makes a sparse file, whose
-/// pages a tmpfs (`/dev/shm`, 64 MiB in a default Docker container) or a full disk allocates
-/// only when first written through the mapping, and a page it cannot allocate then is a `SIGBUS`
-/// that kills every process counting in it. Allocated here, a segment that does not fit is an
-/// `ERR_KEEPCOUNT_IO` error at creation (`No space left on device`) instead.
-///
-/// A filesystem that cannot reserve space (`EOPNOTSUPP` or `EINVAL`: some NFS and FUSE mounts,
-/// where musl does not emulate it as glibc does) keeps the sparse file, as before; a signal during
-/// the call (`EINTR`, which tmpfs returns while it zeroes a large file) retries it.
-#[cfg(target_os = "linux")]
-fn reserve(file: &File, len: usize) -> io::Result<()> {
-    use std::os::fd::AsRawFd;
-    let len =
-        libc::off_t::try_from(len).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
-    loop {
-        // SAFETY: the descriptor is open for writing for the duration of the call;
-        // posix_fallocate touches nothing but the file.
-        match unsafe { libc::posix_fallocate(file.as_raw_fd(), 0, len) } {
-            0 => return Ok(()),
-            libc::EINTR => {}
-            libc::EOPNOTSUPP | libc::EINVAL => return Ok(()),
-            // posix_fallocate returns the error number rather than setting errno.
-            errno => return Err(io::Error::from_raw_os_error(errno)),
-        }
-    }
-}
-
-/// Elsewhere the file stays sparse: see the Linux version.
-#[cfg(not(target_os = "linux"))]
-fn reserve(_file: &File, _len: usize) -> io::Result<()> {
-    Ok(())
-}
-
-#[cfg(unix)]
-fn set_mode(file: &File, mode: u32) -> io::Result<()> {
-    use std::os::unix::fs::PermissionsExt;
-    // Exactly `mode`: creation masks it with the umask.
-    file.set_permissions(fs::Permissions::from_mode(mode))
-}
-
-#[cfg(not(unix))]
-fn set_mode(_file: &File, _mode: u32) -> io::Result<()> {
-    Err(io::Error::from(io::ErrorKind::Unsupported))
-}
-
-fn map(file: &File, path: &Path) -> Result<MmapRaw, SharedError> {
-    MmapRaw::map_raw(file).map_err(|err| SharedError::io(path, err))
 }
 
 #[cfg(test)]
