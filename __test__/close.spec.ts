@@ -1,7 +1,7 @@
-// close() and `using`: an Estimator or Rate frees its counters at once and refuses every later
-// call with ERR_KEEPCOUNT_CLOSED (memory.spec.ts measures what closing saves).
+// close() and `using`: an Estimator, Rate or Inflight frees its counters at once and refuses every
+// later call with ERR_KEEPCOUNT_CLOSED (memory.spec.ts measures what closing saves).
 import test from 'ava';
-import { Estimator, HeavyHitters, ManualClock, Rate } from '../lib/index.js';
+import { Estimator, HeavyHitters, Inflight, ManualClock, Rate, type InflightGuard } from '../lib/index.js';
 import { throwsShape, title } from './helpers.js';
 
 const closed = (what: string) => ({
@@ -27,6 +27,39 @@ test(title('a closed Estimator refuses every call but keeps its shape'), (t) => 
   ]) {
     throwsShape(t, call, closed('Estimator'));
   }
+});
+
+test(title('a closed Inflight refuses every call; its guards release as no-ops'), (t) => {
+  const inflight = new Inflight({ seed: 5n });
+  const [guard] = inflight.incr('a', 2);
+  const [other] = inflight.incr('b');
+  other.release();
+  inflight.enter('a');
+  inflight.close();
+  inflight.close();
+  for (const call of [
+    () => inflight.incr('a'),
+    () => inflight.enter('a'),
+    () => inflight.leave('a'),
+    () => inflight.get('a'),
+    () => guard.get(),
+    () => guard.incr(),
+  ]) {
+    throwsShape(t, call, closed('Inflight'));
+  }
+  t.false(guard.released);
+  t.notThrows(() => guard.release());
+  t.true(guard.released);
+  t.notThrows(() => other.release());
+  let late: InflightGuard;
+  {
+    using scoped = new Inflight({ seed: 5n });
+    late = scoped.incr('a')[0];
+    t.is(scoped.get('a'), 1);
+  }
+  // Released after the block closed its Inflight: nothing to give back.
+  throwsShape(t, () => late.get(), closed('Inflight'));
+  t.notThrows(() => late.release());
 });
 
 test(title('merging a closed Estimator into an open one is refused, the open one untouched'), (t) => {

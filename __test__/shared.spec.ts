@@ -326,6 +326,37 @@ test(title('a shared Inflight with every process slot held is ERR_KEEPCOUNT_FULL
   });
 });
 
+test(title('closing a shared Inflight takes back what it holds and frees its slot at once'), (t) => {
+  const dir = scratch(t);
+  if (backend === 'fallback') {
+    throwsShape(
+      t,
+      () => Inflight.openShared('handover', { seed: SEED, dir, processes: 1 }),
+      unsupported('Inflight.openShared'),
+    );
+    return;
+  }
+  const first = Inflight.openShared('handover', { seed: SEED, dir, processes: 1 });
+  const [guard] = first.incr('api', 2);
+  first.enter('api', 3);
+  t.is(first.get('api'), 5);
+  first.close();
+  first.close();
+  // Its one slot is free again: no ERR_KEEPCOUNT_FULL, and nothing of the first left counted.
+  const second = Inflight.openShared('handover', { seed: SEED, dir, processes: 1 });
+  t.is(second.get('api'), 0);
+  t.is(second.enter('api'), 1);
+  guard.release();
+  t.is(second.get('api'), 1);
+  throwsShape(t, () => first.get('api'), {
+    instanceOf: Error,
+    code: 'ERR_KEEPCOUNT_CLOSED',
+    message: 'This Inflight was closed; its counters are gone',
+  });
+  second.leave('api');
+  second.close();
+});
+
 test(title('observeWindow on a shared Rate counts once and tells the time left in the host’s interval'), (t) => {
   const dir = scratch(t);
   if (backend === 'fallback') {

@@ -1,9 +1,9 @@
 /**
- * What an `Estimator` or `Rate` holds once closed: a core whose every call throws
+ * What an `Estimator`, `Rate` or `Inflight` holds once closed: a core whose every call throws
  * `ERR_KEEPCOUNT_CLOSED`. Swapping it in costs the open object's calls nothing (no flag to test on
  * the hot path), and the closed object keeps answering its shape.
  */
-import type { EstimatorCore, HeavyCore, RateCore, SharedLimiterCore } from './core.js';
+import type { EstimatorCore, HeavyCore, OwnedInflightCore, RateCore, SharedLimiterCore } from './core.js';
 import { withCode, type KeepcountError } from './errors.js';
 
 /** `Symbol.dispose` where the runtime has it (Node >= 20.4), else the symbol TypeScript's `using` looks up. */
@@ -52,6 +52,16 @@ export function closedRate(): RateCore {
     sample: fail,
     close: () => {},
   };
+  standIns.add(standIn);
+  return standIn;
+}
+
+/** A stand-in for a closed `Inflight`'s counters: every call throws. */
+export function closedInflight(): OwnedInflightCore {
+  const fail = (): never => {
+    throw closedError('Inflight');
+  };
+  const standIn: OwnedInflightCore = { incr: fail, get: fail, close: () => {} };
   standIns.add(standIn);
   return standIn;
 }

@@ -370,7 +370,7 @@ export interface SharedBackend {
     processes: number,
     dir: string | undefined,
     mode: number,
-  ): InflightCore;
+  ): OwnedInflightCore;
   /**
    * Token buckets over segment `name` (`crates/limits/src/shared/limiter.rs`): one under `quota`
    * for each of up to `capacity` keys (an integer in [1, 2^22]), `bestEffort` for the keys beyond,
@@ -424,8 +424,14 @@ export interface BufferBackend {
   rate(counters: BigInt64Array, intervalMs: number, hashes: number, slots: number, seed: bigint): RateCore;
 }
 
-/** What `Inflight` needs of its counters: an {@link EstimatorCore}, or a shared in-flight core. */
+/** What in-flight guards need of their counters. */
 export type InflightCore = Pick<EstimatorCore, 'incr' | 'get'>;
+
+/**
+ * What `Inflight` holds: an {@link EstimatorCore}, or a shared in-flight core, whose `close` also
+ * gives back what this process still holds and frees its slot.
+ */
+export type OwnedInflightCore = InflightCore & Pick<EstimatorCore, 'close'>;
 
 /** One implementation of keepcount. */
 export interface Backend {

@@ -1,7 +1,7 @@
 /** Counts of things in progress per key, released by guards. */
-import { dispose } from './closed.js';
+import { closedInflight, dispose } from './closed.js';
 import { active } from './backend.js';
-import type { InflightCore, Key } from './core.js';
+import type { InflightCore, Key, OwnedInflightCore } from './core.js';
 import { withCode } from './errors.js';
 import { ownKey, validateKey } from './keys.js';
 import { countArgument, integerOption, optionsObject, seedOption, shapeOptions } from './options.js';
@@ -18,12 +18,24 @@ export interface InflightOptions {
 }
 
 /**
+ * An in-flight counter's counters as its guards reach them: one box per counter, shared with every
+ * guard it hands out, so that closing the counter reaches the guards too. A guard released after
+ * the close gives nothing back (the close took back everything) and cannot throw, which the
+ * garbage-collection safety net relies on.
+ */
+export interface InflightCounts {
+  core: InflightCore;
+  /** False once the counter closed (and `core` is a stand-in that throws `ERR_KEEPCOUNT_CLOSED`). */
+  open: boolean;
+}
+
+/**
  * Holds what a guard added, for the explicit release and the garbage-collection safety net: the
  * guard's value and how many times it was added, not their product, which passes 2^53 (where a
  * double stops counting exactly and a backend refuses it as a `value`) long before the count does.
  */
 interface Ticket {
-  readonly core: InflightCore;
+  readonly counts: InflightCounts;
   readonly key: Key;
   readonly value: number;
   times: number;
@@ -35,10 +47,11 @@ interface Ticket {
  * counters, and on the fallback's doubles wherever the sums are exact).
  */
 const settle = (ticket: Ticket): void => {
-  const { core, key, value } = ticket;
+  const { counts, key, value } = ticket;
+  const core = counts.core;
   let left = ticket.times;
   ticket.times = 0;
-  if (value === 0) return;
+  if (value === 0 || !counts.open) return;
   const perStep = Math.floor(Number.MAX_SAFE_INTEGER / Math.abs(value));
   while (left > 0) {
     const n = Math.min(left, perStep);
@@ -80,15 +93,15 @@ export interface InflightCounter {
 }
 
 /**
- * `Inflight.incr` on any counters: validates, adds `value` to `key` in `core` and returns the guard
- * that gives it back (released by the garbage collector if never released), for keepcount/redis'
- * `SyncedInflight` too.
+ * `Inflight.incr` on any counters: validates, adds `value` to `key` in `counts` and returns the
+ * guard that gives it back (released by the garbage collector if never released), for
+ * keepcount/redis' `SyncedInflight` too.
  */
-export function guardedIncr(core: InflightCore, key: Key, value = 1): [guard: InflightGuard, count: number] {
+export function guardedIncr(counts: InflightCounts, key: Key, value = 1): [guard: InflightGuard, count: number] {
   const k = validateKey(key);
   const v = countArgument('value', value);
-  const ticket: Ticket = { core, key: ownKey(k), value: v, times: 1 };
-  const count = core.incr(ticket.key, v);
+  const ticket: Ticket = { counts, key: ownKey(k), value: v, times: 1 };
+  const count = counts.core.incr(ticket.key, v);
   return [new Guard(ticket, v), count];
 }
 
@@ -108,14 +121,14 @@ class Guard implements InflightGuard {
   }
 
   get(): number {
-    return this.#ticket.core.get(this.#ticket.key);
+    return this.#ticket.counts.core.get(this.#ticket.key);
   }
 
   incr(): number {
     if (this.#released) {
       throw withCode(new Error('Cannot incr() a released Inflight guard'), 'ERR_KEEPCOUNT_RELEASED');
     }
-    const count = this.#ticket.core.incr(this.#ticket.key, this.#value);
+    const count = this.#ticket.counts.core.incr(this.#ticket.key, this.#value);
     this.#ticket.times++;
     return count;
   }
@@ -155,7 +168,7 @@ const MAX_PROCESSES = 1024;
 
 /** A shared core for the constructor to adopt; only {@link Inflight.openShared} makes one. */
 class Adopted {
-  constructor(readonly core: InflightCore) {}
+  constructor(readonly core: OwnedInflightCore) {}
 }
 
 /**
@@ -174,20 +187,21 @@ class Adopted {
  * try { if (count <= 10) await handle(); } finally { guard.release(); }
  * ```
  */
-export class Inflight implements InflightCounter {
-  readonly #core: InflightCore;
+export class Inflight implements InflightCounter, Disposable {
+  /** Its counters, as its guards reach them: the core here closes. */
+  readonly #counts: InflightCounts & { core: OwnedInflightCore };
 
   constructor(options?: InflightOptions);
   /** @internal {@link Inflight.openShared}'s way in. */
   constructor(adopted: Adopted);
   constructor(options?: InflightOptions | Adopted) {
     if (options instanceof Adopted) {
-      this.#core = options.core;
+      this.#counts = { core: options.core, open: true };
       return;
     }
     const o = optionsObject(options);
     const { hashes, slots } = shapeOptions(o.hashes, o.slots, { hashes: 4, slots: 8192 });
-    this.#core = new active.Estimator(hashes, slots, seedOption(o.seed));
+    this.#counts = { core: new active.Estimator(hashes, slots, seedOption(o.seed)), open: true };
   }
 
   /**
@@ -195,7 +209,7 @@ export class Inflight implements InflightCounter {
    * gives it back and the key's new estimated count (a tuple, as pingora's `(Guard, isize)`).
    */
   incr(key: Key, value = 1): [guard: InflightGuard, count: number] {
-    return guardedIncr(this.#core, key, value);
+    return guardedIncr(this.#counts, key, value);
   }
 
   /**
@@ -204,8 +218,9 @@ export class Inflight implements InflightCounter {
    * also kept in a slot of its own in the segment; when a process dies holding guards (even by
    * `SIGKILL`), the others take its counts back within 100 ms (each checks on an unref'd timer).
    * The segment, its errors and its lifetime are as for `Estimator.openShared`; it also throws
-   * `ERR_KEEPCOUNT_FULL` when all `processes` slots are held by live processes. This process's
-   * slot is given back when the object is garbage-collected or the process exits.
+   * `ERR_KEEPCOUNT_FULL` when all `processes` slots are held by live processes. The object holds
+   * its slot until {@link close} (or `using`), its garbage collection or the process's exit, each
+   * of which takes back what it still counts.
    *
    * @example
    * ```ts
@@ -239,16 +254,39 @@ export class Inflight implements InflightCounter {
    * ```
    */
   enter(key: Key, value = 1): number {
-    return this.#core.incr(validateKey(key), countArgument('value', value));
+    return this.#counts.core.incr(validateKey(key), countArgument('value', value));
   }
 
   /** Takes back what {@link enter} added: `value` (a safe integer; defaults to 1) from `key`. */
   leave(key: Key, value = 1): void {
-    this.#core.incr(validateKey(key), -countArgument('value', value));
+    this.#counts.core.incr(validateKey(key), -countArgument('value', value));
   }
 
   /** `key`'s current estimated count. */
   get(key: Key): number {
-    return this.#core.get(validateKey(key));
+    return this.#counts.core.get(validateKey(key));
+  }
+
+  /**
+   * Frees the counters now, rather than when the garbage collector gets to this object. On a
+   * shared `Inflight` ({@link openShared}) it also takes back from the host's counts everything
+   * this object still holds (guards not released, `enter`s not left) and frees its process slot
+   * for another process or thread. Guards handed out before are settled by it: releasing one
+   * later gives nothing back and does not throw, while its `get()` and `incr()` throw
+   * `ERR_KEEPCOUNT_CLOSED`, as every later call of this object does. Idempotent; `using` calls it
+   * too.
+   */
+  close(): void {
+    const counts = this.#counts;
+    if (!counts.open) return;
+    const core = counts.core;
+    counts.open = false;
+    counts.core = closedInflight();
+    core.close();
+  }
+
+  /** {@link close}, for `using`. */
+  [dispose](): void {
+    this.close();
   }
 }

@@ -34,9 +34,9 @@ import type {
   HeavyStats,
   HeavyTalker,
   HeavyWindow,
-  InflightCore,
   Key,
   LimiterCore,
+  OwnedInflightCore,
   QuotaSpec,
   RateCore,
   RateSample,
@@ -264,13 +264,14 @@ class NativeSharedRate implements RateCore {
 const SHARED_RECLAIM_INTERVAL_MS = 100;
 
 /**
- * The native {@link InflightCore} over a shared segment. It also takes back dead processes'
+ * The native {@link OwnedInflightCore} over a shared segment. It also takes back dead processes'
  * contributions every {@link SHARED_RECLAIM_INTERVAL_MS}: an unref'd timer holding the binding
  * object weakly, so it neither keeps the process alive nor the object from being collected
  * (collection gives back what this process still holds, and the timer then stops).
  */
-class NativeSharedInflight implements InflightCore {
+class NativeSharedInflight implements OwnedInflightCore {
   private readonly handle: number;
+  private readonly timer: NodeJS.Timeout;
 
   constructor(private readonly native: Binding.SharedInflight) {
     this.handle = native.handle;
@@ -281,6 +282,7 @@ class NativeSharedInflight implements InflightCore {
       else live.reclaim();
     }, SHARED_RECLAIM_INTERVAL_MS);
     timer.unref();
+    this.timer = timer;
   }
 
   /** On the binding's fast paths, as {@link NativeSharedEstimator.incr}. */
@@ -292,6 +294,12 @@ class NativeSharedInflight implements InflightCore {
 
   get(key: Key): number {
     return this.native.get(key);
+  }
+
+  /** Gives back what this process still holds, frees its slot and stops reclaiming. */
+  close(): void {
+    clearInterval(this.timer);
+    this.native.close();
   }
 }
 

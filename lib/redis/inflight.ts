@@ -1,8 +1,8 @@
 /** In-flight counts per key summed over every live node syncing them through Redis, with leases. */
-import type { InflightCore, Key } from '../core.js';
+import type { Key } from '../core.js';
 import { Estimator } from '../estimator.js';
 import { invalidType } from '../errors.js';
-import { guardedIncr, type InflightCounter, type InflightGuard } from '../inflight.js';
+import { guardedIncr, type InflightCounter, type InflightCounts, type InflightGuard } from '../inflight.js';
 import { validateKey } from '../keys.js';
 import { MAX_STORED_KEY_LENGTH } from '../long-key.js';
 import { countArgument, integerOption, optionsObject, seedOption, shapeOptions } from '../options.js';
@@ -86,7 +86,7 @@ export class SyncedInflight implements InflightCounter {
   readonly #hasher: Estimator;
   readonly #cells: SyncedCells;
   readonly #sync: RedisSync;
-  readonly #core: InflightCore;
+  readonly #counts: InflightCounts;
   readonly #indexes = new Map<string, number[]>();
 
   constructor(options: SyncedInflightOptions) {
@@ -103,9 +103,12 @@ export class SyncedInflight implements InflightCounter {
     const layout = sketchLayout(hashes, slots, seed);
     const census = new Census(() => this.#sync.nodes);
     this.#cells = new SyncedCells(hashes * slots, entryKeys(base, 'i', layout), census, () => ttlMs, this.leaseMs);
-    this.#core = {
-      incr: (key, value) => this.#cells.add(this.#counters(key), value),
-      get: (key) => this.#cells.estimate(this.#counters(key)),
+    this.#counts = {
+      core: {
+        incr: (key, value) => this.#cells.add(this.#counters(key), value),
+        get: (key) => this.#cells.estimate(this.#counters(key)),
+      },
+      open: true,
     };
     this.#sync.add(this, 'SyncedInflight', name);
   }
@@ -115,22 +118,22 @@ export class SyncedInflight implements InflightCounter {
    * gives it back and the key's new fleet-wide count, as `Inflight.incr`.
    */
   incr(key: Key, value = 1): [guard: InflightGuard, count: number] {
-    return guardedIncr(this.#core, key, value);
+    return guardedIncr(this.#counts, key, value);
   }
 
   /** Adds `value` to `key` without a guard (pair it with {@link leave}); returns the new fleet-wide count. */
   enter(key: Key, value = 1): number {
-    return this.#core.incr(validateKey(key), countArgument('value', value));
+    return this.#counts.core.incr(validateKey(key), countArgument('value', value));
   }
 
   /** Takes back what {@link enter} added. */
   leave(key: Key, value = 1): void {
-    this.#core.incr(validateKey(key), -countArgument('value', value));
+    this.#counts.core.incr(validateKey(key), -countArgument('value', value));
   }
 
   /** `key`'s fleet-wide count: this node's slots now, the others' as of the last sync. */
   get(key: Key): number {
-    return this.#core.get(validateKey(key));
+    return this.#counts.core.get(validateKey(key));
   }
 
   /** `key`'s count from this node's slots alone. */
