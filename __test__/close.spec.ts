@@ -40,13 +40,19 @@ test(title('a closed Inflight refuses every call; its guards release as no-ops')
   for (const call of [
     () => inflight.incr('a'),
     () => inflight.enter('a'),
-    () => inflight.leave('a'),
     () => inflight.get('a'),
     () => guard.get(),
     () => guard.incr(),
   ]) {
     throwsShape(t, call, closed('Inflight'));
   }
+  // What enter() added went with the close: leave() gives nothing back, and still checks its arguments.
+  t.notThrows(() => inflight.leave('a'));
+  throwsShape(t, () => inflight.leave('a', 0.5), {
+    instanceOf: RangeError,
+    code: 'ERR_OUT_OF_RANGE',
+    message: 'The "value" argument must be a safe integer. Received 0.5',
+  });
   t.false(guard.released);
   t.notThrows(() => guard.release());
   t.true(guard.released);

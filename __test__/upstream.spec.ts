@@ -51,3 +51,21 @@ test(title('UpstreamLimit: a call whose upstream the counter refuses leaves its 
   slot.release();
   t.is(limit.clientCount('origin', 'client'), 0);
 });
+
+test(title('UpstreamLimit over an Inflight closed mid-call: the slots taken before release quietly'), (t) => {
+  // The HTTP adapters release a slot when its exchange ends: a throw there would be an uncaught
+  // exception in a 'close' listener. Calls after the close fail with the counter's error instead.
+  const inflight = new Inflight();
+  const limit = new UpstreamLimit({ max: 5, perClient: 2, inflight });
+  const entered = limit.enter('origin', 'client');
+  const acquired = limit.acquire('origin', 'client');
+  t.is(inflight.get('origin'), 2);
+  inflight.close();
+  t.notThrows(() => entered.release());
+  t.notThrows(() => acquired.release());
+  t.is(limit.clientCount('origin', 'client'), 0);
+  for (const method of ['enter', 'acquire'] as const) {
+    t.throws(() => limit[method]('origin', 'client'), { code: 'ERR_KEEPCOUNT_CLOSED' });
+  }
+  t.is(limit.clientCount('origin', 'client'), 0);
+});

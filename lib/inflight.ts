@@ -257,9 +257,17 @@ export class Inflight implements InflightCounter, Disposable {
     return this.#counts.core.incr(validateKey(key), countArgument('value', value));
   }
 
-  /** Takes back what {@link enter} added: `value` (a safe integer; defaults to 1) from `key`. */
+  /**
+   * Takes back what {@link enter} added: `value` (a safe integer; defaults to 1) from `key`. After
+   * {@link close} it does nothing, as a guard's release: the close took back everything, and a
+   * `finally` (or `UpstreamLimit`'s slot, released when a request ends) that outlives it must not
+   * throw.
+   */
   leave(key: Key, value = 1): void {
-    this.#counts.core.incr(validateKey(key), -countArgument('value', value));
+    const k = validateKey(key);
+    const v = countArgument('value', value);
+    const counts = this.#counts;
+    if (counts.open) counts.core.incr(k, -v);
   }
 
   /** `key`'s current estimated count. */
@@ -272,9 +280,9 @@ export class Inflight implements InflightCounter, Disposable {
    * shared `Inflight` ({@link openShared}) it also takes back from the host's counts everything
    * this object still holds (guards not released, `enter`s not left) and frees its process slot
    * for another process or thread. Guards handed out before are settled by it: releasing one
-   * later gives nothing back and does not throw, while its `get()` and `incr()` throw
-   * `ERR_KEEPCOUNT_CLOSED`, as every later call of this object does. Idempotent; `using` calls it
-   * too.
+   * later (or calling {@link leave}) gives nothing back and does not throw, while a guard's `get()`
+   * and `incr()` throw `ERR_KEEPCOUNT_CLOSED`, as every other later call of this object does.
+   * Idempotent; `using` calls it too.
    */
   close(): void {
     const counts = this.#counts;
