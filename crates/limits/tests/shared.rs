@@ -117,6 +117,12 @@ fn child() {
             let est = open_estimator(&name, shape(), SEED, &options).unwrap();
             say(est.get("hot").to_string());
         }
+        "create-big" => {
+            // 4 × 2^24 counters: 512 MiB to reserve, which takes a tmpfs a tenth of a second.
+            let big = Shape::new(4, 1 << 24).unwrap();
+            let outcome = open_estimator(&name, big, SEED, &options).map(|est| est.incr("k", 1));
+            say(format!("{outcome:?}"));
+        }
         "open" => {
             wait_for(&dir.join("go"));
             let outcome =
@@ -568,6 +574,54 @@ fn a_segment_that_does_not_fit_its_filesystem_is_refused_at_creation() {
     // The refused segment left nothing behind: a small one still fits.
     let est = open_estimator("small", shape(), SEED, &dir.options()).unwrap();
     assert_eq!(est.incr("k", 1), 1);
+}
+
+#[test]
+fn a_creator_killed_mid_create_leaves_nothing_behind() {
+    // Reserving a large segment takes a while; a creator killed then left a temporary file
+    // holding what it had reserved (of /dev/shm: memory) until someone deleted it. Killed once
+    // its reservation shows in the filesystem's use, which needs a tmpfs of its own: skipped
+    // where mounting is refused.
+    let dir = Dir::new("killed-creator");
+    let Some(_mount) = Tmpfs::mount(&dir.0, "1g") else {
+        eprintln!("skipped: cannot mount a tmpfs here (needs root)");
+        return;
+    };
+    let mut child = spawn("create-big", &dir, "big");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while used_bytes(&dir.0) < 16 << 20 {
+        assert!(
+            child.try_wait().unwrap().is_none(),
+            "the creator finished before it could be killed"
+        );
+        assert!(Instant::now() < deadline, "the creator never reserved");
+        std::thread::sleep(Duration::from_micros(200));
+    }
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let left: Vec<_> = fs::read_dir(&dir.0)
+        .unwrap()
+        .map(|entry| entry.unwrap().file_name())
+        .collect();
+    assert!(left.is_empty(), "left behind: {left:?}");
+    assert!(
+        used_bytes(&dir.0) < 1 << 20,
+        "{} bytes still used",
+        used_bytes(&dir.0)
+    );
+    // The next creator starts afresh.
+    let est = open_estimator("big", shape(), SEED, &dir.options()).unwrap();
+    assert_eq!(est.incr("k", 1), 1);
+}
+
+/// Bytes in use on the filesystem holding `dir`.
+fn used_bytes(dir: &Path) -> u64 {
+    use std::os::unix::ffi::OsStrExt;
+    let path = std::ffi::CString::new(dir.as_os_str().as_bytes()).unwrap();
+    // SAFETY: a NUL-terminated path and a zeroed struct for statvfs to fill.
+    let mut stats: libc::statvfs = unsafe { std::mem::zeroed() };
+    assert_eq!(unsafe { libc::statvfs(path.as_ptr(), &mut stats) }, 0);
+    (stats.f_blocks - stats.f_bfree) * stats.f_frsize
 }
 
 /// A tmpfs mounted on a directory, unmounted when dropped (after what was mapped from it).

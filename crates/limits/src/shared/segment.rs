@@ -293,8 +293,8 @@ impl Segment {
         Ok(Self { map, layout, path })
     }
 
-    /// Builds the file under a temporary name and links it into place; `None` if another process
-    /// linked first.
+    /// Builds the file unnamed (or under a temporary name) and links it into place; `None` if
+    /// another process linked first.
     fn create(
         name: &str,
         path: &Path,
@@ -336,7 +336,7 @@ impl Segment {
             path: path.into(),
         };
         initialise(&segment);
-        match fs::hard_link(&temporary.path, path) {
+        match temporary.link(path) {
             Ok(()) => Ok(Some(segment)),
             Err(err) if err.kind() == io::ErrorKind::AlreadyExists => Ok(None),
             Err(err) => Err(SharedError::io(path, err)),

@@ -1,4 +1,4 @@
-//! The segment's file as the system sees it: a creator's temporary file, the open flags and
+//! The segment's file as the system sees it: a creator's unnamed or temporary file, the open flags and
 //! permissions, the space reserved for it, and its mapping.
 
 use super::{DEFAULT_MODE, FILE_PREFIX, SharedOptions};
@@ -9,14 +9,25 @@ use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 
-/// A creator's file under its temporary name, removed when dropped (after the link, or on error).
+/// A creator's file before it has its name. On Linux it is an unnamed file in the directory
+/// (`O_TMPFILE`): a creator killed before linking it (while reserving a large segment, say) leaves
+/// nothing behind, where a named temporary file stayed as garbage holding its whole size of
+/// `/dev/shm` until someone deleted it. Elsewhere, or where the filesystem has no unnamed files
+/// (or `/proc`, through which one is linked, is not mounted), it has a temporary name and is
+/// removed when dropped (after the link, or on error).
 pub(super) struct Temporary {
     pub(super) file: File,
+    /// The temporary name, or the directory of an unnamed file: what errors name.
     pub(super) path: PathBuf,
+    named: bool,
 }
 
 impl Temporary {
     pub(super) fn create(name: &str, options: &SharedOptions) -> Result<Self, SharedError> {
+        let dir = options.directory();
+        if let Some(temporary) = Self::unnamed(&dir) {
+            return Ok(temporary);
+        }
         static SEQUENCE: AtomicU64 = AtomicU64::new(0);
         // Relaxed: only uniqueness within the process matters.
         let n = SEQUENCE.fetch_add(1, Ordering::Relaxed);
@@ -25,7 +36,7 @@ impl Temporary {
         // on every start, and containers sharing the directory can run the same pid at once.
         // The process's random number, plus the sequence, can do neither.
         let unique = process_random().wrapping_add(n);
-        let path = options.directory().join(format!(
+        let path = dir.join(format!(
             ".{FILE_PREFIX}{name}.{}.{unique:016x}.tmp",
             std::process::id()
         ));
@@ -35,8 +46,83 @@ impl Temporary {
             .create_new(true)
             .open(&path)
             .map_err(|err| SharedError::io(&path, err))?;
-        Ok(Self { file, path })
+        Ok(Self {
+            file,
+            path,
+            named: true,
+        })
     }
+
+    /// An unnamed file in `dir`, or `None` where there can be none: any failure falls back to a
+    /// named file, whose errors (a missing directory, a refused permission) say the same.
+    #[cfg(target_os = "linux")]
+    fn unnamed(dir: &Path) -> Option<Self> {
+        use std::os::unix::fs::OpenOptionsExt;
+        if !Path::new(PROC_FDS).is_dir() {
+            return None;
+        }
+        let file = open_options()
+            .read(true)
+            .write(true)
+            .custom_flags(libc::O_TMPFILE)
+            .open(dir)
+            .ok()?;
+        Some(Self {
+            file,
+            path: dir.into(),
+            named: false,
+        })
+    }
+
+    #[cfg(not(target_os = "linux"))]
+    fn unnamed(_dir: &Path) -> Option<Self> {
+        None
+    }
+
+    /// Gives the file the name `to`; `AlreadyExists` if another process got there first.
+    pub(super) fn link(&self, to: &Path) -> io::Result<()> {
+        if self.named {
+            return fs::hard_link(&self.path, to);
+        }
+        link_unnamed(&self.file, to)
+    }
+}
+
+/// Where Linux lists this process's open files, one symbolic link per descriptor.
+#[cfg(target_os = "linux")]
+const PROC_FDS: &str = "/proc/self/fd";
+
+/// Links the unnamed file `file` as `to`. `linkat` with `AT_EMPTY_PATH` would need
+/// `CAP_DAC_READ_SEARCH`; through the descriptor's entry in `/proc` it needs nothing.
+#[cfg(target_os = "linux")]
+fn link_unnamed(file: &File, to: &Path) -> io::Result<()> {
+    use std::ffi::CString;
+    use std::os::fd::AsRawFd;
+    use std::os::unix::ffi::OsStrExt;
+    let from = CString::new(format!("{PROC_FDS}/{}", file.as_raw_fd()))?;
+    let to = CString::new(to.as_os_str().as_bytes())?;
+    // SAFETY: both paths are NUL-terminated and live across the call; linkat touches nothing
+    // but the filesystem.
+    let linked = unsafe {
+        libc::linkat(
+            libc::AT_FDCWD,
+            from.as_ptr(),
+            libc::AT_FDCWD,
+            to.as_ptr(),
+            libc::AT_SYMLINK_FOLLOW,
+        )
+    };
+    if linked == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+/// Never called: only Linux makes unnamed files.
+#[cfg(not(target_os = "linux"))]
+fn link_unnamed(_file: &File, _to: &Path) -> io::Result<()> {
+    Err(io::Error::from(io::ErrorKind::Unsupported))
 }
 
 /// A random number drawn once per process, from the standard library's per-process hash keys
@@ -49,8 +135,11 @@ fn process_random() -> u64 {
 
 impl Drop for Temporary {
     fn drop(&mut self) {
-        // Best effort: a leftover temporary file is garbage, never mistaken for a segment.
-        let _ = fs::remove_file(&self.path);
+        // Best effort: a leftover temporary file is garbage, never mistaken for a segment. An
+        // unnamed one goes with its descriptor.
+        if self.named {
+            let _ = fs::remove_file(&self.path);
+        }
     }
 }
 
