@@ -9,6 +9,7 @@ import express from 'express';
 import Fastify, { type FastifyReply } from 'fastify';
 import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
+import { runInNewContext } from 'node:vm';
 import { Limiter } from '../lib/index.js';
 import { rateLimit, tokenBucket, upstreamLimit, UpstreamLimit, type Middleware } from '../lib/http/index.js';
 import { rateLimitHook, tokenBucketHook, upstreamLimitHook, type OnRequestHook } from '../lib/http/fastify.js';
@@ -64,6 +65,11 @@ function carelessCases(limiter: Limiter): Record<string, { node: Middleware; hoo
     (message: string): any =>
     () =>
       Promise.reject(fault(message));
+  // A promise made in another realm is no `instanceof Promise` here, and rejects unhandled all the same.
+  const rejectsElsewhere =
+    (message: string): any =>
+    () =>
+      runInNewContext('Promise.reject(error)', { error: fault(message) });
   return {
     '/rate-key-async': { ...both(rateLimit, rateLimitHook, { ...rate, key: async('k') }), error: promised('key') },
     '/rate-key-rejects': {
@@ -73,6 +79,10 @@ function carelessCases(limiter: Limiter): Record<string, { node: Middleware; hoo
     '/rate-key-hostile': {
       ...both(rateLimit, rateLimitHook, { ...rate, key: hostile as any }),
       error: promised('key', 'an instance of Object'),
+    },
+    '/rate-key-rejects-elsewhere': {
+      ...both(rateLimit, rateLimitHook, { ...rate, key: rejectsElsewhere('no key') }),
+      error: promised('key'),
     },
     '/rate-skip-async': {
       ...both(rateLimit, rateLimitHook, { ...refuse, skip: async(true) }),
@@ -105,6 +115,10 @@ function carelessCases(limiter: Limiter): Record<string, { node: Middleware; hoo
     },
     '/rate-onlimit-rejects': {
       ...both(rateLimit, rateLimitHook, { ...refuse, onLimit: rejects('onLimit rejected') }),
+      error: thrown('onLimit rejected'),
+    },
+    '/rate-onlimit-rejects-elsewhere': {
+      ...both(rateLimit, rateLimitHook, { ...refuse, onLimit: rejectsElsewhere('onLimit rejected') }),
       error: thrown('onLimit rejected'),
     },
     '/bucket-onlimit-rejects': {

@@ -5,6 +5,7 @@
  * @module
  */
 import type { IncomingMessage, ServerResponse } from 'node:http';
+import { types } from 'node:util';
 import { describe, withCode } from '../errors.js';
 import type { Limiter } from '../limiter.js';
 import type { SharedLimiter } from '../shared-limiter.js';
@@ -82,7 +83,8 @@ function refuse(res: ServerResponse, next: Next, refusal: () => unknown): void {
   } catch (error) {
     return fail(res, next, error);
   }
-  if (answered instanceof Promise) {
+  // isPromise, not instanceof: a promise from another realm (a `vm` context) rejects unhandled too.
+  if (types.isPromise(answered)) {
     Promise.prototype.then.call(answered, undefined, (error: unknown) => fail(res, next, error));
   }
 }

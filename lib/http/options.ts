@@ -8,6 +8,7 @@
  * @module
  */
 import type { IncomingMessage } from 'node:http';
+import { types } from 'node:util';
 import { invalidType } from '../errors.js';
 import { optionsObject } from '../options.js';
 import {
@@ -126,7 +127,8 @@ function perRequestOption<R, T>(
       throw invalidType(`The "${name}" option's result`, required, result);
     }
     if (typeof result === 'object' && result !== null && typeof (result as { then?: unknown }).then === 'function') {
-      if (result instanceof Promise) Promise.prototype.then.call(result, undefined, ignore);
+      // isPromise, not instanceof: a promise from another realm (a `vm` context) is one too.
+      if (types.isPromise(result)) Promise.prototype.then.call(result, undefined, ignore);
       throw invalidType(
         `The "${name}" option's result`,
         'a value, not a promise: it is called synchronously on every request',
