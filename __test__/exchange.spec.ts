@@ -3,7 +3,8 @@
  * path it can end by, and nothing of it stays behind on the connection.
  */
 import test from 'ava';
-import { Agent, createServer, request, type IncomingMessage, type ServerResponse } from 'node:http';
+import { Agent, createServer, IncomingMessage, request, ServerResponse } from 'node:http';
+import { Socket } from 'node:net';
 import { onExchangeEnd } from '../lib/http/exchange.js';
 import { abortAfter, close, deferred, eventually, listen, pipelineAndLeave } from './http-client.js';
 import { title } from './helpers.js';
@@ -75,4 +76,21 @@ test(title('onExchangeEnd reports each exchange once: finished, aborted, or queu
   } finally {
     await close(server);
   }
+});
+
+test(title('a done that throws does not keep the other exchanges on its connection from ending'), (t) => {
+  // A custom counter's release can throw from a socket's close listener: every exchange queued
+  // on that socket must still end (each holds a slot), the error surfacing once all have.
+  const socket = new Socket();
+  const ended: number[] = [];
+  for (let i = 0; i < 3; i++) {
+    const req = new IncomingMessage(socket);
+    onExchangeEnd(req, new ServerResponse(req), () => {
+      ended.push(i);
+      if (i < 2) throw new Error(`release ${i} failed`);
+    });
+  }
+  t.throws(() => socket.emit('close'), { message: 'release 0 failed' });
+  t.deepEqual(ended, [0, 1, 2]);
+  socket.destroy();
 });

@@ -5,10 +5,22 @@ import type { Socket } from 'node:net';
 /** The exchanges still open on each socket, ended together when it closes: one listener per socket. */
 const open = new WeakMap<Socket, Set<() => void>>();
 
+/**
+ * Ends every exchange still open on the socket. One whose `done` throws (a custom counter's
+ * release, say) does not keep the others from ending: the first error is rethrown once all ran.
+ */
 function endAll(this: Socket): void {
   const ends = open.get(this);
   open.delete(this);
-  for (const end of ends ?? []) end();
+  let failed: { error: unknown } | undefined;
+  for (const end of ends ?? []) {
+    try {
+      end();
+    } catch (error) {
+      failed ??= { error };
+    }
+  }
+  if (failed !== undefined) throw failed.error;
 }
 
 /**
