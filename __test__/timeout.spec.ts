@@ -159,6 +159,35 @@ test(title('a thenable that resolves twice cannot cancel another caller’s time
   t.is((outcome as TimeoutError).message, 'Timed out after 20 ms');
 });
 
+test(title('settled long timeouts give their memory back before their deadline'), async (t) => {
+  // 300,000 timeouts of 600 s, each settled after it had a bucket: ~13 MB held for ten minutes
+  // before (43 bytes each); now the buckets drop them. Heap readings after a full GC vary by well
+  // under a megabyte here, so 4 MB cannot fail spuriously.
+  const child = await runFixture('settled-timeouts.ts', { nodeArgs: ['--expose-gc'], args: ['300000'] });
+  t.is(child.code, 0, child.stderr);
+  const { grownMb } = JSON.parse(child.stdout) as { grownMb: number };
+  t.log(`heap grown by ${grownMb} MB`);
+  t.true(grownMb < 4, `${grownMb} MB`);
+});
+
+test(title('waiters left in a compacted bucket still time out, and settled ones never do'), async (t) => {
+  const settle: (() => void)[] = [];
+  const outcomes = Array.from({ length: 1000 }, () =>
+    timeout(new Promise<void>((resolve) => settle.push(resolve)), 100).then(
+      () => 'settled',
+      (error: unknown) => (error instanceof TimeoutError ? 'timed out' : error),
+    ),
+  );
+  await new Promise((resolve) => setImmediate(resolve));
+  // All but every 100th settle: their bucket compacts to the 10 left (under an eighth).
+  settle.forEach((resolve, i) => i % 100 !== 0 && resolve());
+  const results = await Promise.all(outcomes);
+  t.deepEqual(
+    results.map((result, i) => (i % 100 === 0 ? result === 'timed out' : result === 'settled')),
+    results.map(() => true),
+  );
+});
+
 test(title('a process exits promptly once no timeout or sleep is pending'), async (t) => {
   const child = await runFixture('exit-when-idle.ts');
   t.is(child.code, 0, child.stderr);
