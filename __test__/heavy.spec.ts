@@ -235,6 +235,23 @@ test(title('summaries serialize canonically and merge across nodes with bounds t
   t.is(a.top(1)[0]!.key, 0);
 });
 
+test(title('a byte key too long for the serialized table is refused before anything is counted'), (t) => {
+  // Node's largest Uint8Array, 4 GiB: its stored form would not fit the format's 32-bit length,
+  // so its window could not be serialized (native), or the fallback's scratch could not hold it.
+  // Allocated lazily, it costs no memory until read, and it is refused before it is read.
+  const hh = new HeavyHitters({ threshold: 2, intervalMs: 1000, clock: new ManualClock() });
+  const huge = new Uint8Array(2 ** 32);
+  for (const call of [() => hh.incr(huge), () => hh.incrWindow(huge), () => hh.decr(huge), () => hh.count(huge)]) {
+    throwsShape(t, call, {
+      instanceOf: RangeError,
+      code: 'ERR_OUT_OF_RANGE',
+      message: 'The "key" argument must be at most 4294967294 bytes long when it is a Uint8Array. Received 4294967296',
+    });
+  }
+  t.is(hh.stats().tracked, 0);
+  t.notThrows(() => hh.serialize());
+});
+
 test(title('bad arguments and corrupt summaries are coded errors'), (t) => {
   throwsShape(t, () => new HeavyHitters({ intervalMs: 1000 } as never), {
     instanceOf: TypeError,

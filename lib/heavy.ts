@@ -73,6 +73,22 @@ export interface HeavyHittersOptions {
 }
 
 /**
+ * The longest byte key the table takes: its stored form (docs/format.md §6.1) adds a tag byte, and
+ * the serialized table gives each key a 32-bit length. A 4 GiB `Uint8Array` (Node's largest)
+ * would otherwise be counted but leave its window unserializable.
+ */
+const MAX_KEY_BYTES = 2 ** 32 - 2;
+
+/** `key` validated as every class does, and a byte key no longer than {@link MAX_KEY_BYTES}. */
+function heavyKey(key: unknown): Key {
+  const k = validateKey(key);
+  if (typeof k === 'object' && k.length > MAX_KEY_BYTES) {
+    throw outOfRange('The "key" argument', `at most ${MAX_KEY_BYTES} bytes long when it is a Uint8Array`, k.length);
+  }
+  return k;
+}
+
+/**
  * Counts keys per interval and names the heaviest, with exact counts for every key that reached
  * `threshold` (the first `capacity` of them per interval).
  *
@@ -147,7 +163,7 @@ export class HeavyHitters {
    * if it is tracked, else its sketch estimate (below `threshold` unless the table is full).
    */
   incr(key: Key, value = 1): number {
-    const k = validateKey(key);
+    const k = heavyKey(key);
     const v = valueArgument(value);
     // The clock first, then the core: a clock that closes this object swaps the core out, and
     // the call must go to the closed one (ERR_KEEPCOUNT_CLOSED), not to the freed one.
@@ -163,7 +179,7 @@ export class HeavyHitters {
    * every request.
    */
   incrWindow(key: Key, value = 1): { count: number; resetMs: number } {
-    const k = validateKey(key);
+    const k = heavyKey(key);
     const v = valueArgument(value);
     const now = this.#elapsed();
     const r = this.#core.incrInWindow(k, v, now, this.#window);
@@ -176,7 +192,7 @@ export class HeavyHitters {
    * never decreased, so an untracked key's estimate stays as it is (still an upper bound).
    */
   decr(key: Key, value = 1): void {
-    const k = validateKey(key);
+    const k = heavyKey(key);
     const v = valueArgument(value);
     const now = this.#elapsed();
     this.#core.decr(k, v, now);
@@ -184,7 +200,7 @@ export class HeavyHitters {
 
   /** Bounds on `key`'s count in `window` (defaults to `'current'`). */
   count(key: Key, window: HeavyWindowName = 'current'): KeyCount {
-    const k = validateKey(key);
+    const k = heavyKey(key);
     const w = windowArgument(window);
     const now = this.#elapsed();
     const c = this.#core.count(k, w, now);
