@@ -67,6 +67,50 @@ test.serial(
   },
 );
 
+test.serial(title('timers armed before the pause wait for the unpause, on both backends'), async (t) => {
+  let slept = false;
+  const armed = sleep(20).then(() => (slept = true));
+  pauseForFork();
+  try {
+    // node:timers, not keepcount's: those are what the pause holds.
+    await delay(150);
+    t.false(slept, 'a sleep armed before the pause fired during it');
+  } finally {
+    unpause();
+  }
+  const unpausedAt = performance.now();
+  await Promise.race([armed, delay(3000)]);
+  t.true(slept, 'the sleep fires after the unpause');
+  t.log(`fired ${(performance.now() - unpausedAt).toFixed(0)} ms after the unpause`);
+});
+
+test.serial(title("another thread's pause and unpause do not end this thread's pause"), async (t) => {
+  // The native pause is the whole process's: a flag that any unpause cleared let a worker's
+  // pauseForFork()/unpause() pair release this thread's timers while it was still paused.
+  const lib = JSON.stringify(join(__dirname, '..', 'lib', 'index.ts'));
+  let slept = false;
+  const armed = sleep(20).then(() => (slept = true));
+  pauseForFork();
+  try {
+    const worker = new Worker(
+      `require('tsx/cjs');
+       const keepcount = require(${lib});
+       keepcount.pauseForFork();
+       keepcount.unpause();
+       require('node:worker_threads').parentPort.postMessage('done');`,
+      { eval: true },
+    );
+    await new Promise((resolve) => worker.once('message', resolve));
+    await worker.terminate();
+    await delay(150);
+    t.false(slept, 'the sleep fired although this thread had not unpaused');
+  } finally {
+    unpause();
+  }
+  await Promise.race([armed, delay(3000)]);
+  t.true(slept, 'the sleep fires after this thread unpauses');
+});
+
 test.serial(title('a worker ended while paused for fork leaves no pause behind'), async (t) => {
   // The native pause is the whole process's: were it to outlive the worker that set it, every
   // other thread's timers would wait for an unpause that never comes.

@@ -10,6 +10,12 @@ const MAX_DELAY = 2147483647;
 
 const now = (): number => performance.now();
 
+/** How often a due tick looks again while paused for fork: the native clock thread's tick. */
+const PAUSED_RETRY_MS = 10;
+
+/** Whether this thread is paused for fork: due ticks wait for the unpause. */
+let paused = false;
+
 class Tick implements TickHandle {
   private timer: NodeJS.Timeout;
   private keepAlive = true;
@@ -36,25 +42,33 @@ class Tick implements TickHandle {
   }
 
   private schedule(): NodeJS.Timeout {
-    const delay = Math.min(MAX_DELAY, Math.max(1, Math.ceil(this.deadlineMs - now())));
+    const left = this.deadlineMs - now();
+    const delay = paused && left <= 0 ? PAUSED_RETRY_MS : Math.min(MAX_DELAY, Math.max(1, Math.ceil(left)));
     const timer = setTimeout(this.check, delay);
     if (!this.keepAlive) timer.unref();
     return timer;
   }
 
   private readonly check = (): void => {
-    if (now() >= this.deadlineMs) this.fire();
+    if (now() >= this.deadlineMs && !paused) this.fire();
     else this.timer = this.schedule();
   };
 }
 
 /**
  * The fallback {@link Ticker}. Pausing for fork has nothing to protect here (no clock thread, no
- * locks), so `pauseForFork`/`unpause` leave armed ticks running.
+ * locks), but ticks that come due while paused wait for the unpause, as the native clock
+ * thread's do, and fire at most one retry (10 ms) after it, keeping the process alive meanwhile
+ * if they are ref'd. Unlike the native pause, which is the whole process's, it is this thread's:
+ * other threads' ticks run on.
  */
 export const fallbackTicker: Ticker = {
   now,
   arm: (deadlineMs, fire) => new Tick(deadlineMs, fire),
-  pauseForFork: () => {},
-  unpause: () => {},
+  pauseForFork: () => {
+    paused = true;
+  },
+  unpause: () => {
+    paused = false;
+  },
 };

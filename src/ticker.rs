@@ -28,6 +28,7 @@ use napi_derive::napi;
 use std::cell::{Cell, RefCell};
 use std::rc::Rc;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
 use std::time::Duration;
 
 /// Weak (unref'd at creation), no arguments, unbounded queue (the sink queues at most one call).
@@ -178,6 +179,14 @@ thread_local! {
     static UNPAUSE_HOOKED: Cell<bool> = const { Cell::new(false) };
 }
 
+/// JavaScript threads paused now, each counted once however often it paused: the timer manager
+/// (one per process) stays paused until the last of them unpauses. A flag alone let one worker's
+/// `pauseForFork()`/`unpause()` pair end another thread's pause.
+static PAUSED_THREADS: AtomicUsize = AtomicUsize::new(0);
+/// The process that counted [`PAUSED_THREADS`]: in a fork child, where only the forking thread
+/// lives on, the other threads' pauses are gone with them.
+static PAUSED_IN: AtomicU32 = AtomicU32::new(0);
+
 /// pingora-timeout's `pause_for_fork` for the process-wide timer manager: the clock thread takes
 /// no more locks; waits two ticks. Call right before `fork()`. The pause is the whole process's,
 /// so a worker thread that ends while it holds one (terminated between the two calls) unpauses
@@ -187,19 +196,44 @@ pub fn pause_for_fork(env: &Env) -> Result<()> {
     if !UNPAUSE_HOOKED.get() {
         env.add_env_cleanup_hook((), |()| {
             if PAUSED_HERE.replace(false) {
-                fast_timeout::unpause();
+                end_pause();
             }
         })?;
         UNPAUSE_HOOKED.set(true);
     }
-    PAUSED_HERE.set(true);
+    if !PAUSED_HERE.replace(true) {
+        // SeqCst: the count and its process are read together by `end_pause` in another thread.
+        PAUSED_IN.store(std::process::id(), Ordering::SeqCst);
+        PAUSED_THREADS.fetch_add(1, Ordering::SeqCst);
+    }
     fast_timeout::pause_for_fork();
     Ok(())
 }
 
-/// pingora-timeout's `unpause`: call right after `fork()`, in parent and child.
+/// pingora-timeout's `unpause`: call right after `fork()`, in parent and child. Unpauses the
+/// timer manager once every thread that paused it has unpaused (or ended); a thread that did not
+/// pause changes nothing, except in a fork child, which starts unpaused.
 #[napi(catch_unwind)]
 pub fn unpause() {
-    PAUSED_HERE.set(false);
-    fast_timeout::unpause();
+    if PAUSED_HERE.replace(false) || forked_since_pause() {
+        end_pause();
+    }
+}
+
+/// Whether this process is a fork child of the one that counted the pauses.
+fn forked_since_pause() -> bool {
+    PAUSED_THREADS.load(Ordering::SeqCst) > 0
+        && PAUSED_IN.load(Ordering::SeqCst) != std::process::id()
+}
+
+/// One paused thread is done: the last one (or any, in a fork child) unpauses the manager.
+fn end_pause() {
+    if forked_since_pause() {
+        PAUSED_THREADS.store(0, Ordering::SeqCst);
+        fast_timeout::unpause();
+        return;
+    }
+    if PAUSED_THREADS.fetch_sub(1, Ordering::SeqCst) == 1 {
+        fast_timeout::unpause();
+    }
 }
