@@ -1,7 +1,7 @@
 // close() and `using`: an Estimator, Rate or Inflight frees its counters at once and refuses every
 // later call with ERR_KEEPCOUNT_CLOSED (memory.spec.ts measures what closing saves).
 import test from 'ava';
-import { Estimator, HeavyHitters, Inflight, ManualClock, Rate, type InflightGuard } from '../lib/index.js';
+import { Estimator, HeavyHitters, Inflight, Limiter, ManualClock, Rate, type InflightGuard } from '../lib/index.js';
 import { throwsShape, title } from './helpers.js';
 
 const closed = (what: string) => ({
@@ -66,6 +66,34 @@ test(title('a closed Inflight refuses every call; its guards release as no-ops')
   // Released after the block closed its Inflight: nothing to give back.
   throwsShape(t, () => late.get(), closed('Inflight'));
   t.notThrows(() => late.release());
+});
+
+test(title('a closed Limiter refuses every call but keeps its quotas'), (t) => {
+  const quota = { requests: { perSecond: 1, burst: 2 } };
+  const limiter = new Limiter({ bestEffort: quota, overall: quota, keys: [['a', quota]] });
+  t.true(limiter.check('a').allowed);
+  limiter.close();
+  limiter.close();
+  for (const call of [
+    () => limiter.check('a'),
+    () => limiter.replaceKeys([['b', quota]]),
+    () => limiter.setQuota('a', quota),
+    () => limiter.setBestEffort(quota),
+    () => limiter.setOverall(undefined),
+    () => limiter.quota('a'),
+    () => limiter.size,
+  ]) {
+    throwsShape(t, call, closed('Limiter'));
+  }
+  t.deepEqual(limiter.bestEffort, new Limiter({ bestEffort: quota }).bestEffort);
+  t.not(limiter.overall, undefined);
+  let scoped: Limiter;
+  {
+    using inBlock = new Limiter({ bestEffort: quota });
+    scoped = inBlock;
+    t.true(scoped.check('k').allowed);
+  }
+  throwsShape(t, () => scoped.check('k'), closed('Limiter'));
 });
 
 test(title('merging a closed Estimator into an open one is refused, the open one untouched'), (t) => {

@@ -171,6 +171,11 @@ export class FallbackLimiter implements LimiterCore {
     return this.keys.size;
   }
 
+  /** Lets go of the key table (lib/ calls nothing after). */
+  close(): void {
+    this.keys = new Map();
+  }
+
   check(key: Key, cost: number, nowMs: number): number {
     const now = this.nanos(nowMs);
     const own = this.keys.get(canonical(key)) ?? this.bestEffort;

@@ -1,9 +1,9 @@
 /**
- * What an `Estimator`, `Rate` or `Inflight` holds once closed: a core whose every call throws
+ * What an `Estimator`, `Rate`, `Inflight` or `Limiter` holds once closed: a core whose every call throws
  * `ERR_KEEPCOUNT_CLOSED`. Swapping it in costs the open object's calls nothing (no flag to test on
  * the hot path), and the closed object keeps answering its shape.
  */
-import type { EstimatorCore, HeavyCore, OwnedInflightCore, RateCore, SharedLimiterCore } from './core.js';
+import type { EstimatorCore, HeavyCore, LimiterCore, OwnedInflightCore, RateCore, SharedLimiterCore } from './core.js';
 import { withCode, type KeepcountError } from './errors.js';
 
 /** `Symbol.dispose` where the runtime has it (Node >= 20.4), else the symbol TypeScript's `using` looks up. */
@@ -62,6 +62,27 @@ export function closedInflight(): OwnedInflightCore {
     throw closedError('Inflight');
   };
   const standIn: OwnedInflightCore = { incr: fail, get: fail, close: () => {} };
+  standIns.add(standIn);
+  return standIn;
+}
+
+/** A stand-in for a closed limiter's buckets: every call throws, `size` too. */
+export function closedLimiter(): LimiterCore {
+  const fail = (): never => {
+    throw closedError('Limiter');
+  };
+  const standIn: LimiterCore = {
+    check: fail,
+    replaceKeys: fail,
+    setQuota: fail,
+    setBestEffort: fail,
+    setOverall: fail,
+    quota: fail,
+    get size(): number {
+      return fail();
+    },
+    close: () => {},
+  };
   standIns.add(standIn);
   return standIn;
 }

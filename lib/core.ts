@@ -180,6 +180,8 @@ export interface LimiterCore {
   /** `key`'s quota, `null` if it is not in the table. */
   quota(key: Key): QuotaSpec | null;
   readonly size: number;
+  /** Frees the key table and the buckets now; nothing is called after. */
+  close(): void;
 }
 
 /** Creates a limiter with no keys and `bestEffort` for every key, full at time 0. */

@@ -476,6 +476,10 @@ class NativeLimiter implements LimiterCore {
   get size(): number {
     return this.native.size;
   }
+
+  close(): void {
+    this.native.close();
+  }
 }
 
 /** One armed deadline: fires once, keeps the process alive while ref'd and not yet fired. */

@@ -19,7 +19,8 @@ use std::thread::LocalKey;
 pub(crate) struct Held<T: 'static> {
     value: Option<Rc<T>>,
     slot: Slot<T>,
-    memory: External,
+    /// A cell: a value whose size changes (a limiter's key table) renews its report through `&self`.
+    memory: RefCell<External>,
 }
 
 impl<T: 'static> Held<T> {
@@ -36,7 +37,7 @@ impl<T: 'static> Held<T> {
         Ok(Self {
             value: Some(value),
             slot,
-            memory: External::report(env, bytes),
+            memory: RefCell::new(External::report(env, bytes)),
         })
     }
 
@@ -52,6 +53,16 @@ impl<T: 'static> Held<T> {
         self.value.as_deref()
     }
 
+    /// Reports `bytes` to V8 in place of the last report (for a value that grew or shrank);
+    /// nothing once closed.
+    pub(crate) fn report(&self, env: &Env, bytes: usize) {
+        if self.value.is_some() {
+            let mut memory = self.memory.borrow_mut();
+            memory.release(env);
+            *memory = External::report(env, bytes);
+        }
+    }
+
     /// The handle the fast paths take; names nothing once closed.
     pub(crate) fn handle(&self) -> f64 {
         self.slot.handle()
@@ -62,6 +73,6 @@ impl<T: 'static> Held<T> {
     pub(crate) fn close(&mut self, env: &Env) {
         self.slot.vacate();
         self.value = None;
-        self.memory.release(env);
+        self.memory.get_mut().release(env);
     }
 }

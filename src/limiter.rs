@@ -17,9 +17,9 @@
 
 use crate::args;
 use crate::error::{Failure, Result as Outcome, map_error};
+use crate::held::Held;
 use crate::keys;
-use crate::memory::External;
-use crate::raw::{self, Callback, Slab, Slot};
+use crate::raw::{self, Callback, Slab};
 use keepcount_limits::clock::ManualClock;
 use keepcount_limits::limiter::{Decision, Limit, Limiter as Core, LimiterError, Quota};
 use napi::bindgen_prelude::{Float64Array, Unknown};
@@ -28,7 +28,6 @@ use napi::{Env, JsValue, Result};
 use napi_derive::napi;
 use std::cell::RefCell;
 use std::ffi::CStr;
-use std::rc::Rc;
 use std::time::{Duration, Instant};
 
 /// The crate's limiter as the binding holds it.
@@ -86,17 +85,15 @@ pub struct QuotaSpec {
 /// input.
 #[napi(custom_finalize)]
 pub struct Limiter {
-    core: Rc<Timed>,
-    /// The limiter's entry in [`LIMITERS`], emptied when this object is collected.
-    slot: Slot<Timed>,
-    /// The key table and the keys' bytes, reported to V8 (see [`crate::memory`]); renewed by
-    /// every `replace_keys`. A million keys hold some 100 MB that V8 would otherwise not see.
-    memory: RefCell<External>,
+    /// The buckets, in [`LIMITERS`] for the fast paths; their key table and the keys' bytes are
+    /// reported to V8 (see [`crate::memory`]) and the report renewed by every `replace_keys`: a
+    /// million keys hold some 100 MB that V8 would otherwise not see.
+    core: Held<Timed>,
 }
 
 impl ObjectFinalize for Limiter {
-    fn finalize(self, env: Env) -> Result<()> {
-        self.memory.borrow_mut().release(&env);
+    fn finalize(mut self, env: Env) -> Result<()> {
+        self.core.close(&env);
         Ok(())
     }
 }
@@ -117,10 +114,10 @@ impl Limiter {
             // The clock never moves: every call passes its reading to an `_at` method.
             let buckets = Core::with_clock(quota(&best_effort)?, ManualClock::new());
             let host = (host_clock == Some(true)).then(Instant::now);
-            let core = Rc::new(Timed { buckets, host });
-            let slot = Slot::new(&LIMITERS, Rc::clone(&core))?;
-            let memory = RefCell::new(External::report(env, core.buckets.table_bytes()));
-            Ok(Self { core, slot, memory })
+            let bytes = buckets.table_bytes();
+            Ok(Self {
+                core: Held::new(env, &LIMITERS, Timed { buckets, host }, bytes)?,
+            })
         })()
         .map_err(|failure| map_error(env, failure))
     }
@@ -128,7 +125,13 @@ impl Limiter {
     /// This limiter's handle for the fast paths ([`FAST_PATHS`]), valid while this object lives.
     #[napi(getter)]
     pub fn handle(&self) -> f64 {
-        self.slot.handle()
+        self.core.handle()
+    }
+
+    /// Frees the key table and the buckets now. Idempotent.
+    #[napi(catch_unwind)]
+    pub fn close(&mut self, env: &Env) {
+        self.core.close(env);
     }
 
     /// Checks one request costing `cost` units for `key` at `nowMs`: 0 if admitted, else the
@@ -143,8 +146,9 @@ impl Limiter {
     ) -> Result<f64> {
         (|| -> Outcome<f64> {
             let cost = args::integer("The \"cost\" argument", cost, 0, MAX_SAFE)?;
-            let now = self.core.now(now_ms);
-            with_key(env, key, |key| wait_ms(&self.core.buckets, key, cost, now))
+            let core = self.core.get()?;
+            let now = core.now(now_ms);
+            with_key(env, key, |key| wait_ms(&core.buckets, key, cost, now))
         })()
         .map_err(|failure| map_error(env, failure))
     }
@@ -173,15 +177,11 @@ impl Limiter {
                 key_bytes += key_heap_bytes(key.len());
                 entries.push((key, packed_quota(packed)?));
             }
-            match self
-                .core
-                .buckets
-                .replace_keys_at(entries, self.core.now(now_ms))
-            {
+            let core = self.core.get()?;
+            match core.buckets.replace_keys_at(entries, core.now(now_ms)) {
                 Ok(()) => {
-                    let mut memory = self.memory.borrow_mut();
-                    memory.release(env);
-                    *memory = External::report(env, self.core.buckets.table_bytes() + key_bytes);
+                    self.core
+                        .report(env, core.buckets.table_bytes() + key_bytes);
                     Ok(true)
                 }
                 Err(LimiterError::DuplicateKey) => Ok(false),
@@ -202,10 +202,9 @@ impl Limiter {
     ) -> Result<bool> {
         (|| -> Outcome<bool> {
             let quota = quota(&quota_spec)?;
+            let core = self.core.get()?;
             match with_key(env, key, |key| {
-                self.core
-                    .buckets
-                    .set_quota_at(key, quota, self.core.now(now_ms))
+                core.buckets.set_quota_at(key, quota, core.now(now_ms))
             })? {
                 Ok(()) => Ok(true),
                 Err(LimiterError::UnknownKey) => Ok(false),
@@ -218,25 +217,25 @@ impl Limiter {
     /// Sets the best-effort quota at `nowMs`.
     #[napi(catch_unwind)]
     pub fn set_best_effort(&self, env: &Env, quota_spec: QuotaSpec, now_ms: f64) -> Result<()> {
-        let quota = quota(&quota_spec).map_err(|failure| map_error(env, failure))?;
-        self.core
-            .buckets
-            .set_best_effort_at(quota, self.core.now(now_ms));
-        Ok(())
+        (|| -> Outcome<()> {
+            let quota = quota(&quota_spec)?;
+            let core = self.core.get()?;
+            core.buckets.set_best_effort_at(quota, core.now(now_ms));
+            Ok(())
+        })()
+        .map_err(|failure| map_error(env, failure))
     }
 
     /// Sets the overall quota at `nowMs`; `null` removes it.
     #[napi(catch_unwind)]
     pub fn set_overall(&self, env: &Env, quota_spec: Option<QuotaSpec>, now_ms: f64) -> Result<()> {
-        let quota = quota_spec
-            .as_ref()
-            .map(quota)
-            .transpose()
-            .map_err(|failure| map_error(env, failure))?;
-        self.core
-            .buckets
-            .set_overall_at(quota, self.core.now(now_ms));
-        Ok(())
+        (|| -> Outcome<()> {
+            let quota = quota_spec.as_ref().map(quota).transpose()?;
+            let core = self.core.get()?;
+            core.buckets.set_overall_at(quota, core.now(now_ms));
+            Ok(())
+        })()
+        .map_err(|failure| map_error(env, failure))
     }
 
     /// `key`'s quota, or `null` if it is not in the table.
@@ -246,15 +245,20 @@ impl Limiter {
         env: &Env,
         #[napi(ts_arg_type = "string | number | bigint | Uint8Array")] key: Unknown,
     ) -> Result<Option<QuotaSpec>> {
-        with_key(env, key, |key| self.core.buckets.quota(key).map(spec))
-            .map_err(|failure| map_error(env, failure))
+        (|| -> Outcome<Option<QuotaSpec>> {
+            let core = self.core.get()?;
+            with_key(env, key, |key| core.buckets.quota(key).map(spec))
+        })()
+        .map_err(|failure| map_error(env, failure))
     }
 
     /// How many keys the table holds.
     #[napi(getter)]
     pub fn size(&self) -> f64 {
-        // Exact: at most u32::MAX keys.
-        self.core.buckets.len() as f64
+        // Exact: at most u32::MAX keys. 0 once closed (lib/ never asks then).
+        self.core
+            .get_open()
+            .map_or(0.0, |core| core.buckets.len() as f64)
     }
 }
 
