@@ -213,3 +213,35 @@ test(title('cost and delta are checked the same with and without heavy hitters')
     t.like(quota.consume('k', 0), { allowed: true, count: 0 }, mode);
   }
 });
+
+test(title('close() frees the counts a quota made and leaves a given Rate open'), (t) => {
+  const closed = (what: string) => ({
+    instanceOf: Error,
+    code: 'ERR_KEEPCOUNT_CLOSED',
+    message: `This ${what} was closed; its counters are gone`,
+  });
+  const heavy = new WindowQuota({ limit: 5, windowMs: 1000, clock: new ManualClock() });
+  t.true(heavy.consume('a').allowed);
+  heavy.close();
+  heavy.close();
+  for (const call of [
+    () => heavy.consume('a'),
+    () => heavy.count('a'),
+    () => heavy.topTalkers(1),
+    () => heavy.stats(),
+  ]) {
+    throwsShape(t, call, closed('HeavyHitters'));
+  }
+  t.deepEqual(heavy.decisions(), { allowed: 1, refused: 0 });
+
+  const rate = new Rate({ intervalMs: 1000, clock: new ManualClock() });
+  let given: WindowQuota;
+  {
+    using plain = new WindowQuota({ limit: 5, windowMs: 1000, rate });
+    t.is(plain.consume('a').count, 1);
+    given = plain;
+  }
+  throwsShape(t, () => given.consume('a'), closed('Rate'));
+  // The caller's rate counts on.
+  t.is(rate.observe('a'), 2);
+});

@@ -3,6 +3,7 @@
  * {@link HeavyHitters} (exact for every client near its limit) or in a plain {@link Rate}.
  */
 import type { Clock } from '../clock.js';
+import { dispose } from '../closed.js';
 import type { HeavyStats, HeavyTalker } from '../core.js';
 import { invalidType, outOfRange } from '../errors.js';
 import { HeavyHitters, MAX_CAPACITY, MAX_VALUE } from '../heavy.js';
@@ -159,7 +160,7 @@ const CAPACITY_PER_CLIENT = 2;
  * quota.topTalkers(10); // who is sending the most in this window, with exact counts
  * ```
  */
-export class WindowQuota {
+export class WindowQuota implements Disposable {
   /** Requests allowed per key per window. */
   readonly limit: number;
   /** The window in milliseconds. */
@@ -167,7 +168,9 @@ export class WindowQuota {
   /** The policy name in the headers. */
   readonly policy: string;
   /** Where requests are counted: heavy hitters, or a plain rate with `heavyHitters: false`. */
-  readonly #counts: HeavyHitters | Rate;
+  #counts: HeavyHitters | Rate;
+  /** Whether the quota made {@link #counts} (and frees it on close), rather than being given a `rate`. */
+  readonly #owned: boolean;
   /** Decisions made since construction, for metrics. */
   #allowed = 0;
   #refused = 0;
@@ -187,6 +190,7 @@ export class WindowQuota {
       clock: o.clock,
     };
     const heavy = heavyHitterSettings(o.heavyHitters);
+    this.#owned = o.rate === undefined;
     if (o.rate !== undefined) {
       this.#counts = givenRate(o.rate, this.windowMs, o.heavyHitters);
     } else if (heavy === undefined) {
@@ -288,6 +292,29 @@ export class WindowQuota {
   /** How many {@link consume} calls were allowed and refused since construction. */
   decisions(): { allowed: number; refused: number } {
     return { allowed: this.#allowed, refused: this.#refused };
+  }
+
+  /**
+   * Frees the counts the quota made now, rather than when the garbage collector gets to it (its
+   * sketches and table are native memory on the native backend). A `rate` it was given stays open:
+   * it is the caller's, perhaps shared. Later counting calls and `topTalkers`/`stats` with heavy
+   * hitters throw `ERR_KEEPCOUNT_CLOSED`; `decisions()` still answers. Idempotent; `using` calls it
+   * too.
+   */
+  close(): void {
+    if (this.#owned) {
+      this.#counts.close();
+      return;
+    }
+    // A closed stand-in of the smallest shape, so that later calls fail as for an owned rate.
+    const closed = new Rate({ intervalMs: this.windowMs, hashes: 1, slots: 1, seed: 0n });
+    closed.close();
+    this.#counts = closed;
+  }
+
+  /** {@link close}, for `using`. */
+  [dispose](): void {
+    this.close();
   }
 
   #heavyCount(counts: HeavyHitters, key: string): number {
