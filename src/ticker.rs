@@ -172,6 +172,14 @@ fn shut_down(env: &Env) -> napi::Error {
     )
 }
 
+/// The timer manager's clock: milliseconds (with their fraction) since it started, whose
+/// multiples of 10 are its grid points. `lib/native.cts` puts `timeout`'s grid on it, so that a
+/// deadline it rounded is not rounded up again onto a grid of another origin (up to a tick later).
+#[napi]
+pub fn timer_elapsed_ms() -> f64 {
+    timer_manager().elapsed().as_nanos() as f64 / 1e6
+}
+
 thread_local! {
     /// Whether this JavaScript thread paused the timer manager and has not unpaused it.
     static PAUSED_HERE: Cell<bool> = const { Cell::new(false) };

@@ -170,6 +170,19 @@ impl TimerManager {
         self.shared.now_ms()
     }
 
+    /// The manager clock before it is floored to [`now_ms`](Self::now_ms): the time since the
+    /// manager was created, whose whole multiples of 10 ms are its grid points. A caller that
+    /// rounds deadlines itself onto that grid (the Node binding's JavaScript side, on its own
+    /// clock) aligns with it through this reading, so a deadline is not rounded up twice.
+    ///
+    /// ```
+    /// let manager = keepcount_timeout::timer::TimerManager::new();
+    /// assert!(manager.elapsed().as_millis() as u64 >= manager.now_ms());
+    /// ```
+    pub fn elapsed(&self) -> Duration {
+        self.shared.zero.elapsed()
+    }
+
     /// Pauses the timer for `fork()`.
     ///
     /// Because locks held across `fork()` are undefined behaviour, this stops the clock thread
