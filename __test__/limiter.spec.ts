@@ -408,3 +408,20 @@ test(title('rejects bad arguments with class, code and message, changing nothing
   t.deepEqual(limiter.bestEffort, { requests: { amount: 0, periodMs: 1000, burst: 0 } });
   t.is(limiter.overall, undefined);
 });
+
+test(title('byte keys past what the fallback can key a table by are refused on both backends'), (t) => {
+  // As for HeavyHitters: the fallback's bucket map is keyed by a string of one char per byte.
+  const quota = { requests: { perSecond: 1, burst: 1 } };
+  const limiter = new Limiter({ bestEffort: quota });
+  const huge = new Uint8Array(2 ** 29 - 24);
+  const refused = {
+    instanceOf: RangeError,
+    code: 'ERR_OUT_OF_RANGE',
+    message: 'The "key" argument must be at most 536870887 bytes long when it is a Uint8Array. Received 536870888',
+  };
+  throwsShape(t, () => limiter.check(huge), refused);
+  throwsShape(t, () => limiter.replaceKeys([[huge, quota]]), refused);
+  throwsShape(t, () => limiter.setQuota(huge, quota), refused);
+  throwsShape(t, () => limiter.quota(huge), refused);
+  t.is(limiter.size, 0);
+});

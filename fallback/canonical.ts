@@ -29,10 +29,23 @@ export function canonical(key: Key): CanonicalKey {
       return key;
     case 'bigint':
       return key >= -MAX_SAFE && key <= MAX_SAFE ? Number(key) : key;
-    default: {
-      let s = BYTES;
-      for (let i = 0; i < key.length; i++) s += String.fromCharCode(key[i]!);
-      return s;
-    }
+    default:
+      return BYTES + byteString(key);
   }
+}
+
+/** Bytes per `String.fromCharCode` call: well under the engine's argument limit. */
+const CHUNK = 8192;
+
+/**
+ * `bytes` as a string of one char code per byte, built in chunks: a `+=` per byte made a chain of
+ * one-character strings, 32 bytes of heap per key byte (a 256 MiB key ran V8 out of heap).
+ */
+function byteString(bytes: Uint8Array): string {
+  if (bytes.length <= CHUNK) return String.fromCharCode.apply(null, bytes as unknown as number[]);
+  const parts: string[] = [];
+  for (let i = 0; i < bytes.length; i += CHUNK) {
+    parts.push(String.fromCharCode.apply(null, bytes.subarray(i, i + CHUNK) as unknown as number[]));
+  }
+  return parts.join('');
 }

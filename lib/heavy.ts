@@ -11,7 +11,7 @@ import { closedError, closedHeavy, dispose, isClosed } from './closed.js';
 import type { HeavyCore, HeavyCorruptReason, HeavyStats, HeavyTalker, HeavyWindow, Key } from './core.js';
 import { Stopwatch, type Clock } from './clock.js';
 import { invalidType, outOfRange, withCode, type KeepcountError } from './errors.js';
-import { isUint8Array, validateKey } from './keys.js';
+import { isUint8Array, tableKey } from './keys.js';
 import { integerOption, optionsObject, seedOption, shapeOptions } from './options.js';
 
 export type { HeavyStats, HeavyTalker } from './core.js';
@@ -70,22 +70,6 @@ export interface HeavyHittersOptions {
   seed?: bigint | number;
   /** Where time comes from, e.g. a `ManualClock`. Defaults to the process's monotonic clock. */
   clock?: Clock;
-}
-
-/**
- * The longest byte key the table takes: its stored form (docs/format.md §6.1) adds a tag byte, and
- * the serialized table gives each key a 32-bit length. A 4 GiB `Uint8Array` (Node's largest)
- * would otherwise be counted but leave its window unserializable.
- */
-const MAX_KEY_BYTES = 2 ** 32 - 2;
-
-/** `key` validated as every class does, and a byte key no longer than {@link MAX_KEY_BYTES}. */
-function heavyKey(key: unknown): Key {
-  const k = validateKey(key);
-  if (typeof k === 'object' && k.length > MAX_KEY_BYTES) {
-    throw outOfRange('The "key" argument', `at most ${MAX_KEY_BYTES} bytes long when it is a Uint8Array`, k.length);
-  }
-  return k;
 }
 
 /**
@@ -163,7 +147,7 @@ export class HeavyHitters {
    * if it is tracked, else its sketch estimate (below `threshold` unless the table is full).
    */
   incr(key: Key, value = 1): number {
-    const k = heavyKey(key);
+    const k = tableKey(key);
     const v = valueArgument(value);
     // The clock first, then the core: a clock that closes this object swaps the core out, and
     // the call must go to the closed one (ERR_KEEPCOUNT_CLOSED), not to the freed one.
@@ -179,7 +163,7 @@ export class HeavyHitters {
    * every request.
    */
   incrWindow(key: Key, value = 1): { count: number; resetMs: number } {
-    const k = heavyKey(key);
+    const k = tableKey(key);
     const v = valueArgument(value);
     const now = this.#elapsed();
     const r = this.#core.incrInWindow(k, v, now, this.#window);
@@ -192,7 +176,7 @@ export class HeavyHitters {
    * never decreased, so an untracked key's estimate stays as it is (still an upper bound).
    */
   decr(key: Key, value = 1): void {
-    const k = heavyKey(key);
+    const k = tableKey(key);
     const v = valueArgument(value);
     const now = this.#elapsed();
     this.#core.decr(k, v, now);
@@ -200,7 +184,7 @@ export class HeavyHitters {
 
   /** Bounds on `key`'s count in `window` (defaults to `'current'`). */
   count(key: Key, window: HeavyWindowName = 'current'): KeyCount {
-    const k = heavyKey(key);
+    const k = tableKey(key);
     const w = windowArgument(window);
     const now = this.#elapsed();
     const c = this.#core.count(k, w, now);

@@ -28,6 +28,27 @@ export function validateKey(key: unknown): Key {
   }
 }
 
+/**
+ * The longest byte key an exact table takes (`HeavyHitters` entries, `Limiter` key tables): the
+ * fallback keys its `Map`s by a string of one character per byte behind a tag character, and V8's
+ * strings hold at most 2^29 − 24 characters; a longer key would work on the native backend only.
+ * (The native heavy-hitter format's 32-bit key lengths allow more.)
+ */
+export const MAX_TABLE_KEY_BYTES = 2 ** 29 - 25;
+
+/** {@link validateKey}, refusing byte keys longer than {@link MAX_TABLE_KEY_BYTES}. */
+export function tableKey(key: unknown): Key {
+  const k = validateKey(key);
+  if (typeof k === 'object' && k.length > MAX_TABLE_KEY_BYTES) {
+    throw outOfRange(
+      'The "key" argument',
+      `at most ${MAX_TABLE_KEY_BYTES} bytes long when it is a Uint8Array`,
+      k.length,
+    );
+  }
+  return k;
+}
+
 /** A key that later mutation of the caller's bytes cannot change (for guards that outlive the call). */
 export function ownKey(key: Key): Key {
   // Not key.slice(): Buffer#slice shares memory. A view on a detached buffer (length 0, which

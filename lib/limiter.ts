@@ -8,7 +8,7 @@ import { closedLimiter, dispose, isClosed } from './closed.js';
 import { packQuotas, type Key, type LimiterCore, type QuotaSpec } from './core.js';
 import { Stopwatch, type Clock } from './clock.js';
 import { describe, invalidType, outOfRange, withCode } from './errors.js';
-import { isUint8Array, validateKey } from './keys.js';
+import { isUint8Array, tableKey } from './keys.js';
 import { ALLOWED, quotaInfo, quotaSpec, type LimiterDecision, type Quota, type QuotaInfo } from './quotas.js';
 import { SharedLimiter, type SharedLimiterOptions } from './shared-limiter.js';
 import { sharedBackend, sharedDir, sharedName, type SharedPlacement } from './shared.js';
@@ -127,7 +127,7 @@ export class Limiter implements Disposable {
    * @param cost - Units this request costs: a safe integer >= 0. Defaults to 1.
    */
   check(key: Key, cost = 1): LimiterDecision {
-    const k = validateKey(key);
+    const k = tableKey(key);
     if (typeof cost !== 'number') throw invalidType('The "cost" argument', 'of type number', cost);
     if (!Number.isSafeInteger(cost) || cost < 0) throw outOfRange('The "cost" argument', 'a safe integer >= 0', cost);
     const wait = this.#core.check(k, cost, this.#elapsed());
@@ -141,7 +141,7 @@ export class Limiter implements Disposable {
    * @throws `Error` `ERR_KEEPCOUNT_UNKNOWN_KEY` if `key` is not in the table.
    */
   setQuota(key: Key, quota: Quota): void {
-    const k = validateKey(key);
+    const k = tableKey(key);
     const spec = quotaSpec('The "quota" argument', quota);
     if (!this.#core.setQuota(k, spec, this.#elapsed())) {
       throw withCode(
@@ -183,7 +183,7 @@ export class Limiter implements Disposable {
 
   /** `key`'s quota, or `undefined` if it is not in the table. */
   quota(key: Key): QuotaInfo | undefined {
-    const spec = this.#core.quota(validateKey(key));
+    const spec = this.#core.quota(tableKey(key));
     return spec === null ? undefined : quotaInfo(spec);
   }
 
@@ -248,7 +248,7 @@ function entries(name: string, kind: string, table: unknown): [Key[], Float64Arr
   let i = 0;
   for (const entry of table as Iterable<unknown>) {
     if (!Array.isArray(entry)) throw invalidType(`The "${name}[${i}]" ${kind}`, 'a [key, quota] pair', entry);
-    keys.push(validateKey(entry[0]));
+    keys.push(tableKey(entry[0]));
     quotas.push(quotaSpec(`The "${name}[${i}][1]" ${kind}`, entry[1]));
     i++;
   }

@@ -94,7 +94,7 @@ impl Summary<Vec<u8>> {
         bytes.extend_from_slice(&sketch);
         for entry in &entries {
             // A key longer than 4 GiB cannot be encoded: its length saturates and the decoder
-            // refuses the result (keepcount's `HeavyHitters` refuses byte keys that long).
+            // refuses the result (keepcount's `HeavyHitters` refuses byte keys over 512 MiB).
             let key_len = u32::try_from(entry.key.len()).unwrap_or(u32::MAX);
             bytes.extend_from_slice(&key_len.to_le_bytes());
             bytes.extend_from_slice(&entry.key);
