@@ -92,16 +92,22 @@ test.serial(title("another thread's pause and unpause do not end this thread's p
   const armed = sleep(20).then(() => (slept = true));
   pauseForFork();
   try {
-    const worker = new Worker(
-      `require('tsx/cjs');
-       const keepcount = require(${lib});
-       keepcount.pauseForFork();
-       keepcount.unpause();
-       require('node:worker_threads').parentPort.postMessage('done');`,
-      { eval: true },
+    // Two workers pausing and unpausing at once, ten times each, racing each other's counts.
+    const workers = [0, 1].map(
+      () =>
+        new Worker(
+          `require('tsx/cjs');
+           const keepcount = require(${lib});
+           for (let i = 0; i < 10; i++) {
+             keepcount.pauseForFork();
+             keepcount.unpause();
+           }
+           require('node:worker_threads').parentPort.postMessage('done');`,
+          { eval: true },
+        ),
     );
-    await new Promise((resolve) => worker.once('message', resolve));
-    await worker.terminate();
+    await Promise.all(workers.map((worker) => new Promise((resolve) => worker.once('message', resolve))));
+    await Promise.all(workers.map((worker) => worker.terminate()));
     await delay(150);
     t.false(slept, 'the sleep fired although this thread had not unpaused');
   } finally {

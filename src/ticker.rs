@@ -209,7 +209,13 @@ pub fn pause_for_fork(env: &Env) -> Result<()> {
         })?;
         UNPAUSE_HOOKED.set(true);
     }
-    if !PAUSED_HERE.replace(true) {
+    let first = !PAUSED_HERE.replace(true);
+    if forked_since_pause() {
+        // A fork child: the parent's other pausing threads are gone, their pauses with them.
+        PAUSED_THREADS.store(0, Ordering::SeqCst);
+        PAUSED_IN.store(std::process::id(), Ordering::SeqCst);
+        PAUSED_THREADS.fetch_add(1, Ordering::SeqCst);
+    } else if first {
         // SeqCst: the count and its process are read together by `end_pause` in another thread.
         PAUSED_IN.store(std::process::id(), Ordering::SeqCst);
         PAUSED_THREADS.fetch_add(1, Ordering::SeqCst);
@@ -220,7 +226,8 @@ pub fn pause_for_fork(env: &Env) -> Result<()> {
 
 /// pingora-timeout's `unpause`: call right after `fork()`, in parent and child. Unpauses the
 /// timer manager once every thread that paused it has unpaused (or ended); a thread that did not
-/// pause changes nothing, except in a fork child, which starts unpaused.
+/// pause changes nothing, except in a fork child, where it ends the pause the child inherited
+/// (the parent's other threads, which held it too, did not come along).
 #[napi(catch_unwind)]
 pub fn unpause() {
     if PAUSED_HERE.replace(false) || forked_since_pause() {
@@ -235,13 +242,35 @@ fn forked_since_pause() -> bool {
 }
 
 /// One paused thread is done: the last one (or any, in a fork child) unpauses the manager.
+///
+/// The last one clears the manager's flag before its count reaches 0, and sets it again if a
+/// thread paused meanwhile (the count moved): clearing it after the count reached 0 could undo
+/// the pause of a thread that counted itself in between.
 fn end_pause() {
     if forked_since_pause() {
         PAUSED_THREADS.store(0, Ordering::SeqCst);
         fast_timeout::unpause();
         return;
     }
-    if PAUSED_THREADS.fetch_sub(1, Ordering::SeqCst) == 1 {
-        fast_timeout::unpause();
+    let mut count = PAUSED_THREADS.load(Ordering::SeqCst);
+    loop {
+        // Never below 0: only a thread that counted itself in gets here.
+        if count == 0 {
+            return;
+        }
+        if count == 1 {
+            fast_timeout::unpause();
+        }
+        match PAUSED_THREADS.compare_exchange(count, count - 1, Ordering::SeqCst, Ordering::SeqCst)
+        {
+            Ok(_) => return,
+            Err(now) => {
+                if count == 1 {
+                    // Another thread paused while this one was unpausing: pause again for it.
+                    fast_timeout::pause_for_fork();
+                }
+                count = now;
+            }
+        }
     }
 }
