@@ -184,8 +184,9 @@ impl Segment {
     /// Opens segment `name` with `layout`, creating it if it does not exist; a creator calls
     /// `initialise` to set the mutable header words before the segment gets its name.
     ///
-    /// Race-free: a creator builds the whole file under a temporary name and then gives it its
-    /// name with `link(2)`, which fails if the name exists; so no opener ever sees a partly
+    /// Race-free: a creator builds the whole file before it has a name (unnamed on Linux, else
+    /// under a temporary name) and then gives it its name with `link(2)`/`linkat(2)`, which fail
+    /// if the name exists; so no opener ever sees a partly
     /// written file, and of many simultaneous creators exactly one wins while the others open
     /// the winner's file. An existing file is validated (magic, version, header checksum, length)
     /// and compared with `layout`.
@@ -339,6 +340,12 @@ impl Segment {
         match temporary.link(path) {
             Ok(()) => Ok(Some(segment)),
             Err(err) if err.kind() == io::ErrorKind::AlreadyExists => Ok(None),
+            // The system would not link the unnamed file (see `Temporary::link`): build the
+            // segment again under a temporary name, which this process now uses.
+            Err(_) if !temporary.is_named() => {
+                drop(segment);
+                Self::create(name, path, layout, options, initialise)
+            }
             Err(err) => Err(SharedError::io(path, err)),
         }
     }

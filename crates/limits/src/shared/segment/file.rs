@@ -7,7 +7,7 @@ use memmap2::MmapRaw;
 use std::fs::{self, File, OpenOptions};
 use std::io;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 /// A creator's file before it has its name. On Linux it is an unnamed file in the directory
 /// (`O_TMPFILE`): a creator killed before linking it (while reserving a large segment, say) leaves
@@ -22,10 +22,17 @@ pub(super) struct Temporary {
     named: bool,
 }
 
+/// Set once this process failed to link an unnamed file (a `/proc` that is not procfs, a sandbox
+/// that refuses the link): its later creators go straight to named files.
+static UNNAMED_UNLINKABLE: AtomicBool = AtomicBool::new(false);
+
 impl Temporary {
     pub(super) fn create(name: &str, options: &SharedOptions) -> Result<Self, SharedError> {
         let dir = options.directory();
-        if let Some(temporary) = Self::unnamed(&dir) {
+        // Relaxed: a hint; a creator that misses it fails its link and falls back the same way.
+        if !UNNAMED_UNLINKABLE.load(Ordering::Relaxed)
+            && let Some(temporary) = Self::unnamed(&dir)
+        {
             return Ok(temporary);
         }
         static SEQUENCE: AtomicU64 = AtomicU64::new(0);
@@ -79,12 +86,26 @@ impl Temporary {
         None
     }
 
-    /// Gives the file the name `to`; `AlreadyExists` if another process got there first.
+    /// Whether the file has a temporary name (else it is unnamed).
+    pub(super) fn is_named(&self) -> bool {
+        self.named
+    }
+
+    /// Gives the file the name `to`; `AlreadyExists` if another process got there first. An
+    /// unnamed file that cannot be linked for another reason makes this process's later
+    /// creators use named files: the caller builds its segment again under one.
     pub(super) fn link(&self, to: &Path) -> io::Result<()> {
         if self.named {
             return fs::hard_link(&self.path, to);
         }
-        link_unnamed(&self.file, to)
+        let linked = link_unnamed(&self.file, to);
+        if linked
+            .as_ref()
+            .is_err_and(|err| err.kind() != io::ErrorKind::AlreadyExists)
+        {
+            UNNAMED_UNLINKABLE.store(true, Ordering::Relaxed);
+        }
+        linked
     }
 }
 
@@ -205,4 +226,41 @@ pub(super) fn set_mode(_file: &File, _mode: u32) -> io::Result<()> {
 
 pub(super) fn map(file: &File, path: &Path) -> Result<MmapRaw, SharedError> {
     MmapRaw::map_raw(file).map_err(|err| SharedError::io(path, err))
+}
+
+#[cfg(all(test, target_os = "linux"))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_unnamed_file_that_cannot_be_linked_turns_later_creators_to_named_files() {
+        // /dev/shm and the temporary directory are usually different filesystems, and a link
+        // across them fails (EXDEV), as a link through a fake /proc does.
+        let shm = SharedOptions::new().dir("/dev/shm");
+        let elsewhere = std::env::temp_dir().join(format!("kc-unlinkable-{}", std::process::id()));
+        let Ok(temporary) = Temporary::create("unlinkable", &shm) else {
+            return;
+        };
+        if temporary.is_named() {
+            eprintln!("skipped: no unnamed files in /dev/shm here");
+            return;
+        }
+        match temporary.link(&elsewhere) {
+            Err(err) if err.raw_os_error() == Some(libc::EXDEV) => {}
+            other => {
+                let _ = fs::remove_file(&elsewhere);
+                eprintln!(
+                    "skipped: /dev/shm and {} link ({other:?})",
+                    elsewhere.display()
+                );
+                return;
+            }
+        }
+        let next = Temporary::create("unlinkable", &shm).unwrap();
+        assert!(
+            next.is_named(),
+            "after a failed link, creators use named files"
+        );
+        UNNAMED_UNLINKABLE.store(false, Ordering::Relaxed);
+    }
 }
