@@ -75,6 +75,18 @@ test(title('KeepcountStore: decrement never goes below zero and resetAll forgets
   t.is(store.get('b').totalHits, 0);
 });
 
+test(title('KeepcountStore counts exactly from the threshold on: refused by limit + threshold − 1'), (t) => {
+  // What README's "Counts near the limit" states: with limit 100 the default threshold is 25, so
+  // totalHits first passes the limit at the 125th request; threshold 1 makes it MemoryStore's 101st.
+  const firstOver = (store: KeepcountStore): number => {
+    store.init({ windowMs: 60_000, limit: 100 } as never);
+    for (let n = 1; n <= 200; n++) if (store.increment('client').totalHits > 100) return n;
+    return Infinity;
+  };
+  t.is(firstOver(new KeepcountStore({ clock: new ManualClock(), seed: 1n })), 125);
+  t.is(firstOver(new KeepcountStore({ clock: new ManualClock(), seed: 1n, heavyHitters: { threshold: 1 } })), 101);
+});
+
 test(title('KeepcountStore.get() reads a key counted back to zero as { totalHits: 0 }, as MemoryStore'), async (t) => {
   const clock = new ManualClock();
   const keepcount = new KeepcountStore({ clock });

@@ -5,16 +5,22 @@
  * - One window for all keys (keepcount's `Rate`): it starts on the first request at least
  *   `windowMs` after the previous start, so `resetTime` is the same for every key, and a client's
  *   first window may be shorter than `windowMs` (see `WindowQuota` for the worst case).
- * - `totalHits` is a count-min estimate: never low, sometimes high when a key collides with busy
- *   keys in every row (see `slots`).
- * - `resetKey(key)` subtracts the key's current estimate from each of its counters. Keys sharing a
- *   counter with it lose that much there, so a colliding key can read low until the window turns.
- *   An exact removal is impossible in a sketch; `resetAll()` is exact (fresh sketches).
- * - `decrement(key)` subtracts one only while the key's estimate is above zero, so a decrement
- *   that lands in a later window (a slow response) cannot drive counters negative.
- * - `get(key)` never returns `undefined`: a sketch cannot tell a key it never saw from one counted
- *   back to zero, so both read `{ totalHits: 0, resetTime }`, which is what `MemoryStore` returns
- *   for the latter (it returns `undefined` for a key it never saw or whose window has ended).
+ * - `totalHits`, with heavy hitters (the default): a client's exact count since it entered the
+ *   table, which it does once the sketch counts it at the threshold (`ceil(limit / 4)` for a
+ *   numeric `limit`), so it reads up to `threshold − 1` below the true count and a client is
+ *   refused after at most `limit + threshold − 1` requests (124 for `limit: 100`); never high
+ *   because of other clients while the table has room. `heavyHitters: { threshold: 1 }` counts
+ *   every client exactly from its first request (up to `capacity` per window). A client the table
+ *   has no room for, and every client with `heavyHitters: false`, reads its count-min estimate:
+ *   never low, sometimes high when it collides with busy keys in every row (see `slots`).
+ * - `resetKey(key)` and `decrement(key)` lower the exact count of a client in the table (never
+ *   below zero). The sketch is shared by all keys and never lowered with heavy hitters, so a client
+ *   counted there keeps its estimate until the window turns. With `heavyHitters: false`,
+ *   `resetKey` subtracts the key's estimate from its counters (keys sharing one read low until the
+ *   window turns) and `decrement` subtracts one while the estimate is above zero. `resetAll()` is
+ *   exact (fresh counts).
+ * - `get(key)` never returns `undefined`: a key never seen reads `{ totalHits: 0, resetTime }`
+ *   (`MemoryStore` returns `undefined` for a key it never saw or whose window has ended).
  *
  * Like `MemoryStore` it reads `Date.now()` (fake timers work; see `dateClock`) and takes any
  * `windowMs` >= 0, rounded up to whole milliseconds (0 as 1 ms).
@@ -57,8 +63,9 @@ export interface KeepcountStoreOptions {
   /**
    * Count clients near the limit exactly, so that none within express-rate-limit's `limit` is ever
    * refused because of other clients (see `WindowQuotaOptions.heavyHitters`). Defaults to `true`,
-   * with the threshold `ceil(limit / 4)` when `limit` is a number and 1 (every client counted
-   * exactly, up to the table's capacity) when it is a function.
+   * with the threshold `ceil(limit / 4)` when `limit` is a number (a client is then refused after
+   * at most `limit + threshold − 1` requests) and 1 (every client counted exactly, up to the
+   * table's capacity) when it is a function; `{ threshold: 1 }` makes a numeric limit exact too.
    */
   heavyHitters?: boolean | HeavyHitterSettings;
   /**
