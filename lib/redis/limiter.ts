@@ -112,9 +112,9 @@ interface Account {
  * A token-bucket limiter whose per-key quotas hold for the whole fleet, Doorman-style: each node
  * holds a loan of tokens per active key from the key's bucket in Redis, checks against it locally
  * (no network on a check) and, every `syncMs`, in the sync's one script call, tells Redis what it
- * holds and asks for its last period's demand; Redis lends it a share of the bucket in proportion
- * to that demand, so a node alone gets the whole quota from its first sync and busy nodes split
- * it by their traffic. A node that has synced once may also take up to `burst / nodes` on credit
+ * holds and asks for its last period's demand; Redis lends it that demand as far as the bucket's
+ * tokens go, busy nodes splitting them by their traffic. A loan follows demand one sync behind,
+ * so a sudden burst can be refused below `burst` until the loans catch up, even on a node alone. A node that has synced once may also take up to `burst / nodes` on credit
  * before a key's loan comes, so a key's first requests are not refused while a loan is on its way
  * (only then: once Redis has answered, a node admits only what it was lent); the debt is paid from
  * the next loans. A node that has never synced admits nothing. Pass it to `tokenBucket` (or
