@@ -334,6 +334,7 @@ test(title('closing a shared Inflight takes back what it holds and frees its slo
       () => Inflight.openShared('handover', { seed: SEED, dir, processes: 1 }),
       unsupported('Inflight.openShared'),
     );
+    throwsShape(t, () => Inflight.unlink('handover', { dir }), unsupported('Inflight.unlink'));
     return;
   }
   const first = Inflight.openShared('handover', { seed: SEED, dir, processes: 1 });
@@ -355,6 +356,10 @@ test(title('closing a shared Inflight takes back what it holds and frees its slo
   });
   second.leave('api');
   second.close();
+  // Inflight.unlink removes the file: the next open starts afresh with another process count.
+  Inflight.unlink('handover', { dir });
+  t.false(existsSync(join(dir, 'keepcount.handover')));
+  Inflight.openShared('handover', { seed: SEED, dir, processes: 2 }).close();
 });
 
 test(title('observeWindow on a shared Rate counts once and tells the time left in the host’s interval'), (t) => {

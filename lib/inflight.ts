@@ -5,7 +5,15 @@ import type { InflightCore, Key, OwnedInflightCore } from './core.js';
 import { withCode } from './errors.js';
 import { ownKey, validateKey } from './keys.js';
 import { countArgument, integerOption, optionsObject, seedOption, shapeOptions } from './options.js';
-import { sharedBackend, sharedDir, sharedMode, sharedName, sharedSeed, type SharedCreation } from './shared.js';
+import {
+  sharedBackend,
+  sharedDir,
+  sharedMode,
+  sharedName,
+  sharedSeed,
+  type SharedCreation,
+  type SharedPlacement,
+} from './shared.js';
 
 /** Options of {@link Inflight}. */
 export interface InflightOptions {
@@ -239,6 +247,16 @@ export class Inflight implements InflightCounter, Disposable {
     const mode = sharedMode(o);
     const shared = sharedBackend('Inflight.openShared');
     return new Inflight(new Adopted(shared.openInflight(n, hashes, slots, seed, processes, dir, mode)));
+  }
+
+  /**
+   * Removes the shared segment `name`; see `Estimator.unlink`. Processes that hold it keep
+   * counting in the removed file until they close it; the next `openShared` starts afresh.
+   */
+  static unlink(name: string, options?: SharedPlacement): void {
+    const n = sharedName(name);
+    const dir = sharedDir(optionsObject(options));
+    sharedBackend('Inflight.unlink').unlink(n, dir);
   }
 
   /**

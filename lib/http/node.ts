@@ -331,7 +331,7 @@ const unavailable = (_req: IncomingMessage, res: ServerResponse): void => {
  *
  * @example
  * ```ts
- * app.get('/api/:service', upstreamLimit({ max: 20, upstream: (req) => req.params.service }), proxy);
+ * app.get('/api/:service', upstreamLimit({ max: 20, upstream: (req: express.Request) => String(req.params.service) }), proxy);
  * ```
  */
 export function upstreamLimit<
