@@ -87,6 +87,24 @@ test(title('KeepcountStore counts exactly from the threshold on: refused by limi
   t.is(firstOver(new KeepcountStore({ clock: new ManualClock(), seed: 1n, heavyHitters: { threshold: 1 } })), 101);
 });
 
+test(
+  title('KeepcountStore.shutdown() frees its counts; later calls are ERR_KEEPCOUNT_CLOSED, init() starts afresh'),
+  (t) => {
+    const store = new KeepcountStore({ clock: new ManualClock() });
+    store.shutdown();
+    store.init({ windowMs: 60_000, limit: 10 } as never);
+    t.is(store.increment('a').totalHits, 1);
+    store.resetAll();
+    t.is(store.increment('a').totalHits, 1);
+    store.shutdown();
+    store.shutdown();
+    t.throws(() => store.increment('a'), { code: 'ERR_KEEPCOUNT_CLOSED' });
+    t.throws(() => store.get('a'), { code: 'ERR_KEEPCOUNT_CLOSED' });
+    store.init({ windowMs: 60_000, limit: 10 } as never);
+    t.is(store.increment('a').totalHits, 1);
+  },
+);
+
 test(title('KeepcountStore.get() reads a key counted back to zero as { totalHits: 0 }, as MemoryStore'), async (t) => {
   const clock = new ManualClock();
   const keepcount = new KeepcountStore({ clock });

@@ -170,6 +170,17 @@ export class KeepcountStore {
       );
     }
     this.init({ windowMs: quota.windowMs, limit: this.#limit });
+    // The old counts go now, not when the collector gets to them (native memory on that backend).
+    quota.close();
+  }
+
+  /**
+   * express-rate-limit's clean-up hook (its `MemoryStore` stops a timer there): frees the counts
+   * now rather than when the garbage collector gets to them. A given `rate` stays open (it is the
+   * caller's). Later counting calls throw `ERR_KEEPCOUNT_CLOSED`; `init()` starts afresh.
+   */
+  shutdown(): void {
+    this.#quota?.close();
   }
 
   /** `Date.now()` plus `resetMs`, which the quota has just measured at the reading it remembers. */
