@@ -127,53 +127,67 @@ test(title('a closed Rate refuses every call'), (t) => {
   }
 });
 
-test(title('a clock that closes its Rate or HeavyHitters mid-call gets ERR_KEEPCOUNT_CLOSED from that call'), (t) => {
-  /** A clock whose next reading closes `target` first. */
-  const closing = () => {
-    let target: { close(): void } | undefined;
-    let ms = 0;
-    return {
-      clock: { now: () => (target?.close(), ms++) },
-      arm(on: { close(): void }) {
-        target = on;
-      },
+test(
+  title('a clock that closes its Rate, HeavyHitters or Limiter mid-call gets ERR_KEEPCOUNT_CLOSED from that call'),
+  (t) => {
+    /** A clock whose next reading closes `target` first. */
+    const closing = () => {
+      let target: { close(): void } | undefined;
+      let ms = 0;
+      return {
+        clock: { now: () => (target?.close(), ms++) },
+        arm(on: { close(): void }) {
+          target = on;
+        },
+      };
     };
-  };
-  const other = new HeavyHitters({ intervalMs: 10, threshold: 1, seed: 1n }).serialize();
-  const rateCalls: ((r: Rate) => unknown)[] = [
-    (r) => r.observe('k'),
-    (r) => r.observeWindow('k'),
-    (r) => r.rate('k'),
-    (r) => r.rateWith('k', (c) => c),
-  ];
-  const heavyCalls: ((h: HeavyHitters) => unknown)[] = [
-    (h) => h.incr('k'),
-    (h) => h.incrWindow('k'),
-    (h) => h.decr('k'),
-    (h) => h.count('k'),
-    (h) => h.top(5),
-    (h) => h.stats(),
-    (h) => h.serialize(),
-    (h) => h.merge(other),
-    (h) => h.intervalRemainingMs(),
-  ];
-  const calls = [
-    ...rateCalls.map((call) => ['Rate', call] as const),
-    ...heavyCalls.map((call) => ['HeavyHitters', call] as const),
-  ];
-  for (const [what, call] of calls) {
-    const { clock, arm } = closing();
-    const x =
-      what === 'Rate'
-        ? new Rate({ intervalMs: 10, seed: 1n, clock })
-        : new HeavyHitters({ intervalMs: 10, threshold: 1, seed: 1n, clock });
-    call(x as never);
-    arm(x);
-    // Before, native took the call to the freed core (ERR_KEEPCOUNT_INTERNAL or a "live handle"
-    // TypeError) and the fallback counted into the closed object.
-    throwsShape(t, () => call(x as never), closed(what));
-  }
-});
+    const other = new HeavyHitters({ intervalMs: 10, threshold: 1, seed: 1n }).serialize();
+    const rateCalls: ((r: Rate) => unknown)[] = [
+      (r) => r.observe('k'),
+      (r) => r.observeWindow('k'),
+      (r) => r.rate('k'),
+      (r) => r.rateWith('k', (c) => c),
+    ];
+    const heavyCalls: ((h: HeavyHitters) => unknown)[] = [
+      (h) => h.incr('k'),
+      (h) => h.incrWindow('k'),
+      (h) => h.decr('k'),
+      (h) => h.count('k'),
+      (h) => h.top(5),
+      (h) => h.stats(),
+      (h) => h.serialize(),
+      (h) => h.merge(other),
+      (h) => h.intervalRemainingMs(),
+    ];
+    const quota = { requests: { perSecond: 1000, burst: 1000 } };
+    const limiterCalls: ((l: Limiter) => unknown)[] = [
+      (l) => l.check('k'),
+      (l) => l.setQuota('k', quota),
+      (l) => l.replaceKeys([['k', quota]]),
+      (l) => l.setBestEffort(quota),
+      (l) => l.setOverall(quota),
+    ];
+    const calls = [
+      ...rateCalls.map((call) => ['Rate', call] as const),
+      ...heavyCalls.map((call) => ['HeavyHitters', call] as const),
+      ...limiterCalls.map((call) => ['Limiter', call] as const),
+    ];
+    const make = (what: 'Rate' | 'HeavyHitters' | 'Limiter', clock: { now(): number }) => {
+      if (what === 'Rate') return new Rate({ intervalMs: 10, seed: 1n, clock });
+      if (what === 'HeavyHitters') return new HeavyHitters({ intervalMs: 10, threshold: 1, seed: 1n, clock });
+      return new Limiter({ bestEffort: quota, keys: [['k', quota]], clock });
+    };
+    for (const [what, call] of calls) {
+      const { clock, arm } = closing();
+      const x = make(what, clock);
+      call(x as never);
+      arm(x);
+      // Before, native took the call to the freed core (ERR_KEEPCOUNT_INTERNAL or a "live handle"
+      // TypeError) and the fallback counted into the closed object.
+      throwsShape(t, () => call(x as never), closed(what));
+    }
+  },
+);
 
 test(title('`using` closes both at the end of the block'), (t) => {
   let escapedEstimator: Estimator | undefined;

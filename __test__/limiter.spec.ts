@@ -425,3 +425,20 @@ test(title('byte keys past what the fallback can key a table by are refused on b
   throwsShape(t, () => limiter.quota(huge), refused);
   t.is(limiter.size, 0);
 });
+
+test(title('a long byte key from a Uint8Array subclass is the key of its bytes, on both backends'), (t) => {
+  // The fallback reads long keys in chunks; `subarray` would build them with the subclass's own
+  // constructor, which may take other arguments (here: a length only) or throw.
+  class Sized extends Uint8Array {
+    constructor(length: unknown) {
+      super(typeof length === 'number' ? length : 16);
+    }
+  }
+  const quota = { requests: { perSecond: 1, burst: 1 } };
+  const key = new Sized(8193).fill(65);
+  const limiter = new Limiter({ bestEffort: { requests: { perSecond: 100, burst: 100 } }, keys: [[key, quota]] });
+  const same = new Uint8Array(8193).fill(65);
+  t.deepEqual(limiter.quota(same)?.requests, limiter.quota(key)?.requests);
+  t.not(limiter.quota(same), undefined);
+  t.deepEqual([limiter.check(same).allowed, limiter.check(key).allowed], [true, false]);
+});

@@ -42,10 +42,14 @@ const CHUNK = 8192;
  * one-character strings, 32 bytes of heap per key byte (a 256 MiB key ran V8 out of heap).
  */
 function byteString(bytes: Uint8Array): string {
-  if (bytes.length <= CHUNK) return String.fromCharCode.apply(null, bytes as unknown as number[]);
+  const length = bytes.length;
+  if (length <= CHUNK) return String.fromCharCode.apply(null, bytes as unknown as number[]);
   const parts: string[] = [];
-  for (let i = 0; i < bytes.length; i += CHUNK) {
-    parts.push(String.fromCharCode.apply(null, bytes.subarray(i, i + CHUNK) as unknown as number[]));
+  for (let i = 0; i < length; i += CHUNK) {
+    // A plain view, not `subarray`, which builds its result with the key's own constructor (a
+    // subclass's may take other arguments, or throw).
+    const chunk = new Uint8Array(bytes.buffer, bytes.byteOffset + i, Math.min(CHUNK, length - i));
+    parts.push(String.fromCharCode.apply(null, chunk as unknown as number[]));
   }
   return parts.join('');
 }

@@ -130,7 +130,10 @@ export class Limiter implements Disposable {
     const k = tableKey(key);
     if (typeof cost !== 'number') throw invalidType('The "cost" argument', 'of type number', cost);
     if (!Number.isSafeInteger(cost) || cost < 0) throw outOfRange('The "cost" argument', 'a safe integer >= 0', cost);
-    const wait = this.#core.check(k, cost, this.#elapsed());
+    // The clock first, then the core: a clock that closes this limiter swaps the core out, and the
+    // call must go to the closed one (ERR_KEEPCOUNT_CLOSED), not to the freed one.
+    const now = this.#elapsed();
+    const wait = this.#core.check(k, cost, now);
     return wait === 0 ? ALLOWED : { allowed: false, retryAfterMs: wait };
   }
 
@@ -143,7 +146,8 @@ export class Limiter implements Disposable {
   setQuota(key: Key, quota: Quota): void {
     const k = tableKey(key);
     const spec = quotaSpec('The "quota" argument', quota);
-    if (!this.#core.setQuota(k, spec, this.#elapsed())) {
+    const now = this.#elapsed();
+    if (!this.#core.setQuota(k, spec, now)) {
       throw withCode(
         new Error(`The key is not in the limiter's table. Received ${describe(key)}`),
         'ERR_KEEPCOUNT_UNKNOWN_KEY',
@@ -161,13 +165,15 @@ export class Limiter implements Disposable {
    */
   replaceKeys(table: Iterable<readonly [Key, Quota]>): void {
     const [keys, quotas] = entries('table', 'argument', table);
-    if (!this.#core.replaceKeys(keys, quotas, this.#elapsed())) throw duplicateKey();
+    const now = this.#elapsed();
+    if (!this.#core.replaceKeys(keys, quotas, now)) throw duplicateKey();
   }
 
   /** Changes the best-effort quota, keeping its tokens (capped to the new burst). */
   setBestEffort(quota: Quota): void {
     const spec = quotaSpec('The "quota" argument', quota);
-    this.#core.setBestEffort(spec, this.#elapsed());
+    const now = this.#elapsed();
+    this.#core.setBestEffort(spec, now);
     this.#bestEffort = quotaInfo(spec);
   }
 
@@ -177,7 +183,8 @@ export class Limiter implements Disposable {
    */
   setOverall(quota: Quota | undefined): void {
     const spec = quota === undefined ? null : quotaSpec('The "quota" argument', quota);
-    this.#core.setOverall(spec, this.#elapsed());
+    const now = this.#elapsed();
+    this.#core.setOverall(spec, now);
     this.#overall = spec === null ? undefined : quotaInfo(spec);
   }
 
