@@ -28,7 +28,7 @@ use napi_derive::napi;
 use std::cell::{Cell, RefCell};
 use std::rc::Rc;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::time::Duration;
 
 /// Weak (unref'd at creation), no arguments, unbounded queue (the sink queues at most one call).
@@ -187,12 +187,21 @@ thread_local! {
     static UNPAUSE_HOOKED: Cell<bool> = const { Cell::new(false) };
 }
 
-/// JavaScript threads paused now, each counted once however often it paused: the timer manager
-/// (one per process) stays paused until the last of them unpauses. A flag alone let one worker's
-/// `pauseForFork()`/`unpause()` pair end another thread's pause.
-static PAUSED_THREADS: AtomicUsize = AtomicUsize::new(0);
-/// The process that counted [`PAUSED_THREADS`]: in a fork child, where only the forking thread
-/// lives on, the other threads' pauses are gone with them.
+/// JavaScript threads paused now, each counted once however often it paused (the low 32 bits),
+/// and how many pauses were ever counted (the high 32 bits, wrapping): the timer manager (one per
+/// process) stays paused until the last of them unpauses. A flag alone let one worker's
+/// `pauseForFork()`/`unpause()` pair end another thread's pause; the generation lets the last
+/// unpause see a pause-and-unpause that came and went while it cleared the flag (see
+/// [`end_pause`]).
+static PAUSES: AtomicU64 = AtomicU64::new(0);
+/// One more paused thread and one more generation, in [`PAUSES`].
+const ONE_PAUSE: u64 = (1 << 32) | 1;
+/// The paused-thread count of a [`PAUSES`] word.
+const fn paused_threads(word: u64) -> u64 {
+    word & 0xffff_ffff
+}
+/// The process that counted [`PAUSES`]: in a fork child, where only the forking thread lives on,
+/// the other threads' pauses are gone with them.
 static PAUSED_IN: AtomicU32 = AtomicU32::new(0);
 
 /// pingora-timeout's `pause_for_fork` for the process-wide timer manager: the clock thread takes
@@ -212,13 +221,13 @@ pub fn pause_for_fork(env: &Env) -> Result<()> {
     let first = !PAUSED_HERE.replace(true);
     if forked_since_pause() {
         // A fork child: the parent's other pausing threads are gone, their pauses with them.
-        PAUSED_THREADS.store(0, Ordering::SeqCst);
+        PAUSES.store(0, Ordering::SeqCst);
         PAUSED_IN.store(std::process::id(), Ordering::SeqCst);
-        PAUSED_THREADS.fetch_add(1, Ordering::SeqCst);
+        PAUSES.fetch_add(ONE_PAUSE, Ordering::SeqCst);
     } else if first {
         // SeqCst: the count and its process are read together by `end_pause` in another thread.
         PAUSED_IN.store(std::process::id(), Ordering::SeqCst);
-        PAUSED_THREADS.fetch_add(1, Ordering::SeqCst);
+        PAUSES.fetch_add(ONE_PAUSE, Ordering::SeqCst);
     }
     fast_timeout::pause_for_fork();
     Ok(())
@@ -237,23 +246,24 @@ pub fn unpause() {
 
 /// Whether this process is a fork child of the one that counted the pauses.
 fn forked_since_pause() -> bool {
-    PAUSED_THREADS.load(Ordering::SeqCst) > 0
+    paused_threads(PAUSES.load(Ordering::SeqCst)) > 0
         && PAUSED_IN.load(Ordering::SeqCst) != std::process::id()
 }
 
 /// One paused thread is done: the last one (or any, in a fork child) unpauses the manager.
 ///
-/// The last one clears the manager's flag before its count reaches 0, and sets it again if a
-/// thread paused meanwhile (the count moved): clearing it after the count reached 0 could undo
-/// the pause of a thread that counted itself in between.
+/// The last one clears the manager's flag before its count reaches 0, and sets it again if the
+/// word moved meanwhile: a thread that paused in between (count up), or paused and unpaused again
+/// (same count, next generation), must not find its pause undone or the manager left paused.
 fn end_pause() {
     if forked_since_pause() {
-        PAUSED_THREADS.store(0, Ordering::SeqCst);
+        PAUSES.store(0, Ordering::SeqCst);
         fast_timeout::unpause();
         return;
     }
-    let mut count = PAUSED_THREADS.load(Ordering::SeqCst);
+    let mut word = PAUSES.load(Ordering::SeqCst);
     loop {
+        let count = paused_threads(word);
         // Never below 0: only a thread that counted itself in gets here.
         if count == 0 {
             return;
@@ -261,15 +271,15 @@ fn end_pause() {
         if count == 1 {
             fast_timeout::unpause();
         }
-        match PAUSED_THREADS.compare_exchange(count, count - 1, Ordering::SeqCst, Ordering::SeqCst)
-        {
+        // Takes one off the count, keeping the generation.
+        match PAUSES.compare_exchange(word, word - 1, Ordering::SeqCst, Ordering::SeqCst) {
             Ok(_) => return,
             Err(now) => {
                 if count == 1 {
                     // Another thread paused while this one was unpausing: pause again for it.
                     fast_timeout::pause_for_fork();
                 }
-                count = now;
+                word = now;
             }
         }
     }

@@ -341,9 +341,11 @@ impl Segment {
             Ok(()) => Ok(Some(segment)),
             Err(err) if err.kind() == io::ErrorKind::AlreadyExists => Ok(None),
             // The system would not link the unnamed file (see `Temporary::link`): build the
-            // segment again under a temporary name, which this process now uses.
-            Err(_) if !temporary.is_named() => {
+            // segment again under a temporary name, which this process now uses, once this
+            // attempt's mapping and file (and the space reserved for it) are gone.
+            Err(err) if !temporary.is_named() && !file::out_of_room(&err) => {
                 drop(segment);
+                drop(temporary);
                 Self::create(name, path, layout, options, initialise)
             }
             Err(err) => Err(SharedError::io(path, err)),

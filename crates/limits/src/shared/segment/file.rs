@@ -92,8 +92,9 @@ impl Temporary {
     }
 
     /// Gives the file the name `to`; `AlreadyExists` if another process got there first. An
-    /// unnamed file that cannot be linked for another reason makes this process's later
-    /// creators use named files: the caller builds its segment again under one.
+    /// unnamed file that cannot be linked for another reason than either or a lack of room makes
+    /// this process's later creators use named files: the caller builds its segment again under
+    /// one.
     pub(super) fn link(&self, to: &Path) -> io::Result<()> {
         if self.named {
             return fs::hard_link(&self.path, to);
@@ -101,12 +102,21 @@ impl Temporary {
         let linked = link_unnamed(&self.file, to);
         if linked
             .as_ref()
-            .is_err_and(|err| err.kind() != io::ErrorKind::AlreadyExists)
+            .is_err_and(|err| err.kind() != io::ErrorKind::AlreadyExists && !out_of_room(err))
         {
             UNNAMED_UNLINKABLE.store(true, Ordering::Relaxed);
         }
         linked
     }
+}
+
+/// Whether `err` says the filesystem or the system is out of room (space, quota, memory): a
+/// named file would fail the same, so it is no reason to give up unnamed ones.
+pub(super) fn out_of_room(err: &io::Error) -> bool {
+    matches!(
+        err.kind(),
+        io::ErrorKind::StorageFull | io::ErrorKind::QuotaExceeded | io::ErrorKind::OutOfMemory
+    )
 }
 
 /// Where Linux lists this process's open files, one symbolic link per descriptor.
