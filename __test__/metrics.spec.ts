@@ -1,6 +1,7 @@
 import test from 'ava';
 import { createServer } from 'node:http';
 import { Registry } from 'prom-client';
+import { Inflight } from '../lib/index.js';
 import { rateLimit, UpstreamLimit, WindowQuota } from '../lib/http/index.js';
 import { KeepcountMetrics } from '../lib/metrics.js';
 import { close, get, listen } from './http-client.js';
@@ -102,3 +103,30 @@ test(title('the overflow of a full table is visible, and bad arguments are coded
     message: /The "registry" option must be a prom-client Registry/,
   });
 });
+
+test(
+  title('a quota or in-flight counter closed while exported leaves its gauges out, and the scrape works'),
+  async (t) => {
+    const registry = new Registry();
+    const quota = new WindowQuota({ limit: 5, windowMs: 60_000 });
+    const inflight = new Inflight();
+    const upstream = new UpstreamLimit({ max: 5, inflight });
+    const metrics = new KeepcountMetrics({ registry });
+    metrics.addQuota('api', quota).addUpstream('db', upstream, ['primary']);
+    // Two: the threshold is ceil(5 / 4) = 2.
+    quota.consume('a');
+    quota.consume('a');
+    upstream.acquire('primary');
+    const before = await registry.metrics();
+    t.is(sample(before, 'keepcount_tracked_clients', 'policy="api"'), 1);
+    t.is(sample(before, 'keepcount_inflight', 'upstream="db",key="primary"'), 1);
+    quota.close();
+    inflight.close();
+    // Before, the closed quota's stats() threw ERR_KEEPCOUNT_CLOSED out of the whole scrape.
+    const after = await registry.metrics();
+    t.is(sample(after, 'keepcount_decisions_total', 'policy="api",outcome="allowed"'), 2);
+    t.is(sample(after, 'keepcount_tracked_clients', 'policy="api"'), undefined);
+    t.is(sample(after, 'keepcount_top_talker_requests', 'policy="api",client="a",bound="lower"'), undefined);
+    t.is(sample(after, 'keepcount_inflight', 'upstream="db",key="primary"'), undefined);
+  },
+);

@@ -121,7 +121,7 @@ export class KeepcountMetrics {
         // Replaced whole on every scrape, so at most `topTalkers` clients per quota ever show.
         this.reset();
         for (const [policy, quota] of quotas) {
-          for (const { key, lower, upper } of quota.topTalkers(topTalkers)) {
+          for (const { key, lower, upper } of unlessClosed(() => quota.topTalkers(topTalkers)) ?? []) {
             const client = typeof key === 'string' ? key : String(key);
             this.set({ policy, client, bound: 'lower' }, lower);
             this.set({ policy, client, bound: 'upper' }, upper);
@@ -135,7 +135,12 @@ export class KeepcountMetrics {
       labelNames: ['policy'],
       registers,
       collect() {
-        for (const [policy, quota] of quotas) this.set({ policy }, quota.stats()?.tracked ?? 0);
+        for (const [policy, quota] of quotas) {
+          // null: no heavy hitters (0 is the truth); undefined: closed (nothing to tell).
+          const stats = unlessClosed(() => quota.stats() ?? null);
+          if (stats === undefined) this.remove({ policy });
+          else this.set({ policy }, stats?.tracked ?? 0);
+        }
       },
     });
     new Gauge({
@@ -144,7 +149,12 @@ export class KeepcountMetrics {
       labelNames: ['policy'],
       registers,
       collect() {
-        for (const [policy, quota] of quotas) this.set({ policy }, quota.stats()?.overflowEvents ?? 0);
+        for (const [policy, quota] of quotas) {
+          // null: no heavy hitters (0 is the truth); undefined: closed (nothing to tell).
+          const stats = unlessClosed(() => quota.stats() ?? null);
+          if (stats === undefined) this.remove({ policy });
+          else this.set({ policy }, stats?.overflowEvents ?? 0);
+        }
       },
     });
     new Gauge({
@@ -154,7 +164,11 @@ export class KeepcountMetrics {
       registers,
       collect() {
         for (const [upstream, { limit, keys }] of upstreams) {
-          for (const key of keys) this.set({ upstream, key }, limit.inflight.get(key));
+          for (const key of keys) {
+            const count = unlessClosed(() => limit.inflight.get(key));
+            if (count === undefined) this.remove({ upstream, key });
+            else this.set({ upstream, key }, count);
+          }
         }
       },
     });
@@ -187,5 +201,19 @@ export class KeepcountMetrics {
     if (this.#deciders.has(policy)) throw outOfRange('The "policy" argument', 'a name not added yet', policy);
     this.#deciders.set(policy, decider);
     this.#seen.set(policy, { allowed: 0, refused: 0 });
+  }
+}
+
+/**
+ * `read()`, or `undefined` when what it reads was closed (`ERR_KEEPCOUNT_CLOSED`): a quota or
+ * upstream counter closed while still exported has its gauges removed from the scrape rather than
+ * failing the whole scrape (its decisions, counted in JavaScript, are still reported).
+ */
+function unlessClosed<T>(read: () => T): T | undefined {
+  try {
+    return read();
+  } catch (error) {
+    if ((error as { code?: unknown } | null)?.code === 'ERR_KEEPCOUNT_CLOSED') return undefined;
+    throw error;
   }
 }
