@@ -1,8 +1,8 @@
 import test from 'ava';
 import Fastify from 'fastify';
-import { HeavyHitters, Limiter, ManualClock } from '../lib/index.js';
+import { HeavyHitters, Inflight, Limiter, ManualClock } from '../lib/index.js';
 import { rateLimitHook, tokenBucketHook, upstreamLimitHook, keepcountFastify } from '../lib/http/fastify.js';
-import { UpstreamLimit } from '../lib/http/index.js';
+import { UpstreamLimit, WindowQuota } from '../lib/http/index.js';
 import { title } from './helpers.js';
 import { abortAfter, deferred, eventually, get, limitFields, parseField, pipelineAndLeave } from './http-client.js';
 
@@ -263,4 +263,48 @@ test(title('fastify hooks list their top talkers'), async (t) => {
     { key: 'light', lower: 1, upper: 1 },
   ]);
   t.deepEqual(inflight.topTalkers(5), [{ key: 'search', lower: 4, upper: 4 }]);
+});
+
+// Serial, so that no other test's app closes while the prototypes are spied on.
+test.serial(title('fastify plugin: what it made closes with the app, what it was given stays open'), async (t) => {
+  // Spies on the prototypes: the plugin keeps its quota and limit to itself.
+  const closed: object[] = [];
+  const spy = <T extends { close(): void }>(proto: T): (() => void) => {
+    const original = proto.close;
+    proto.close = function (this: T) {
+      closed.push(this);
+      original.call(this);
+    };
+    return () => {
+      proto.close = original;
+    };
+  };
+  const restore = [spy(WindowQuota.prototype), spy(UpstreamLimit.prototype)];
+  t.teardown(() => restore.forEach((undo) => undo()));
+
+  const made = Fastify();
+  await made.register(keepcountFastify, {
+    rateLimit: { limit: 10, windowMs: 60_000 },
+    upstreamLimit: { max: 2, inflight: new Inflight() },
+  });
+  made.get('/', async () => 'ok');
+  const port = await start(made);
+  t.is((await get(port, '/')).status, 200);
+  await made.close();
+  t.is(closed.length, 2, 'the quota and the limit the plugin made');
+  t.true(closed[0] instanceof WindowQuota);
+  t.true(closed[1] instanceof UpstreamLimit);
+
+  closed.length = 0;
+  const quota = new WindowQuota({ limit: 10, windowMs: 60_000 });
+  const limit = new UpstreamLimit({ max: 2 });
+  const given = Fastify();
+  await given.register(keepcountFastify, { rateLimit: { quota }, upstreamLimit: { limit } });
+  given.get('/', async () => 'ok');
+  const givenPort = await start(given);
+  t.is((await get(givenPort, '/')).status, 200);
+  await given.close();
+  t.deepEqual(closed, [], 'nothing given is closed');
+  t.is(quota.consume('after').allowed, true);
+  t.is(limit.enter('after').allowed, true);
 });

@@ -2,7 +2,7 @@
 import test from 'ava';
 import { Inflight } from '../lib/index.js';
 import { UpstreamLimit } from '../lib/http/index.js';
-import { title } from './helpers.js';
+import { throwsShape, title } from './helpers.js';
 
 test(
   title('UpstreamLimit.enter counts in without a guard; its release is idempotent and a refusal holds nothing'),
@@ -68,4 +68,47 @@ test(title('UpstreamLimit over an Inflight closed mid-call: the slots taken befo
     t.throws(() => limit[method]('origin', 'client'), { code: 'ERR_KEEPCOUNT_CLOSED' });
   }
   t.is(limit.clientCount('origin', 'client'), 0);
+});
+
+test(title('UpstreamLimit.close closes the Inflight it made; slots held then release as no-ops'), (t) => {
+  const limit = new UpstreamLimit({ max: 5, perClient: 2 });
+  const entered = limit.enter('origin', 'client');
+  const acquired = limit.acquire('origin', 'client');
+  limit.close();
+  limit.close();
+  t.throws(() => limit.inflight.get('origin'), { code: 'ERR_KEEPCOUNT_CLOSED' }, 'its counters are freed');
+  t.notThrows(() => entered.release());
+  t.notThrows(() => acquired.release());
+  t.is(limit.clientCount('origin', 'client'), 0);
+  for (const method of ['enter', 'acquire'] as const) {
+    throwsShape(t, () => limit[method]('origin', 'client'), {
+      instanceOf: Error,
+      code: 'ERR_KEEPCOUNT_CLOSED',
+      message: 'This UpstreamLimit was closed; its counters are gone',
+    });
+  }
+  t.is(limit.clientCount('origin', 'client'), 0, 'a refused call holds no client');
+  t.deepEqual(limit.decisions(), { allowed: 2, refused: 0 });
+});
+
+test(title('UpstreamLimit.close (and `using`) leaves a given counter open: held slots still give back'), (t) => {
+  // The counter may be shared with other limits or processes (Inflight.openShared): a slot held
+  // across the close must still leave it, or the shared count stays high for good.
+  const inflight = new Inflight();
+  let escaped: UpstreamLimit | undefined;
+  let entered;
+  let acquired;
+  {
+    using limit = new UpstreamLimit({ max: 5, inflight });
+    entered = limit.enter('origin');
+    acquired = limit.acquire('origin');
+    escaped = limit;
+  }
+  t.is(inflight.get('origin'), 2);
+  t.throws(() => escaped.enter('origin'), { code: 'ERR_KEEPCOUNT_CLOSED' });
+  t.is(inflight.get('origin'), 2, 'the refused call was not counted');
+  entered.release();
+  acquired.release();
+  t.is(inflight.get('origin'), 0);
+  t.deepEqual(inflight.enter('other'), 1, 'the counter itself is open');
 });

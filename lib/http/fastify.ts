@@ -18,10 +18,17 @@ import type { Limiter } from '../limiter.js';
 import type { SharedLimiter } from '../shared-limiter.js';
 import { onExchangeEnd } from './exchange.js';
 import { rateLimitConfig, tokenBucketConfig, upstreamLimitConfig } from './options.js';
-import { countTalker, withQuota, withTalkers, type QuotaTalkers, type Talkers } from './talkers.js';
+import {
+  countTalker,
+  withQuota,
+  withTalkers,
+  type QuotaTalkers,
+  type Talkers,
+  type UpstreamTalkers,
+} from './talkers.js';
 import type { HeavyHitters } from '../heavy.js';
 import type { RequestLimiter, RequestQuota } from './quota.js';
-import type { WindowQuotaOptions } from './window-quota.js';
+import type { WindowQuota, WindowQuotaOptions } from './window-quota.js';
 import type { UpstreamLimit, UpstreamLimitOptions, UpstreamSlot } from './upstream.js';
 
 /** Where Node's request is in Fastify's. */
@@ -198,7 +205,7 @@ export interface UpstreamLimitHookOptions extends Partial<UpstreamLimitOptions> 
  * app.get('/proxy', { onRequest: upstreamLimitHook({ max: 20 }) }, proxyHandler);
  * ```
  */
-export function upstreamLimitHook(options: UpstreamLimitHookOptions): OnRequestHook & Talkers {
+export function upstreamLimitHook(options: UpstreamLimitHookOptions): OnRequestHook & UpstreamTalkers {
   const { limit, upstream, client, onLimit, talkers } = upstreamLimitConfig(options, raw);
   const hook: OnRequestHook = async (request, reply) => {
     const u = upstream(request);
@@ -211,7 +218,7 @@ export function upstreamLimitHook(options: UpstreamLimitHookOptions): OnRequestH
     }
     onExchangeEnd(request.raw, reply.raw, slot.release);
   };
-  return withTalkers(hook, talkers);
+  return Object.assign(withTalkers(hook, talkers), { limit });
 }
 
 /** Options of {@link keepcountFastify}: which hooks to install. */
@@ -226,7 +233,10 @@ export interface KeepcountFastifyOptions {
 
 /**
  * A Fastify plugin installing the hooks on the scope that registers it (not encapsulated, as
- * `fastify-plugin` would do, so registering on the root protects every route).
+ * `fastify-plugin` would do, so registering on the root protects every route). What the plugin
+ * made from options (a rate limit's quota when no `quota` is given, an upstream limit when no
+ * `limit` is) is closed when the Fastify instance closes, freeing its counters at once; a quota or
+ * limit that was given stays open, as it is the caller's.
  *
  * @example
  * ```ts
@@ -240,10 +250,23 @@ export const keepcountFastify: FastifyPluginCallback<KeepcountFastifyOptions> = 
     done: (error?: Error) => void,
   ) => {
     try {
-      if (options.rateLimit !== undefined) instance.addHook('onRequest', rateLimitHook(options.rateLimit));
+      const made: { close(): void }[] = [];
+      if (options.rateLimit !== undefined) {
+        const hook = rateLimitHook(options.rateLimit);
+        if (options.rateLimit.quota === undefined) made.push(hook.quota as WindowQuota);
+        instance.addHook('onRequest', hook);
+      }
       if (options.tokenBucket !== undefined) instance.addHook('onRequest', tokenBucketHook(options.tokenBucket));
       if (options.upstreamLimit !== undefined) {
-        instance.addHook('onRequest', upstreamLimitHook(options.upstreamLimit));
+        const hook = upstreamLimitHook(options.upstreamLimit);
+        if (options.upstreamLimit.limit === undefined) made.push(hook.limit);
+        instance.addHook('onRequest', hook);
+      }
+      if (made.length > 0) {
+        instance.addHook('onClose', (_instance, closed) => {
+          for (const owned of made) owned.close();
+          closed();
+        });
       }
       done();
     } catch (error) {

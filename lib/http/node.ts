@@ -20,7 +20,14 @@ import {
 } from './headers.js';
 import { onExchangeEnd } from './exchange.js';
 import { rateLimitConfig, tokenBucketConfig, upstreamLimitConfig } from './options.js';
-import { countTalker, withQuota, withTalkers, type QuotaTalkers, type Talkers } from './talkers.js';
+import {
+  countTalker,
+  withQuota,
+  withTalkers,
+  type QuotaTalkers,
+  type Talkers,
+  type UpstreamTalkers,
+} from './talkers.js';
 import type { HeavyHitters } from '../heavy.js';
 import type { RequestLimiter, RequestQuota } from './quota.js';
 import type { WindowQuotaOptions } from './window-quota.js';
@@ -337,7 +344,7 @@ const unavailable = (_req: IncomingMessage, res: ServerResponse): void => {
 export function upstreamLimit<
   Req extends IncomingMessage = IncomingMessage,
   Res extends ServerResponse = ServerResponse,
->(options: UpstreamLimitMiddlewareOptions<Req, Res>): Middleware<Req, Res> & Talkers {
+>(options: UpstreamLimitMiddlewareOptions<Req, Res>): Middleware<Req, Res> & UpstreamTalkers {
   const { limit, upstream, client, onLimit = unavailable, talkers } = upstreamLimitConfig(options, (req: Req) => req);
   const middleware: Middleware<Req, Res> = (req, res, next) => {
     let slot: UpstreamSlot;
@@ -352,5 +359,5 @@ export function upstreamLimit<
     onExchangeEnd(req, res, slot.release);
     next();
   };
-  return withTalkers(middleware, talkers);
+  return Object.assign(withTalkers(middleware, talkers), { limit });
 }

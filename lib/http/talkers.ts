@@ -4,6 +4,7 @@ import { invalidType } from '../errors.js';
 import { HeavyHitters } from '../heavy.js';
 import { storedKey } from '../long-key.js';
 import type { RequestQuota } from './quota.js';
+import type { UpstreamLimit } from './upstream.js';
 
 /** Which interval a top-talkers query reads. */
 export type TalkersWindow = 'current' | 'previous' | 'both';
@@ -30,6 +31,12 @@ export function withQuota<F extends object>(handler: F, quota: RequestQuota): F 
     quota,
     topTalkers: (n: number, window?: TalkersWindow) => quota.topTalkers?.(n, window) ?? [],
   });
+}
+
+/** An upstream-limit middleware's extras: the limit it counts in and its top talkers. */
+export interface UpstreamTalkers extends Talkers {
+  /** The limit the middleware counts in: the one it was given, or the one it made (close it when done). */
+  readonly limit: UpstreamLimit;
 }
 
 /**

@@ -1,4 +1,5 @@
 /** Protection for calls to upstreams: an in-flight cap per upstream and a deadline per call. */
+import { closedError, dispose } from '../closed.js';
 import { invalidType, TimeoutError } from '../errors.js';
 import { Inflight, type InflightCounter, type InflightGuard } from '../inflight.js';
 import { integerOption, optionsObject } from '../options.js';
@@ -58,7 +59,7 @@ export interface UpstreamSlot {
  * try { await callPayments(); } finally { slot.release(); }
  * ```
  */
-export class UpstreamLimit {
+export class UpstreamLimit implements Disposable {
   /** Calls allowed in flight per upstream key. */
   readonly max: number;
   /** Calls one client may have in flight per upstream key; `Infinity` when not capped. */
@@ -72,12 +73,17 @@ export class UpstreamLimit {
   readonly #pairs: InflightPairs | undefined;
   /** Per upstream and client with calls in flight, how many: only while some are, so at most one entry per call in flight. */
   readonly #clients = new Map<string, number>();
+  /** Whether the limit made {@link inflight} (and closes it on {@link close}), rather than being given one. */
+  readonly #owned: boolean;
+  /** True once {@link close} ran: no call is counted in any more. */
+  #closed = false;
 
   constructor(options: UpstreamLimitOptions) {
     const o = optionsObject(options);
     this.max = integerOption('max', o.max, 1, Number.MAX_SAFE_INTEGER);
     this.perClient =
       o.perClient === undefined ? Infinity : integerOption('perClient', o.perClient, 1, Number.MAX_SAFE_INTEGER);
+    this.#owned = o.inflight === undefined;
     this.inflight = inflightOption(o.inflight);
     this.#pairs = hasPairs(this.inflight) ? this.inflight : undefined;
   }
@@ -87,6 +93,7 @@ export class UpstreamLimit {
    * see {@link UpstreamSlot}.
    */
   acquire(key: string, client?: string): UpstreamSlot {
+    if (this.#closed) throw closedError('UpstreamLimit');
     const held = this.#holdClient(key, client);
     if (held !== undefined && held.refused) return this.#refuseClient(key, held.count);
     let counted;
@@ -125,6 +132,7 @@ export class UpstreamLimit {
   enter(key: string, client?: string): UpstreamSlot {
     const counter = this.#pairs;
     if (counter === undefined) return this.acquire(key, client);
+    if (this.#closed) throw closedError('UpstreamLimit');
     const held = this.#holdClient(key, client);
     if (held !== undefined && held.refused) return this.#refuseClient(key, held.count);
     let count;
@@ -194,6 +202,26 @@ export class UpstreamLimit {
   /** How many {@link acquire} and {@link enter} calls were allowed and refused since construction. */
   decisions(): { allowed: number; refused: number } {
     return { allowed: this.#allowed, refused: this.#refused };
+  }
+
+  /**
+   * Stops counting: later {@link acquire} and {@link enter} calls throw `ERR_KEEPCOUNT_CLOSED`
+   * (the HTTP adapters pass it to the framework's error handling). The `Inflight` the limit made
+   * is closed, its counters freed at once (native memory on the native backend); slots still
+   * held then release as no-ops. A counter it was given stays open, since it is the caller's and
+   * perhaps shared with other limits or processes: slots held on it still give their calls back
+   * when released, so closing never leaves a shared count high. `decisions()` still answers.
+   * Idempotent; `using` calls it too.
+   */
+  close(): void {
+    if (this.#closed) return;
+    this.#closed = true;
+    if (this.#owned) (this.inflight as Inflight).close();
+  }
+
+  /** {@link close}, for `using`. */
+  [dispose](): void {
+    this.close();
   }
 }
 
