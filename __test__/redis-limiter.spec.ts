@@ -249,17 +249,55 @@ test.serial(title('a failed sync keeps the demand it carried for the next one'),
     sync.on('error', () => undefined);
     // 10 tokens, never refilled: what Redis lends depends only on the demand it is told.
     const limiter = new SyncedLimiter({ sync, name: 'demand', limit: { perSecond: 0, burst: 10 } });
+    const asked = async (): Promise<number> =>
+      Number(await connection.send(['HGET', 'keepcount:{demand}:b:k', `w:${sync.nodeId}`]));
     t.false(limiter.check('k').allowed, 'no credit before the first sync');
     t.true(await sync.flush());
-    t.true(limiter.check('k').allowed, 'on credit: no loan yet');
+    t.true(limiter.check('k').allowed, 'from the loan the refused check asked for');
     t.true(await sync.flush());
-    t.true(limiter.check('k').allowed, 'from the loan');
-    t.false(limiter.check('k').allowed, 'the loan is spent');
+    t.is(await asked(), 1);
+    // Lent 1 (8 left): one from the loan, two more on credit from what the bucket had left.
+    for (let i = 0; i < 3; i++) t.true(limiter.check('k').allowed);
     failing = true;
     t.false(await sync.flush());
     failing = false;
+    t.true(limiter.check('k').allowed);
     t.true(await sync.flush());
-    t.true(limiter.check('k').allowed, 'lent for the demand the failed sync could not report');
+    // Four checked since the last sync Redis heard, and three owed: 4 had the failed sync's demand been lost.
+    t.is(await asked(), 7, "the failed sync's demand went with the next one");
+    await sync.close();
+  } finally {
+    await connection.close();
+    await server.stop();
+  }
+});
+
+test.serial(title('a lone node admits a sudden burst as far as its bucket goes, and never more'), async (t) => {
+  const server = await startRedis();
+  const connection = await connectClient('ioredis', server.port);
+  try {
+    const sync = new RedisSync({ sendCommand: connection.send, syncMs: 3_600_000 });
+    // 10 tokens that never refill: the node sees the key's traffic at one request a sync, and has
+    // been lent one token a sync, when twenty come at once.
+    const limiter = new SyncedLimiter({ sync, name: 'burst', limit: { perSecond: 0, burst: 10 } });
+    let admitted = 0;
+    const check = (n: number): void => {
+      for (let i = 0; i < n; i++) if (limiter.check('k').allowed) admitted++;
+    };
+    t.true(await sync.flush());
+    for (let i = 0; i < 2; i++) {
+      check(1);
+      t.true(await sync.flush());
+    }
+    t.is(admitted, 2);
+    check(20);
+    // Before, a loan followed only the last period's demand: one admitted of the twenty.
+    t.is(admitted, 10, 'the token lent and the seven the bucket had left, at once');
+    for (let i = 0; i < 3; i++) {
+      t.true(await sync.flush());
+      check(5);
+    }
+    t.is(admitted, 10, 'never more than the bucket held');
     await sync.close();
   } finally {
     await connection.close();

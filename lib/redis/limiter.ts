@@ -103,6 +103,9 @@ interface Account {
   expiresAt: number;
   /** See {@link LoanRequest.got}. */
   got: number;
+  /** Tokens the key's bucket had left after the last loan, and `performance.now()` when the node heard. */
+  spare: number;
+  spareAt: number;
   /** The `'local'` fail policy's own bucket: tokens and when they were counted. */
   localTokens: number;
   localAt: number;
@@ -113,13 +116,15 @@ interface Account {
  * holds a loan of tokens per active key from the key's bucket in Redis, checks against it locally
  * (no network on a check) and, every `syncMs`, in the sync's one script call, tells Redis what it
  * holds and asks for its last period's demand; Redis lends it that demand as far as the bucket's
- * tokens go, busy nodes splitting them by their traffic. A loan follows demand one sync behind,
- * so a sudden burst can be refused below `burst` until the loans catch up, even on a node alone. A node that has synced once may also take up to `burst / nodes` on credit
- * before a key's loan comes, so a key's first requests are not refused while a loan is on its way
- * (only then: once Redis has answered, a node admits only what it was lent); the debt is paid from
- * the next loans. A node that has never synced admits nothing. Pass it to `tokenBucket` (or
- * `tokenBucketHook`) as `limiter`. Keys are strings; one dimension: a check takes its `cost` in
- * tokens.
+ * tokens go, busy nodes splitting them by their traffic. A loan follows demand one sync behind, so
+ * that alone would refuse a sudden burst below `burst` until the loans catch up: each reply also
+ * says how many tokens the bucket had left, and a node may run ahead of its loan by its share of
+ * them (`left / nodes`, refilled at the rate since), so a node alone admits a burst as its bucket
+ * would. A key with no loan yet may take up to `burst / nodes` on credit, so its first requests
+ * are not refused while a loan is on its way. Debts are paid from the next loans, and a node's
+ * credit never passes `burst / nodes`. A node that has never synced admits nothing. Pass it to
+ * `tokenBucket` (or `tokenBucketHook`) as `limiter`. Keys are strings; one dimension: a check
+ * takes its `cost` in tokens.
  *
  * # Long keys
  * Each node keeps an account per active key (up to 65,536) and names each key's bucket in Redis
@@ -213,13 +218,17 @@ export class SyncedLimiter implements RequestLimiter {
     if (cost > bucket.burst) return refusal(Infinity);
     const now = performance.now();
     if (this.#sync.stale) return this.#stale(account, cost, now);
-    // A loan past its lease is void (Redis writes it off); a debt is not. Credit is for a key with
-    // no loan yet (once Redis has answered, the node admits only what it was lent), and only on a
-    // limiter that knows its node count: one that has never synced takes none.
+    // A loan past its lease is void (Redis writes it off); a debt is not. A key with no loan yet
+    // may borrow its node's share of the burst, only on a limiter that knows its node count (one
+    // that has never synced takes none); a key with a loan, its node's share of what the bucket
+    // had left after it, refilled since: so a sudden burst is admitted as far as the bucket goes,
+    // rather than only as far as the last period's demand was lent.
     let credit = 0;
     if (now > account.expiresAt) {
       account.held = Math.min(0, account.held);
       if (this.#presence.census.counted) credit = bucket.burst / this.nodes;
+    } else {
+      credit = Math.min(bucket.burst, account.spare + bucket.rate * (now - account.spareAt)) / this.nodes;
     }
     if (account.held - cost >= -credit) {
       account.held -= cost;
@@ -296,7 +305,7 @@ export class SyncedLimiter implements RequestLimiter {
       held,
       want,
       got: account.got,
-      lent: (tokens, sentAt, seq) => {
+      lent: (tokens, left, sentAt, seq) => {
         if (leaving) return;
         // A reply later than the lease (counted from before the request left) is void: Redis may
         // already have written the loan off, or else gives it back at the next sync.
@@ -304,6 +313,9 @@ export class SyncedLimiter implements RequestLimiter {
         account.held += tokens;
         account.expiresAt = sentAt + this.leaseMs;
         account.got = seq;
+        // Heard now, later than Redis counted it: the refill credited from here on is never early.
+        account.spare = left;
+        account.spareAt = performance.now();
       },
       // A failed sync tells Redis nothing: the demand counts in the next one, and idle syncs are
       // counted only when they reach Redis. A key that left is gone (its loan lapses in Redis).
@@ -337,6 +349,8 @@ export class SyncedLimiter implements RequestLimiter {
         idle: 0,
         expiresAt: 0,
         got: this.#sync.sequence,
+        spare: 0,
+        spareAt: 0,
         localTokens: share,
         localAt: performance.now(),
       };

@@ -29,10 +29,11 @@ export interface LoanRequest {
    */
   readonly got: number;
   /**
-   * Takes in the tokens lent by the sync numbered `seq`, after it succeeded; it was sent at
-   * `sentAt` (`performance.now()`).
+   * Takes in the tokens lent by the sync numbered `seq`, after it succeeded, and the tokens `left`
+   * in the bucket after that loan (0 when Redis did not apply the sync); it was sent at `sentAt`
+   * (`performance.now()`).
    */
-  lent(tokens: number, sentAt: number, seq: number): void;
+  lent(tokens: number, left: number, sentAt: number, seq: number): void;
   /** The sync failed: what the request reported (its demand) must go with the next one. */
   failed(): void;
 }

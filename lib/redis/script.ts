@@ -92,7 +92,8 @@
  * then m pairs of cell index and the others' count (global minus this node's), o and the o other
  * live layouts (at most 16: enough to report a misconfiguration, and a fleet where every node has
  * its own seed does not make every reply as long as the fleet); then per bucket
- * entry the tokens lent, as a string; then f, the number of keys of another type deleted, and f
+ * entry the tokens lent and the tokens left in the bucket after lending them (−1 when the sync was
+ * not applied), as strings; then f, the number of keys of another type deleted, and f
  * pairs of key and the type it held.
  */
 import { createHash } from 'node:crypto';
@@ -245,7 +246,7 @@ for k = 3 * entries + 1, #KEYS do
   own(bucket, 'hash')
   local f, flat = {}, redis.call('HGETALL', bucket)
   for j = 1, #flat, 2 do f[flat[j]] = flat[j + 1] end
-  local lent, last = 0, tonumber(f['s:' .. node] or '0')
+  local lent, left, last = 0, -1, tonumber(f['s:' .. node] or '0')
   if seq > last then
     local lent_out, wanted = 0, want
     for field, value in pairs(f) do
@@ -273,9 +274,11 @@ for k = 3 * entries + 1, #KEYS do
       redis.call('HDEL', bucket, 'o:' .. node, 'w:' .. node, 'x:' .. node, 'l:' .. node)
     end
     redis.call('HSET', bucket, 't', number(tokens), 'at', now, 's:' .. node, seq)
+    left = tokens
     if ttl > 0 then redis.call('PEXPIRE', bucket, ttl) else redis.call('PERSIST', bucket) end
   end
   out[#out + 1] = number(lent)
+  out[#out + 1] = number(left)
 end
 out[#out + 1] = #foreign / 2
 for j = 1, #foreign do out[#out + 1] = foreign[j] end

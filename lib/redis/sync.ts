@@ -373,7 +373,7 @@ export class RedisSync extends EventEmitter {
         args.push(String(loan.ttlMs), String(loan.held), String(loan.want), String(loan.got));
       }
       const reply = await Promise.race([runSyncScript(this.#count, keys, args), timeout]);
-      const { pulls, lent, foreign } = parseReply(reply, entries.length, loans.length);
+      const { pulls, lent, left, foreign } = parseReply(reply, entries.length, loans.length);
       let nodes = 1;
       const layouts: Heard = new Map();
       pulls.forEach((pull, k) => {
@@ -384,7 +384,7 @@ export class RedisSync extends EventEmitter {
         layouts.set(entry.keys.layouts, { entry, others: new Set(pull.layouts) });
       });
       for (const push of pushes) this.#stats.cellsPushed += push.cells.length;
-      loans.forEach((loan, k) => loan.lent(lent[k] as number, started, Number(seq)));
+      loans.forEach((loan, k) => loan.lent(lent[k] as number, left[k] as number, started, Number(seq)));
       return { nodes, foreign: foreign.map(({ key, type }) => foreignKeyError(key, type, this.prefix)), layouts };
     } catch (error) {
       pushes.forEach((push, k) => (entries[k] as SyncedCells).restore(push));
@@ -477,13 +477,13 @@ function byHashTag(entries: SyncedCells[], loans: LoanRequest[]): { entries: Syn
 
 /**
  * Splits the script's flat reply into one {@link Pull} per cell entry, the tokens lent per loan and
- * the keys of another type it deleted; anything else is a failed sync.
+ * left in its bucket (0 when the sync was not applied), the keys of another type it deleted; anything else is a failed sync.
  */
 function parseReply(
   reply: unknown,
   entries: number,
   loans: number,
-): { pulls: Pull[]; lent: number[]; foreign: { key: string; type: string }[] } {
+): { pulls: Pull[]; lent: number[]; left: number[]; foreign: { key: string; type: string }[] } {
   const unexpected = (): Error =>
     withCode(new Error('Unexpected reply from the keepcount sync script'), 'ERR_KEEPCOUNT_SYNC');
   if (!Array.isArray(reply)) throw unexpected();
@@ -516,7 +516,11 @@ function parseReply(
     pulls.push({ applied, version, incarnation, nodes, cells, others, layouts });
   }
   const lent: number[] = [];
-  for (let k = 0; k < loans; k++, a++) lent.push(Math.max(0, number(a)));
+  const left: number[] = [];
+  for (let k = 0; k < loans; k++, a += 2) {
+    lent.push(Math.max(0, number(a)));
+    left.push(Math.max(0, number(a + 1)));
+  }
   const foreign: { key: string; type: string }[] = [];
   const f = number(a++);
   for (let j = 0; j < f; j++, a += 2) {
@@ -524,5 +528,5 @@ function parseReply(
     foreign.push({ key: String(reply[a]), type: String(reply[a + 1]) });
   }
   if (a !== reply.length) throw unexpected();
-  return { pulls, lent, foreign };
+  return { pulls, lent, left, foreign };
 }
