@@ -12,6 +12,7 @@ import { RedisSync, SyncedEstimator, SyncedInflight, SyncedLimiter, SyncedWindow
 import { title } from './helpers.js';
 import { close, get, listen } from './http-client.js';
 import { clientNames, connectClient, type Connection } from './redis-clients.js';
+import { startReplyCutter } from './redis-proxy.js';
 import { startRedis, type RedisServer } from '../tools/redis-server.js';
 
 const sleep = (ms: number): Promise<void> => new Promise((resolve) => setTimeout(resolve, ms));
@@ -414,6 +415,47 @@ for (const client of clientNames) {
     },
   );
 }
+
+test.serial(
+  title('a sync whose reply a dropped connection lost, sent again by the client: its loan comes back once'),
+  async (t) => {
+    // ioredis sends a command again after reconnecting: Redis runs the script twice with one
+    // sequence number, and the second run (not applied, nothing lent) is the reply the node sees.
+    // node-redis rejects the command instead: the sync fails, as when it times out.
+    for (const client of clientNames) {
+      const server = await startRedis();
+      const cutter = await startReplyCutter(server.port);
+      const connection = await connectClient(client, cutter.port);
+      try {
+        const sync = new RedisSync({ sendCommand: connection.send, syncMs: BY_HAND, timeoutMs: 2000 });
+        sync.on('error', () => undefined);
+        // 10 tokens that never refill: a loan lost for good is a token never admitted.
+        const limiter = new SyncedLimiter({ sync, name: 'cut-reply', limit: { perSecond: 0, burst: 10 } });
+        let admitted = 0;
+        const check = (n: number): void => {
+          for (let i = 0; i < n; i++) if (limiter.check('k').allowed) admitted++;
+        };
+        t.true(await sync.flush());
+        check(1);
+        t.true(await sync.flush());
+        check(1);
+        cutter.cutNextReply();
+        await sync.flush();
+        t.is(cutter.cuts, 1);
+        for (let round = 0; round < 6; round++) {
+          check(12);
+          t.true(await sync.flush(), client);
+        }
+        t.is(admitted, 10, `${client}: every token, once`);
+        await sync.close();
+      } finally {
+        await connection.close();
+        await cutter.close();
+        await server.stop();
+      }
+    }
+  },
+);
 
 test.serial(
   title('a loan whose reply comes after its sync timed out goes back to the bucket: admitted once, never twice'),

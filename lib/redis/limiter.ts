@@ -306,7 +306,9 @@ export class SyncedLimiter implements RequestLimiter {
       want,
       got: account.got,
       lent: (tokens, left, sentAt, seq) => {
-        if (leaving) return;
+        // Not applied (see LoanRequest.lent): `got` stays, so the next sync's request names the
+        // loan this node last took in, and Redis returns the one it made since.
+        if (leaving || tokens < 0) return;
         // A reply later than the lease (counted from before the request left) is void: Redis may
         // already have written the loan off, or else gives it back at the next sync.
         if (performance.now() > sentAt + this.leaseMs) return;

@@ -30,8 +30,10 @@ export interface LoanRequest {
   readonly got: number;
   /**
    * Takes in the tokens lent by the sync numbered `seq`, after it succeeded, and the tokens `left`
-   * in the bucket after that loan (0 when Redis did not apply the sync); it was sent at `sentAt`
-   * (`performance.now()`).
+   * in the bucket after that loan; it was sent at `sentAt` (`performance.now()`). `tokens` is −1
+   * when Redis did not apply the request (its sequence number was stale: the script ran twice, the
+   * first reply lost): nothing was lent by this run, and the node must not claim it took in
+   * this sync's loan, so that Redis gives the first run's loan back.
    */
   lent(tokens: number, left: number, sentAt: number, seq: number): void;
   /** The sync failed: what the request reported (its demand) must go with the next one. */

@@ -92,8 +92,9 @@
  * then m pairs of cell index and the others' count (global minus this node's), o and the o other
  * live layouts (at most 16: enough to report a misconfiguration, and a fleet where every node has
  * its own seed does not make every reply as long as the fleet); then per bucket
- * entry the tokens lent and the tokens left in the bucket after lending them (−1 when the sync was
- * not applied), as strings; then f, the number of keys of another type deleted, and f
+ * entry the tokens lent and the tokens left in the bucket after lending them, as strings (−1 and 0
+ * when the sync was not applied: a stale sequence number, e.g. a client that sent the script again
+ * after a dropped connection, whose first run lent what the node then never took in); then f, the number of keys of another type deleted, and f
  * pairs of key and the type it held.
  */
 import { createHash } from 'node:crypto';
@@ -246,8 +247,9 @@ for k = 3 * entries + 1, #KEYS do
   own(bucket, 'hash')
   local f, flat = {}, redis.call('HGETALL', bucket)
   for j = 1, #flat, 2 do f[flat[j]] = flat[j + 1] end
-  local lent, left, last = 0, -1, tonumber(f['s:' .. node] or '0')
+  local lent, left, last = -1, 0, tonumber(f['s:' .. node] or '0')
   if seq > last then
+    lent = 0
     local lent_out, wanted = 0, want
     for field, value in pairs(f) do
       local other = string.sub(field, 3)

@@ -476,8 +476,8 @@ function byHashTag(entries: SyncedCells[], loans: LoanRequest[]): { entries: Syn
 }
 
 /**
- * Splits the script's flat reply into one {@link Pull} per cell entry, the tokens lent per loan and
- * left in its bucket (0 when the sync was not applied), the keys of another type it deleted; anything else is a failed sync.
+ * Splits the script's flat reply into one {@link Pull} per cell entry, the tokens lent per loan (−1
+ * when Redis did not apply it) and left in its bucket, the keys of another type it deleted; anything else is a failed sync.
  */
 function parseReply(
   reply: unknown,
@@ -518,7 +518,7 @@ function parseReply(
   const lent: number[] = [];
   const left: number[] = [];
   for (let k = 0; k < loans; k++, a += 2) {
-    lent.push(Math.max(0, number(a)));
+    lent.push(number(a));
     left.push(Math.max(0, number(a + 1)));
   }
   const foreign: { key: string; type: string }[] = [];
