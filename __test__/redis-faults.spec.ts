@@ -493,3 +493,80 @@ test.serial(
     }
   },
 );
+
+/** Ways to write values keepcount never writes into its keys, each of the right Redis type. */
+const corruptions: [string, (connection: Connection, base: string, bucket: string, node: string) => Promise<void>][] = [
+  [
+    'a global count that is no number',
+    async (connection, base) => {
+      const fields = (await connection.send(['HKEYS', `${base}:c`])) as string[];
+      for (const field of fields) if (field !== 'i') await connection.send(['HSET', `${base}:c`, field, 'abc']);
+    },
+  ],
+  [
+    "the node's own contribution",
+    async (connection, base, _bucket, node) => {
+      const fields = (await connection.send(['HKEYS', `${base}:n:${node}`])) as string[];
+      for (const field of fields) if (field !== 'i') await connection.send(['HSET', `${base}:n:${node}`, field, 'zz']);
+    },
+  ],
+  ["the node's sequence number", (c, base, _b, node) => c.send(['HSET', `${base}:m`, `s:${node}`, 'oops']).then()],
+  ['the version counter', (c, base) => c.send(['HSET', `${base}:m`, 'v', 'notint']).then()],
+  ['a version that names no cell', (c, base) => c.send(['ZADD', `${base}:v`, '999999', 'bogus']).then()],
+  ['a version counter past every number', (c, base) => c.send(['HSET', `${base}:m`, 'v', '1e999']).then()],
+  ["a bucket's tokens", (c, _base, bucket) => c.send(['HSET', bucket, 't', 'garbage']).then()],
+  ["another node's lease in a bucket", (c, _base, bucket) => c.send(['HSET', bucket, 'x:someone', 'soon']).then()],
+];
+
+test.serial(
+  title('values keepcount never writes, of the right Redis type: reported, their entry rebuilt, the syncs go on'),
+  async (t) => {
+    // Before, the script failed on them: every structure of the sync stopped syncing, for good
+    // where the keys never expire (a sketch's).
+    const server = await startRedis();
+    const connection = await connectClient('ioredis', server.port);
+    try {
+      for (const [index, [what, corrupt]] of corruptions.entries()) {
+        const name = `corrupt-${index}`;
+        const nodes = [0, 1].map(() => {
+          const sync = new RedisSync({ sendCommand: connection.send, syncMs: BY_HAND });
+          return { sync, errors: errorsOf(sync), sketch: new SyncedEstimator({ sync, name, seed: 3 }) };
+        });
+        const [a, b] = nodes as [(typeof nodes)[0], (typeof nodes)[0]];
+        // 10 tokens that never refill.
+        const limiter = new SyncedLimiter({ sync: a.sync, name: `${name}-l`, limit: { perSecond: 0, burst: 10 } });
+        const round = async (): Promise<boolean[]> => [
+          await a.sync.flush(),
+          await b.sync.flush(),
+          await a.sync.flush(),
+        ];
+        t.deepEqual(await round(), [true, true, true]);
+        a.sketch.incr('x', 5);
+        b.sketch.incr('x', 7);
+        t.true(limiter.check('k').allowed);
+        t.deepEqual(await round(), [true, true, true]);
+        t.deepEqual([a.sketch.get('x'), b.sketch.get('x')], [12, 12]);
+        const keys = (await connection.send(['KEYS', `keepcount:{${name}}:e:*:c`])) as string[];
+        const base = (keys[0] as string).slice(0, -':c'.length);
+        const bucket = `keepcount:{${name}-l}:b:k`;
+        await corrupt(connection, base, bucket, a.sync.nodeId);
+        a.sketch.incr('x', 1);
+        t.true(limiter.check('k').allowed);
+        t.deepEqual(await round(), [true, true, true], what);
+        t.deepEqual(await round(), [true, true, true], what);
+        t.deepEqual([a.sketch.get('x'), b.sketch.get('x')], [13, 13], `${what}: rebuilt, exact`);
+        const reported = a.errors.filter((e) => (e as { code?: string }).code === 'ERR_KEEPCOUNT_CORRUPT');
+        t.is(reported.length, 1, what);
+        t.is((reported[0] as Error & { key: string }).key, what.includes('bucket') ? bucket : base, what);
+        t.regex(String(reported[0]?.message), /held a value keepcount never writes \(.+\)/);
+        for (let i = 0; i < 20; i++) limiter.check('k');
+        t.deepEqual(await round(), [true, true, true], what);
+        t.false(limiter.check('k').allowed, `${what}: the bucket's tokens ran out, so it syncs`);
+        for (const node of nodes) await node.sync.close();
+      }
+    } finally {
+      await connection.close();
+      await server.stop();
+    }
+  },
+);

@@ -59,6 +59,12 @@
  * it is deleted and handled as a lost key (a bucket starts over full), and its name and type go in
  * the reply, so the node reports it once. No command of the script can then fail on a type, so a
  * sync never stops half applied on one (Redis does not roll back a script's writes on an error).
+ * A key of the right type may still hold values keepcount never writes (a count that is no
+ * number, a version that names no cell): each entry runs under `pcall`, and one that fails on its
+ * values has its keys deleted (a bucket, its hash) and is handled as lost, the next sync
+ * rebuilding it; the reply tells the node (an incarnation `corrupt`, so it pushes its whole
+ * contribution again; a bucket's loan not applied) and names the key and the failure, and the
+ * other entries of the sync go on.
 
  * A pull returns at most `pull` cells per entry, in version order, and only whole versions: when
  * more are waiting it stops before the first version it cannot finish and reports the version
@@ -94,8 +100,10 @@
  * its own seed does not make every reply as long as the fleet); then per bucket
  * entry the tokens lent and the tokens left in the bucket after lending them, as strings (−1 and 0
  * when the sync was not applied: a stale sequence number, e.g. a client that sent the script again
- * after a dropped connection, whose first run lent what the node then never took in); then f, the number of keys of another type deleted, and f
- * pairs of key and the type it held.
+ * after a dropped connection, whose first run lent what the node then never took in); then f, the
+ * number of keys of another type deleted, and f pairs of key and the type it held; then c, the
+ * number of entries deleted for corrupt values, and c pairs of key (an entry's base, or a bucket)
+ * and what failed.
  */
 import { createHash } from 'node:crypto';
 import type { SendCommand } from './send.js';
@@ -104,9 +112,16 @@ export const SYNC_SCRIPT = `
 local node, live, pull, entries = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local a, out, foreign = 5, {}, {}
+local a, out, foreign, corrupt = 5, {}, {}, {}
 local MAX_LAYOUTS = 16
 local function number(x) return string.format('%.17g', x) end
+local function count(x)
+  local value = tonumber(x)
+  if value == nil or value ~= value or value == math.huge or value == -math.huge then
+    error('"' .. string.sub(tostring(x), 1, 40) .. '" where a number belongs')
+  end
+  return value
+end
 local function own(key, kind)
   local found = redis.call('TYPE', key).ok
   if found == kind then return true end
@@ -142,7 +157,7 @@ local function reap(base, counts, versions, meta, leases, i)
         if held[j] ~= 'i' and held[j + 1] ~= '0' then
           if chunk == 0 then version = redis.call('HINCRBY', meta, 'v', 1) end
           chunk = (chunk + 1) % (pull / 2)
-          redis.call('HINCRBY', counts, held[j], string.format('%d', -tonumber(held[j + 1])))
+          redis.call('HINCRBY', counts, held[j], string.format('%d', -count(held[j + 1])))
           redis.call('ZADD', versions, version, held[j])
         end
       end
@@ -152,7 +167,8 @@ local function reap(base, counts, versions, meta, leases, i)
     end
   end
 end
-for k = 1, 3 * entries, 3 do
+local function cell_entry(k, a)
+  local res = {}
   local base, registry, layouts = KEYS[k], KEYS[k + 1], KEYS[k + 2]
   local seq, acked, since, ttl, lease, layout, n = ARGV[a], tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3]), tonumber(ARGV[a + 4]), ARGV[a + 5], tonumber(ARGV[a + 6])
   a = a + 7
@@ -169,7 +185,7 @@ for k = 1, 3 * entries, 3 do
       end
     end
   end
-  local prior = tonumber(redis.call('HGET', meta, 's:' .. node) or '0')
+  local prior = count(redis.call('HGET', meta, 's:' .. node) or '0')
   local i = incarnation(counts, versions, meta, mine, prior, lease > 0 and leases, intact)
   if redis.call('HGET', mine, 'i') ~= i then
     redis.call('DEL', mine)
@@ -189,14 +205,13 @@ for k = 1, 3 * entries, 3 do
         local cell, value = ARGV[j], ARGV[j + 1]
         local old = redis.call('HGET', mine, cell) or '0'
         if old ~= value then
-          redis.call('HINCRBY', counts, cell, string.format('%d', tonumber(value) - tonumber(old)))
+          redis.call('HINCRBY', counts, cell, string.format('%d', tonumber(value) - count(old)))
           redis.call('HSET', mine, cell, value)
           redis.call('ZADD', versions, version, cell)
         end
       end
     end
   end
-  a = a + 2 * n
   if ttl > 0 then
     for _, key in ipairs({counts, versions, meta, mine}) do redis.call('PEXPIRE', key, ttl) end
     if lease > 0 then
@@ -213,7 +228,7 @@ for k = 1, 3 * entries, 3 do
   redis.call('ZREMRANGEBYSCORE', layouts, '-inf', now - live)
   redis.call('PEXPIRE', layouts, live)
   local changed = redis.call('ZRANGEBYSCORE', versions, '(' .. since, '+inf', 'WITHSCORES', 'LIMIT', 0, pull + 1)
-  local version = tonumber(redis.call('HGET', meta, 'v') or '0')
+  local version = count(redis.call('HGET', meta, 'v') or '0')
   local last = #changed
   if last > 2 * pull then
     local cut = changed[last]
@@ -222,48 +237,48 @@ for k = 1, 3 * entries, 3 do
     while last > 0 and changed[last] == cut do last = last - 2 end
   end
   local told = i .. '/' .. (redis.call('HGET', meta, 'l:' .. node) or '')
-  out[#out + 1] = applied
-  out[#out + 1] = version
-  out[#out + 1] = told
-  out[#out + 1] = redis.call('ZCARD', registry)
-  out[#out + 1] = last / 2
+  res[#res + 1] = applied
+  res[#res + 1] = version
+  res[#res + 1] = told
+  res[#res + 1] = redis.call('ZCARD', registry)
+  res[#res + 1] = last / 2
   for j = 1, last, 2 do
     local cell = changed[j]
-    out[#out + 1] = tonumber(cell)
-    out[#out + 1] = tonumber(redis.call('HGET', counts, cell) or '0') - tonumber(redis.call('HGET', mine, cell) or '0')
+    res[#res + 1] = count(cell)
+    res[#res + 1] = count(redis.call('HGET', counts, cell) or '0') - count(redis.call('HGET', mine, cell) or '0')
   end
   local others = {}
   for _, other in ipairs(redis.call('ZRANGE', layouts, 0, MAX_LAYOUTS)) do
     if other ~= layout and #others < MAX_LAYOUTS then others[#others + 1] = other end
   end
-  out[#out + 1] = #others
-  for _, other in ipairs(others) do out[#out + 1] = other end
+  res[#res + 1] = #others
+  for _, other in ipairs(others) do res[#res + 1] = other end
+  return res
 end
-for k = 3 * entries + 1, #KEYS do
+local function bucket_entry(k, a)
   local bucket = KEYS[k]
   local seq, rate, burst, cap = tonumber(ARGV[a]), tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3])
   local lease, ttl, held, want, got = tonumber(ARGV[a + 4]), tonumber(ARGV[a + 5]), tonumber(ARGV[a + 6]), tonumber(ARGV[a + 7]), tonumber(ARGV[a + 8])
-  a = a + 9
   own(bucket, 'hash')
   local f, flat = {}, redis.call('HGETALL', bucket)
   for j = 1, #flat, 2 do f[flat[j]] = flat[j + 1] end
-  local lent, left, last = -1, 0, tonumber(f['s:' .. node] or '0')
+  local lent, left, last = -1, 0, count(f['s:' .. node] or '0')
   if seq > last then
     lent = 0
     local lent_out, wanted = 0, want
     for field, value in pairs(f) do
       local other = string.sub(field, 3)
       if string.sub(field, 1, 2) == 'x:' and other ~= node then
-        if tonumber(value) < now then
+        if count(value) < now then
           redis.call('HDEL', bucket, 'o:' .. other, 'w:' .. other, 'x:' .. other, 's:' .. other, 'l:' .. other)
         else
-          lent_out = lent_out + tonumber(f['o:' .. other] or '0')
-          wanted = wanted + tonumber(f['w:' .. other] or '0')
+          lent_out = lent_out + count(f['o:' .. other] or '0')
+          wanted = wanted + count(f['w:' .. other] or '0')
         end
       end
     end
-    local tokens, at = tonumber(f.t or burst), tonumber(f.at or now)
-    if last > got then tokens = tokens + tonumber(f['l:' .. node] or '0') end
+    local tokens, at = count(f.t or burst), count(f.at or now)
+    if last > got then tokens = tokens + count(f['l:' .. node] or '0') end
     if want >= 0 then lent_out = lent_out + held else tokens = tokens + held end
     tokens = math.min(burst, cap - lent_out, tokens + rate * math.max(0, now - at))
     if want >= 0 then
@@ -279,11 +294,43 @@ for k = 3 * entries + 1, #KEYS do
     left = tokens
     if ttl > 0 then redis.call('PEXPIRE', bucket, ttl) else redis.call('PERSIST', bucket) end
   end
-  out[#out + 1] = number(lent)
-  out[#out + 1] = number(left)
+  return {number(lent), number(left)}
+end
+-- An entry whose keys hold values keepcount never writes (of the right Redis type) fails on them:
+-- its keys are deleted and rebuilt as after a loss, and the other entries of the sync go on.
+local function corrupted(key, e)
+  if type(e) == 'table' then e = e.err end
+  corrupt[#corrupt + 1] = key
+  corrupt[#corrupt + 1] = string.sub(tostring(e), 1, 200)
+end
+for k = 1, 3 * entries, 3 do
+  local n = tonumber(ARGV[a + 6])
+  local ok, res = pcall(cell_entry, k, a)
+  if not ok then
+    local base = KEYS[k]
+    corrupted(base, res)
+    redis.call('DEL', base .. ':c', base .. ':v', base .. ':m', base .. ':n:' .. node, base .. ':l')
+    local nodes = redis.pcall('ZCARD', KEYS[k + 1])
+    res = {0, 0, 'corrupt', type(nodes) == 'number' and nodes or 1, 0, 0}
+  end
+  for _, x in ipairs(res) do out[#out + 1] = x end
+  a = a + 7 + 2 * n
+end
+for k = 3 * entries + 1, #KEYS do
+  local ok, res = pcall(bucket_entry, k, a)
+  if not ok then
+    corrupted(KEYS[k], res)
+    redis.call('DEL', KEYS[k])
+    res = {'-1', '0'}
+  end
+  out[#out + 1] = res[1]
+  out[#out + 1] = res[2]
+  a = a + 9
 end
 out[#out + 1] = #foreign / 2
 for j = 1, #foreign do out[#out + 1] = foreign[j] end
+out[#out + 1] = #corrupt / 2
+for j = 1, #corrupt do out[#out + 1] = corrupt[j] end
 return out
 `;
 

@@ -294,7 +294,7 @@ export class RedisSync extends EventEmitter {
       for (const result of results) {
         if (result.status === 'fulfilled') {
           nodes = Math.max(nodes, result.value.nodes);
-          for (const error of result.value.foreign) if (this.listenerCount('error') > 0) this.emit('error', error);
+          for (const error of result.value.keyErrors) if (this.listenerCount('error') > 0) this.emit('error', error);
           for (const [key, now] of result.value.layouts) {
             const before = this.#heard.get(key)?.others;
             for (const theirs of now.others) {
@@ -345,7 +345,7 @@ export class RedisSync extends EventEmitter {
   /**
    * One script call for `entries` and `loans` (keys of one hash slot in a cluster): pushes their
    * changed cells, takes in their pulls and the tokens lent; resolves with the live node count and
-   * an error for each key of another type the script deleted. A failure marks the cells it would
+   * an error for each key of another type, or entry of corrupt values, the script deleted. A failure marks the cells it would
    * have pushed to go with the next sync, tells the loans, and rejects.
    */
   async #syncGroup(
@@ -354,7 +354,7 @@ export class RedisSync extends EventEmitter {
     seq: string,
     timeout: Promise<never>,
     started: number,
-  ): Promise<{ nodes: number; foreign: Error[]; layouts: Heard }> {
+  ): Promise<{ nodes: number; keyErrors: Error[]; layouts: Heard }> {
     const pushes = entries.map((entry) => entry.take(MAX_PUSH));
     try {
       const keys: string[] = [];
@@ -373,7 +373,7 @@ export class RedisSync extends EventEmitter {
         args.push(String(loan.ttlMs), String(loan.held), String(loan.want), String(loan.got));
       }
       const reply = await Promise.race([runSyncScript(this.#count, keys, args), timeout]);
-      const { pulls, lent, left, foreign } = parseReply(reply, entries.length, loans.length);
+      const { pulls, lent, left, foreign, corrupt } = parseReply(reply, entries.length, loans.length);
       let nodes = 1;
       const layouts: Heard = new Map();
       pulls.forEach((pull, k) => {
@@ -385,7 +385,11 @@ export class RedisSync extends EventEmitter {
       });
       for (const push of pushes) this.#stats.cellsPushed += push.cells.length;
       loans.forEach((loan, k) => loan.lent(lent[k] as number, left[k] as number, started, Number(seq)));
-      return { nodes, foreign: foreign.map(({ key, type }) => foreignKeyError(key, type, this.prefix)), layouts };
+      const keyErrors = [
+        ...foreign.map(({ key, type }) => foreignKeyError(key, type, this.prefix)),
+        ...corrupt.map(({ key, reason }) => corruptKeyError(key, reason, this.prefix)),
+      ];
+      return { nodes, keyErrors, layouts };
     } catch (error) {
       pushes.forEach((push, k) => (entries[k] as SyncedCells).restore(push));
       for (const loan of loans) loan.failed();
@@ -447,6 +451,17 @@ function foreignKeyError(key: string, type: string, prefix: string): Error {
   return Object.assign(error, { key });
 }
 
+function corruptKeyError(key: string, reason: string, prefix: string): Error {
+  const error = withCode(
+    new Error(
+      `Redis key "${key}" (or a key of its entry) held a value keepcount never writes (${reason}): something ` +
+        `else writes under the "${prefix}" prefix. keepcount deleted the entry's keys and rebuilt what they held`,
+    ),
+    'ERR_KEEPCOUNT_CORRUPT',
+  );
+  return Object.assign(error, { key });
+}
+
 /** A key component: a non-empty string without `{` or `}`, which would move the hash tag. */
 export function nameOption(name: string, value: unknown): string {
   if (typeof value !== 'string') throw invalidType(`The "${name}" option`, 'of type string', value);
@@ -483,7 +498,13 @@ function parseReply(
   reply: unknown,
   entries: number,
   loans: number,
-): { pulls: Pull[]; lent: number[]; left: number[]; foreign: { key: string; type: string }[] } {
+): {
+  pulls: Pull[];
+  lent: number[];
+  left: number[];
+  foreign: { key: string; type: string }[];
+  corrupt: { key: string; reason: string }[];
+} {
   const unexpected = (): Error =>
     withCode(new Error('Unexpected reply from the keepcount sync script'), 'ERR_KEEPCOUNT_SYNC');
   if (!Array.isArray(reply)) throw unexpected();
@@ -527,6 +548,12 @@ function parseReply(
     if (a + 1 >= reply.length) throw unexpected();
     foreign.push({ key: String(reply[a]), type: String(reply[a + 1]) });
   }
+  const corrupt: { key: string; reason: string }[] = [];
+  const c = number(a++);
+  for (let j = 0; j < c; j++, a += 2) {
+    if (a + 1 >= reply.length) throw unexpected();
+    corrupt.push({ key: String(reply[a]), reason: String(reply[a + 1]) });
+  }
   if (a !== reply.length) throw unexpected();
-  return { pulls, lent, left, foreign };
+  return { pulls, lent, left, foreign, corrupt };
 }
