@@ -4,7 +4,7 @@ import { invalidType } from '../errors.js';
 import { countArgument, optionsObject, shapeOptions } from '../options.js';
 import { Census, entryKeys, SyncedCells } from './cells.js';
 import { KeyHasher } from './hasher.js';
-import { closedSyncedError, nameOption, RedisSync } from './sync.js';
+import { closedSyncedError, nameOption, RedisSync, syncClosedError } from './sync.js';
 
 /** Options of {@link SyncedEstimator}. */
 export interface SyncedEstimatorOptions {
@@ -59,12 +59,14 @@ export class SyncedEstimator {
   /** Adds `value` (a safe integer, may be negative; defaults to 1) to `key`; returns its new fleet-wide estimate. */
   incr(key: Key, value = 1): number {
     if (this.#closed) throw closedSyncedError('SyncedEstimator');
+    if (this.#sync.closed) throw syncClosedError('SyncedEstimator');
     return this.#cells.add(this.#hasher.indexes(key), countArgument('value', value));
   }
 
   /** Subtracts `value` from `key`; returns its new estimate. */
   decr(key: Key, value = 1): number {
     if (this.#closed) throw closedSyncedError('SyncedEstimator');
+    if (this.#sync.closed) throw syncClosedError('SyncedEstimator');
     return this.#cells.add(this.#hasher.indexes(key), -countArgument('value', value));
   }
 

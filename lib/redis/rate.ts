@@ -7,7 +7,7 @@ import { countArgument, integerOption, optionsObject, shapeOptions } from '../op
 import { Census, entryKeys, SyncedCells } from './cells.js';
 import { KeyHasher } from './hasher.js';
 import { syncOption } from './estimator.js';
-import { closedSyncedError, nameOption, type RedisSync } from './sync.js';
+import { closedSyncedError, nameOption, syncClosedError, type RedisSync } from './sync.js';
 
 /** Longest interval: a day. Windows are Redis keys that live two intervals. */
 const MAX_INTERVAL_MS = 86_400_000;
@@ -101,6 +101,7 @@ export class SyncedRate {
   /** Records `events` (a safe integer; defaults to 1) for `key`; returns its fleet-wide count in the current window. */
   observe(key: Key, events = 1): number {
     if (this.#closed) throw closedSyncedError('SyncedRate');
+    if (this.#sync.closed) throw syncClosedError('SyncedRate');
     const indexes = this.#hasher.indexes(key);
     const value = countArgument('events', events);
     this.#roll(this.#now());

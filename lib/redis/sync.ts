@@ -66,6 +66,17 @@ export function closedSyncedError(what: string): KeepcountError {
   );
 }
 
+/**
+ * The `ERR_KEEPCOUNT_CLOSED` error of a synced structure counted after its sync's `close()`: no
+ * sync would ever push the count, so the fleet would never see it.
+ */
+export function syncClosedError(what: string): KeepcountError {
+  return withCode(
+    new Error(`The RedisSync of this ${what} was closed: it counts no more, since no sync would push the count`),
+    'ERR_KEEPCOUNT_CLOSED',
+  );
+}
+
 /** Counts of what this node has sent, for metrics. */
 export interface SyncStats {
   /** Successful syncs. */
@@ -249,13 +260,20 @@ export class RedisSync extends EventEmitter {
   }
 
   /**
-   * Stops the timer after one last sync; structures keep answering from their local state.
+   * Stops the timer after one last sync; structures keep answering from their local state, but
+   * counts on its synced sketches and rates (a quota's `consume`) throw `ERR_KEEPCOUNT_CLOSED` from
+   * the call on, since nothing would push them: close it once the server stops taking requests.
    * Resolves with whether that sync succeeded; every call resolves with it once it is done, so a
    * second shutdown hook cannot let the process exit before the last push.
    */
   close(): Promise<boolean> {
     this.#closing ??= this.#close();
     return this.#closing;
+  }
+
+  /** True once {@link close} was called: the synced sketches and rates on it count no more. */
+  get closed(): boolean {
+    return this.#closing !== undefined;
   }
 
   async #close(): Promise<boolean> {
