@@ -9,7 +9,7 @@ import test from 'ava';
 import { rateLimit, tokenBucket, upstreamLimit } from '../lib/http/index.js';
 import { sketchLayout } from '../lib/redis/hasher.js';
 import { RedisSync, SyncedEstimator, SyncedInflight, SyncedLimiter, SyncedWindowQuota } from '../lib/redis/index.js';
-import { title } from './helpers.js';
+import { runFixture, title } from './helpers.js';
 import { close, get, listen } from './http-client.js';
 import { clientNames, connectClient, type Connection } from './redis-clients.js';
 import { startReplyCutter } from './redis-proxy.js';
@@ -566,6 +566,41 @@ test.serial(
       }
     } finally {
       await connection.close();
+      await server.stop();
+    }
+  },
+);
+
+test.serial(
+  title("a 'sync' or 'error' listener that throws: the sync's result stands, the error goes on uncaught"),
+  async (t) => {
+    // Before, flush() rejected with the listener's error (uncaught from the timer), the 'error'
+    // listener heard its own error back, and a sync that succeeded counted as a failure too.
+    const server = await startRedis();
+    try {
+      const run = async (which: string) => {
+        const child = await runFixture('throwing-listener.ts', {
+          env: { REDIS_PORT: String(server.port) },
+          args: [which],
+        });
+        t.is(child.code, 0, child.stderr);
+        return JSON.parse(child.stdout) as Record<string, unknown>;
+      };
+      t.deepEqual(await run('sync'), {
+        flushed: 'true',
+        syncs: 1,
+        failures: 0,
+        heard: [],
+        uncaught: ['bug in the sync listener'],
+      });
+      t.deepEqual(await run('error'), {
+        flushed: 'false',
+        syncs: 0,
+        failures: 1,
+        heard: ['unreachable'],
+        uncaught: ['bug in the error listener'],
+      });
+    } finally {
       await server.stop();
     }
   },

@@ -312,19 +312,18 @@ export class RedisSync extends EventEmitter {
       for (const result of results) {
         if (result.status === 'fulfilled') {
           nodes = Math.max(nodes, result.value.nodes);
-          for (const error of result.value.keyErrors) if (this.listenerCount('error') > 0) this.emit('error', error);
+          for (const error of result.value.keyErrors) this.#report(error);
           for (const [key, now] of result.value.layouts) {
             const before = this.#heard.get(key)?.others;
             for (const theirs of now.others) {
-              if (before?.has(theirs) !== true && this.listenerCount('error') > 0) {
-                this.emit('error', layoutError(now.entry, theirs, this.syncMs * LIVE_PERIODS));
-              }
+              if (before?.has(theirs) !== true)
+                this.#report(layoutError(now.entry, theirs, this.syncMs * LIVE_PERIODS));
             }
             heard.set(key, now);
           }
         } else {
           ok = false;
-          if (this.listenerCount('error') > 0) this.emit('error', result.reason);
+          this.#report(result.reason);
         }
       }
       // A failed call named no layouts: what its registries named before still stands.
@@ -338,11 +337,11 @@ export class RedisSync extends EventEmitter {
       this.#stats.syncs++;
       this.#stats.lastRoundTripMs = this.#lastSuccess - started;
       this.#dropSettled();
-      this.emit('sync');
+      this.#notify('sync');
       return true;
     } catch (error) {
       this.#stats.failures++;
-      if (this.listenerCount('error') > 0) this.emit('error', error);
+      this.#report(error);
       return false;
     } finally {
       clearTimeout(timer);
@@ -412,6 +411,26 @@ export class RedisSync extends EventEmitter {
       pushes.forEach((push, k) => (entries[k] as SyncedCells).restore(push));
       for (const loan of loans) loan.failed();
       throw error;
+    }
+  }
+
+  /** Emits `error` on `'error'` if anyone listens (an emitter with none would throw it). */
+  #report(error: unknown): void {
+    if (this.listenerCount('error') > 0) this.#notify('error', error);
+  }
+
+  /**
+   * Emits `event`. A listener that throws is the program's bug, not the sync's: it goes on as an
+   * uncaught exception, as from Node's own emitters, and never turns a sync into a failure, makes
+   * `flush()` reject, or comes back to the `'error'` listeners.
+   */
+  #notify(event: 'sync' | 'error', ...args: unknown[]): void {
+    try {
+      this.emit(event, ...args);
+    } catch (error) {
+      process.nextTick(() => {
+        throw error;
+      });
     }
   }
 
