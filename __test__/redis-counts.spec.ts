@@ -16,6 +16,7 @@ import {
   type SendCommand,
 } from '../lib/redis/index.js';
 import { title } from './helpers.js';
+import { until } from './waits.js';
 import { clientNames, connectClient } from './redis-clients.js';
 import { countNodes, readTotals } from './redis-nodes.js';
 import { startRedis } from '../tools/redis-server.js';
@@ -87,6 +88,35 @@ test.serial(title('more cells than one sync carries arrive over the next syncs, 
     t.true(writerSync.stats.cellsPushed > 7 * 2048);
     await writerSync.close();
     await readerSync.close();
+  } finally {
+    await connection.close();
+    await server.stop();
+  }
+});
+
+test.serial(title('nodes syncing one name every 50 ms and every 1,000 ms count each other all along'), async (t) => {
+  // Before, each sync dropped from the registry the nodes not seen within its own liveness period
+  // (10 of its syncs): the fast node dropped the slow one between its syncs, and counted 1 node.
+  // Fails falsely only if the fast node's timer stalls 500 ms (its own liveness period).
+  const server = await startRedis();
+  const connection = await connectClient('ioredis', server.port);
+  try {
+    const nodes = [50, 1000].map((syncMs) => {
+      const sync = new RedisSync({ sendCommand: connection.send, syncMs });
+      const quota = new SyncedWindowQuota({ sync, name: 'mixed', seed: 7, limit: 100, windowMs: 60_000 });
+      const limiter = new SyncedLimiter({ sync, name: 'mixed-l', limit: { perSecond: 10, burst: 100 } });
+      return { sync, quota, limiter };
+    });
+    for (const { sync } of nodes) t.true(await sync.flush());
+    const counted = (): string[] => nodes.map(({ quota, limiter }) => `${quota.nodes}/${limiter.nodes}`);
+    await until(() => counted().every((c) => c === '2/2'), 'both nodes count 2');
+    const seen = new Set<string>();
+    for (let i = 0; i < 60; i++) {
+      await new Promise((resolve) => setTimeout(resolve, 50));
+      for (const c of counted()) seen.add(c);
+    }
+    t.deepEqual([...seen], ['2/2'], 'quota/limiter node counts seen over 3 s');
+    for (const { sync } of nodes) await sync.close();
   } finally {
     await connection.close();
     await server.stop();

@@ -30,15 +30,17 @@
  * has a sequence number but no contribution, begins a new incarnation (its counts and versions
  * deleted), and a contribution of another incarnation counts as none. Every node then pushes its
  * whole contribution again, as after a restart that lost everything.
- * A second key per entry, the structure's node registry, is a sorted set node → last sync time:
- * the live node count for the "each node enforces its share" fail policy.
+ * A second key per entry, the structure's node registry, is a sorted set node → the time until
+ * which its last sync counts it live (that sync's time plus the node's own liveness period, so a
+ * node that syncs less often than another is not dropped between its syncs by the other's
+ * shorter period): the live node count for the "each node enforces its share" fail policy.
  *
  * Nodes share an entry only if they put every key in the same cells: same sketch format, shape and
  * seed, which a node's layout names (`sketchLayout`). The layout is part of the base, so nodes
  * that disagree never mix their counts (each group counts apart), and a third key per entry, the
- * structure's layout registry, is a sorted set layout → last sync time: each sync replies with the
- * other layouts synced within the liveness period, so both sides of a misconfiguration, or of a
- * rolling reconfiguration, hear of it.
+ * structure's layout registry, is a sorted set layout → the time it stays live, as the node
+ * registry's: each sync replies with the other live layouts, so both sides of a misconfiguration,
+ * or of a rolling reconfiguration, hear of it.
  *
  * A leased entry (an in-flight count) also has `B:l`, a sorted set node → lease expiry (server
  * time), renewed by each of the node's applied syncs, and a member `''` (score +inf, never reaped;
@@ -221,12 +223,11 @@ local function cell_entry(k, a)
       end
     end
   end
-  redis.call('ZADD', registry, now, node)
-  redis.call('ZREMRANGEBYSCORE', registry, '-inf', now - live)
-  redis.call('PEXPIRE', registry, live)
-  redis.call('ZADD', layouts, now, layout)
-  redis.call('ZREMRANGEBYSCORE', layouts, '-inf', now - live)
-  redis.call('PEXPIRE', layouts, live)
+  for _, pair in ipairs({{registry, node}, {layouts, layout}}) do
+    redis.call('ZADD', pair[1], now + live, pair[2])
+    redis.call('ZREMRANGEBYSCORE', pair[1], '-inf', '(' .. now)
+    if redis.call('PTTL', pair[1]) < live then redis.call('PEXPIRE', pair[1], live) end
+  end
   local changed = redis.call('ZRANGEBYSCORE', versions, '(' .. since, '+inf', 'WITHSCORES', 'LIMIT', 0, pull + 1)
   local version = count(redis.call('HGET', meta, 'v') or '0')
   local last = #changed
