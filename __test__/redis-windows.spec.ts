@@ -85,6 +85,51 @@ test.serial(title('a node whose clock runs ahead counts into the next window ear
   }
 });
 
+test.serial(
+  title(
+    "windows are on Redis's clock: a node whose Date.now() steps an hour ahead and back stays in the fleet's window",
+  ),
+  async (t) => {
+    // Before, windows were on each node's Date.now(): one consume during the step moved the node
+    // an hour ahead for good (a clock that goes back stays), and the two nodes, each in its own
+    // window, admitted 200 on a limit of 100.
+    const server = await startRedis();
+    const connection = await connectClient('ioredis', server.port);
+    const realNow = Date.now;
+    try {
+      const nodes = [0, 1].map(() => {
+        const sync = new RedisSync({ sendCommand: connection.send, syncMs: 3_600_000 });
+        return { sync, quota: new SyncedWindowQuota({ sync, name: 'step', seed: 7, limit: 100, windowMs: 60_000 }) };
+      });
+      const [a, b] = nodes as [(typeof nodes)[0], (typeof nodes)[0]];
+      for (const { sync } of nodes) t.true(await sync.flush());
+      const skew = Math.abs(a.sync.now() - realNow());
+      t.true(skew < 1000, `sync.now() is Redis's clock, here this machine's: ${skew} ms apart`);
+      Date.now = () => realNow() + 3_600_000;
+      try {
+        a.quota.consume('probe', 0);
+      } finally {
+        Date.now = realNow;
+      }
+      let admitted = 0;
+      for (let i = 1; i <= 300; i++) {
+        for (const { quota } of nodes) if (quota.consume('client').allowed) admitted++;
+        if (i % 10 === 0) for (const { sync } of nodes) t.true(await sync.flush());
+      }
+      // Each node admits on its own count and the other's as of its last sync: at most 10 apart.
+      t.true(admitted <= 100 + 2 * 10, `the fleet admitted ${admitted} on a limit of 100`);
+      t.true(await a.sync.flush());
+      t.is(a.quota.current('client').count, b.quota.current('client').count, 'one window, one count');
+      t.true(a.quota.current('client').resetMs <= 60_000);
+      for (const { sync } of nodes) await sync.close();
+    } finally {
+      Date.now = realNow;
+      await connection.close();
+      await server.stop();
+    }
+  },
+);
+
 test.serial(title('3 node processes overshoot a shared limit by no more than the stated bound'), async (t) => {
   const server = await startRedis();
   try {

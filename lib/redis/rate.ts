@@ -18,9 +18,6 @@ const MAX_INTERVAL_MS = 86_400_000;
  */
 const SKEW_MARGIN_MS = 10_000;
 
-/** `Date.now()`: windows are wall-clock epochs, the one time base nodes share. */
-const wallClock: Clock = { now: () => Date.now() };
-
 /** Options of {@link SyncedRate}. */
 export interface SyncedRateOptions {
   /** The {@link RedisSync} that carries it. Required. */
@@ -37,7 +34,9 @@ export interface SyncedRateOptions {
   slots?: number;
   /**
    * Wall-clock milliseconds since the Unix epoch: window `w` is `[w × intervalMs, (w + 1) ×
-   * intervalMs)` on this clock. Defaults to `Date.now()`.
+   * intervalMs)` on this clock. Defaults to Redis's clock as the sync estimates it
+   * (`sync.now()`), which every node shares; a clock given here is each node's own, and nodes
+   * whose clocks disagree count in different windows around each boundary (see the class doc).
    */
   clock?: Clock;
 }
@@ -54,11 +53,17 @@ interface Window {
  * epoch) so that every node counts into the same one; each window is its own set of Redis keys,
  * expiring once no node reads it.
  *
- * Clock skew: a node whose clock runs `d` ms ahead moves to the next window `d` ms early; what it
- * counts in those `d` ms goes to the next window (and what the others count then, it no longer
- * sees), so around each boundary the fleet can admit up to that node's admissions in `d` ms more
- * than the limit in one window, and as many fewer in the next. Keep clocks in sync (NTP keeps
- * them within milliseconds); keys outlive their last reader by 10 s for slower clocks.
+ * Clocks: windows are fixed on Redis's clock as each node estimates it at its syncs
+ * (`sync.now()`: the server time in the reply, within half the quickest recent round trip, carried
+ * forward on the node's monotonic clock), so a node's own wall clock running ahead or behind, or
+ * stepping (an NTP correction, a resumed VM), does not move its windows. Before its first sync a
+ * node reads its own `Date.now()`. Nodes estimate Redis's clock `d` ms apart (round trips and
+ * event-loop delays; well under a millisecond on a quiet LAN): one `d` ms ahead moves to the next
+ * window `d` ms early, what it counts in those `d` ms goes to the next window (and what the others
+ * count then, it no longer sees), so around each boundary the fleet can admit up to that node's
+ * admissions in `d` ms more than the limit in one window, and as many fewer in the next. With a
+ * `clock` option, `d` is how far the nodes' clocks disagree. A clock that goes back stays in the
+ * later window until it catches up. Keys outlive their last reader by 10 s for slower clocks.
  */
 export class SyncedRate {
   /** The window length in milliseconds. */
@@ -87,7 +92,8 @@ export class SyncedRate {
     this.intervalMs = integerOption('intervalMs', o.intervalMs, 1, MAX_INTERVAL_MS);
     const { hashes, slots } = shapeOptions(o.hashes, o.slots, { hashes: 4, slots: 1024 });
     this.#hasher = new KeyHasher(hashes, slots, o.seed);
-    this.#clock = o.clock === undefined ? wallClock : validateClock(o.clock);
+    const sync = this.#sync;
+    this.#clock = o.clock === undefined ? { now: () => sync.now() } : validateClock(o.clock);
     this.#base = `${this.#sync.prefix}:{${name}}`;
     this.#layout = `${this.#hasher.layout}-w${this.intervalMs}`;
     this.#census = new Census(() => this.#sync.nodes);

@@ -105,7 +105,8 @@
  * after a dropped connection, whose first run lent what the node then never took in); then f, the
  * number of keys of another type deleted, and f pairs of key and the type it held; then c, the
  * number of entries deleted for corrupt values, and c pairs of key (an entry's base, or a bucket)
- * and what failed.
+ * and what failed; last, the server's time in epoch milliseconds (fractional), which nodes fix
+ * synced windows on.
  */
 import { createHash } from 'node:crypto';
 import type { SendCommand } from './send.js';
@@ -332,6 +333,7 @@ out[#out + 1] = #foreign / 2
 for j = 1, #foreign do out[#out + 1] = foreign[j] end
 out[#out + 1] = #corrupt / 2
 for j = 1, #corrupt do out[#out + 1] = corrupt[j] end
+out[#out + 1] = number(tonumber(t[1]) * 1000 + tonumber(t[2]) / 1000)
 return out
 `;
 

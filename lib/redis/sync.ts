@@ -11,6 +11,7 @@ import { invalidType, outOfRange, withCode, type KeepcountError } from '../error
 import { integerOption, optionsObject } from '../options.js';
 import type { Pull, Push, SyncedCells } from './cells.js';
 import type { LoanRequest } from './loan.js';
+import { ServerClock } from './server-clock.js';
 import { runSyncScript } from './script.js';
 import type { SendCommand } from './send.js';
 
@@ -145,6 +146,8 @@ export class RedisSync extends EventEmitter {
   readonly #timer: NodeJS.Timeout;
   #seq = 0;
   #lastSuccess = performance.now();
+  /** Redis's clock, which synced windows are fixed on. */
+  readonly #serverClock = new ServerClock();
   #running: Promise<boolean> | undefined;
   #nodes = 1;
   #closing: Promise<boolean> | undefined;
@@ -271,6 +274,16 @@ export class RedisSync extends EventEmitter {
     return this.#closing;
   }
 
+  /**
+   * Redis's wall clock in epoch milliseconds, as this node estimates it from its syncs' replies
+   * (within half the quickest recent round trip, on this process's monotonic clock): what synced
+   * rates and quotas fix their windows on, so that every node's windows agree whatever its own
+   * clock reads. This process's `Date.now()` before the first sync.
+   */
+  now(): number {
+    return this.#serverClock.now();
+  }
+
   /** True once {@link close} was called: the synced sketches and rates on it count no more. */
   get closed(): boolean {
     return this.#closing !== undefined;
@@ -389,8 +402,10 @@ export class RedisSync extends EventEmitter {
         args.push(seq, String(loan.rate), String(loan.burst), String(loan.cap), String(loan.leaseMs));
         args.push(String(loan.ttlMs), String(loan.held), String(loan.want), String(loan.got));
       }
+      const sentAt = performance.now();
       const reply = await Promise.race([runSyncScript(this.#count, keys, args), timeout]);
-      const { pulls, lent, left, foreign, corrupt } = parseReply(reply, entries.length, loans.length);
+      const { pulls, lent, left, foreign, corrupt, serverMs } = parseReply(reply, entries.length, loans.length);
+      this.#serverClock.heard(serverMs, sentAt, performance.now());
       let nodes = 1;
       const layouts: Heard = new Map();
       pulls.forEach((pull, k) => {
@@ -541,6 +556,7 @@ function parseReply(
   left: number[];
   foreign: { key: string; type: string }[];
   corrupt: { key: string; reason: string }[];
+  serverMs: number;
 } {
   const unexpected = (): Error =>
     withCode(new Error('Unexpected reply from the keepcount sync script'), 'ERR_KEEPCOUNT_SYNC');
@@ -591,6 +607,7 @@ function parseReply(
     if (a + 1 >= reply.length) throw unexpected();
     corrupt.push({ key: String(reply[a]), reason: String(reply[a + 1]) });
   }
+  const serverMs = number(a++);
   if (a !== reply.length) throw unexpected();
-  return { pulls, lent, left, foreign, corrupt };
+  return { pulls, lent, left, foreign, corrupt, serverMs };
 }

@@ -33,7 +33,7 @@ export interface SyncedWindowQuotaOptions {
   hashes?: number;
   /** Counters per row. Defaults to what `clients` needs. */
   slots?: number;
-  /** Wall-clock milliseconds since the epoch; see `SyncedRateOptions.clock`. Defaults to `Date.now()`. */
+  /** Wall-clock milliseconds since the epoch; see `SyncedRateOptions.clock`. Defaults to Redis's clock (`sync.now()`). */
   clock?: Clock;
 }
 
