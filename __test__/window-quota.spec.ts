@@ -227,6 +227,10 @@ test(title('close() frees the counts a quota made and leaves a given Rate open')
   for (const call of [
     () => heavy.consume('a'),
     () => heavy.count('a'),
+    () => heavy.adjust('a', 1),
+    () => heavy.adjust('a', -1),
+    // As a quota over a plain rate: adding 0 after a close is refused too, not a silent no-op.
+    () => heavy.adjust('a', 0),
     () => heavy.topTalkers(1),
     () => heavy.stats(),
   ]) {
@@ -242,6 +246,7 @@ test(title('close() frees the counts a quota made and leaves a given Rate open')
     given = plain;
   }
   throwsShape(t, () => given.consume('a'), closed('Rate'));
+  throwsShape(t, () => given.adjust('a', 0), closed('Rate'));
   // The caller's rate counts on.
   t.is(rate.observe('a'), 2);
 });

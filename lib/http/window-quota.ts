@@ -252,6 +252,8 @@ export class WindowQuota implements Disposable {
     if (!(counts instanceof HeavyHitters)) counts.observe(key, delta);
     else if (delta > 0) counts.incr(storedKey(key), delta);
     else if (delta < 0) counts.decr(storedKey(key), -delta);
+    // Nothing to count, but the key is checked and a closed quota refuses, as over a plain rate.
+    else counts.count(storedKey(key));
   }
 
   /**
