@@ -7,7 +7,7 @@
 import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
 import test from 'ava';
 import { rateLimit, tokenBucket, upstreamLimit } from '../lib/http/index.js';
-import { sketchLayout } from '../lib/redis/hasher.js';
+import { KeyHasher, sketchLayout } from '../lib/redis/hasher.js';
 import { RedisSync, SyncedEstimator, SyncedInflight, SyncedLimiter, SyncedWindowQuota } from '../lib/redis/index.js';
 import { runFixture, title } from './helpers.js';
 import { close, get, listen } from './http-client.js';
@@ -514,7 +514,19 @@ const corruptions: [string, (connection: Connection, base: string, bucket: strin
   ['the version counter', (c, base) => c.send(['HSET', `${base}:m`, 'v', 'notint']).then()],
   ['a version that names no cell', (c, base) => c.send(['ZADD', `${base}:v`, '999999', 'bogus']).then()],
   ['a version counter past every number', (c, base) => c.send(['HSET', `${base}:m`, 'v', '1e999']).then()],
+  [
+    // Lua reads it as a finite number; as a Lua number in the reply, Redis made it -2^63, and a
+    // quota over that cell admitted everything. Pulled, not pushed: no HINCRBY trips on it.
+    'a global count past 2^63 in a cell no node pushes',
+    async (connection, base) => {
+      for (const cell of new KeyHasher(4, 8192, 3).indexes('z')) {
+        await connection.send(['HSET', `${base}:c`, String(cell), '1e300']);
+        await connection.send(['ZADD', `${base}:v`, '999999', String(cell)]);
+      }
+    },
+  ],
   ["a bucket's tokens", (c, _base, bucket) => c.send(['HSET', bucket, 't', 'garbage']).then()],
+  ["a bucket's loans past 2^63", (c, _base, bucket) => c.send(['HSET', bucket, 'o:a', '1e308', 'x:a', '1e15']).then()],
   ["another node's lease in a bucket", (c, _base, bucket) => c.send(['HSET', bucket, 'x:someone', 'soon']).then()],
 ];
 
@@ -555,6 +567,7 @@ test.serial(
         t.deepEqual(await round(), [true, true, true], what);
         t.deepEqual(await round(), [true, true, true], what);
         t.deepEqual([a.sketch.get('x'), b.sketch.get('x')], [13, 13], `${what}: rebuilt, exact`);
+        t.deepEqual([a.sketch.get('z'), b.sketch.get('z')], [0, 0], `${what}: never counted`);
         const reported = a.errors.filter((e) => (e as { code?: string }).code === 'ERR_KEEPCOUNT_CORRUPT');
         t.is(reported.length, 1, what);
         t.is((reported[0] as Error & { key: string }).key, what.includes('bucket') ? bucket : base, what);

@@ -130,6 +130,46 @@ test.serial(
   },
 );
 
+test.serial(
+  title("a quota made before the first sync on a clock 5 minutes ahead moves to Redis's window once it is known"),
+  async (t) => {
+    // Made at start up, before any sync, a quota places its windows on this process's Date.now();
+    // before, it stayed in that later window (a clock that goes back stays) until Redis's clock
+    // caught up, counting apart from the fleet.
+    const server = await startRedis();
+    const connection = await connectClient('ioredis', server.port);
+    const realNow = Date.now;
+    try {
+      const make = () => {
+        const sync = new RedisSync({ sendCommand: connection.send, syncMs: 3_600_000 });
+        return { sync, quota: new SyncedWindowQuota({ sync, name: 'ahead', seed: 7, limit: 1000, windowMs: 60_000 }) };
+      };
+      const a = make();
+      Date.now = () => realNow() + 300_000;
+      let b;
+      try {
+        b = make();
+        t.true(await b.sync.flush());
+      } finally {
+        Date.now = realNow;
+      }
+      t.true(await a.sync.flush());
+      for (let i = 0; i < 100; i++) for (const { quota } of [a, b]) quota.consume('k');
+      for (const { sync } of [a, b, a]) t.true(await sync.flush());
+      t.deepEqual(
+        [a, b].map(({ quota }) => quota.current('k').count),
+        [200, 200],
+        'one window for both',
+      );
+      for (const { sync } of [a, b]) await sync.close();
+    } finally {
+      Date.now = realNow;
+      await connection.close();
+      await server.stop();
+    }
+  },
+);
+
 test.serial(title('3 node processes overshoot a shared limit by no more than the stated bound'), async (t) => {
   const server = await startRedis();
   try {

@@ -57,7 +57,8 @@ interface Window {
  * (`sync.now()`: the server time in the reply, within half the quickest recent round trip, carried
  * forward on the node's monotonic clock), so a node's own wall clock running ahead or behind, or
  * stepping (an NTP correction, a resumed VM), does not move its windows. Before its first sync a
- * node reads its own `Date.now()`. Nodes estimate Redis's clock `d` ms apart (round trips and
+ * node reads its own `Date.now()`, and places its windows again on Redis's clock once a sync told
+ * it (what it counted in between may count in a window the fleet reads later). Nodes estimate Redis's clock `d` ms apart (round trips and
  * event-loop delays; well under a millisecond on a quiet LAN): one `d` ms ahead moves to the next
  * window `d` ms early, what it counts in those `d` ms goes to the next window (and what the others
  * count then, it no longer sees), so around each boundary the fleet can admit up to that node's
@@ -83,6 +84,11 @@ export class SyncedRate {
   #closed = false;
   #current: Window;
   #previous: Window;
+  /**
+   * True while the windows are placed on this process's `Date.now()`, before the sync knows
+   * Redis's clock: the first roll after it does places them again on Redis's clock, back too.
+   */
+  #provisional: boolean;
 
   constructor(options: SyncedRateOptions) {
     const o = optionsObject(options);
@@ -98,6 +104,7 @@ export class SyncedRate {
     this.#layout = `${this.#hasher.layout}-w${this.intervalMs}`;
     this.#census = new Census(() => this.#sync.nodes);
     this.#counters = hashes * slots;
+    this.#provisional = o.clock === undefined;
     const now = this.#index(this.#now());
     this.#previous = this.#window(now - 1);
     this.#current = this.#window(now);
@@ -185,11 +192,22 @@ export class SyncedRate {
 
   /**
    * Moves to the window `now` is in. A clock that went back stays in the later window (no time
-   * passing, as `Rate`). Windows older than the previous one are dropped, with anything not yet
+   * passing, as `Rate`), except from windows placed before Redis's clock was known. Windows older than the previous one are dropped, with anything not yet
    * pushed: no decision reads them any more.
    */
   #roll(now: number): void {
     const index = this.#index(now);
+    if (this.#provisional && this.#sync.serverTimeKnown) {
+      this.#provisional = false;
+      // Placed on a clock ahead of Redis's (most likely made before the first sync, as at start
+      // up): staying would count apart from the fleet until Redis's clock caught up. What was
+      // counted in the windows left behind and not yet pushed is dropped.
+      if (index < this.#current.index) {
+        this.#previous = this.#window(index - 1);
+        this.#current = this.#window(index);
+        return;
+      }
+    }
     if (index <= this.#current.index) return;
     this.#previous = index === this.#current.index + 1 ? this.#current : this.#window(index - 1);
     this.#current = this.#window(index);

@@ -33,14 +33,16 @@
  * A second key per entry, the structure's node registry, is a sorted set node → the time until
  * which its last sync counts it live (that sync's time plus the node's own liveness period, so a
  * node that syncs less often than another is not dropped between its syncs by the other's
- * shorter period): the live node count for the "each node enforces its share" fail policy.
+ * shorter period): the live node count for the "each node enforces its share" fail policy. A sync
+ * drops the nodes a liveness period (its own) past that time: a dead node counts a little longer,
+ * and a node of an earlier release, whose score is its last sync's time, counts as it did there.
  *
  * Nodes share an entry only if they put every key in the same cells: same sketch format, shape and
  * seed, which a node's layout names (`sketchLayout`). The layout is part of the base, so nodes
  * that disagree never mix their counts (each group counts apart), and a third key per entry, the
- * structure's layout registry, is a sorted set layout → the time it stays live, as the node
- * registry's: each sync replies with the other live layouts, so both sides of a misconfiguration,
- * or of a rolling reconfiguration, hear of it.
+ * structure's layout registry, is a sorted set layout → last sync time: each sync replies with the
+ * other layouts synced within the liveness period, so both sides of a misconfiguration, or of a
+ * rolling reconfiguration, hear of it.
  *
  * A leased entry (an in-flight count) also has `B:l`, a sorted set node → lease expiry (server
  * time), renewed by each of the node's applied syncs, and a member `''` (score +inf, never reaped;
@@ -97,7 +99,8 @@
  * pairs of cell index and cumulative value; then per bucket entry: sequence number, rate (tokens
  * per ms), burst (the tokens of a new bucket), cap, lease in ms, lifetime in ms (0: none), tokens
  * held, tokens wanted (−1: leaving), the sequence number whose loan it last took in. Reply, per cell entry: applied (0/1), version, incarnation, live nodes, m,
- * then m pairs of cell index and the others' count (global minus this node's), o and the o other
+ * then m pairs of cell index and the others' count (global minus this node's, as a string: Redis
+ * would truncate a Lua number to a 64-bit integer reply), o and the o other
  * live layouts (at most 16: enough to report a misconfiguration, and a fleet where every node has
  * its own seed does not make every reply as long as the fleet); then per bucket
  * entry the tokens lent and the tokens left in the bucket after lending them, as strings (−1 and 0
@@ -120,7 +123,7 @@ local MAX_LAYOUTS = 16
 local function number(x) return string.format('%.17g', x) end
 local function count(x)
   local value = tonumber(x)
-  if value == nil or value ~= value or value == math.huge or value == -math.huge then
+  if value == nil or value ~= value or value > 2^63 or value < -2^63 then
     error('"' .. string.sub(tostring(x), 1, 40) .. '" where a number belongs')
   end
   return value
@@ -224,11 +227,12 @@ local function cell_entry(k, a)
       end
     end
   end
-  for _, pair in ipairs({{registry, node}, {layouts, layout}}) do
-    redis.call('ZADD', pair[1], now + live, pair[2])
-    redis.call('ZREMRANGEBYSCORE', pair[1], '-inf', '(' .. now)
-    if redis.call('PTTL', pair[1]) < live then redis.call('PEXPIRE', pair[1], live) end
-  end
+  redis.call('ZADD', registry, now + live, node)
+  redis.call('ZREMRANGEBYSCORE', registry, '-inf', '(' .. (now - live))
+  if redis.call('PTTL', registry) < 2 * live then redis.call('PEXPIRE', registry, 2 * live) end
+  redis.call('ZADD', layouts, now, layout)
+  redis.call('ZREMRANGEBYSCORE', layouts, '-inf', now - live)
+  redis.call('PEXPIRE', layouts, live)
   local changed = redis.call('ZRANGEBYSCORE', versions, '(' .. since, '+inf', 'WITHSCORES', 'LIMIT', 0, pull + 1)
   local version = count(redis.call('HGET', meta, 'v') or '0')
   local last = #changed
@@ -247,7 +251,7 @@ local function cell_entry(k, a)
   for j = 1, last, 2 do
     local cell = changed[j]
     res[#res + 1] = count(cell)
-    res[#res + 1] = count(redis.call('HGET', counts, cell) or '0') - count(redis.call('HGET', mine, cell) or '0')
+    res[#res + 1] = number(count(redis.call('HGET', counts, cell) or '0') - count(redis.call('HGET', mine, cell) or '0'))
   end
   local others = {}
   for _, other in ipairs(redis.call('ZRANGE', layouts, 0, MAX_LAYOUTS)) do

@@ -33,6 +33,11 @@ export class ServerClock implements Clock {
     this.#at = receivedAt;
   }
 
+  /** Whether a reply has told Redis's time: before, {@link now} is this process's own clock. */
+  get known(): boolean {
+    return this.#offset !== undefined;
+  }
+
   /** Redis's epoch milliseconds now, as estimated; this process's `Date.now()` before any reply. */
   now(): number {
     return this.#offset === undefined ? Date.now() : performance.now() + this.#offset;

@@ -284,6 +284,11 @@ export class RedisSync extends EventEmitter {
     return this.#serverClock.now();
   }
 
+  /** @internal Whether a sync's reply told Redis's time ({@link now} reads it from then on). */
+  get serverTimeKnown(): boolean {
+    return this.#serverClock.known;
+  }
+
   /** True once {@link close} was called: the synced sketches and rates on it count no more. */
   get closed(): boolean {
     return this.#closing !== undefined;
