@@ -20,6 +20,7 @@ import { onExchangeEnd } from './exchange.js';
 import { rateLimitConfig, tokenBucketConfig, upstreamLimitConfig } from './options.js';
 import {
   countTalker,
+  withLimit,
   withQuota,
   withTalkers,
   type QuotaTalkers,
@@ -218,7 +219,7 @@ export function upstreamLimitHook(options: UpstreamLimitHookOptions): OnRequestH
     }
     onExchangeEnd(request.raw, reply.raw, slot.release);
   };
-  return Object.assign(withTalkers(hook, talkers), { limit });
+  return withLimit(hook, limit, talkers);
 }
 
 /** Options of {@link keepcountFastify}: which hooks to install. */

@@ -22,6 +22,7 @@ import { onExchangeEnd } from './exchange.js';
 import { rateLimitConfig, tokenBucketConfig, upstreamLimitConfig } from './options.js';
 import {
   countTalker,
+  withLimit,
   withQuota,
   withTalkers,
   type QuotaTalkers,
@@ -359,5 +360,5 @@ export function upstreamLimit<
     onExchangeEnd(req, res, slot.release);
     next();
   };
-  return Object.assign(withTalkers(middleware, talkers), { limit });
+  return withLimit(middleware, limit, talkers);
 }

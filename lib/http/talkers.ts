@@ -39,6 +39,15 @@ export interface UpstreamTalkers extends Talkers {
   readonly limit: UpstreamLimit;
 }
 
+/** `handler` with the {@link UpstreamTalkers} of `limit` and `talkers` attached. */
+export function withLimit<F extends object>(
+  handler: F,
+  limit: UpstreamLimit,
+  talkers: HeavyHitters | undefined,
+): F & UpstreamTalkers {
+  return Object.assign(withTalkers(handler, talkers), { limit });
+}
+
 /**
  * `handler` with the top talkers of `talkers` attached: `tokenBucket` and `upstreamLimit` count
  * there only when given one (a token bucket keeps no counts to list); without, `topTalkers` lists
