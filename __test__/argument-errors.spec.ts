@@ -10,7 +10,16 @@ import {
   WindowQuota,
   type RateLimitDecision,
 } from '../lib/http/index.js';
-import { Estimator, HeavyHitters, ManualClock, proportionalRate, Rate, type RateComponents } from '../lib/index.js';
+import {
+  Estimator,
+  HeavyHitters,
+  Inflight,
+  Limiter,
+  ManualClock,
+  proportionalRate,
+  Rate,
+  type RateComponents,
+} from '../lib/index.js';
 import { throwsShape, title } from './helpers.js';
 
 const typeError = (message: string) => ({ instanceOf: TypeError, code: 'ERR_INVALID_ARG_TYPE', message });
@@ -395,4 +404,40 @@ test(title('HeavyHitters#merge brand-checks a HeavyHitters source'), (t) => {
     code: 'ERR_KEEPCOUNT_CLOSED',
     message: 'This HeavyHitters was closed; its counters are gone',
   });
+});
+
+test(title("a Proxy of a Uint8Array is no key; a Uint8Array key's own getters are never run"), (t) => {
+  // The Proxy passed `instanceof` and then failed in the typed array's own methods, an uncoded
+  // TypeError; the check read `Symbol.toStringTag`, running the caller's getter mid-validation,
+  // where it could close the object the call then went to.
+  const proxy = new Proxy(new Uint8Array([1, 2]), {});
+  const badKey = { instanceOf: TypeError, code: 'ERR_INVALID_ARG_TYPE' };
+  const estimator = new Estimator();
+  const rate = new Rate({ intervalMs: 1000 });
+  const inflight = new Inflight();
+  const limiter = new Limiter({ bestEffort: { requests: { perSecond: 10, burst: 10 } } });
+  const heavy = new HeavyHitters({ intervalMs: 1000, threshold: 1 });
+  const calls = [
+    (key: never) => estimator.incr(key),
+    (key: never) => estimator.get(key),
+    (key: never) => estimator.counterIndexes(key),
+    (key: never) => rate.observe(key),
+    (key: never) => inflight.enter(key),
+    (key: never) => inflight.incr(key),
+    (key: never) => limiter.check(key),
+    (key: never) => heavy.incr(key),
+  ];
+  for (const call of calls) t.throws(() => call(proxy as never), badKey);
+  let getterRuns = 0;
+  const tagged = new Uint8Array([1, 2]);
+  Object.defineProperty(tagged, Symbol.toStringTag, {
+    get() {
+      getterRuns++;
+      estimator.close();
+      return 'Uint8Array';
+    },
+  });
+  for (const call of calls) t.notThrows(() => call(tagged as never));
+  t.is(getterRuns, 0);
+  t.is(estimator.get(new Uint8Array([1, 2])), 1, 'counted as its bytes, by an open sketch');
 });

@@ -103,6 +103,10 @@ test(title('merging a closed Estimator into an open one is refused, the open one
   gone.close();
   throwsShape(t, () => open.merge(gone), closed('Estimator'));
   t.is(open.get('x'), 5);
+  // Closed comes before mismatched, either way round (it was ERR_KEEPCOUNT_MISMATCH).
+  const other = new Estimator({ hashes: 2, slots: 8, seed: 2n });
+  throwsShape(t, () => gone.merge(other), closed('Estimator'));
+  throwsShape(t, () => other.merge(gone), closed('Estimator'));
 });
 
 test(title('a deserialized Estimator closes too'), (t) => {

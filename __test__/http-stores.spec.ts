@@ -100,6 +100,9 @@ test(
     store.shutdown();
     t.throws(() => store.increment('a'), { code: 'ERR_KEEPCOUNT_CLOSED' });
     t.throws(() => store.get('a'), { code: 'ERR_KEEPCOUNT_CLOSED' });
+    // Not a way back: counting afresh is init()'s.
+    t.throws(() => store.resetAll(), { code: 'ERR_KEEPCOUNT_CLOSED' });
+    t.throws(() => store.increment('a'), { code: 'ERR_KEEPCOUNT_CLOSED' });
     store.init({ windowMs: 60_000, limit: 10 } as never);
     t.is(store.increment('a').totalHits, 1);
   },

@@ -238,6 +238,15 @@ test(title('close() frees the counts a quota made and leaves a given Rate open')
   }
   t.deepEqual(heavy.decisions(), { allowed: 1, refused: 0 });
 
+  // With heavyHitters: false, the calls that read no counts refuse too (they answered [] and
+  // undefined, and metrics kept exporting the closed quota's gauges).
+  const plainOwned = new WindowQuota({ limit: 5, windowMs: 1000, heavyHitters: false, clock: new ManualClock() });
+  t.deepEqual([plainOwned.topTalkers(3), plainOwned.stats()], [[], undefined]);
+  plainOwned.close();
+  for (const call of [() => plainOwned.consume('a'), () => plainOwned.topTalkers(3), () => plainOwned.stats()]) {
+    throwsShape(t, call, closed('Rate'));
+  }
+
   const rate = new Rate({ intervalMs: 1000, clock: new ManualClock() });
   let given: WindowQuota;
   {

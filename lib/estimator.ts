@@ -262,17 +262,24 @@ export class Estimator {
 
   /** Adds `value` (a safe integer, may be negative; defaults to 1) to `key`; returns its new estimate. */
   incr(key: Key, value = 1): number {
-    return this.#core.incr(validateKey(key), countArgument('value', value));
+    // Arguments first, then the core: a core read first would be the one before any close that
+    // validation might run into.
+    const k = validateKey(key);
+    const v = countArgument('value', value);
+    return this.#core.incr(k, v);
   }
 
   /** Subtracts `value` (a safe integer; defaults to 1) from `key`; returns its new estimate. */
   decr(key: Key, value = 1): number {
-    return this.#core.incr(validateKey(key), -countArgument('value', value));
+    const k = validateKey(key);
+    const v = countArgument('value', value);
+    return this.#core.incr(k, -v);
   }
 
   /** `key`'s estimated count. */
   get(key: Key): number {
-    return this.#core.get(validateKey(key));
+    const k = validateKey(key);
+    return this.#core.get(k);
   }
 
   /**
@@ -281,7 +288,8 @@ export class Estimator {
    * over-count (which keys share a client's counters) and for testing the rows' independence.
    */
   counterIndexes(key: Key): number[] {
-    return this.#core.counterIndexes(validateKey(key));
+    const k = validateKey(key);
+    return this.#core.counterIndexes(k);
   }
 
   /** Forgets every count. */
@@ -300,7 +308,8 @@ export class Estimator {
     }
     const a = this.#core;
     const b = other.#core;
-    if (isClosed(b)) throw closedError('Estimator');
+    // Closed before mismatched: a closed sketch keeps its shape, and no merge reaches it anyway.
+    if (isClosed(a) || isClosed(b)) throw closedError('Estimator');
     if (a.hashes !== b.hashes || a.slots !== b.slots || a.seed !== b.seed) {
       throw withCode(
         new Error(

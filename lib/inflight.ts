@@ -272,7 +272,9 @@ export class Inflight implements InflightCounter, Disposable {
    * ```
    */
   enter(key: Key, value = 1): number {
-    return this.#counts.core.incr(validateKey(key), countArgument('value', value));
+    const k = validateKey(key);
+    const v = countArgument('value', value);
+    return this.#counts.core.incr(k, v);
   }
 
   /**
@@ -290,7 +292,8 @@ export class Inflight implements InflightCounter, Disposable {
 
   /** `key`'s current estimated count. */
   get(key: Key): number {
-    return this.#counts.core.get(validateKey(key));
+    const k = validateKey(key);
+    return this.#counts.core.get(k);
   }
 
   /**

@@ -3,6 +3,7 @@
  */
 import type { Key } from './core.js';
 import { invalidType, outOfRange } from './errors.js';
+import { types } from 'node:util';
 
 const I64_MIN = -(2n ** 63n);
 const I64_MAX = 2n ** 63n - 1n;
@@ -57,10 +58,12 @@ export function ownKey(key: Key): Key {
   return key.length === 0 ? new Uint8Array(0) : new Uint8Array(key);
 }
 
-/** True for a `Uint8Array` (or `Buffer`) from any realm, e.g. one a worker transferred. */
+/**
+ * True for a `Uint8Array` (or `Buffer`, or a subclass) from any realm, e.g. one a worker
+ * transferred. By its internal slot, not `instanceof` or a `Symbol.toStringTag` read: a `Proxy` of
+ * one passed `instanceof` and then failed in the typed array's own methods (an uncoded
+ * `TypeError`), and an own `Symbol.toStringTag` getter ran the caller's code mid-validation.
+ */
 export function isUint8Array(value: unknown): value is Uint8Array {
-  return (
-    value instanceof Uint8Array ||
-    (ArrayBuffer.isView(value) && (value as { [Symbol.toStringTag]?: string })[Symbol.toStringTag] === 'Uint8Array')
-  );
+  return types.isUint8Array(value);
 }

@@ -190,7 +190,8 @@ export class Limiter implements Disposable {
 
   /** `key`'s quota, or `undefined` if it is not in the table. */
   quota(key: Key): QuotaInfo | undefined {
-    const spec = this.#core.quota(tableKey(key));
+    const k = tableKey(key);
+    const spec = this.#core.quota(k);
     return spec === null ? undefined : quotaInfo(spec);
   }
 

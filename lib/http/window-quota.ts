@@ -3,7 +3,7 @@
  * {@link HeavyHitters} (exact for every client near its limit) or in a plain {@link Rate}.
  */
 import type { Clock } from '../clock.js';
-import { dispose } from '../closed.js';
+import { closedError, dispose } from '../closed.js';
 import type { HeavyStats, HeavyTalker } from '../core.js';
 import { invalidType, outOfRange } from '../errors.js';
 import { HeavyHitters, MAX_CAPACITY, MAX_VALUE } from '../heavy.js';
@@ -171,6 +171,8 @@ export class WindowQuota implements Disposable {
   #counts: HeavyHitters | Rate;
   /** Whether the quota made {@link #counts} (and frees it on close), rather than being given a `rate`. */
   readonly #owned: boolean;
+  /** True once {@link close} ran. */
+  #closed = false;
   /** Decisions made since construction, for metrics. */
   #allowed = 0;
   #refused = 0;
@@ -280,7 +282,10 @@ export class WindowQuota implements Disposable {
    * code units is listed in its bounded form: first 240 units, `'…'`, 16 hex digits of its SHA-256.
    */
   topTalkers(n: number, window: 'current' | 'previous' | 'both' = 'current'): HeavyTalker[] {
-    return this.#counts instanceof HeavyHitters ? this.#counts.top(n, window) : [];
+    const counts = this.#counts;
+    if (counts instanceof HeavyHitters) return counts.top(n, window);
+    this.#refuseClosed();
+    return [];
   }
 
   /**
@@ -288,7 +293,18 @@ export class WindowQuota implements Disposable {
    * `undefined` with `heavyHitters: false`.
    */
   stats(window: 'current' | 'previous' = 'current'): HeavyStats | undefined {
-    return this.#counts instanceof HeavyHitters ? this.#counts.stats(window) : undefined;
+    const counts = this.#counts;
+    if (counts instanceof HeavyHitters) return counts.stats(window);
+    this.#refuseClosed();
+    return undefined;
+  }
+
+  /**
+   * Throws `ERR_KEEPCOUNT_CLOSED` once the quota is closed, for the calls that read no counts with
+   * `heavyHitters: false` (a closed heavy-hitter table refuses them itself).
+   */
+  #refuseClosed(): void {
+    if (this.#closed) throw closedError('Rate');
   }
 
   /** How many {@link consume} calls were allowed and refused since construction. */
@@ -304,6 +320,7 @@ export class WindowQuota implements Disposable {
    * too.
    */
   close(): void {
+    this.#closed = true;
     if (this.#owned) {
       this.#counts.close();
       return;

@@ -36,6 +36,7 @@
  */
 import type { Clock } from '../../clock.js';
 import type { HeavyTalker } from '../../core.js';
+import { closedError } from '../../closed.js';
 import { invalidType, withCode } from '../../errors.js';
 import { MAX_VALUE } from '../../heavy.js';
 import type { Rate } from '../../rate.js';
@@ -103,6 +104,8 @@ export class KeepcountStore {
   #limit: unknown;
   /** The quota's clock when it is `Date.now()` (the default), whose last reading dates resets. */
   #date: DateReading | undefined;
+  /** Set by {@link shutdown}, cleared by {@link init}. */
+  #shutDown = false;
 
   constructor(options: KeepcountStoreOptions = {}) {
     if (typeof options !== 'object' || options === null)
@@ -121,6 +124,7 @@ export class KeepcountStore {
     // A given rate keeps its own (monotonic) clock, and the `clock` option is ignored then.
     this.#date = clock === undefined && rate === undefined ? new DateReading() : undefined;
     this.#quota = new WindowQuota({ ...quota, windowMs, clients, hashes, slots, seed, clock: clock ?? this.#date });
+    this.#shutDown = false;
   }
 
   /** Counts a hit for `key`. */
@@ -163,6 +167,8 @@ export class KeepcountStore {
    */
   resetAll(): void {
     const quota = this.#ready();
+    // As every other call after shutdown(): counting afresh would bring back what it freed.
+    if (this.#shutDown) throw closedError('KeepcountStore');
     if (this.#options.rate !== undefined) {
       throw withCode(
         new Error('KeepcountStore cannot reset a Rate it was given: unlink a shared Rate before its processes start'),
@@ -181,6 +187,7 @@ export class KeepcountStore {
    */
   shutdown(): void {
     this.#quota?.close();
+    this.#shutDown = this.#quota !== undefined;
   }
 
   /** `Date.now()` plus `resetMs`, which the quota has just measured at the reading it remembers. */
