@@ -16,10 +16,12 @@
 //! [`RECLAIM_INTERVAL`] from each process holding the segment, and every open calls it.
 //!
 //! **Exactness**: a change updates the key's counters row by row, the total's and the
-//! contribution's of one row together, and those two are not one atomic step. Increments add to
-//! the total first, decrements take from the contribution first, so a process killed between the
-//! two leaves that one row over by at most that change, never under: with two or more rows the
-//! key's estimate, the minimum over rows, stays exact.
+//! contribution's of one row together, and those two are not one atomic step (nor can a record of
+//! which was done be one with either). Increments add to the total first, decrements take from the
+//! contribution first, so a process killed between the two leaves that one row over by at most
+//! that change, never under, for as long as the segment lives: the key's estimate, the minimum
+//! over rows, stays exact while one of its rows is untouched, but kills that land there add up
+//! (unlinking the segment before the processes start clears them).
 //!
 //! # Slot table
 //! After the counters, two words per slot: the owner word (`state << 62 | sweeper pid << 32 |
@@ -161,8 +163,8 @@ impl SharedInflight {
         let value = value as i64;
         let (total, own) = (self.total.counters(), self.own.counters());
         let mut min = i64::MAX;
-        // Row by row, so that a process killed mid-change leaves at most one row off (module
-        // docs); the order within a row keeps that row an over-count.
+        // Row by row, so that a process killed mid-change leaves at most one row of this key off
+        // (module docs); the order within a row keeps that row an over-count.
         self.total.rows().for_each_index(key, |index| {
             let (Some(total), Some(own)) = (total.get(index), own.get(index)) else {
                 return;
