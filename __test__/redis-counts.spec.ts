@@ -123,44 +123,56 @@ test.serial(title('nodes syncing one name every 50 ms and every 1,000 ms count e
   }
 });
 
-test.serial(title('counts after their sync closed throw ERR_KEEPCOUNT_CLOSED; reads still answer'), async (t) => {
-  // Before, they were taken and never pushed: the fleet never saw them.
-  const server = await startRedis();
-  const connection = await connectClient('ioredis', server.port);
-  try {
-    const sync = new RedisSync({ sendCommand: connection.send, syncMs: 3_600_000 });
-    const sketch = new SyncedEstimator({ sync, name: 'after-close', seed: 7 });
-    const quota = new SyncedWindowQuota({ sync, name: 'after-close-q', seed: 7, limit: 5, windowMs: 60_000 });
-    sketch.incr('k', 7);
-    quota.consume('k');
-    t.false(sync.closed);
-    const closing = sync.close();
-    t.true(sync.closed);
-    const closed = {
-      code: 'ERR_KEEPCOUNT_CLOSED',
-      message: /^The RedisSync of this Synced(Estimator|Rate) was closed: it counts no more/,
-    };
-    for (const count of [
-      () => sketch.incr('k'),
-      () => sketch.decr('k'),
-      () => quota.consume('k'),
-      () => quota.adjust('k', 1),
-    ]) {
-      t.throws(count, closed);
+test.serial(
+  title("counts after their sync closed throw ERR_KEEPCOUNT_CLOSED; a quota's decide by its fail policy"),
+  async (t) => {
+    // Before, they were taken and never pushed: the fleet never saw them. A quota's consume is the
+    // request path, which never throws because of the sync: a closed one is stale for good.
+    const server = await startRedis();
+    const connection = await connectClient('ioredis', server.port);
+    try {
+      const sync = new RedisSync({ sendCommand: connection.send, syncMs: 3_600_000 });
+      const sketch = new SyncedEstimator({ sync, name: 'after-close', seed: 7 });
+      const quota = new SyncedWindowQuota({
+        sync,
+        name: 'after-close-q',
+        seed: 7,
+        limit: 5,
+        windowMs: 60_000,
+        failPolicy: 'closed',
+      });
+      const rate = new SyncedRate({ sync, name: 'after-close-r', seed: 7, intervalMs: 60_000 });
+      sketch.incr('k', 7);
+      rate.observe('k');
+      t.true(quota.consume('k').allowed);
+      t.false(sync.closed);
+      const closing = sync.close();
+      t.true(sync.closed);
+      const closed = {
+        code: 'ERR_KEEPCOUNT_CLOSED',
+        message: /^The RedisSync of this Synced(Estimator|Rate) was closed: it counts no more/,
+      };
+      for (const count of [() => sketch.incr('k'), () => sketch.decr('k'), () => rate.observe('k')]) {
+        t.throws(count, closed);
+      }
+      const decision = quota.consume('k');
+      t.is(decision.allowed, false, "refused by the 'closed' fail policy, not thrown");
+      t.is(decision.count, 2, 'counted on this node alone');
+      quota.adjust('k', -1);
+      t.true(await closing);
+      t.is(sketch.get('k'), 7);
+      t.is(quota.current('k').count, 1);
+      const readerSync = new RedisSync({ sendCommand: connection.send, syncMs: 3_600_000 });
+      const reader = new SyncedEstimator({ sync: readerSync, name: 'after-close', seed: 7 });
+      t.true(await readerSync.flush());
+      t.is(reader.get('k'), 7, 'what was counted before the close was pushed by its last sync');
+      await readerSync.close();
+    } finally {
+      await connection.close();
+      await server.stop();
     }
-    t.true(await closing);
-    t.is(sketch.get('k'), 7);
-    t.is(quota.current('k').count, 1);
-    const readerSync = new RedisSync({ sendCommand: connection.send, syncMs: 3_600_000 });
-    const reader = new SyncedEstimator({ sync: readerSync, name: 'after-close', seed: 7 });
-    t.true(await readerSync.flush());
-    t.is(reader.get('k'), 7, 'what was counted before the close was pushed by its last sync');
-    await readerSync.close();
-  } finally {
-    await connection.close();
-    await server.stop();
-  }
-});
+  },
+);
 
 test.serial(title('a sketch closed before its sync is pushed by the next sync, then no longer synced'), async (t) => {
   const server = await startRedis();

@@ -113,8 +113,16 @@ export class SyncedRate {
 
   /** Records `events` (a safe integer; defaults to 1) for `key`; returns its fleet-wide count in the current window. */
   observe(key: Key, events = 1): number {
+    return this.observeLocally(key, events, false);
+  }
+
+  /**
+   * @internal {@link observe}; with `afterSync`, also once the sync closed, counting on this node
+   * alone: a quota's decisions never throw because of the sync, its fail policy decides then.
+   */
+  observeLocally(key: Key, events: number, afterSync: boolean): number {
     if (this.#closed) throw closedSyncedError('SyncedRate');
-    if (this.#sync.closed) throw syncClosedError('SyncedRate');
+    if (!afterSync && this.#sync.closed) throw syncClosedError('SyncedRate');
     const indexes = this.#hasher.indexes(key);
     const value = countArgument('events', events);
     this.#roll(this.#now());

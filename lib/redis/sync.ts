@@ -264,8 +264,10 @@ export class RedisSync extends EventEmitter {
 
   /**
    * Stops the timer after one last sync; structures keep answering from their local state, but
-   * counts on its synced sketches and rates (a quota's `consume`) throw `ERR_KEEPCOUNT_CLOSED` from
-   * the call on, since nothing would push them: close it once the server stops taking requests.
+   * counts on its synced sketches and rates throw `ERR_KEEPCOUNT_CLOSED` from the call on, since
+   * nothing would push them. A quota's `consume` does not: it decides on this node's counts by its
+   * fail policy (a server draining requests at shutdown answers them); close the sync once the
+   * server stops taking requests all the same, or the fleet never sees them.
    * Resolves with whether that sync succeeded; every call resolves with it once it is done, so a
    * second shutdown hook cannot let the process exit before the last push.
    */
@@ -289,7 +291,7 @@ export class RedisSync extends EventEmitter {
     return this.#serverClock.known;
   }
 
-  /** True once {@link close} was called: the synced sketches and rates on it count no more. */
+  /** True once {@link close} was called: the synced sketches and rates on it count no more (see {@link close}). */
   get closed(): boolean {
     return this.#closing !== undefined;
   }

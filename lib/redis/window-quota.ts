@@ -87,13 +87,19 @@ export class SyncedWindowQuota implements RequestQuota {
     this.#sync = o.sync as RedisSync;
   }
 
-  /** Counts one request (or `cost`) for `key` and decides on it, without waiting on Redis. */
+  /**
+   * Counts one request (or `cost`) for `key` and decides on it, without waiting on Redis. Never
+   * throws because of the sync: once it closed, the quota counts on this node alone and its
+   * `failPolicy` decides, as while Redis is unreachable.
+   */
   consume(key: string, cost = 1): RateLimitDecision {
     // As WindowQuota checks it: a negative cost would be a refund that admits.
     quotaArgument('cost', cost, 0);
-    const count = this.#rate.observe(key, cost);
+    const count = this.#rate.observeLocally(key, cost, true);
     let allowed = count <= this.limit;
-    if (allowed && this.#sync.stale) {
+    // A closed sync is stale for good: nothing reaches the fleet any more, and the request path
+    // must not fail for it (a server still draining requests at shutdown).
+    if (allowed && (this.#sync.stale || this.#sync.closed)) {
       if (this.failPolicy === 'closed') allowed = false;
       else if (this.failPolicy === 'local') allowed = this.#rate.local(key) <= this.share();
     }
@@ -126,7 +132,7 @@ export class SyncedWindowQuota implements RequestQuota {
   /** Adds `delta` (possibly negative) to `key`'s count in the current window. */
   adjust(key: string, delta: number): void {
     quotaArgument('delta', delta, -MAX_VALUE);
-    this.#rate.observe(key, delta);
+    this.#rate.observeLocally(key, delta, true);
   }
 
   /** `key`'s fleet-wide count in the current window and the milliseconds until the window ends. */
