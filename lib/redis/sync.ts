@@ -9,9 +9,10 @@ import { EventEmitter } from 'node:events';
 import { randomUUID } from 'node:crypto';
 import { invalidType, outOfRange, withCode, type KeepcountError } from '../errors.js';
 import { integerOption, optionsObject } from '../options.js';
-import type { Pull, Push, SyncedCells } from './cells.js';
+import type { Push, SyncedCells } from './cells.js';
 import type { LoanRequest } from './loan.js';
 import { ServerClock } from './server-clock.js';
+import { corruptKeyError, foreignKeyError, layoutError, parseReply } from './reply.js';
 import { runSyncScript } from './script.js';
 import type { SendCommand } from './send.js';
 
@@ -474,53 +475,6 @@ function timeoutError(ms: number): Error {
   return withCode(new Error(`Redis sync timed out after ${ms} ms`), 'ERR_KEEPCOUNT_SYNC');
 }
 
-/**
- * Nodes of another layout (`theirs`) synced the same part of a structure within `liveMs`: they
- * were made with another seed, shape or sketch format, so they count every key in other cells and
- * the two groups count apart (script.ts), each blind to the other's traffic.
- */
-function layoutError(entry: SyncedCells, theirs: string, liveMs: number): Error {
-  const { base, layout } = entry.keys;
-  const error = withCode(
-    new Error(
-      `Redis entry "${base}" has nodes of another layout syncing beside it within ${liveMs} ms: "${theirs}" ` +
-        `against this node's "${layout}" (sketch format, hashes x slots, seed digest; for a rate or quota, -w and ` +
-        'its window in ms). They would count one key in different cells or windows, so each layout counts apart ' +
-        "and neither sees the other's traffic. Give every node of the structure the same seed, hashes and slots " +
-        '(and window) and the same keepcount version, or give it another name ' +
-        '(expected for a while during a rolling reconfiguration)',
-    ),
-    'ERR_KEEPCOUNT_LAYOUT',
-  );
-  return Object.assign(error, { key: base, layout, theirs });
-}
-
-/**
- * A key under the prefix that held a Redis type keepcount never writes there: another writer shares
- * the prefix. The script deleted it; `key` names it for the operator who has to find that writer.
- */
-function foreignKeyError(key: string, type: string, prefix: string): Error {
-  const error = withCode(
-    new Error(
-      `Redis key "${key}" held a ${type}, which keepcount never writes there: something else writes under the ` +
-        `"${prefix}" prefix. keepcount deleted the key and rebuilt what it held`,
-    ),
-    'ERR_KEEPCOUNT_FOREIGN_KEY',
-  );
-  return Object.assign(error, { key });
-}
-
-function corruptKeyError(key: string, reason: string, prefix: string): Error {
-  const error = withCode(
-    new Error(
-      `Redis key "${key}" (or a key of its entry) held a value keepcount never writes (${reason}): something ` +
-        `else writes under the "${prefix}" prefix. keepcount deleted the entry's keys and rebuilt what they held`,
-    ),
-    'ERR_KEEPCOUNT_CORRUPT',
-  );
-  return Object.assign(error, { key });
-}
-
 /** A key component: a non-empty string without `{` or `}`, which would move the hash tag. */
 export function nameOption(name: string, value: unknown): string {
   if (typeof value !== 'string') throw invalidType(`The "${name}" option`, 'of type string', value);
@@ -547,74 +501,4 @@ function byHashTag(entries: SyncedCells[], loans: LoanRequest[]): { entries: Syn
   for (const entry of entries) group(hashTag(entry.keys.base)).entries.push(entry);
   for (const loan of loans) group(hashTag(loan.key)).loans.push(loan);
   return [...groups.values()];
-}
-
-/**
- * Splits the script's flat reply into one {@link Pull} per cell entry, the tokens lent per loan (−1
- * when Redis did not apply it) and left in its bucket, the keys of another type it deleted; anything else is a failed sync.
- */
-function parseReply(
-  reply: unknown,
-  entries: number,
-  loans: number,
-): {
-  pulls: Pull[];
-  lent: number[];
-  left: number[];
-  foreign: { key: string; type: string }[];
-  corrupt: { key: string; reason: string }[];
-  serverMs: number;
-} {
-  const unexpected = (): Error =>
-    withCode(new Error('Unexpected reply from the keepcount sync script'), 'ERR_KEEPCOUNT_SYNC');
-  if (!Array.isArray(reply)) throw unexpected();
-  const number = (index: number): number => {
-    const value = Number(reply[index]);
-    if (index >= reply.length || !Number.isFinite(value)) throw unexpected();
-    return value;
-  };
-  const pulls: Pull[] = [];
-  let a = 0;
-  for (let k = 0; k < entries; k++) {
-    const applied = number(a) === 1;
-    const version = number(a + 1);
-    const incarnation = String(reply[a + 2]);
-    const nodes = number(a + 3);
-    const m = number(a + 4);
-    a += 5;
-    const cells: number[] = [];
-    const others: number[] = [];
-    for (let j = 0; j < m; j++, a += 2) {
-      cells.push(number(a));
-      others.push(number(a + 1));
-    }
-    const layouts: string[] = [];
-    const o = number(a++);
-    for (let j = 0; j < o; j++, a++) {
-      if (a >= reply.length) throw unexpected();
-      layouts.push(String(reply[a]));
-    }
-    pulls.push({ applied, version, incarnation, nodes, cells, others, layouts });
-  }
-  const lent: number[] = [];
-  const left: number[] = [];
-  for (let k = 0; k < loans; k++, a += 2) {
-    lent.push(number(a));
-    left.push(Math.max(0, number(a + 1)));
-  }
-  const foreign: { key: string; type: string }[] = [];
-  const f = number(a++);
-  for (let j = 0; j < f; j++, a += 2) {
-    if (a + 1 >= reply.length) throw unexpected();
-    foreign.push({ key: String(reply[a]), type: String(reply[a + 1]) });
-  }
-  const corrupt: { key: string; reason: string }[] = [];
-  const c = number(a++);
-  for (let j = 0; j < c; j++, a += 2) {
-    if (a + 1 >= reply.length) throw unexpected();
-    corrupt.push({ key: String(reply[a]), reason: String(reply[a + 1]) });
-  }
-  const serverMs = number(a++);
-  if (a !== reply.length) throw unexpected();
-  return { pulls, lent, left, foreign, corrupt, serverMs };
 }

@@ -1,0 +1,132 @@
+/**
+ * The sync script's reply as a node reads it (the flat layout is documented in script.ts), and the
+ * errors about Redis keys it reports on `'error'`.
+ */
+import { withCode } from '../errors.js';
+import type { Pull, SyncedCells } from './cells.js';
+
+/** One script call's reply. */
+export interface SyncReply {
+  /** Per cell entry, what it pulled. */
+  pulls: Pull[];
+  /** Per loan, the tokens lent, or −1 when Redis did not apply it (a stale sequence number). */
+  lent: number[];
+  /** Per loan, the tokens left in its bucket after lending them (0 when not applied). */
+  left: number[];
+  /** Keys of another Redis type the script deleted. */
+  foreign: { key: string; type: string }[];
+  /** Entries and buckets of corrupt values the script deleted, and what failed. */
+  corrupt: { key: string; reason: string }[];
+  /** Redis's time during the call, epoch milliseconds. */
+  serverMs: number;
+}
+
+/**
+ * Splits the script's flat reply (its layout is in script.ts) into a {@link SyncReply}; anything
+ * else is a failed sync.
+ */
+export function parseReply(reply: unknown, entries: number, loans: number): SyncReply {
+  const unexpected = (): Error =>
+    withCode(new Error('Unexpected reply from the keepcount sync script'), 'ERR_KEEPCOUNT_SYNC');
+  if (!Array.isArray(reply)) throw unexpected();
+  const number = (index: number): number => {
+    const value = Number(reply[index]);
+    if (index >= reply.length || !Number.isFinite(value)) throw unexpected();
+    return value;
+  };
+  const pulls: Pull[] = [];
+  let a = 0;
+  for (let k = 0; k < entries; k++) {
+    const applied = number(a) === 1;
+    const version = number(a + 1);
+    const incarnation = String(reply[a + 2]);
+    const nodes = number(a + 3);
+    const m = number(a + 4);
+    a += 5;
+    const cells: number[] = [];
+    const others: number[] = [];
+    for (let j = 0; j < m; j++, a += 2) {
+      cells.push(number(a));
+      others.push(number(a + 1));
+    }
+    const layouts: string[] = [];
+    const o = number(a++);
+    for (let j = 0; j < o; j++, a++) {
+      if (a >= reply.length) throw unexpected();
+      layouts.push(String(reply[a]));
+    }
+    pulls.push({ applied, version, incarnation, nodes, cells, others, layouts });
+  }
+  const lent: number[] = [];
+  const left: number[] = [];
+  for (let k = 0; k < loans; k++, a += 2) {
+    lent.push(number(a));
+    left.push(Math.max(0, number(a + 1)));
+  }
+  const foreign: { key: string; type: string }[] = [];
+  const f = number(a++);
+  for (let j = 0; j < f; j++, a += 2) {
+    if (a + 1 >= reply.length) throw unexpected();
+    foreign.push({ key: String(reply[a]), type: String(reply[a + 1]) });
+  }
+  const corrupt: { key: string; reason: string }[] = [];
+  const c = number(a++);
+  for (let j = 0; j < c; j++, a += 2) {
+    if (a + 1 >= reply.length) throw unexpected();
+    corrupt.push({ key: String(reply[a]), reason: String(reply[a + 1]) });
+  }
+  const serverMs = number(a++);
+  if (a !== reply.length) throw unexpected();
+  return { pulls, lent, left, foreign, corrupt, serverMs };
+}
+
+/**
+ * Nodes of another layout (`theirs`) synced the same part of a structure within `liveMs`: they
+ * were made with another seed, shape or sketch format, so they count every key in other cells and
+ * the two groups count apart (script.ts), each blind to the other's traffic.
+ */
+export function layoutError(entry: SyncedCells, theirs: string, liveMs: number): Error {
+  const { base, layout } = entry.keys;
+  const error = withCode(
+    new Error(
+      `Redis entry "${base}" has nodes of another layout syncing beside it within ${liveMs} ms: "${theirs}" ` +
+        `against this node's "${layout}" (sketch format, hashes x slots, seed digest; for a rate or quota, -w and ` +
+        'its window in ms). They would count one key in different cells or windows, so each layout counts apart ' +
+        "and neither sees the other's traffic. Give every node of the structure the same seed, hashes and slots " +
+        '(and window) and the same keepcount version, or give it another name ' +
+        '(expected for a while during a rolling reconfiguration)',
+    ),
+    'ERR_KEEPCOUNT_LAYOUT',
+  );
+  return Object.assign(error, { key: base, layout, theirs });
+}
+
+/**
+ * A key under the prefix that held a Redis type keepcount never writes there: another writer shares
+ * the prefix. The script deleted it; `key` names it for the operator who has to find that writer.
+ */
+export function foreignKeyError(key: string, type: string, prefix: string): Error {
+  const error = withCode(
+    new Error(
+      `Redis key "${key}" held a ${type}, which keepcount never writes there: something else writes under the ` +
+        `"${prefix}" prefix. keepcount deleted the key and rebuilt what it held`,
+    ),
+    'ERR_KEEPCOUNT_FOREIGN_KEY',
+  );
+  return Object.assign(error, { key });
+}
+
+/**
+ * An entry (or a bucket) whose keys held values keepcount never writes, of the right Redis type: the
+ * script deleted them and handled them as lost (script.ts); `key` names the entry or the bucket.
+ */
+export function corruptKeyError(key: string, reason: string, prefix: string): Error {
+  const error = withCode(
+    new Error(
+      `Redis key "${key}" (or a key of its entry) held a value keepcount never writes (${reason}): something ` +
+        `else writes under the "${prefix}" prefix. keepcount deleted the entry's keys and rebuilt what they held`,
+    ),
+    'ERR_KEEPCOUNT_CORRUPT',
+  );
+  return Object.assign(error, { key });
+}
