@@ -57,14 +57,15 @@ interface Window {
  * (`sync.now()`: the server time in the reply, within half the quickest recent round trip, carried
  * forward on the node's monotonic clock), so a node's own wall clock running ahead or behind, or
  * stepping (an NTP correction, a resumed VM), does not move its windows. Before its first sync a
- * node reads its own `Date.now()`, and places its windows again on Redis's clock once a sync told
- * it (what it counted in between may count in a window the fleet reads later). Nodes estimate Redis's clock `d` ms apart (round trips and
- * event-loop delays; well under a millisecond on a quiet LAN): one `d` ms ahead moves to the next
- * window `d` ms early, what it counts in those `d` ms goes to the next window (and what the others
- * count then, it no longer sees), so around each boundary the fleet can admit up to that node's
- * admissions in `d` ms more than the limit in one window, and as many fewer in the next. With a
- * `clock` option, `d` is how far the nodes' clocks disagree. A clock that goes back stays in the
- * later window until it catches up. Keys outlive their last reader by 10 s for slower clocks.
+ * node reads its own `Date.now()`, and places its windows again on Redis's clock once a sync
+ * told it (what it counted in between may count in a window the fleet reads later). Nodes
+ * estimate Redis's clock `d` ms apart (round trips and event-loop delays; well under a
+ * millisecond on a quiet LAN): one `d` ms ahead moves to the next window `d` ms early, what it
+ * counts in those `d` ms goes to the next window (and what the others count then, it no longer
+ * sees), so around each boundary the fleet can admit up to that node's admissions in `d` ms more
+ * than the limit in one window, and as many fewer in the next. With a `clock` option, `d` is how
+ * far the nodes' clocks disagree. A clock that goes back stays in the later window until it
+ * catches up. Keys outlive their last reader by 10 s for slower clocks.
  */
 export class SyncedRate {
   /** The window length in milliseconds. */
@@ -200,8 +201,9 @@ export class SyncedRate {
 
   /**
    * Moves to the window `now` is in. A clock that went back stays in the later window (no time
-   * passing, as `Rate`), except from windows placed before Redis's clock was known. Windows older than the previous one are dropped, with anything not yet
-   * pushed: no decision reads them any more.
+   * passing, as `Rate`), except from windows placed before Redis's clock was known. Windows older
+   * than the previous one are dropped, with anything not yet pushed: no decision reads them any
+   * more.
    */
   #roll(now: number): void {
     const index = this.#index(now);
