@@ -11,7 +11,7 @@
  * between two setups is the median over rounds of their ratios to the bare server beside them.
  * With two cores or more the servers run on one and autocannon on the others (`splitCores` in
  * load.ts), so what a limiter costs comes out of the servers' core; the report says which cores
- * each side had.
+ * each side had. A limiter with a floor ({@link FLOORS}) also runs beside that floor every round.
  */
 import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
@@ -43,7 +43,26 @@ export interface HttpCase {
   requests: number;
   /** Non-2xx answers over all rounds: must be 0 (every limiter admits everything). */
   non2xx: number;
+  /**
+   * For a limiter with a floor ({@link FLOORS}): per round, its requests/s over those of the floor
+   * run beside it (and the floor's CPU per request over its own), in runs of their own.
+   */
+  overFloor?: { floor: string; rps: number[]; cpu: number[] };
 }
+
+/**
+ * The floor under each limiter that has one: a setup doing its framework's share of the same
+ * visible work and counting nothing (one more Express layer; node:http's validating and sending
+ * the two RateLimit fields). Issue 16's honest targets are the limiter over it. Each pair also
+ * runs side by side: a ratio of two setups each taken beside its bare server a minute apart
+ * carries both runs' noise, the pair run together only one.
+ */
+export const FLOORS: Readonly<Record<string, string>> = {
+  'node-rateLimit': 'node-headers',
+  'express-rateLimit': 'express-headers',
+  'express-tokenBucket': 'express-noop',
+  'express-upstreamLimit': 'express-noop',
+};
 
 export interface HttpResults {
   /** Connections autocannon keeps open to each server. */
@@ -132,6 +151,10 @@ export async function runHttp(quick: boolean, only: string[] = []): Promise<Http
   const limited = names.filter((name) => name !== bareOf(name));
   const runs = new Map<string, Run[]>(names.map((n) => [n, []]));
   const ratios = new Map<string, { rps: number[]; cpu: number[] }>(names.map((n) => [n, { rps: [], cpu: [] }]));
+  const floorPairs = Object.entries(FLOORS).filter(([setup, floor]) => names.includes(setup) && names.includes(floor));
+  const overFloor = new Map(
+    floorPairs.map(([setup, floor]) => [setup, { floor, rps: [] as number[], cpu: [] as number[] }]),
+  );
   for (let round = 0; round < rounds; round++) {
     // Rotate the order each round so no setup always runs first or last.
     const order = limited.map((_, i) => limited[(i + round) % limited.length]!);
@@ -145,6 +168,12 @@ export async function runHttp(quick: boolean, only: string[] = []): Promise<Http
       runs.get(bareOf(setup))!.push(bare);
       ratios.get(setup)!.rps.push(ours.rps / bare.rps);
       ratios.get(setup)!.cpu.push(bare.cpuUs / ours.cpuUs);
+    }
+    for (const [setup, floor] of floorPairs) {
+      console.log(`http ${setup} beside ${floor} (round ${round + 1}/${rounds})`);
+      const [under, ours] = (await runSideBySide([floor, setup], seconds, warmUpSeconds, cpus.server)) as [Run, Run];
+      overFloor.get(setup)!.rps.push(ours.rps / under.rps);
+      overFloor.get(setup)!.cpu.push(under.cpuUs / ours.cpuUs);
     }
     for (const bare of names.filter((name) => name === bareOf(name))) {
       ratios.get(bare)!.rps.push(1);
@@ -171,6 +200,7 @@ export async function runHttp(quick: boolean, only: string[] = []): Promise<Http
         rssGrowth: median(r.map((x) => x.rssGrowth)),
         requests: median(r.map((x) => x.requests)),
         non2xx: r.reduce((sum, x) => sum + x.non2xx, 0),
+        overFloor: overFloor.get(setup),
       };
     }),
   };

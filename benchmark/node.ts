@@ -7,7 +7,9 @@
  * Every suite first checks its contenders give the same answers, then runs with benny
  * (benchmark.js) for `rounds` rounds, the case order rotated each round so no contender always
  * runs first or last; each case's figure is the median over rounds of benchmark.js's median
- * sample, as nanoseconds per operation.
+ * sample, as nanoseconds per operation. Then the same cases run again side by side
+ * (side-by-side.ts: each in turn for a slice of time, round after round), which is what the
+ * targets' ratios are taken from.
  */
 import { writeFileSync } from 'node:fs';
 import { parseArgs } from 'node:util';
@@ -15,6 +17,7 @@ import { add, complete, suite } from 'benny';
 import { loadBackends } from './backends.js';
 import { makeKeys } from './data.js';
 import { makeSuite, SUITE_IDS, type SuiteId } from './suites.js';
+import { median, sideBySide } from './side-by-side.js';
 
 export interface CaseResult {
   name: string;
@@ -22,6 +25,8 @@ export interface CaseResult {
   ns: number;
   /** Each round's figure, for the spread. */
   rounds: number[];
+  /** ns per operation of each side-by-side round (side-by-side.ts), paired by index across cases. */
+  sideBySide: number[];
 }
 
 export interface SuiteResult {
@@ -36,16 +41,13 @@ export interface NodeResults {
   distinct: number;
   draws: number;
   rounds: number;
+  /** Side-by-side rounds, and the milliseconds each case ran per round. */
+  sideBySideRounds: number;
+  sliceMs: number;
   backends: string[];
   notes: string[];
   suites: SuiteResult[];
 }
-
-const median = (xs: number[]): number => {
-  const s = [...xs].sort((a, b) => a - b);
-  const m = s.length >> 1;
-  return s.length % 2 ? s[m]! : (s[m - 1]! + s[m]!) / 2;
-};
 
 async function main(): Promise<void> {
   const { values } = parseArgs({
@@ -59,6 +61,7 @@ async function main(): Promise<void> {
   const distinct = quick ? 10_000 : 1_000_000;
   const draws = quick ? 1 << 14 : 1 << 20;
   const rounds = quick ? 1 : 5;
+  const side = quick ? { rounds: 1, sliceMs: 5, warmUpRounds: 1 } : { rounds: 25, sliceMs: 40, warmUpRounds: 3 };
   const checkDraws = quick ? 2_000 : 20_000;
   const caseOptions = quick ? { minSamples: 2, maxTime: 0.05, delay: 0 } : { minSamples: 5, maxTime: 0.5, delay: 0.05 };
 
@@ -102,16 +105,21 @@ async function main(): Promise<void> {
     }
   }
   for (const [si, s] of suites.entries()) {
+    console.log(`${s.title}: ${side.rounds} rounds side by side, ${side.sliceMs} ms per case`);
+    const paired = await sideBySide(s.cases, side);
     results[si]!.cases = s.cases.map((c, ci) => ({
       name: c.name,
       ns: median(perCase[si]![ci]!),
       rounds: perCase[si]![ci]!,
+      sideBySide: paired[ci]!,
     }));
   }
   const out: NodeResults = {
     distinct,
     draws,
     rounds,
+    sideBySideRounds: side.rounds,
+    sliceMs: side.sliceMs,
     backends: backends.map((b) => b.name),
     notes,
     suites: results,

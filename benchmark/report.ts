@@ -1,6 +1,7 @@
 /** Renders the results as Markdown tables and a horizontal bar chart (SVG, no dependencies). */
 import type { MemoryResult } from './memory.js';
 import type { NodeResults, SuiteResult } from './node.js';
+import { median, pairedRatio } from './side-by-side.js';
 import type { HttpCase, HttpResults } from './http.js';
 import { bareOf } from './load.js';
 import type { RedisResults } from './redis.js';
@@ -45,17 +46,23 @@ export const refNs = (s: SuiteResult): number | undefined => s.cases.find((c) =>
 
 function suiteTable(s: SuiteResult): string {
   const ref = refNs(s);
+  const refRounds = s.cases.find((c) => c.name === s.reference)?.sideBySide;
   const lines = [
     `### ${s.title}`,
     '',
     `Checked first: ${s.checked}.`,
     '',
-    `| contender | ns/op (median) | rounds | × keepcount |`,
-    '| --- | ---: | --- | ---: |',
+    `| contender | ns/op (median) | rounds | × keepcount | side by side: ns/op | × keepcount |`,
+    '| --- | ---: | --- | ---: | ---: | ---: |',
   ];
   for (const c of s.cases) {
-    const ratio = ref === undefined ? '' : c.name === s.reference ? '1 (ref)' : fmtRatio(c.ns / ref);
-    lines.push(`| ${c.name} | ${fmtNs(c.ns)} | ${c.rounds.map(fmtNs).join(' / ')} | ${ratio} |`);
+    const isRef = c.name === s.reference;
+    const ratio = ref === undefined ? '' : isRef ? '1 (ref)' : fmtRatio(c.ns / ref);
+    const paired = refRounds === undefined ? '' : isRef ? '1 (ref)' : fmtRatio(pairedRatio(c.sideBySide, refRounds));
+    lines.push(
+      `| ${c.name} | ${fmtNs(c.ns)} | ${c.rounds.map(fmtNs).join(' / ')} | ${ratio} | ` +
+        `${fmtNs(median(c.sideBySide))} | ${paired} |`,
+    );
   }
   return lines.join('\n');
 }
@@ -119,6 +126,24 @@ function httpTable(http: HttpResults): string {
         `${relativeCpu(http, c.setup).toFixed(2)} | ${c.p99} | ` +
         `${fmtBytes(c.rssGrowth)} | ${c.requests.toLocaleString('en-US')} | ${c.non2xx} |`,
     );
+  }
+  const withFloor = http.cases.filter((c) => c.overFloor !== undefined);
+  if (withFloor.length > 0) {
+    lines.push(
+      '',
+      'Each limiter with a floor also ran side by side with that floor, the same way, in runs of their own ' +
+        "(median over rounds of the limiter's figure over the floor's):",
+      '',
+      '| setup | beside | × floor | × floor (CPU) | rounds |',
+      '| --- | --- | ---: | ---: | --- |',
+    );
+    for (const c of withFloor) {
+      const { floor, rps, cpu } = c.overFloor!;
+      lines.push(
+        `| ${c.setup} | ${floor} | ${median(rps).toFixed(3)} | ${median(cpu).toFixed(3)} | ` +
+          `${rps.map((r) => r.toFixed(3)).join(' / ')} |`,
+      );
+    }
   }
   return lines.join('\n');
 }
@@ -277,7 +302,11 @@ export function markdown(
     '',
     '## Node suites',
     '',
-    '"× keepcount": the contender\'s ns/op divided by the reference keepcount row of its suite (above 1: keepcount is faster).',
+    '"× keepcount": the contender\'s ns/op divided by the reference keepcount row of its suite (above 1: keepcount is faster). ' +
+      `"Side by side": the same cases again, each in turn for ${node.sliceMs} ms, ${node.sideBySideRounds} rounds; ` +
+      "a case's median there and the median over rounds of its ratio to the reference in the same round. " +
+      'The targets above are read from these: two cases seconds apart in the benny run can differ by the ' +
+      "machine's drift alone (benchmark/README.md).",
     '',
     ...node.suites.flatMap((s) => [suiteTable(s), '']),
     '## End to end: hello-world HTTP servers',

@@ -14,6 +14,7 @@ import { SUITE_IDS } from './suites.js';
 import type { HttpResults } from './http.js';
 import type { ClusterResults } from './cluster.js';
 import type { RedisResults } from './redis.js';
+import { median } from './side-by-side.js';
 import { chart, relativeCpu, relativeRps, markdown, type CargoRun, type Machine, type Target } from './report.js';
 
 const root = join(__dirname, '..');
@@ -167,8 +168,20 @@ run(process.execPath, ['--import=tsx', join(__dirname, 'redis.ts'), ...(quick ? 
 const redis = JSON.parse(readFileSync(redisJson, 'utf8')) as RedisResults;
 
 // 5. Targets.
+// The per-call targets read the side-by-side rounds (side-by-side.ts), not benny's medians: a
+// case's figure is its median there, and a ratio of cases the median of their ratio round by round.
 const suite = (id: string): SuiteResult => node.suites.find((s) => s.id === id)!;
-const ns = (s: SuiteResult, prefix: string): number | undefined => s.cases.find((c) => c.name.startsWith(prefix))?.ns;
+const rounds = (s: SuiteResult, prefix: string): number[] | undefined =>
+  s.cases.find((c) => c.name.startsWith(prefix))?.sideBySide;
+const ns = (s: SuiteResult, prefix: string): number | undefined => {
+  const r = rounds(s, prefix);
+  return r === undefined ? undefined : median(r);
+};
+/** The median over side-by-side rounds of `f` of the named cases' times in that round. */
+const paired = (s: SuiteResult, prefixes: string[], f: (...ns: number[]) => number): number => {
+  const cases = prefixes.map((p) => rounds(s, p)!);
+  return median(cases[0]!.map((_, r) => f(...cases.map((c) => c[r]!))));
+};
 const targets: Target[] = [];
 const counting = suite('counting-ipv4-uniform');
 const rate = suite('rate-ipv4-uniform');
@@ -179,13 +192,15 @@ const mem = (name: string): MemoryResult | undefined => {
 };
 const mapMem = mem('Map<key, number> counter');
 for (const b of node.backends) {
-  const incr = ns(counting, `keepcount Estimator.incr (${b})`)!;
+  const incrName = `keepcount Estimator.incr (${b})`;
+  const incr = ns(counting, incrName)!;
   const map = ns(counting, 'Map<key, number> counter')!;
+  const faster = paired(counting, ['Map<key, number> counter', incrName], (m, i) => m / i);
   targets.push({
     what: `Estimator.incr (${b}) vs Map counter, uniform IPv4`,
     goal: '≥ 3× faster',
-    measured: `${incr.toFixed(1)} vs ${map.toFixed(1)} ns: ${(map / incr).toFixed(2)}×`,
-    met: map / incr >= 3,
+    measured: `${incr.toFixed(1)} vs ${map.toFixed(1)} ns: ${faster.toFixed(2)}×`,
+    met: faster >= 3,
   });
   const em = mem(`keepcount Estimator (${b})`);
   if (em !== undefined && mapMem !== undefined) {
@@ -205,16 +220,21 @@ for (const b of node.backends) {
       met: Math.max(0, em.heapRun) * 1000 < mapMem.heapRun,
     });
   }
-  const observe = ns(rate, `keepcount Rate.observe (${b})`)!;
-  const callFloor = ns(rate, `keepcount Estimator.get, 1 × 1 (the floor) (${b})`)!;
+  const observeName = `keepcount Rate.observe (${b})`;
+  const floorName = `keepcount Estimator.get, 1 × 1 (the floor) (${b})`;
+  const observe = ns(rate, observeName)!;
+  const callFloor = ns(rate, floorName)!;
   const rlf = ns(rate, 'rate-limiter-flexible')!;
+  const overRlf = paired(rate, ['rate-limiter-flexible', observeName], (r, o) => r / o);
+  const floorOverRlf = paired(rate, ['rate-limiter-flexible', floorName], (r, f) => r / f);
+  const overFloor = paired(rate, [observeName, floorName], (o, f) => o / f);
   targets.push({
     what: `Rate.observe (${b}) vs RateLimiterMemory.consume, uniform IPv4`,
     goal: '≥ 10× faster (issue 16)',
     measured:
-      `${observe.toFixed(1)} vs ${rlf.toFixed(1)} ns: ${(rlf / observe).toFixed(1)}×; one call that only fetches ` +
-      `and hashes the key costs ${callFloor.toFixed(1)} ns (${(rlf / callFloor).toFixed(1)}×)`,
-    met: rlf / observe >= 10,
+      `${observe.toFixed(1)} vs ${rlf.toFixed(1)} ns: ${overRlf.toFixed(1)}×; one call that only fetches ` +
+      `and hashes the key costs ${callFloor.toFixed(1)} ns (${floorOverRlf.toFixed(1)}×)`,
+    met: overRlf >= 10,
   });
   // Issue 16 asks for an honest target where its own is out of reach: observe cannot cost less
   // than the one call under it, so 10× needs the floor ≥ 10× first; what observe adds on top
@@ -222,77 +242,94 @@ for (const b of node.backends) {
   targets.push({
     what: `Rate.observe (${b}), honest target: the work on top of the one-call floor`,
     goal: '≤ 1.5× the floor call',
-    measured: `${observe.toFixed(1)} vs ${callFloor.toFixed(1)} ns: ${(observe / callFloor).toFixed(2)}×`,
-    met: observe <= 1.5 * callFloor,
+    measured: `${observe.toFixed(1)} vs ${callFloor.toFixed(1)} ns: ${overFloor.toFixed(2)}×`,
+    met: overFloor <= 1.5,
   });
+  const timeoutName = `keepcount timeout(p, 5000) (${b})`;
   const bare = ns(timeouts, 'bare await')!;
   const floor = ns(timeouts, 'new Promise + then')!;
-  const tmo = ns(timeouts, `keepcount timeout(p, 5000) (${b})`)!;
+  const tmo = ns(timeouts, timeoutName)!;
+  // In awaits: each round's extra time over that round's bare await.
+  const overAwait = paired(timeouts, [timeoutName, 'bare await'], (t, a) => (t - a) / a);
+  const floorOverAwait = paired(timeouts, ['new Promise + then', 'bare await'], (f, a) => (f - a) / a);
+  const overFloorAwaits = paired(timeouts, [timeoutName, 'new Promise + then', 'bare await'], (t, f, a) => (t - f) / a);
   targets.push({
     what: `timeout() (${b}) over awaiting the promise alone`,
     goal: `≤ one bare await (${bare.toFixed(1)} ns)`,
     measured:
-      `${tmo.toFixed(1)} − ${bare.toFixed(1)} = ${(tmo - bare).toFixed(1)} ns (${((tmo - bare) / bare).toFixed(2)} awaits); ` +
-      `a bare new Promise + then already costs ${((floor - bare) / bare).toFixed(2)} awaits over it`,
-    met: tmo - bare <= bare,
+      `${tmo.toFixed(1)} − ${bare.toFixed(1)} = ${(tmo - bare).toFixed(1)} ns (${overAwait.toFixed(2)} awaits); ` +
+      `a bare new Promise + then already costs ${floorOverAwait.toFixed(2)} awaits over it`,
+    met: overAwait <= 1,
   });
   // Honest target: a wrapper that returns its own promise pays `new Promise` + `then` (the floor
   // row); keepcount's bookkeeping on top (the waiter's slot, its settle handlers) is one await.
   targets.push({
     what: `timeout() (${b}), honest target: the bookkeeping over new Promise + then`,
     goal: `≤ one bare await (${bare.toFixed(1)} ns)`,
-    measured: `${tmo.toFixed(1)} − ${floor.toFixed(1)} = ${(tmo - floor).toFixed(1)} ns (${((tmo - floor) / bare).toFixed(2)} awaits)`,
-    met: tmo - floor <= bare,
+    measured: `${tmo.toFixed(1)} − ${floor.toFixed(1)} = ${(tmo - floor).toFixed(1)} ns (${overFloorAwaits.toFixed(2)} awaits)`,
+    met: overFloorAwaits <= 1,
   });
   const pt = ns(timeouts, 'p-timeout')!;
   const as = ns(timeouts, 'AbortSignal.timeout')!;
+  const overPt = paired(timeouts, ['p-timeout', timeoutName], (p, t) => p / t);
+  const overAs = paired(timeouts, ['AbortSignal.timeout', timeoutName], (a, t) => a / t);
   targets.push({
     what: `timeout() (${b}) vs p-timeout / AbortSignal.timeout`,
     goal: '≥ 10× cheaper',
-    measured: `${tmo.toFixed(0)} vs ${pt.toFixed(0)} / ${as.toFixed(0)} ns: ${(pt / tmo).toFixed(1)}× / ${(as / tmo).toFixed(1)}×`,
-    met: pt / tmo >= 10 && as / tmo >= 10,
+    measured: `${tmo.toFixed(0)} vs ${pt.toFixed(0)} / ${as.toFixed(0)} ns: ${overPt.toFixed(1)}× / ${overAs.toFixed(1)}×`,
+    met: overPt >= 10 && overAs >= 10,
   });
 }
 
 const inflightSuite = suite('inflight-ipv4-uniform');
 for (const b of node.backends) {
-  const pair = ns(inflightSuite, `keepcount Inflight.enter + leave (${b})`)!;
-  const map = ns(inflightSuite, 'Map<key, number> incr + release')!;
-  const twoCalls = ns(inflightSuite, `keepcount Estimator.get twice, 1 × 1 (the floor) (${b})`)!;
+  const pairName = `keepcount Inflight.enter + leave (${b})`;
+  const mapName = 'Map<key, number> incr + release';
+  const twoName = `keepcount Estimator.get twice, 1 × 1 (the floor) (${b})`;
+  const pair = ns(inflightSuite, pairName)!;
+  const map = ns(inflightSuite, mapName)!;
+  const twoCalls = ns(inflightSuite, twoName)!;
+  const overMap = paired(inflightSuite, [pairName, mapName], (p, m) => p / m);
+  const floorOverMap = paired(inflightSuite, [twoName, mapName], (t, m) => t / m);
+  const overTwo = paired(inflightSuite, [pairName, twoName], (p, t) => p / t);
   targets.push({
     what: `Inflight enter + leave (${b}) vs a Map counter's incr + release, uniform IPv4`,
     goal: 'no slower (issue 16)',
     measured:
-      `${pair.toFixed(1)} vs ${map.toFixed(1)} ns: ${(pair / map).toFixed(2)}×; two calls that only fetch and hash ` +
-      `the key cost ${twoCalls.toFixed(1)} ns (${(twoCalls / map).toFixed(2)}×)`,
-    met: pair <= map,
+      `${pair.toFixed(1)} vs ${map.toFixed(1)} ns: ${overMap.toFixed(2)}×; two calls that only fetch and hash ` +
+      `the key cost ${twoCalls.toFixed(1)} ns (${floorOverMap.toFixed(2)}×)`,
+    met: overMap <= 1,
   });
   // Honest target: counts outside the JS heap (shareable, bounded memory) need a call in and a
   // call out, each fetching and hashing the key: the floor row.
   targets.push({
     what: `Inflight enter + leave (${b}), honest target: the work on top of the two-call floor`,
     goal: '≤ 1.25× the two calls',
-    measured: `${pair.toFixed(1)} vs ${twoCalls.toFixed(1)} ns: ${(pair / twoCalls).toFixed(2)}×`,
-    met: pair <= 1.25 * twoCalls,
+    measured: `${pair.toFixed(1)} vs ${twoCalls.toFixed(1)} ns: ${overTwo.toFixed(2)}×`,
+    met: overTwo <= 1.25,
   });
 }
 
 const heavySuite = suite('heavy-ipv4-zipf');
 for (const b of node.backends) {
-  const incr = ns(heavySuite, `keepcount HeavyHitters.incr (${b})`)!;
-  const plain = ns(heavySuite, `keepcount Estimator.incr, same shape (${b})`)!;
+  const heavyName = `keepcount HeavyHitters.incr (${b})`;
+  const plainName = `keepcount Estimator.incr, same shape (${b})`;
+  const incr = ns(heavySuite, heavyName)!;
+  const plain = ns(heavySuite, plainName)!;
   const topk = ns(heavySuite, 'bloom-filters TopK.add')!;
+  const overPlain = paired(heavySuite, [heavyName, plainName], (h, p) => h / p);
+  const overTopk = paired(heavySuite, ['bloom-filters TopK.add', heavyName], (t, h) => t / h);
   targets.push({
     what: `HeavyHitters.incr (${b}) vs Estimator.incr of the same shape, Zipf(1.1) IPv4`,
     goal: '≤ 1.5× the cost',
-    measured: `${incr.toFixed(1)} vs ${plain.toFixed(1)} ns: ${(incr / plain).toFixed(2)}×`,
-    met: incr <= 1.5 * plain,
+    measured: `${incr.toFixed(1)} vs ${plain.toFixed(1)} ns: ${overPlain.toFixed(2)}×`,
+    met: overPlain <= 1.5,
   });
   targets.push({
     what: `HeavyHitters.incr (${b}) vs bloom-filters TopK.add, Zipf(1.1) IPv4`,
     goal: '≥ 5× faster',
-    measured: `${incr.toFixed(1)} vs ${topk.toFixed(1)} ns: ${(topk / incr).toFixed(1)}×`,
-    met: topk / incr >= 5,
+    measured: `${incr.toFixed(1)} vs ${topk.toFixed(1)} ns: ${overTopk.toFixed(1)}×`,
+    met: overTopk >= 5,
   });
 }
 
@@ -319,30 +356,41 @@ for (const b of node.backends) {
 const sharedSuite = suite('shared-ipv4-uniform');
 for (const c of sharedSuite.cases.filter((x) => /, (shared|SharedArrayBuffer)\)$/.test(x.name))) {
   const [, what, backendName, where] = /^keepcount (.*) \((\w+), (\w+)\)$/.exec(c.name)!;
-  const localNs = ns(sharedSuite, `keepcount ${what} (${backendName}, local)`);
+  const localName = `keepcount ${what} (${backendName}, local)`;
+  const localNs = ns(sharedSuite, localName);
   if (localNs === undefined) continue;
   const across = where === 'shared' ? 'between processes' : 'in a SharedArrayBuffer';
+  const overLocal = paired(sharedSuite, [c.name, localName], (x, l) => x / l);
   targets.push({
     what: `${what} (${backendName}): shared ${across} vs process-local`,
     goal: '≤ 1.2× the cost',
-    measured: `${c.ns.toFixed(1)} vs ${localNs.toFixed(1)} ns: ${(c.ns / localNs).toFixed(2)}×`,
-    met: c.ns <= 1.2 * localNs,
+    measured: `${ns(sharedSuite, c.name)!.toFixed(1)} vs ${localNs.toFixed(1)} ns: ${overLocal.toFixed(2)}×`,
+    met: overLocal <= 1.2,
   });
 }
 // The fallback's buffer sketches add atomics and nothing else (fallback/buffer.ts): their floor.
 const atomicAdds = ns(sharedSuite, 'four Atomics.add')!;
 const plainAdds = ns(sharedSuite, 'four += on a Float64Array')!;
 for (const what of ['Estimator.incr', 'Rate.observe']) {
-  const inBuffer = ns(sharedSuite, `keepcount ${what} (fallback, SharedArrayBuffer)`);
-  const localNs = ns(sharedSuite, `keepcount ${what} (fallback, local)`);
+  const bufferName = `keepcount ${what} (fallback, SharedArrayBuffer)`;
+  const localName = `keepcount ${what} (fallback, local)`;
+  const inBuffer = ns(sharedSuite, bufferName);
+  const localNs = ns(sharedSuite, localName);
   if (inBuffer === undefined || localNs === undefined) continue;
+  // Within each round: the buffer's time over what the goal allows it (at most 1 is met).
+  const overAllowed = paired(
+    sharedSuite,
+    [bufferName, localName, 'four Atomics.add', 'four += on a Float64Array'],
+    (x, l, atomic, plain) => x / (1.2 * l + (atomic - plain)),
+  );
   targets.push({
     what: `${what} (fallback) in a SharedArrayBuffer, honest target: what it adds over the four atomic adds' own extra`,
     goal: '≤ 1.2× the local cost plus that floor',
     measured:
       `${inBuffer.toFixed(1)} vs ${localNs.toFixed(1)} ns; four Atomics.add cost ${atomicAdds.toFixed(1)} ns, ` +
-      `four plain adds ${plainAdds.toFixed(1)} ns (+${(atomicAdds - plainAdds).toFixed(1)})`,
-    met: inBuffer <= 1.2 * localNs + (atomicAdds - plainAdds),
+      `four plain adds ${plainAdds.toFixed(1)} ns (+${(atomicAdds - plainAdds).toFixed(1)}); ` +
+      `${overAllowed.toFixed(2)}× what the goal allows`,
+    met: overAllowed <= 1,
   });
 }
 if (clusterRun.skipped === undefined) {
@@ -374,26 +422,28 @@ for (const framework of ['node', 'express']) {
 // middleware doing the same visible work: Express's one more layer (express-noop) and, for
 // rateLimit with its headers on, Node's validating and sending the two fields (`-headers`, with
 // constant values). What the limiter adds over that floor is the key, the count and the decision.
-for (const framework of ['node', 'express']) {
-  for (const limiter of ['rateLimit', 'tokenBucket', 'upstreamLimit']) {
-    const floor =
-      limiter === 'rateLimit' ? `${framework}-headers` : framework === 'express' ? 'express-noop' : undefined;
-    if (floor === undefined || !http.cases.some((c) => c.setup === floor)) continue;
-    const setup = `${framework}-${limiter}`;
-    const r = relativeRps(http, setup, floor);
-    targets.push({
-      what: `${framework} ${limiter}, end to end, honest target: over ${floor}`,
-      goal: `≥ 0.95× its throughput (${floor} itself: ${relativeRps(http, floor).toFixed(2)}× the bare server)`,
-      // Three decimals: a ratio a hair under the goal must not print as the goal.
-      measured: `${r.toFixed(3)}× (by server CPU per request: ${relativeCpu(http, setup, floor).toFixed(3)}×)`,
-      met: r >= 0.95,
-    });
-  }
+// Read from the runs of each limiter beside its floor (http.ts FLOORS); the ratio of the two
+// figures over the bare servers is printed beside it.
+for (const c of http.cases) {
+  if (c.overFloor === undefined) continue;
+  const { floor } = c.overFloor;
+  const r = median(c.overFloor.rps);
+  targets.push({
+    what: `${c.setup.replace('-', ' ')}, end to end, honest target: over ${floor}`,
+    goal: `≥ 0.95× its throughput (${floor} itself: ${relativeRps(http, floor).toFixed(2)}× the bare server)`,
+    // Three decimals: a ratio a hair under the goal must not print as the goal.
+    measured:
+      `${r.toFixed(3)}× side by side (by server CPU per request: ${median(c.overFloor.cpu).toFixed(3)}×); ` +
+      `via each one's bare server ${relativeRps(http, c.setup, floor).toFixed(3)}×`,
+    met: r >= 0.95,
+  });
 }
 const rps = (setup: string): number => http.cases.find((c) => c.setup === setup)!.rps;
 const cpuUs = (setup: string): number => http.cases.find((c) => c.setup === setup)!.cpuUs;
-const storeCall = ns(rate, `keepcount KeepcountStore.increment (${node.backends[0]})`)!;
+const storeName = `keepcount KeepcountStore.increment (${node.backends[0]})`;
+const storeCall = ns(rate, storeName)!;
 const memoryCall = ns(rate, 'express-rate-limit MemoryStore.increment')!;
+const storeCheaper = paired(rate, ['express-rate-limit MemoryStore.increment', storeName], (m, k) => m / k);
 const erlRatio = relativeRps(http, 'express-erl-keepcount', 'express-erl-memory');
 const frlRatio = relativeRps(http, 'fastify-frl-keepcount', 'fastify-frl-local');
 targets.push({
@@ -402,7 +452,7 @@ targets.push({
   measured:
     `${rps('express-erl-keepcount').toFixed(0)} vs ${rps('express-erl-memory').toFixed(0)} req/s: ` +
     `${erlRatio.toFixed(2)}× (median of per-round ratios); per increment, awaited, ` +
-    `${storeCall.toFixed(0)} vs ${memoryCall.toFixed(0)} ns (${(memoryCall / storeCall).toFixed(1)}×), of a ` +
+    `${storeCall.toFixed(0)} vs ${memoryCall.toFixed(0)} ns (${storeCheaper.toFixed(1)}×), of a ` +
     `${cpuUs('express-erl-memory').toFixed(0)} µs request (server CPU)`,
   met: erlRatio >= 1.1,
 });
@@ -414,8 +464,8 @@ const ceiling = requestNs / (requestNs - memoryCall);
 targets.push({
   what: 'express-rate-limit with KeepcountStore vs MemoryStore, honest target',
   goal: `≥ 1.1× cheaper per increment; end to end ≥ 0.95× (any store's ceiling here: ${ceiling.toFixed(3)}×)`,
-  measured: `${(memoryCall / storeCall).toFixed(2)}× cheaper per increment; ${erlRatio.toFixed(2)}× end to end`,
-  met: memoryCall / storeCall >= 1.1 && erlRatio >= 0.95,
+  measured: `${storeCheaper.toFixed(2)}× cheaper per increment; ${erlRatio.toFixed(2)}× end to end`,
+  met: storeCheaper >= 1.1 && erlRatio >= 0.95,
 });
 targets.push({
   what: "@fastify/rate-limit with keepcount's store vs its local store, end to end",
@@ -424,17 +474,19 @@ targets.push({
   met: frlRatio >= 1.0,
 });
 // The same ceiling for @fastify/rate-limit: its LocalStore's incr is all a store could save.
+const fastifyName = `keepcount Fastify store incr (${node.backends[0]})`;
 const localCall = ns(rate, '@fastify/rate-limit LocalStore.incr')!;
-const fastifyCall = ns(rate, `keepcount Fastify store incr (${node.backends[0]})`)!;
+const fastifyCall = ns(rate, fastifyName)!;
+const fastifyCheaper = paired(rate, ['@fastify/rate-limit LocalStore.incr', fastifyName], (l, k) => l / k);
 const fastifyRequestNs = 1e9 / rps('fastify-frl-local');
 const fastifyCeiling = fastifyRequestNs / (fastifyRequestNs - localCall);
 targets.push({
   what: "@fastify/rate-limit with keepcount's store vs its local store, honest target",
   goal: `cheaper per increment; end to end ≥ 0.95× (any store's ceiling here: ${fastifyCeiling.toFixed(3)}×)`,
   measured:
-    `${fastifyCall.toFixed(0)} vs ${localCall.toFixed(0)} ns per increment (${(localCall / fastifyCall).toFixed(2)}×); ` +
+    `${fastifyCall.toFixed(0)} vs ${localCall.toFixed(0)} ns per increment (${fastifyCheaper.toFixed(2)}×); ` +
     `${frlRatio.toFixed(2)}× end to end`,
-  met: fastifyCall <= localCall && frlRatio >= 0.95,
+  met: fastifyCheaper >= 1 && frlRatio >= 0.95,
 });
 
 for (const ours of redis.sequential.filter((c) => c.name.startsWith('keepcount'))) {
