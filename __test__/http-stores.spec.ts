@@ -382,3 +382,26 @@ test(title('the fastify store counts a key that is not a string under its String
   // String() itself throws: an error through the callback, nothing thrown at the plugin.
   await t.throwsAsync(incr(Object.create(null)), { instanceOf: TypeError });
 });
+
+test(
+  title('the fastify store keeps apart the counts of each timeWindow it is called with, in any order'),
+  async (t) => {
+    const store = new (keepcountFastifyStore({ clock: new ManualClock() }))({});
+    const incr = (timeWindow: number) =>
+      new Promise<number>((resolve, reject) =>
+        store.incr('k', (error, result) => (error ? reject(error) : resolve(result!.current)), timeWindow, 5),
+      );
+    // The store remembers the last window's quota: switching back and forth must not mix counts.
+    t.is(await incr(1000), 1);
+    t.is(await incr(2000), 1);
+    t.is(await incr(1000), 2);
+    t.is(await incr(1000), 3);
+    t.is(await incr(2000), 2);
+    // A window that rounds up to the same whole milliseconds shares its quota, as before.
+    t.is(await incr(999.5), 4);
+    // A bad window after good ones is still refused, through the callback.
+    await t.throwsAsync(incr(-1), { instanceOf: RangeError, code: 'ERR_OUT_OF_RANGE' });
+    await t.throwsAsync(incr(Number.NaN), { instanceOf: RangeError });
+    t.is(await incr(2000), 3);
+  },
+);

@@ -121,6 +121,13 @@ export function keepcountFastifyStore(options: KeepcountFastifyStoreOptions = {}
 
   return class KeepcountFastifyStore implements FastifyStore {
     readonly #quotas = new Map<number, WindowQuota>();
+    /**
+     * The `timeWindow` of the last call and its quota: the plugin passes a route's same value on
+     * every request, so the check and the map lookup are done once per value, not per request.
+     * `NaN` never matches.
+     */
+    #lastWindow = NaN;
+    #lastQuota: WindowQuota | undefined;
 
     constructor(params: object) {
       refuseExtensions(params);
@@ -154,6 +161,7 @@ export function keepcountFastifyStore(options: KeepcountFastifyStoreOptions = {}
     }
 
     #quota(timeWindow: number): WindowQuota {
+      if (timeWindow === this.#lastWindow) return this.#lastQuota!;
       const windowMs = wholeWindowMs('The "timeWindow" option', timeWindow);
       let quota = this.#quotas.get(windowMs);
       if (quota === undefined) {
@@ -167,6 +175,8 @@ export function keepcountFastifyStore(options: KeepcountFastifyStoreOptions = {}
         });
         this.#quotas.set(windowMs, quota);
       }
+      this.#lastWindow = timeWindow;
+      this.#lastQuota = quota;
       return quota;
     }
   };
