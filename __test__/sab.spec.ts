@@ -352,3 +352,31 @@ function copy(buffer: SharedArrayBuffer): SharedArrayBuffer {
   new Uint8Array(out).set(new Uint8Array(buffer));
   return out;
 }
+
+test(
+  title('a shared Rate on a wall-clock time base gives the same window on both backends, its end never 0 ms away'),
+  (t) => {
+    // Date.now()-sized readings pass 2^53 ns: the fallback rounded the interval's elapsed fraction
+    // and could say the window ended 0 ms from now, where the native backend floors whole
+    // milliseconds. Both now floor the same nanoseconds (the figures are this test's golden values).
+    const seen: Record<number, number[]> = {};
+    for (const intervalMs of [1, 10, 1000]) {
+      const clock = new ManualClock(1_764_245_000_000);
+      const rate = Rate.fromSharedBuffer(Rate.createSharedBuffer({ intervalMs, hashes: 1, slots: 16, seed: 1n }), {
+        clock,
+      });
+      seen[intervalMs] = [];
+      for (let i = 0; i < 12; i++) {
+        const { resetMs } = rate.observeWindow('client');
+        t.true(resetMs >= 1 && resetMs <= intervalMs, `resetMs ${resetMs} of ${intervalMs}`);
+        seen[intervalMs]!.push(resetMs);
+        clock.advance(i % 3 === 2 ? 0.4 : 1);
+      }
+    }
+    t.deepEqual(seen, {
+      1: [1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1],
+      10: [10, 10, 9, 9, 7, 6, 6, 6, 4, 3, 2, 2],
+      1000: [1000, 1000, 999, 999, 997, 996, 996, 996, 994, 993, 992, 992],
+    });
+  },
+);

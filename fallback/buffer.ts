@@ -208,16 +208,12 @@ export class BufferRate implements RateCore {
   private readonly intervalNs: bigint;
   /** `intervalNs` as a number; `Infinity` from 2^53 on, above any time {@link current} reads in numbers. */
   private readonly intervalNsNumber: number;
+  /** Nanoseconds into the interval at the last {@link running} that found it running. */
+  private runningPast = 0;
   private readonly k0: number;
   private readonly k1: number;
 
-  constructor(
-    counters: BigInt64Array,
-    private readonly intervalMs: number,
-    hashes: number,
-    slots: number,
-    seed: bigint,
-  ) {
+  constructor(counters: BigInt64Array, intervalMs: number, hashes: number, slots: number, seed: bigint) {
     this.word = new BigUint64Array(counters.buffer);
     const n = hashes * slots;
     this.sketches = [
@@ -256,11 +252,26 @@ export class BufferRate implements RateCore {
     }
   }
 
-  /** Two steps, as the native adapter's: the count, then where the interval is. */
+  /**
+   * {@link observe}, writing into `window` the whole milliseconds elapsed in the interval it
+   * counted in, from the same read of the interval word (rate.rs `observe_hash_in_interval` and
+   * the binding's floor division): at most `intervalMs − 1`, so the window's end stays at least
+   * 1 ms away. (Rounding a fraction of the interval instead gave the end as 0 ms away, and another
+   * figure than the native backend's, once clock readings passed 2^53 ns.)
+   */
   observeInWindow(key: Key, events: number, nowMs: number, window: Float64Array): number {
-    const count = this.observe(key, events, nowMs);
-    window[0] = Math.round(this.sample(key, nowMs).currentIntervalFraction * this.intervalMs);
-    return count;
+    const running = this.running(nowMs);
+    if (running !== -1) {
+      const past = this.runningPast;
+      // Exact: `past` is an integer below 2^53, so is its remainder, and the difference is a
+      // multiple of 10^6 (a plain floor of past / 10^6 can round up near 2^53).
+      window[0] = (past - (past % 1e6)) / 1e6;
+      return this.sketches[running].incr(key, events);
+    }
+    const view = this.view(nowMs);
+    const h = hashKey(key, this.k0, this.k1);
+    window[0] = Number((view.past % this.intervalNs) / 1_000_000n);
+    return this.count(h.h1, h.h2, events, view);
   }
 
   previousCount(key: Key, nowMs: number): number {
@@ -302,6 +313,7 @@ export class BufferRate implements RateCore {
       const low = seen % 8;
       const start = seen - low;
       if (now >= start && now - start < this.intervalNsNumber && (low & ROTATING_STALE) !== ROTATING_STALE) {
+        this.runningPast = now - start;
         return (low & 1) as 0 | 1;
       }
     }

@@ -82,7 +82,10 @@ export interface FromSharedBufferRateOptions extends Partial<SharedBufferRateOpt
    * Where time comes from: an object whose `now()` returns milliseconds **on a time base every
    * thread sharing the buffer agrees on** (the interval's start is stored in the buffer); a
    * {@link ManualClock} per thread, advanced alike, in tests. Defaults to the process's monotonic
-   * clock (`process.hrtime`), which all worker threads share.
+   * clock (`process.hrtime`), which all worker threads share. Readings are kept as whole
+   * nanoseconds computed in a double: past 2^53 ns (104 days; any `Date.now()` clock) they hold
+   * time to within a quarter of a microsecond, so a whole-millisecond figure such as
+   * `observeWindow`'s `resetMs` can read 1 ms high (alike on both backends, and never below 1).
    */
   clock?: Clock;
 }
