@@ -389,6 +389,36 @@ test(title('rejects bad arguments with class, code and message, changing nothing
     () => limiter.replaceKeys([5] as never),
     typeError('The "table[0]" argument must be a [key, quota] pair. Received 5'),
   );
+  // Proxies of built-ins pass the iterator-method check, then their method refuses the receiver
+  // with an uncoded TypeError; iterators that are not objects: all coded, as any other wrong type.
+  for (const table of [
+    new Proxy(new Uint8Array(2), {}),
+    new Proxy(new Map([['a', DENY_ALL]]), {}),
+    { [Symbol.iterator]: () => 5 },
+  ]) {
+    throwsShape(t, () => limiter.replaceKeys(table as never), {
+      instanceOf: TypeError,
+      code: 'ERR_INVALID_ARG_TYPE',
+      message: /^The "table" argument must be an iterable of \[key, quota\] pairs\. Received/,
+    });
+    throwsShape(t, () => new Limiter({ bestEffort: DENY_ALL, keys: table as never }), {
+      instanceOf: TypeError,
+      code: 'ERR_INVALID_ARG_TYPE',
+      message: /^The "keys" option must be an iterable of \[key, quota\] pairs\. Received/,
+    });
+  }
+  // The caller's own iterator failing otherwise is the caller's error, passed on as it is.
+  const own = new Error('from the iterator');
+  t.is(
+    t.throws(() =>
+      limiter.replaceKeys({
+        [Symbol.iterator]: () => {
+          throw own;
+        },
+      } as never),
+    ),
+    own,
+  );
   throwsShape(
     t,
     () => limiter.replaceKeys([['x']] as never),

@@ -455,6 +455,21 @@ test(title('bad SyncedLimiter options and checks are refused with keepcount erro
   );
   throwsShape(
     t,
+    () =>
+      new SyncedLimiter({
+        sync,
+        name: 'a',
+        limit: { perSecond: 1, burst: 1 },
+        keys: new Proxy(new Map([['k', { perSecond: 1, burst: 1 }]]), {}) as never,
+      }),
+    {
+      instanceOf: TypeError,
+      code: 'ERR_INVALID_ARG_TYPE',
+      message: /^The "keys" option must be an iterable of \[key, RateLimit\] pairs/,
+    },
+  );
+  throwsShape(
+    t,
     () => new SyncedLimiter({ sync, name: 'a', limit: { perSecond: 1, burst: 1 }, failPolicy: 'x' as never }),
     {
       instanceOf: TypeError,

@@ -8,11 +8,11 @@ import { closedLimiter, dispose, isClosed } from './closed.js';
 import { packQuotas, type Key, type LimiterCore, type QuotaSpec } from './core.js';
 import { Stopwatch, type Clock } from './clock.js';
 import { describe, invalidType, outOfRange, withCode } from './errors.js';
-import { isUint8Array, tableKey } from './keys.js';
+import { tableKey } from './keys.js';
 import { ALLOWED, quotaInfo, quotaSpec, type LimiterDecision, type Quota, type QuotaInfo } from './quotas.js';
 import { SharedLimiter, type SharedLimiterOptions } from './shared-limiter.js';
 import { sharedBackend, sharedDir, sharedName, type SharedPlacement } from './shared.js';
-import { optionsObject } from './options.js';
+import { iterableArgument, optionsObject } from './options.js';
 
 export type { LimitInfo, LimiterDecision, Quota, QuotaInfo, RateLimit } from './quotas.js';
 
@@ -243,18 +243,11 @@ function duplicateKey(): Error {
 
 /** Validated `[key, quota]` pairs as two arrays; `name` and `kind` name them in errors. */
 function entries(name: string, kind: string, table: unknown): [Key[], Float64Array] {
-  if (
-    typeof table !== 'object' ||
-    table === null ||
-    isUint8Array(table) ||
-    typeof (table as Iterable<unknown>)[Symbol.iterator] !== 'function'
-  ) {
-    throw invalidType(`The "${name}" ${kind}`, 'an iterable of [key, quota] pairs', table);
-  }
+  const pairs = iterableArgument(`The "${name}" ${kind}`, 'an iterable of [key, quota] pairs', table);
   const keys: Key[] = [];
   const quotas: QuotaSpec[] = [];
   let i = 0;
-  for (const entry of table as Iterable<unknown>) {
+  for (const entry of pairs) {
     if (!Array.isArray(entry)) throw invalidType(`The "${name}[${i}]" ${kind}`, 'a [key, quota] pair', entry);
     keys.push(tableKey(entry[0]));
     quotas.push(quotaSpec(`The "${name}[${i}][1]" ${kind}`, entry[1]));

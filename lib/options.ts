@@ -1,5 +1,6 @@
 /** Validation of the options and numeric arguments every class shares. */
 import { invalidType, outOfRange } from './errors.js';
+import { isUint8Array } from './keys.js';
 import { MAX_COUNTERS, MAX_HASHES } from './limits.js';
 
 const TWO_64 = 2n ** 64n;
@@ -72,4 +73,37 @@ export function millisecondsArgument(what: string, value: unknown, max: number):
   if (typeof value !== 'number') throw invalidType(what, 'of type number', value);
   if (!(value >= 0 && value <= max)) throw outOfRange(what, `a number of milliseconds in [0, ${max}]`, value);
   return value;
+}
+
+/**
+ * `value` as an iterable (of `[key, quota]` pairs, say), or a `TypeError` `ERR_INVALID_ARG_TYPE`
+ * naming `what`. A byte array iterates numbers, never pairs, so it is refused here. A built-in's
+ * iterator method called on another object (a `Proxy` of a `Map` or of a typed array passes the
+ * method check) throws an uncoded `TypeError`: that is a value of the wrong type too, and so is
+ * any uncoded `TypeError` from the iterator method (nothing tells a built-in's from a user's). Any
+ * other error it throws goes through as it is.
+ */
+export function iterableArgument(what: string, expected: string, value: unknown): Iterable<unknown> {
+  if (
+    typeof value !== 'object' ||
+    value === null ||
+    isUint8Array(value) ||
+    typeof (value as Partial<Iterable<unknown>>)[Symbol.iterator] !== 'function'
+  ) {
+    throw invalidType(what, expected, value);
+  }
+  let iterator: unknown;
+  try {
+    iterator = (value as Iterable<unknown>)[Symbol.iterator]();
+  } catch (error) {
+    if (error instanceof TypeError && (error as { code?: unknown }).code === undefined) {
+      throw invalidType(what, expected, value);
+    }
+    throw error;
+  }
+  if (typeof iterator !== 'object' || iterator === null || typeof (iterator as Iterator<unknown>).next !== 'function') {
+    throw invalidType(what, expected, value);
+  }
+  // `for…of` over this still calls the iterator's `return()` when the caller stops early.
+  return { [Symbol.iterator]: () => iterator as Iterator<unknown> };
 }

@@ -3,7 +3,7 @@ import { invalidType, outOfRange } from '../errors.js';
 import type { RequestLimiter } from '../http/quota.js';
 import { storedKey } from '../long-key.js';
 import { limitSpec, type LimiterDecision, type RateLimit } from '../quotas.js';
-import { integerOption, optionsObject } from '../options.js';
+import { integerOption, iterableArgument, optionsObject } from '../options.js';
 import { Census, entryKeys, SyncedCells } from './cells.js';
 import { syncOption } from './estimator.js';
 import { failPolicyOption, type FailPolicy } from './fail-policy.js';
@@ -178,11 +178,9 @@ export class SyncedLimiter implements RequestLimiter {
     this.failPolicy = failPolicyOption(o.failPolicy);
     this.#bucket = this.#parse('The "limit" option', o.limit);
     if (o.keys !== undefined) {
-      if (typeof o.keys !== 'object' || o.keys === null || typeof o.keys[Symbol.iterator] !== 'function') {
-        throw invalidType('The "keys" option', 'an iterable of [key, RateLimit] pairs', o.keys);
-      }
+      const pairs = iterableArgument('The "keys" option', 'an iterable of [key, RateLimit] pairs', o.keys);
       let i = 0;
-      for (const entry of o.keys) {
+      for (const entry of pairs) {
         if (!Array.isArray(entry) || typeof entry[0] !== 'string') {
           throw invalidType(`The "keys[${i}]" option`, 'a [string, RateLimit] pair', entry);
         }
