@@ -6,7 +6,7 @@ import test from 'ava';
 import { crc32 } from '../fallback/crc32.js';
 import { fallbackBackend } from '../fallback/index.js';
 import type { Backend } from '../lib/core.js';
-import { HeavyHitters } from '../lib/index.js';
+import { HeavyHitters, ManualClock } from '../lib/index.js';
 import { backend as nativeBackend } from '../lib/native.cjs';
 import { throwsShape, title } from './helpers.js';
 
@@ -226,3 +226,38 @@ test(title('both backends hold the same counts past 2^53 and u64::MAX: same answ
   t.is(fallback.incr('o', V, 0), native.incr('o', V, 0));
   same('incremented at u64::MAX');
 });
+
+test(
+  title('a HeavyHitters whose merges piled counts past 2^53 − 1 is refused as a source, before either interval merges'),
+  (t) => {
+    const clock = new ManualClock();
+    const options = { intervalMs: 1000, threshold: 1, capacity: 4, hashes: 1, slots: 4, seed: 1n, clock };
+    const source = new HeavyHitters(options);
+    source.incr('big', V);
+    // Merging into itself doubles every count: 22 doublings pass 2^53.
+    for (let i = 0; i < 22; i++) source.merge(source);
+    t.true(source.count('big').lower > Number.MAX_SAFE_INTEGER);
+    // The big count moves to the previous interval; the current one holds a small, valid count.
+    clock.advance(1000);
+    source.incr('small');
+    const target = new HeavyHitters(options);
+    const before = [target.serialize('current'), target.serialize('previous')];
+    throwsShape(t, () => target.merge(source), {
+      instanceOf: RangeError,
+      code: 'ERR_OUT_OF_RANGE',
+      message: /^The "source" argument must be a HeavyHitters whose counts are at most 2\^53 − 1/,
+    });
+    // Nothing merged: before, the current interval ('small') was merged and then the previous refused.
+    t.deepEqual([target.serialize('current'), target.serialize('previous')], before);
+    t.deepEqual(target.count('small'), { lower: 0, upper: 0, standing: 'below-threshold' });
+    // Its bytes are still refused as corrupt input, as any summary with such counts.
+    throwsShape(t, () => target.merge(source.serialize('previous'), 'previous'), {
+      instanceOf: Error,
+      code: 'ERR_KEEPCOUNT_CORRUPT',
+      message: /has a count above 2\^53 − 1/,
+    });
+    // The current interval alone merges.
+    target.merge(source.serialize('current'));
+    t.is(target.count('small').lower, 1);
+  },
+);

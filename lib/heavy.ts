@@ -227,14 +227,22 @@ export class HeavyHitters {
    * intervals here). The sketches add; the tables merge with bounds that stay valid (docs in
    * crates/limits/src/heavy.rs). Throws `ERR_KEEPCOUNT_CORRUPT` for invalid bytes and
    * `ERR_KEEPCOUNT_MISMATCH` unless hashes, slots, seed and threshold are equal; nothing changes
-   * then.
+   * then. A `HeavyHitters` whose counts merges have piled past 2^53 − 1 (what a JavaScript number
+   * holds exactly, so what a summary may carry into Node) is refused with `RangeError`
+   * `ERR_OUT_OF_RANGE`, before either interval merges.
    */
   merge(source: HeavyHitters | Uint8Array, window: 'current' | 'previous' = 'current'): void {
     // A brand check, not `instanceof`: an object made from the prototype (`Object.create`) has no core.
     if (typeof source === 'object' && source !== null && #core in source) {
       if (isClosed(source.#core)) throw closedError('HeavyHitters');
-      this.#absorb(source.serialize('current'), 0);
-      this.#absorb(source.serialize('previous'), 1);
+      const current = source.serialize('current');
+      const previous = source.serialize('previous');
+      // All or nothing: both intervals are checked before either merges, so a refused previous
+      // interval cannot leave the current one merged.
+      this.#check(current, source);
+      this.#check(previous, source);
+      this.#absorb(current, 0);
+      this.#absorb(previous, 1);
       return;
     }
     if (!isUint8Array(source)) {
@@ -264,9 +272,45 @@ export class HeavyHitters {
     return this.intervalMs - this.#core.intervalElapsed(now);
   }
 
+  /**
+   * Throws what {@link #absorb} would for `bytes`, `source`'s own summary, changing nothing: they
+   * are merged into a scratch table of this one's settings, freed at once. A live summary fails
+   * only on settings or on counts merges piled past 2^53 − 1, which is no corruption: a
+   * `RangeError` then.
+   */
+  #check(bytes: Uint8Array, source: HeavyHitters): void {
+    const scratch = new active.Heavy(
+      this.intervalMs,
+      this.hashes,
+      this.slots,
+      this.seed,
+      this.threshold,
+      this.capacity,
+      false,
+    );
+    let failure;
+    try {
+      failure = scratch.absorb(bytes, 0, 0);
+    } finally {
+      scratch.close();
+    }
+    if (failure === 'counts') {
+      throw outOfRange(
+        'The "source" argument',
+        'a HeavyHitters whose counts are at most 2^53 − 1 (merges piled them higher)',
+        source,
+      );
+    }
+    this.#raise(failure);
+  }
+
   #absorb(bytes: Uint8Array, window: 0 | 1): void {
     const now = this.#elapsed();
-    const failure = this.#core.absorb(bytes, window, now);
+    this.#raise(this.#core.absorb(bytes, window, now));
+  }
+
+  /** The error for a failed merge (`absorb`'s answer), if it failed. */
+  #raise(failure: HeavyCorruptReason | 'mismatch' | null): void {
     if (failure === 'mismatch') {
       throw withCode(
         new Error(
