@@ -320,6 +320,8 @@ test(title('bad arguments and corrupt summaries are coded errors'), (t) => {
     code: 'ERR_KEEPCOUNT_CLOSED',
     message: 'This HeavyHitters was closed; its counters are gone',
   });
+  // Closed first, whatever the source: a mismatched one too.
+  throwsShape(t, () => heavy.merge(other), { instanceOf: Error, code: 'ERR_KEEPCOUNT_CLOSED', message: /closed/ });
 });
 
 /** Precision and recall of `top(100)` against the exact counts (a hit: true count ≥ the 100th largest, ties count). */

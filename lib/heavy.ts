@@ -234,7 +234,7 @@ export class HeavyHitters {
   merge(source: HeavyHitters | Uint8Array, window: 'current' | 'previous' = 'current'): void {
     // A brand check, not `instanceof`: an object made from the prototype (`Object.create`) has no core.
     if (typeof source === 'object' && source !== null && #core in source) {
-      if (isClosed(source.#core)) throw closedError('HeavyHitters');
+      if (isClosed(this.#core) || isClosed(source.#core)) throw closedError('HeavyHitters');
       const current = source.serialize('current');
       const previous = source.serialize('previous');
       // All or nothing: both intervals are checked before either merges, so a refused previous
