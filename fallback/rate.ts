@@ -22,12 +22,14 @@ export class FallbackRate implements RateCore {
     slots: number,
     seed: bigint,
     hostClock: boolean,
+    wallOriginMs?: number,
   ) {
     this.intervals = new Rotation(
       intervalMs,
       new FallbackEstimator(hashes, slots, seed),
       new FallbackEstimator(hashes, slots, seed),
       hostClock,
+      wallOriginMs,
     );
     this.k0 = Number(BigInt.asUintN(32, seed));
     this.k1 = Number(BigInt.asUintN(32, seed >> 32n));

@@ -1,4 +1,4 @@
-import { Stopwatch } from '../lib/clock.js';
+import { READ_WALL_CLOCK, Stopwatch, wallElapsedMs } from '../lib/clock.js';
 
 /**
  * The two-slot interval clock of `Rate` and `HeavyHitters` (crates/limits/src/rotation.rs,
@@ -23,6 +23,12 @@ export class Rotation<T extends { reset(): void }> {
     /** The slot holding the previous interval. */
     public previous: T,
     hostClock = false,
+    /**
+     * With a wall origin (`wallOriginMs` of `RateCoreConstructor`): a `nowMs` of
+     * {@link READ_WALL_CLOCK} reads `Date.now()` here, from this origin, as the native core
+     * reads the wall clock itself.
+     */
+    private readonly wallOriginMs: number | undefined = undefined,
   ) {
     this.host = hostClock ? new Stopwatch(undefined) : undefined;
   }
@@ -32,7 +38,12 @@ export class Rotation<T extends { reset(): void }> {
    * `nowMs` is the caller's reading, ignored with a host clock.
    */
   maybeReset(nowMs: number): number {
-    const now = this.host === undefined ? nowMs : Math.floor(this.host.elapsedMs());
+    const now =
+      this.host !== undefined
+        ? Math.floor(this.host.elapsedMs())
+        : nowMs === READ_WALL_CLOCK && this.wallOriginMs !== undefined
+          ? wallElapsedMs(this.wallOriginMs)
+          : nowMs;
     const past = Math.max(0, now - this.lastReset);
     if (past < this.intervalMs) return past;
     const stale = this.previous;

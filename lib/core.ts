@@ -95,7 +95,10 @@ export interface RateCore {
  * monotonic clock (`CLOCK_MONOTONIC`, `process.hrtime()`'s), read in each call, as `lib/`'s
  * `Stopwatch` counts them on its default clock. For `lib/`'s objects made without a `clock`: the
  * native core then reads the time inside the call it makes anyway, instead of JavaScript making
- * a call of its own for it.
+ * a call of its own for it. With `wallOriginMs` (a caller clock on `Date.now()`, `lib/clock.ts`
+ * `dateClock`) a `nowMs` of `READ_WALL_CLOCK` (−1) means "read it yourself": whole milliseconds
+ * from `wallOriginMs` to the wall clock's present reading (`Date.now()`'s), never negative, at
+ * most 2^53 − 1, as `Stopwatch.reading` counts them; any other `nowMs` is taken as given.
  */
 export type RateCoreConstructor = new (
   intervalMs: number,
@@ -103,6 +106,7 @@ export type RateCoreConstructor = new (
   slots: number,
   seed: bigint,
   hostClock: boolean,
+  wallOriginMs?: number,
 ) => RateCore;
 
 /** One dimension of a quota: `amount` tokens every `periodNs` ns, at most `burst` held (safe integers, periodNs >= 1). */
@@ -319,8 +323,8 @@ export interface HeavyCore {
 
 /**
  * `intervalMs` an integer in [1, 2^52]; the shape within §4; `seed` in [0, 2^64); `threshold` an
- * integer in [1, 2^53 − 1]; `capacity` an integer in [1, 2^24]; `hostClock` as for
- * {@link RateCoreConstructor}.
+ * integer in [1, 2^53 − 1]; `capacity` an integer in [1, 2^24]; `hostClock` and `wallOriginMs` as
+ * for {@link RateCoreConstructor}.
  */
 export type HeavyCoreConstructor = new (
   intervalMs: number,
@@ -330,6 +334,7 @@ export type HeavyCoreConstructor = new (
   threshold: number,
   capacity: number,
   hostClock: boolean,
+  wallOriginMs?: number,
 ) => HeavyCore;
 
 /**

@@ -129,7 +129,8 @@ export class HeavyHitters {
     this.hashes = hashes;
     this.slots = slots;
     this.seed = seedOption(o.seed);
-    this.#stopwatch = o.clock === undefined ? undefined : new Stopwatch(o.clock);
+    const stopwatch = o.clock === undefined ? undefined : new Stopwatch(o.clock);
+    this.#stopwatch = stopwatch;
     this.#core = new active.Heavy(
       this.intervalMs,
       hashes,
@@ -138,6 +139,7 @@ export class HeavyHitters {
       this.threshold,
       this.capacity,
       o.clock === undefined,
+      stopwatch?.wallOriginMs,
     );
   }
 
@@ -324,13 +326,12 @@ export class HeavyHitters {
   }
 
   /**
-   * The time to pass to the core: whole milliseconds since construction, as `Rate` counts them;
-   * 0 when the core reads the host's clock itself (and ignores it).
+   * The time to pass to the core: whole milliseconds since construction, as `Rate` counts them
+   * (`Stopwatch.reading`); 0 when the core reads the host's clock itself (and ignores it).
    */
   #elapsed(): number {
     const stopwatch = this.#stopwatch;
-    if (stopwatch === undefined) return 0;
-    return Math.min(Math.floor(stopwatch.elapsedMs()), Number.MAX_SAFE_INTEGER);
+    return stopwatch === undefined ? 0 : stopwatch.reading();
   }
 }
 

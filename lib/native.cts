@@ -431,8 +431,15 @@ class NativeRate implements RateCore {
   private readonly native: Binding.Rate;
   private readonly handle: number;
 
-  constructor(intervalMs: number, hashes: number, slots: number, seed: bigint, hostClock: boolean) {
-    this.native = new binding.Rate(intervalMs, hashes, slots, seed, hostClock);
+  constructor(
+    intervalMs: number,
+    hashes: number,
+    slots: number,
+    seed: bigint,
+    hostClock: boolean,
+    wallOriginMs?: number,
+  ) {
+    this.native = new binding.Rate(intervalMs, hashes, slots, seed, hostClock, wallOriginMs);
     this.handle = this.native.handle;
   }
 
@@ -529,8 +536,18 @@ class NativeHeavy implements HeavyCore {
     threshold: number,
     capacity: number,
     hostClock: boolean,
+    wallOriginMs?: number,
   ) {
-    this.native = new binding.HeavyHitters(intervalMs, hashes, slots, seed, threshold, capacity, hostClock);
+    this.native = new binding.HeavyHitters(
+      intervalMs,
+      hashes,
+      slots,
+      seed,
+      threshold,
+      capacity,
+      hostClock,
+      wallOriginMs,
+    );
     this.handle = this.native.handle;
   }
 

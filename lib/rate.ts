@@ -195,8 +195,9 @@ export class Rate {
     this.intervalMs = integerOption('intervalMs', o.intervalMs, 1, MAX_INTERVAL_MS);
     const { hashes, slots } = shapeOptions(o.hashes, o.slots, DEFAULT_SHAPE);
     const seed = seedOption(o.seed);
-    this.#stopwatch = o.clock === undefined ? undefined : new Stopwatch(o.clock);
-    this.#core = new active.Rate(this.intervalMs, hashes, slots, seed, o.clock === undefined);
+    const stopwatch = o.clock === undefined ? undefined : new Stopwatch(o.clock);
+    this.#stopwatch = stopwatch;
+    this.#core = new active.Rate(this.intervalMs, hashes, slots, seed, o.clock === undefined, stopwatch?.wallOriginMs);
   }
 
   /**
@@ -344,13 +345,13 @@ export class Rate {
 
   /**
    * Whole milliseconds since construction, never negative, saturating at 2^53 − 1 (285,616 years):
-   * a custom clock may run further, and both cores take only safe integers. 0 for a core that
-   * keeps time itself, which ignores it.
+   * a custom clock may run further, and both cores take only safe integers (`Stopwatch.reading`,
+   * which leaves a `Date.now()` reading to the core when it can make it). 0 for a core that keeps
+   * time itself, which ignores it.
    */
   #elapsed(): number {
     const stopwatch = this.#stopwatch;
-    if (stopwatch === undefined) return 0;
-    return Math.min(Math.floor(stopwatch.elapsedMs()), Number.MAX_SAFE_INTEGER);
+    return stopwatch === undefined ? 0 : stopwatch.reading();
   }
 }
 

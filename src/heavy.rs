@@ -98,7 +98,8 @@ pub struct HeavyStats {
 impl HeavyHitters {
     /// Validated like `lib/heavy.ts` does; out-of-range values are a `RangeError`. With
     /// `hostClock` the summaries read the host's monotonic clock themselves and ignore every
-    /// `nowMs` ([`CallerClock::host`]).
+    /// `nowMs` ([`CallerClock::host`]); with `wallOriginMs` (and no `hostClock`) a `nowMs` of −1
+    /// reads the wall clock from that origin ([`CallerClock::with_wall_origin`]).
     #[allow(clippy::too_many_arguments)]
     #[napi(constructor, catch_unwind)]
     pub fn new(
@@ -110,6 +111,7 @@ impl HeavyHitters {
         threshold: f64,
         capacity: f64,
         host_clock: Option<bool>,
+        wall_origin_ms: Option<f64>,
     ) -> Result<Self> {
         (|| -> Outcome<Self> {
             let interval = args::integer(
@@ -131,10 +133,10 @@ impl HeavyHitters {
             let capacity = capacity as usize;
             let settings = Settings::new(shape, args::seed(&seed)?, threshold, capacity)
                 .map_err(config_failure)?;
-            let now = if host_clock == Some(true) {
-                CallerClock::host()
-            } else {
-                CallerClock::default()
+            let now = match (host_clock, wall_origin_ms) {
+                (Some(true), _) => CallerClock::host(),
+                (_, Some(origin)) => CallerClock::with_wall_origin(origin)?,
+                _ => CallerClock::default(),
             };
             // The clock counts milliseconds, so the interval is given in them too.
             let windows =

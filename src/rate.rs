@@ -92,7 +92,8 @@ impl Rate {
     /// A rate over intervals of `intervalMs` (an integer in [1, 2^52]) with two sketches of
     /// `hashes × slots` keyed by `seed`; otherwise a `RangeError`. Time starts at 0. With
     /// `hostClock` the rate reads the host's monotonic clock itself and ignores every `nowMs`
-    /// ([`CallerClock::host`]).
+    /// ([`CallerClock::host`]); with `wallOriginMs` (and no `hostClock`) a `nowMs` of −1 reads the
+    /// wall clock from that origin ([`CallerClock::with_wall_origin`]).
     #[napi(constructor, catch_unwind)]
     pub fn new(
         env: &Env,
@@ -101,6 +102,7 @@ impl Rate {
         slots: f64,
         seed: BigInt,
         host_clock: Option<bool>,
+        wall_origin_ms: Option<f64>,
     ) -> Result<Self> {
         (|| -> Outcome<Self> {
             let interval = args::integer(
@@ -111,10 +113,10 @@ impl Rate {
             )?;
             let hashes = args::dimension("The \"hashes\" argument", hashes)?;
             let slots = args::dimension("The \"slots\" argument", slots)?;
-            let now = if host_clock == Some(true) {
-                CallerClock::host()
-            } else {
-                CallerClock::default()
+            let now = match (host_clock, wall_origin_ms) {
+                (Some(true), _) => CallerClock::host(),
+                (_, Some(origin)) => CallerClock::with_wall_origin(origin)?,
+                _ => CallerClock::default(),
             };
             // The clock counts milliseconds, so the interval is given in them too (module docs).
             let sketches = Sketches::with_clock(

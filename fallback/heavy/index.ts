@@ -33,12 +33,14 @@ export class FallbackHeavy implements HeavyCore {
     threshold: number,
     capacity: number,
     hostClock: boolean,
+    wallOriginMs?: number,
   ) {
     this.intervals = new Rotation(
       intervalMs,
       new Summary(new FallbackEstimator(hashes, slots, seed), threshold, capacity),
       new Summary(new FallbackEstimator(hashes, slots, seed), threshold, capacity),
       hostClock,
+      wallOriginMs,
     );
   }
 

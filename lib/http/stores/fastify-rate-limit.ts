@@ -22,18 +22,20 @@
  *   callback.)
  *
  * Like `LocalStore` it reads `Date.now()` by default, so tests that fake `Date` turn its windows,
- * and takes any `timeWindow` >= 0, rounded up to whole milliseconds (0 as 1 ms).
+ * and takes any `timeWindow` >= 0, rounded up to whole milliseconds (0 as 1 ms). (While `Date.now`
+ * is the engine's own, the native core reads that clock itself, in the call it makes anyway;
+ * `lib/clock.ts` `dateClock`.)
  *
  * `child(routeOptions)` gives each route with its own `config.rateLimit` separate counts, as
  * `LocalStore` does.
  *
  * @module
  */
-import type { Clock } from '../../clock.js';
+import { dateClock, type Clock } from '../../clock.js';
 import { invalidType, withCode } from '../../errors.js';
 import type { Rate } from '../../rate.js';
 import { WindowQuota, type HeavyHitterSettings } from '../window-quota.js';
-import { dateClock, storeQuota, wholeWindowMs } from './window.js';
+import { storeQuota, wholeWindowMs } from './window.js';
 
 /** Options of {@link keepcountFastifyStore}. */
 export interface KeepcountFastifyStoreOptions {

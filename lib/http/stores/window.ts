@@ -9,15 +9,7 @@ import type { Rate } from '../../rate.js';
 import type { HeavyHitterSettings, WindowQuotaOptions } from '../window-quota.js';
 
 /**
- * `Date.now()`: the clock `MemoryStore` and `LocalStore` read, so tests that fake `Date`
- * (node:test mock timers, sinon, jest) turn the keepcount stores' windows too. It is wall time: a
- * clock stepped back stalls the window by that much (keepcount counts it as no time passing), one
- * stepped forward turns it early, as it does theirs.
- */
-export const dateClock: Clock = { now: () => Date.now() };
-
-/**
- * {@link dateClock} remembering its last reading. express-rate-limit wants a `resetTime` date:
+ * `lib/clock.ts`'s `dateClock` remembering its last reading. express-rate-limit wants a `resetTime` date:
  * `Date.now()` plus what is left of the window. The window was judged at a reading of this very
  * clock a moment before, so the store adds to that reading instead of calling `Date.now()` again:
  * one clock read per request instead of two, and a reset time consistent with the count.
