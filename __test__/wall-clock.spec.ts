@@ -1,4 +1,4 @@
-import test from 'ava';
+import test, { type ExecutionContext } from 'ava';
 import { mock } from 'node:test';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { backend, HeavyHitters, Rate } from '../lib/index.js';
@@ -21,6 +21,21 @@ const counters = {
   },
 };
 
+/**
+ * Reads `resetMs` between two `Date.now()` readings and asserts the elapsed time it shows lies
+ * between them, less the latest and the earliest origin the reading may count from.
+ */
+function assertWallReading(t: ExecutionContext, resetMs: () => number, earliest: number, latest: number): void {
+  const lo = Date.now();
+  const elapsed = WINDOW - resetMs();
+  const hi = Date.now();
+  t.true(
+    elapsed >= lo - latest && elapsed <= hi - earliest,
+    `elapsed ${elapsed} not in [${lo - latest}, ${hi - earliest}]`,
+  );
+  t.true(Number.isInteger(elapsed));
+}
+
 for (const [name, make] of Object.entries(counters)) {
   test.serial(title(`${name} on dateClock counts whole ms of Date.now() from its construction`), async (t) => {
     // Serial: no fake Date from another test. The core reads the wall clock itself here; its
@@ -29,14 +44,7 @@ for (const [name, make] of Object.entries(counters)) {
     const resetMs = make();
     const after = Date.now();
     await sleep(30);
-    const lo = Date.now();
-    const elapsed = WINDOW - resetMs();
-    const hi = Date.now();
-    t.true(
-      elapsed >= lo - after && elapsed <= hi - before,
-      `elapsed ${elapsed} not in [${lo - after}, ${hi - before}]`,
-    );
-    t.true(Number.isInteger(elapsed));
+    assertWallReading(t, resetMs, before, after);
   });
 
   test.serial(title(`${name} on dateClock reads a Date.now faked after construction, from the same origin`), (t) => {
@@ -52,13 +60,7 @@ for (const [name, make] of Object.entries(counters)) {
     }
     // The engine's Date.now again: the core reads the wall clock from the same origin, a few ms on
     // (below the fake's 5,000, which counts as no time passing since the window began).
-    const lo = Date.now();
-    const elapsed = WINDOW - resetMs();
-    const hi = Date.now();
-    t.true(
-      elapsed >= lo - origin && elapsed <= hi - origin,
-      `elapsed ${elapsed} not in [${lo - origin}, ${hi - origin}]`,
-    );
+    assertWallReading(t, resetMs, origin, origin);
   });
 }
 
