@@ -94,3 +94,26 @@ test(title('a done that throws does not keep the other exchanges on its connecti
   t.deepEqual(ended, [0, 1, 2]);
   socket.destroy();
 });
+
+test(title('an exchange whose response already closed is over at once, on a connection still open'), async (t) => {
+  // A limit reached only after the response closed (an async middleware before it, a handler that
+  // answered and went on): no `close` is left to come, so the end must be reported at once, and once.
+  const ends: number[] = [];
+  const server = createServer((req: IncomingMessage, res: ServerResponse) => {
+    res.end('ok');
+    res.on('close', () => {
+      const before = ends.length;
+      onExchangeEnd(req, res, () => ends.push(ends.length));
+      t.is(ends.length, before + 1, 'reported during the call');
+    });
+  });
+  const port = await listen(server);
+  try {
+    await sequential(port, 3);
+    // The connection closed too (the agent is destroyed): nothing is reported again.
+    await new Promise((resolve) => setTimeout(resolve, 50));
+    t.deepEqual(ends, [0, 1, 2]);
+  } finally {
+    await close(server);
+  }
+});
