@@ -38,6 +38,12 @@ test(title('clientIp walks X-Forwarded-For right to left exactly as far as trust
     ',,',
     '203.0.113.7',
     ' 203.0.113.7 ',
+    // Whitespace `trim` takes off at either end, ASCII or not (a test double may hold any text).
+    '\t203.0.113.7\u00a0',
+    '198.51.100.1 ,\v203.0.113.7\r',
+    '\u3000203.0.113.7',
+    '203.0.113.7\u2028',
+    '\ufeff2001:db8::1 , x',
     '198.51.100.1, 203.0.113.7',
     '198.51.100.1,203.0.113.7,10.0.0.2',
     ',203.0.113.7',

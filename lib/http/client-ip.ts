@@ -143,15 +143,32 @@ export function isIPv4Text(text: string): boolean {
   for (let i = 0, part = 0; ; i++) {
     const start = i;
     let value = 0;
-    for (let digit = text.charCodeAt(i) - 48; digit >= 0 && digit <= 9; digit = text.charCodeAt(i) - 48) {
+    // Bounded by `length`: a read past the end (NaN) makes V8 swap its inlined `charCodeAt` for a
+    // call per character.
+    for (; i < length; i++) {
+      const digit = text.charCodeAt(i) - 48;
+      if (digit < 0 || digit > 9) break;
       value = value * 10 + digit;
-      i++;
     }
     const digits = i - start;
     if (digits === 0 || digits > 3 || value > 255 || (digits > 1 && text.charCodeAt(start) === 48)) return false;
     if (++part === 4) return i === length;
-    if (text.charCodeAt(i) !== 46) return false;
+    if (i === length || text.charCodeAt(i) !== 46) return false;
   }
+}
+
+const COMMA = 44;
+
+/**
+ * `text.trim()`, skipped when both ends are printable ASCII other than the space (the usual
+ * entry), which `trim` would keep: it is a builtin call and a new string per entry.
+ */
+function trimmed(text: string): string {
+  const last = text.length - 1;
+  if (last < 0) return text;
+  const first = text.charCodeAt(0);
+  const end = text.charCodeAt(last);
+  return first > 32 && first < 127 && end > 32 && end < 127 ? text : text.trim();
 }
 
 /** `isIP(text) !== 0`, with IPv4 text told apart by {@link isIPv4Text}. */
@@ -210,12 +227,14 @@ export function clientIp(req: IncomingMessage, trustProxy: TrustProxy = false): 
   const list = forwardedFor(req);
   if (list === undefined) return ip ?? peerIp(req) ?? 'unknown';
   // The entries right to left, each the text between two commas, read in place: no array of
-  // them per request. `end` is where the next entry ends; -1 once every entry was read.
+  // them per request. `end` is where the next entry ends; -1 once every entry was read. The comma
+  // is found code unit by code unit: `lastIndexOf` is a call into V8's C++ runtime.
   for (let hop = 0, end = list.length; end >= 0; hop++) {
     const trusted = typeof trustProxy === 'number' ? hop < trustProxy : trustProxy(ip!, hop);
     if (!trusted) break;
-    const start = end === 0 ? -1 : list.lastIndexOf(',', end - 1);
-    const next = list.slice(start + 1, end).trim();
+    let start = end - 1;
+    while (start >= 0 && list.charCodeAt(start) !== COMMA) start--;
+    const next = trimmed(list.slice(start + 1, end));
     if (!isAddress(next)) break;
     ip = normalize(next);
     end = start;
