@@ -10,7 +10,7 @@
 import type { EstimatorCore, Key } from '../lib/core.js';
 import { Counters } from './counters.js';
 import { hashKey } from './hasher.js';
-import { Rows } from './rows.js';
+import { Rows, rowColumn } from './rows.js';
 import { encode } from './wire.js';
 
 /**
@@ -62,11 +62,13 @@ export class FallbackEstimator implements EstimatorCore {
 
   /** Adds `value` to the key's counter in every row; returns the new estimate (their minimum). */
   incrHashed(h1: number, h2: number, value: number): number {
-    const { numbers } = this;
-    const indexes = this.rows.locate(h1, h2);
+    const { numbers, hashes, slots } = this;
+    const { lows, highs, shift } = this.rows;
+    const x0 = h1 | 0;
+    const x1 = h2 | 0;
     let min = Infinity;
-    for (let row = 0; row < indexes.length; row++) {
-      const i = indexes[row]!;
+    for (let row = 0, at = 0, base = 0; row < hashes; row++, at += 3, base += slots) {
+      const i = base + rowColumn(lows, highs, at, x0, x1, slots, shift);
       // As `Counters` adds: a safe sum is exact; any other, a wide counter's included, is redone exactly.
       const sum = numbers[i]! + value;
       const c = Math.abs(sum) <= SAFE ? (numbers[i] = sum) : this.counters.addExactly(i, BigInt(value));
@@ -77,15 +79,17 @@ export class FallbackEstimator implements EstimatorCore {
 
   /** The key's estimate: the minimum of its counters. */
   getHashed(h1: number, h2: number): number {
-    const { numbers } = this;
-    const indexes = this.rows.locate(h1, h2);
+    const { numbers, hashes, slots } = this;
+    const { lows, highs, shift } = this.rows;
+    const x0 = h1 | 0;
+    const x1 = h2 | 0;
     let min = Infinity;
-    for (let row = 0; row < indexes.length; row++) {
-      const c = numbers[indexes[row]!]!;
+    for (let row = 0, at = 0, base = 0; row < hashes; row++, at += 3, base += slots) {
+      const c = numbers[base + rowColumn(lows, highs, at, x0, x1, slots, shift)]!;
       if (c < min) min = c;
     }
     // Wide counters read ±Infinity: a finite minimum is a safe counter, and no wide one is below it.
-    return Number.isFinite(min) ? min : Number(this.counters.minOf(indexes));
+    return Number.isFinite(min) ? min : Number(this.counters.minOf(this.rows.locate(h1, h2)));
   }
 
   /** The key's estimate as the i64 it is (what a summary's decoder compares with its u64 threshold). */

@@ -17,9 +17,18 @@ let scratch = new Uint8Array(64);
  */
 export function hashKey(key: Key, k0: number, k1: number): RapidHash {
   hash.begin(k0, k1);
-  if (typeof key === 'string') {
-    hashString(key);
-  } else if (typeof key === 'number') {
+  if (typeof key === 'string') hashString(key);
+  else hashOther(key);
+  hash.finish();
+  return hash;
+}
+
+/**
+ * The keys that are not strings, kept out of {@link hashKey} so that V8 inlines it (and the
+ * sketch's row arithmetic after it) within its budget into a caller.
+ */
+function hashOther(key: Exclude<Key, string>): void {
+  if (typeof key === 'number') {
     // i64 LE, two's complement; exact for safe integers.
     const hi = Math.floor(key / TWO_32);
     hash.word(key - hi * TWO_32);
@@ -33,8 +42,6 @@ export function hashKey(key: Key, k0: number, k1: number): RapidHash {
     hash.word(Math.floor(key.length / TWO_32));
     hash.bytes(key, 0, key.length);
   }
-  hash.finish();
-  return hash;
 }
 
 /** UTF-8 bytes then 0xff. ASCII is absorbed straight from the char codes, four at a time. */

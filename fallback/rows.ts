@@ -14,15 +14,18 @@ const ROW_DOMAIN = 1;
 
 /**
  * A sketch's rows: which counter a key uses in each row. Built once per sketch (three SipHash calls
- * per row); `locate` then costs a few multiplications per row.
+ * per row); `locate`, or {@link rowColumn} in a caller's own loop over the rows, then costs a few
+ * multiplications per row.
  */
 export class Rows {
-  /** Six u32 per row: `a` low, `a` high, `c` low, `c` high, `b` low, `b` high. */
-  private readonly words: Uint32Array;
+  /** Three per row, the low halves of `a`, `c` and `b` as numbers (products of them are doubles). */
+  readonly lows: Float64Array;
+  /** Three per row, the high halves of `a`, `c` and `b` as int32 (for `Math.imul`). */
+  readonly highs: Int32Array;
   /** Where `locate` writes; reused by every call, so valid until the next one. */
   private readonly indexes: Int32Array;
   /** `32 − log2(slots)` when `slots` is a power of two above 1, else −1. */
-  private readonly shift: number;
+  readonly shift: number;
 
   constructor(
     readonly hashes: number,
@@ -30,21 +33,20 @@ export class Rows {
     seedLow: number,
     seedHigh: number,
   ) {
-    this.words = new Uint32Array(hashes * 6);
+    this.lows = new Float64Array(hashes * 3);
+    this.highs = new Int32Array(hashes * 3);
     this.indexes = new Int32Array(hashes);
     // slots <= 2^27, so a power of two leaves a shift of 5 or more; 32 - log2(1) = 32 is not a
     // valid shift in JavaScript (it is taken mod 32), so width 1 takes the general path.
     this.shift = slots > 1 && (slots & (slots - 1)) === 0 ? 32 - Math.log2(slots) : -1;
     const sip = new SipHash(1, 3);
-    for (let row = 0, at = 0; row < hashes; row++) {
-      for (let j = 0; j < 3; j++, at += 2) {
-        sip.begin(seedLow, seedHigh, ROW_DOMAIN, 0);
-        sip.word(3 * row + j);
-        sip.word(0);
-        sip.finish();
-        this.words[at] = sip.h1;
-        this.words[at + 1] = sip.h2;
-      }
+    for (let at = 0; at < hashes * 3; at++) {
+      sip.begin(seedLow, seedHigh, ROW_DOMAIN, 0);
+      sip.word(at);
+      sip.word(0);
+      sip.finish();
+      this.lows[at] = sip.h1;
+      this.highs[at] = sip.h2;
     }
   }
 
@@ -53,41 +55,42 @@ export class Rows {
    * half) and `h2` (high half). The array is reused: read it before the next call.
    */
   locate(h1: number, h2: number): Int32Array {
-    const { slots, hashes, indexes, words, shift } = this;
-    const x0l = h1 & 0xffff;
-    const x0h = h1 >>> 16;
-    const x1l = h2 & 0xffff;
-    const x1h = h2 >>> 16;
-    for (let row = 0, at = 0; row < hashes; row++, at += 6) {
-      const word = rowWord(words, at, h1, h2, x0l, x0h, x1l, x1h);
-      // For a power-of-two width, Lemire's reduction is exactly the word's top bits.
-      indexes[row] = row * slots + (shift >= 0 ? word >>> shift : column(word, slots));
+    const { indexes, lows, highs, slots, shift } = this;
+    const x0 = h1 | 0;
+    const x1 = h2 | 0;
+    for (let row = 0, at = 0, base = 0; row < indexes.length; row++, at += 3, base += slots) {
+      indexes[row] = base + rowColumn(lows, highs, at, x0, x1, slots, shift);
     }
     return indexes;
   }
 }
 
 /**
- * Bits 32..63 of `(a·x0 + c·x1 + b) mod 2^64` for the row whose words start at `at`. The low halves'
- * products are split at bit 16 of `x` so each stays below 2^49; their sum's bits from 32 up are the
- * carry into the high half, which the high halves' products reach only through their low 32 bits.
+ * The column of the key hash `x0` (low half), `x1` (high half), as int32s, in the row whose words
+ * start at `at` of `lows` and `highs`: bits 32..63 of `(a·x0 + c·x1 + b) mod 2^64`, reduced. The
+ * low halves' products are split at bit 16 of `x` so each stays below 2^49; their sum's bits from
+ * 32 up are the carry into the high half, which the high halves' products reach only through their
+ * low 32 bits. Everything a row shares comes in as an argument: V8 does not hoist a field's load
+ * out of a loop, so the loops that call this read the fields once, before they start.
  */
-function rowWord(
-  words: Uint32Array,
+export function rowColumn(
+  lows: Float64Array,
+  highs: Int32Array,
   at: number,
   x0: number,
   x1: number,
-  x0l: number,
-  x0h: number,
-  x1l: number,
-  x1h: number,
+  slots: number,
+  shift: number,
 ): number {
-  const al = words[at]!;
-  const cl = words[at + 2]!;
-  const low = al * x0l + cl * x1l + words[at + 4]!;
-  const mid = al * x0h + cl * x1h;
-  const carry = Math.floor((mid + Math.floor(low / 65536)) / 65536);
-  return (carry + Math.imul(words[at + 1]!, x0) + Math.imul(words[at + 3]!, x1) + words[at + 5]!) >>> 0;
+  const al = lows[at]!;
+  const cl = lows[at + 1]!;
+  const low = al * (x0 & 0xffff) + cl * (x1 & 0xffff) + lows[at + 2]!;
+  const mid = al * (x0 >>> 16) + cl * (x1 >>> 16);
+  // `| 0` truncates the non-negative carry (floor) and takes it mod 2^32, all the sum needs of it.
+  const carry = ((mid + Math.floor(low / 65536)) / 65536) | 0;
+  const word = (Math.imul(highs[at]!, x0) + Math.imul(highs[at + 1]!, x1) + highs[at + 2]! + carry) >>> 0;
+  // For a power-of-two width, Lemire's reduction is exactly the word's top bits.
+  return shift >= 0 ? word >>> shift : column(word, slots);
 }
 
 /**
