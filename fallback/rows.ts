@@ -55,10 +55,10 @@ export class Rows {
    * half) and `h2` (high half). The array is reused: read it before the next call.
    */
   locate(h1: number, h2: number): Int32Array {
-    const { indexes, lows, highs, slots, shift } = this;
+    const { indexes, lows, highs, hashes, slots, shift } = this;
     const x0 = h1 | 0;
     const x1 = h2 | 0;
-    for (let row = 0, at = 0, base = 0; row < indexes.length; row++, at += 3, base += slots) {
+    for (let row = 0, at = 0, base = 0; row < hashes; row++, at += 3, base += slots) {
       indexes[row] = base + rowColumn(lows, highs, at, x0, x1, slots, shift);
     }
     return indexes;
