@@ -15,7 +15,7 @@ import type { EstimatorCore, Key, RateCore, RateSample } from '../lib/core.js';
 import { FIRST_COUNTER, RATE_WORD } from '../lib/shared-buffer.js';
 import { clampI64, I64_MAX, I64_MIN } from './counters.js';
 import { hashKey } from './hasher.js';
-import { Rows } from './rows.js';
+import { Rows, rowColumn } from './rows.js';
 import { encodeWords } from './wire.js';
 
 const U64_MAX = 2n ** 64n - 1n;
@@ -87,13 +87,15 @@ export class AtomicEstimator implements EstimatorCore {
 
   /** Adds `value` to the key's counter in every row; the new estimate, as the nearest number to the i64. */
   incrHashed(h1: number, h2: number, value: number): number {
-    const { words, first } = this;
+    const { words, first, hashes, slots } = this;
+    const { lows, highs, shift } = this.rows;
+    const x0 = h1 | 0;
+    const x1 = h2 | 0;
     const add = value === 1 ? ONE : BigInt(value);
-    const indexes = this.rows.locate(h1, h2);
     // Minimum of the rounded counters = the rounded minimum: rounding to numbers keeps order.
     let min = Infinity;
-    for (let row = 0; row < indexes.length; row++) {
-      const i = first + indexes[row]!;
+    for (let row = 0, at = 0, base = first; row < hashes; row++, at += 3, base += slots) {
+      const i = base + rowColumn(lows, highs, at, x0, x1, slots, shift);
       const old = Atomics.add(words, i, add);
       const exact = Number(old);
       const c = exact > -EXACT && exact < EXACT ? exact + value : Number(settle(words, i, old, add));
@@ -103,11 +105,13 @@ export class AtomicEstimator implements EstimatorCore {
   }
 
   getHashed(h1: number, h2: number): number {
-    const { words, first } = this;
-    const indexes = this.rows.locate(h1, h2);
+    const { words, first, hashes, slots } = this;
+    const { lows, highs, shift } = this.rows;
+    const x0 = h1 | 0;
+    const x1 = h2 | 0;
     let min = Infinity;
-    for (let row = 0; row < indexes.length; row++) {
-      const c = Number(Atomics.load(words, first + indexes[row]!));
+    for (let row = 0, at = 0, base = first; row < hashes; row++, at += 3, base += slots) {
+      const c = Number(Atomics.load(words, base + rowColumn(lows, highs, at, x0, x1, slots, shift)));
       if (c < min) min = c;
     }
     return min;
