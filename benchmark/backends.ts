@@ -17,6 +17,8 @@ export type Api = typeof import('../lib/index.js');
 export type HttpApi = typeof import('../lib/http/index.js');
 /** What the bench reaches beyond the public API: the backend's ticker, for the N-API call cost. */
 export type BackendModule = typeof import('../lib/backend.js');
+/** `lib/clock.ts`: the host clock the fallback's cores read, for the cost of one reading. */
+export type ClockModule = typeof import('../lib/clock.js');
 /** keepcount/redis on this backend (its sketches hash with this backend's `Estimator`). */
 export type RedisApi = typeof import('../lib/redis/index.js');
 
@@ -26,6 +28,7 @@ export interface LoadedBackend {
   /** `keepcount/http` on this backend. */
   http: HttpApi;
   backend: BackendModule;
+  clock: ClockModule;
   redis: RedisApi;
   /** `lib/limiter.ts`'s exports once that module exists, else undefined. */
   limiter: Record<string, unknown> | undefined;
@@ -49,6 +52,7 @@ function load(name: 'native' | 'fallback'): LoadedBackend {
     const api = nodeRequire(join(built, 'lib/index.js')) as Api;
     const http = nodeRequire(join(built, 'lib/http/index.js')) as HttpApi;
     const backend = nodeRequire(join(built, 'lib/backend.js')) as BackendModule;
+    const clock = nodeRequire(join(built, 'lib/clock.js')) as ClockModule;
     const redis = nodeRequire(join(built, 'lib/redis/index.js')) as RedisApi;
     let limiter: Record<string, unknown> | undefined;
     try {
@@ -56,7 +60,7 @@ function load(name: 'native' | 'fallback'): LoadedBackend {
     } catch (error) {
       if ((error as { code?: string }).code !== 'MODULE_NOT_FOUND') throw error;
     }
-    return { name, api, http, backend, redis, limiter };
+    return { name, api, http, backend, clock, redis, limiter };
   } finally {
     if (saved === undefined) delete process.env.KEEPCOUNT_BACKEND;
     else process.env.KEEPCOUNT_BACKEND = saved;

@@ -10,7 +10,7 @@ import { dirname, join } from 'node:path';
 import { parseArgs } from 'node:util';
 import { STRUCTURES, type MemoryResult } from './memory.js';
 import type { NodeResults, SuiteResult } from './node.js';
-import { SUITE_IDS } from './suites.js';
+import { CLOCK_READ, SUITE_IDS } from './suites.js';
 import type { HttpResults } from './http.js';
 import type { ClusterResults } from './cluster.js';
 import type { RedisResults } from './redis.js';
@@ -239,12 +239,30 @@ for (const b of node.backends) {
   // Issue 16 asks for an honest target where its own is out of reach: observe cannot cost less
   // than the one call under it, so 10× needs the floor ≥ 10× first; what observe adds on top
   // (clock read, rows, rotation check) is what keepcount controls.
-  targets.push({
-    what: `Rate.observe (${b}), honest target: the work on top of the one-call floor`,
-    goal: '≤ 1.5× the floor call',
-    measured: `${observe.toFixed(1)} vs ${callFloor.toFixed(1)} ns: ${overFloor.toFixed(2)}×`,
-    met: overFloor <= 1.5,
-  });
+  // The native core reads the monotonic clock inside its own call, from Rust; JavaScript's
+  // cheapest monotonic reading is a call out of V8 that returns an array (`process.hrtime()`),
+  // which the fallback cannot make cheaper and the floor does not make: allowed for beside the
+  // floor, as the buffer targets below allow for the atomics' own extra. Stated in the closing
+  // note of 2026-11-27 (session 27) before the run that first used it.
+  if (b === 'native') {
+    targets.push({
+      what: `Rate.observe (${b}), honest target: the work on top of the one-call floor`,
+      goal: '≤ 1.5× the floor call',
+      measured: `${observe.toFixed(1)} vs ${callFloor.toFixed(1)} ns: ${overFloor.toFixed(2)}×`,
+      met: overFloor <= 1.5,
+    });
+  } else {
+    const clock = ns(rate, CLOCK_READ)!;
+    const overAllowed = paired(rate, [observeName, floorName, CLOCK_READ], (o, f, c) => o / (f + c));
+    targets.push({
+      what: `Rate.observe (${b}), honest target: the work on top of the one-call floor and one clock read`,
+      goal: '≤ 1.5× the floor call plus one host-clock read',
+      measured:
+        `${observe.toFixed(1)} vs ${callFloor.toFixed(1)} + ${clock.toFixed(1)} ns: ${overAllowed.toFixed(2)}× ` +
+        `(${overFloor.toFixed(2)}× the floor call alone)`,
+      met: overAllowed <= 1.5,
+    });
+  }
   const timeoutName = `keepcount timeout(p, 5000) (${b})`;
   const bare = ns(timeouts, 'bare await')!;
   const floor = ns(timeouts, 'new Promise + then')!;

@@ -15,6 +15,12 @@ import { stream, type Keys } from './data.js';
 import { asyncCase, assert, HUGE, label, ref, SEED, syncCase, type Case, type Suite, type Variant } from './case.js';
 import { shared } from './shared-suite.js';
 
+/**
+ * The rate suite's case for one reading of the host clock as the fallback's `Rate` takes it: part
+ * of the fallback's honest `Rate.observe` target (benchmark/run.ts).
+ */
+export const CLOCK_READ = 'host clock read, one per fallback Rate.observe (process.hrtime)';
+
 function counting(backends: LoadedBackend[], v: Variant, checkDraws: number): Suite {
   const s = stream(v.keys, v.draws);
   const est = backends.map((b) => new b.api.Estimator({ seed: SEED }));
@@ -73,6 +79,13 @@ function rate(backends: LoadedBackend[], v: Variant, checkDraws: number): Suite 
   backends.forEach((b, i) =>
     cases.push(syncCase(`keepcount Estimator.get, 1 × 1 (the floor) ${label(b)}`, s, (k) => floors[i]!.get(k))),
   );
+  // What the fallback's Rate reads per call and the floor does not: the host's monotonic clock,
+  // through the same `Stopwatch` (fallback/rotation.ts). The native core reads it inside its call.
+  const fallback = backends.find((b) => b.name === 'fallback');
+  if (fallback !== undefined) {
+    const watch = new fallback.clock.Stopwatch(undefined);
+    cases.push(syncCase(CLOCK_READ, s, () => Math.floor(watch.elapsedMs())));
+  }
   cases.push(asyncCase('rate-limiter-flexible RateLimiterMemory.consume', s, (k) => rlf.consume(k, 1)));
   cases.push(asyncCase('express-rate-limit MemoryStore.increment', s, (k) => store.increment(k)));
   // The same store interface on keepcount (express-rate-limit awaits it as it awaits MemoryStore's).
