@@ -276,7 +276,7 @@ test(title('bad buffers and options are refused with the same errors on both bac
   throwsShape(
     t,
     () => Estimator.fromSharedBuffer(version),
-    corrupt('version', 'layout version 1; this keepcount reads version 2'),
+    corrupt('version', 'layout version 1; this keepcount reads version 3'),
   );
   const short = new SharedArrayBuffer(estimator.byteLength - 8);
   new Uint8Array(short).set(new Uint8Array(estimator, 0, short.byteLength));

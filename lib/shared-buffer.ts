@@ -7,7 +7,7 @@
  * of a file:
  *
  * ```text
- * 0..64    magic "KCSHARED", format version 2, kind (1 estimator, 2 rate), hashes, slots, seed,
+ * 0..64    magic "KCSHARED", format version 3, kind (1 estimator, 2 rate), hashes, slots, seed,
  *          interval (ns; 0 for an estimator), creation time (Unix ns), length, 0, CRC-32 of 0..60
  * 64..72   a rate's interval word (start in ns | stale | rotating | flag), 0 in a new buffer
  * 128..    i64 counters, row-major: one sketch (estimator) or two (rate)
@@ -27,7 +27,7 @@ import { MAX_COUNTERS, MAX_HASHES } from './limits.js';
 /** "KCSHARED", the first eight bytes of a segment file and of a shared buffer. */
 const MAGIC = [0x4b, 0x43, 0x53, 0x48, 0x41, 0x52, 0x45, 0x44];
 /** The segment layout version (`FORMAT_VERSION` in layout.rs). */
-const LAYOUT_VERSION = 2;
+const LAYOUT_VERSION = 3;
 /** Bytes before the counters: the immutable header's cache line, then the mutable words'. */
 const HEADER_BYTES = 128;
 /** Offset of the header's CRC-32, which covers every byte before it. */

@@ -21,7 +21,8 @@
 //!    128        counters: i64, row-major, one sketch after another: an estimator has one, a
 //!               rate two, an in-flight counter 1 + process slots (the total, then each
 //!               process's own contribution)
-//!      …        in-flight only: two u64 words per process slot (crate::shared::inflight)
+//!      …        in-flight only, from the next multiple of 64: eight u64 words (one cache line)
+//!               per process slot (crate::shared::inflight)
 //! ```
 //!
 //! A limiter has no counters; after the header it holds:
@@ -53,9 +54,10 @@ use std::time::Duration;
 /// The first eight bytes of every segment file.
 pub(crate) const MAGIC: [u8; 8] = *b"KCSHARED";
 /// The layout version this build reads and writes. Version 1 segments hashed keys as sketch
-/// format 2 did (SipHash-1-3): their counters mean nothing to this build's hash, so they are
-/// refused as corrupt (version) rather than misread.
-pub(crate) const FORMAT_VERSION: u32 = 2;
+/// format 2 did (SipHash-1-3): their counters mean nothing to this build's hash; version 2
+/// in-flight slots had two words, without the journal of changes in flight that version 3's
+/// eight hold. Both are refused as corrupt (version) rather than misread.
+pub(crate) const FORMAT_VERSION: u32 = 3;
 /// Header bytes before the counters: two 64-byte cache lines, the first immutable, the second
 /// the mutable words, so counter traffic and the header never share a line.
 pub(crate) const HEADER_BYTES: usize = 128;
@@ -67,6 +69,9 @@ const CHECKSUM_OFFSET: usize = 60;
 pub(crate) const RATE_WORD_OFFSET: usize = 64;
 /// Bytes per counter.
 const COUNTER_BYTES: usize = 8;
+/// Bytes per in-flight process slot: one cache line, so that one process's journal of its changes
+/// never shares a line with another's.
+pub(crate) const SLOT_BYTES: usize = 64;
 /// Offset of a limiter's overflow count.
 pub(crate) const OVERFLOW_WORD_OFFSET: usize = 72;
 /// Offset of a limiter's count of claimed table entries.
@@ -283,9 +288,10 @@ impl Layout {
         }
     }
 
-    /// Byte offset of the in-flight slot table, just after the counters.
+    /// Byte offset of the in-flight slot table: the first cache line after the counters.
     pub(crate) fn slots_offset(&self) -> usize {
-        HEADER_BYTES + self.sketches() * self.shape.counters() * COUNTER_BYTES
+        (HEADER_BYTES + self.sketches() * self.shape.counters() * COUNTER_BYTES)
+            .next_multiple_of(SLOT_BYTES)
     }
 
     /// The file's length: sketches at most 2^27 × 8 bytes each, and at most 1 + 2^10 of them
@@ -295,7 +301,7 @@ impl Layout {
             // At most 2^27 entries (a shape's limit) of 48 bytes.
             return TABLE_OFFSET + self.shape.slots() * ENTRY_BYTES;
         }
-        self.slots_offset() + self.processes as usize * 2 * COUNTER_BYTES
+        self.slots_offset() + self.processes as usize * SLOT_BYTES
     }
 
     /// The immutable header of a segment created at `created_unix_nanos`.

@@ -4,7 +4,7 @@
 use crate::shared::error::{CorruptReason, SharedError};
 use crate::shared::layout::{
     FIXED_BYTES, HEADER_BYTES, Kind, LIMITER_BLOCK_BYTES, LIMITER_BLOCK_OFFSET, Layout,
-    LimiterLayout,
+    LimiterLayout, SLOT_BYTES,
 };
 use memmap2::MmapRaw;
 use portable_atomic::AtomicU128;
@@ -379,13 +379,19 @@ impl Segment {
         &words(&self.map, offset, 1)[0]
     }
 
-    /// In-flight slot `index`'s two words (owner, PID namespace), `index < processes`.
+    /// In-flight slot `index`'s words (crate::shared::inflight), `index < processes`.
     pub(crate) fn slot_words(&self, index: usize) -> &[AtomicU64] {
-        let start = self.layout.slots_offset() + index * 16;
+        let start = self.layout.slots_offset() + index * SLOT_BYTES;
         debug_assert!(index < self.layout.processes as usize);
         // SAFETY: the slot table is inside the file (total_bytes counts it) for index <
-        // processes, 8-byte aligned after the counters, and accessed only atomically.
-        unsafe { std::slice::from_raw_parts(self.map.as_ptr().add(start).cast::<AtomicU64>(), 2) }
+        // processes, at a multiple of 64 bytes from the (8-aligned) start, so aligned for
+        // AtomicU64, and accessed only atomically.
+        unsafe {
+            std::slice::from_raw_parts(
+                self.map.as_ptr().add(start).cast::<AtomicU64>(),
+                SLOT_BYTES / 8,
+            )
+        }
     }
 
     /// Sketch `index`'s counters (`index` below the layout's sketch count), `shape.counters()`
