@@ -50,7 +50,7 @@ mod rate;
 mod segment;
 
 pub use error::{CorruptReason, SharedError};
-pub use inflight::{MAX_PROCESSES, RECLAIM_INTERVAL, SharedInflight};
+pub use inflight::{MAX_PROCESSES, RECLAIM_INTERVAL, SETTLE_ATTEMPTS, SharedInflight};
 pub use limiter::{MAX_CAPACITY, SharedLimiter, SharedLimiterStats};
 pub use rate::SharedRate;
 pub use segment::{Counters, DEFAULT_MODE, MAX_NAME_BYTES, SharedOptions, unlink};

@@ -1,12 +1,15 @@
-//! What the shared-segment test binaries (`shared.rs`, `shared_rate.rs`) have in common: the
-//! seed and shape of their segments and a scratch directory per test.
+//! What the shared-segment test binaries (`shared.rs`, `shared_inflight.rs`, `shared_rate.rs`)
+//! have in common: the seed and shape of their segments, a scratch directory per test, and
+//! running a binary's `child` test as another process playing a role.
 // Each binary uses its part of it.
 #![allow(dead_code)]
 
 use keepcount_limits::Shape;
 use keepcount_limits::shared::SharedOptions;
 use std::fs;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
 
 /// The seed of every test segment.
 pub const SEED: u64 = 42;
@@ -41,4 +44,49 @@ impl Drop for Dir {
     fn drop(&mut self) {
         let _ = fs::remove_dir_all(&self.0);
     }
+}
+
+/// The environment variable that makes a test binary's `child` test play a role.
+pub const CHILD: &str = "KEEPCOUNT_SHARED_CHILD";
+/// Runs `role` in a child process of this test binary, in `dir`, on segment `name`.
+pub fn spawn(role: &str, dir: &Dir, name: &str) -> Child {
+    Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", "child", "--nocapture", "--test-threads=1"])
+        .env(CHILD, role)
+        .env("KEEPCOUNT_SHARED_DIR", &dir.0)
+        .env("KEEPCOUNT_SHARED_NAME", name)
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+/// The `RESULT` line a finished child printed.
+pub fn result(child: Child) -> String {
+    let output = child.wait_with_output().unwrap();
+    assert!(output.status.success(), "child failed: {output:?}");
+    let stdout = String::from_utf8(output.stdout).unwrap();
+    stdout
+        .lines()
+        .find_map(|line| line.split_once("RESULT ").map(|(_, result)| result))
+        .unwrap_or_else(|| panic!("no result in {stdout:?}"))
+        .to_owned()
+}
+
+/// Waits (bounded) for the parent's start signal, so that children race for real.
+pub fn wait_for(path: &Path) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !path.exists() {
+        assert!(Instant::now() < deadline, "no start signal");
+        std::thread::yield_now();
+    }
+}
+
+/// Waits for the child's `RESULT <line>`.
+pub fn wait_for_line(child: &mut Child, line: &str) {
+    let stdout = std::io::BufReader::new(child.stdout.take().unwrap());
+    let found = std::io::BufRead::lines(stdout).find(|read| {
+        read.as_ref()
+            .is_ok_and(|read| read.ends_with(&format!("RESULT {line}")))
+    });
+    assert!(found.is_some(), "child never said {line}");
 }

@@ -1,0 +1,150 @@
+//! Settling by hand-made kills: slot states written as a process killed mid-change leaves them.
+
+use super::slots::{FREE, UNSETTLED, state, sweeper};
+use super::*;
+use std::path::PathBuf;
+
+/// A scratch directory for one test's segment, removed when dropped.
+struct Dir(PathBuf);
+
+impl Dir {
+    fn new(test: &str) -> Self {
+        let path =
+            std::env::temp_dir().join(format!("keepcount-inflight-{}-{test}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&path);
+        std::fs::create_dir_all(&path).unwrap();
+        Self(path)
+    }
+
+    fn try_open(&self) -> Result<SharedInflight, SharedError> {
+        let options = SharedOptions::new().dir(&self.0);
+        SharedInflight::open("inflight", Shape::new(2, 64).unwrap(), 7, 4, &options)
+    }
+
+    fn open(&self) -> SharedInflight {
+        self.try_open().unwrap()
+    }
+}
+
+impl Drop for Dir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// The pid of a process that has exited.
+fn dead_pid() -> u32 {
+    let mut child = std::process::Command::new("true").spawn().unwrap();
+    let pid = child.id();
+    child.wait().unwrap();
+    pid
+}
+
+/// Leaves `victim` as a process killed in the middle of adding `value` to `key` would: the
+/// total's counter of `rows_done` + 1 rows added, its own of `rows_done`, the change begun
+/// and not ended; then gives its slot to a dead pid and forgets the handle.
+fn kill_mid_change(victim: SharedInflight, key: KeyHash, value: i64, rows_done: usize) {
+    let journal = victim.segment.slot_words(victim.slot);
+    journal[PENDING].store(key.to_u64(), Ordering::SeqCst);
+    journal[BEGUN].fetch_add(1, Ordering::SeqCst);
+    let mut row = 0;
+    victim.total.rows().for_each_index(key, |index| {
+        if row <= rows_done {
+            victim.total.counters()[index].fetch_add(value, Ordering::SeqCst);
+        }
+        if row < rows_done {
+            victim.own.counters()[index].fetch_add(value, Ordering::SeqCst);
+        }
+        row += 1;
+    });
+    journal[OWNER].store(owner_word(HELD, 0, dead_pid()), Ordering::SeqCst);
+    std::mem::forget(victim);
+}
+
+/// The total's counters for `key`, row 0 first.
+fn counts(inflight: &SharedInflight, key: KeyHash) -> Vec<i64> {
+    let mut counts = Vec::new();
+    inflight.total.rows().for_each_index(key, |index| {
+        counts.push(inflight.total.counters()[index].load(Ordering::SeqCst));
+    });
+    counts
+}
+
+#[test]
+fn a_change_cut_in_two_by_a_kill_is_settled_to_the_contributions() {
+    let dir = Dir::new("cut");
+    let here = dir.open();
+    let key = here.hash_key("api");
+    here.incr_hash(key, 1);
+    for rows_done in 0..2 {
+        let victim = dir.open();
+        victim.incr_hash(key, 3);
+        kill_mid_change(victim, key, 1, rows_done);
+        assert_eq!(here.reclaim(), 1);
+        assert_eq!(
+            counts(&here, key),
+            [1, 1],
+            "rows done {rows_done}: every row exact"
+        );
+    }
+}
+
+#[test]
+fn overlapping_changes_settle_every_counter() {
+    let dir = Dir::new("overlap");
+    let here = dir.open();
+    let (a, b) = (here.hash_key("a"), here.hash_key("b"));
+    here.incr_hash(a, 2);
+    let victim = dir.open();
+    let journal = victim.segment.slot_words(victim.slot);
+    // Another thread's change to `b` in flight, its key overwritten by the one to `a`.
+    journal[BEGUN].fetch_add(1, Ordering::SeqCst);
+    journal[OVERLAP].store(1, Ordering::SeqCst);
+    victim.total.rows().for_each_index(b, |index| {
+        victim.total.counters()[index].fetch_add(5, Ordering::SeqCst);
+    });
+    kill_mid_change(victim, a, 1, 0);
+    assert_eq!(here.reclaim(), 1);
+    assert_eq!((here.get_hash(a), here.get_hash(b)), (2, 0));
+    let total: i64 = here
+        .total
+        .counters()
+        .iter()
+        .map(|c| c.load(Ordering::SeqCst))
+        .sum();
+    assert_eq!(total, 4, "only this handle's 2 in each of 2 rows");
+}
+
+#[test]
+fn a_busy_counter_leaves_the_slot_unsettled_until_a_later_reclaim() {
+    let dir = Dir::new("busy");
+    let here = dir.open();
+    let key = here.hash_key("api");
+    let busy = dir.open();
+    // A live process in the middle of a change: nothing can be settled meanwhile.
+    let journal = busy.segment.slot_words(busy.slot);
+    journal[BEGUN].fetch_add(1, Ordering::SeqCst);
+    let victim = dir.open();
+    let slot = victim.slot;
+    kill_mid_change(victim, key, 1, 0);
+    assert_eq!(here.reclaim(), 0, "not settled while busy");
+    let word = here.segment.slot_words(slot)[OWNER].load(Ordering::SeqCst);
+    assert_eq!((state(word), sweeper(word)), (UNSETTLED, 0));
+    assert_eq!(
+        counts(&here, key),
+        [1, 0],
+        "over by the change in doubt, never under"
+    );
+    // here, busy, the unsettled slot, and one free: opening takes it, then none is left.
+    let fourth = dir.open();
+    assert!(matches!(dir.try_open(), Err(SharedError::Full { .. })));
+    drop(fourth);
+    journal[ENDED].fetch_add(1, Ordering::SeqCst);
+    assert_eq!(here.reclaim(), 1);
+    assert_eq!(counts(&here, key), [0, 0]);
+    assert_eq!(
+        here.segment.slot_words(slot)[OWNER].load(Ordering::SeqCst),
+        FREE
+    );
+    drop(busy);
+}
