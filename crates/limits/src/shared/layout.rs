@@ -288,10 +288,14 @@ impl Layout {
         }
     }
 
+    /// Where the counters end.
+    fn counters_end(&self) -> usize {
+        HEADER_BYTES + self.sketches() * self.shape.counters() * COUNTER_BYTES
+    }
+
     /// Byte offset of the in-flight slot table: the first cache line after the counters.
     pub(crate) fn slots_offset(&self) -> usize {
-        (HEADER_BYTES + self.sketches() * self.shape.counters() * COUNTER_BYTES)
-            .next_multiple_of(SLOT_BYTES)
+        self.counters_end().next_multiple_of(SLOT_BYTES)
     }
 
     /// The file's length: sketches at most 2^27 × 8 bytes each, and at most 1 + 2^10 of them
@@ -301,7 +305,12 @@ impl Layout {
             // At most 2^27 entries (a shape's limit) of 48 bytes.
             return TABLE_OFFSET + self.shape.slots() * ENTRY_BYTES;
         }
-        self.slots_offset() + self.processes as usize * SLOT_BYTES
+        if self.kind == Kind::Inflight {
+            return self.slots_offset() + self.processes as usize * SLOT_BYTES;
+        }
+        // Nothing after the counters: an estimator's or a rate's length is a shared buffer's
+        // too (lib/shared-buffer.ts), which has no padding.
+        self.counters_end()
     }
 
     /// The immutable header of a segment created at `created_unix_nanos`.
@@ -443,6 +452,30 @@ mod tests {
             Ok((layout, 123))
         );
         assert_eq!(layout.total_bytes(), 128 + 2 * 4 * 1024 * 8);
+    }
+
+    #[test]
+    fn only_in_flight_slots_start_on_a_cache_line() {
+        // An estimator's or a rate's length is a shared buffer's too: no padding after counters
+        // that end off a cache line (3 counters: 152 bytes).
+        let odd = Shape::new(1, 3).unwrap();
+        let estimator = Layout {
+            kind: Kind::Estimator,
+            shape: odd,
+            interval_nanos: 0,
+            ..rate()
+        };
+        assert_eq!(estimator.total_bytes(), 128 + 3 * 8);
+        let inflight = Layout {
+            kind: Kind::Inflight,
+            shape: odd,
+            interval_nanos: 0,
+            processes: 2,
+            ..rate()
+        };
+        // The total and two contributions end at byte 200, padded to 256; then two 64-byte slots.
+        assert_eq!(inflight.slots_offset(), 256);
+        assert_eq!(inflight.total_bytes(), 256 + 2 * 64);
     }
 
     #[test]
