@@ -21,8 +21,8 @@
 //! which of the two it reached. So each slot also keeps a **journal**: how many changes its holder
 //! began and ended, and the key of the latest one begun (written before the count of changes
 //! begun goes up). When a sweep finds a change begun and not ended, it **settles** the counters
-//! that change could have touched (that key's, one per row; every counter when threads sharing
-//! the handle had changes in flight together): each such total is set to the sum of every slot's
+//! that change could have touched (that key's, one per row; every counter once threads sharing
+//! the handle have had changes in flight together): each such total is set to the sum of every slot's
 //! contribution to it, read while no live process has a change in flight, and written with a
 //! compare-and-swap that fails if the total moved meanwhile. A counter that stays busy through
 //! [`SETTLE_ATTEMPTS`] tries leaves the slot *unsettled*: still taken, never claimed, and settled
@@ -166,6 +166,8 @@ impl SharedInflight {
         // below, for a settler's reading of the journal against the counters.
         journal[PENDING].store(key.to_u64(), Ordering::Relaxed);
         let begun = journal[BEGUN].fetch_add(1, Ordering::SeqCst);
+        // Another change of this slot in flight (threads sharing the handle): for good, since
+        // clearing the mark could race with a third change setting it.
         if begun != journal[ENDED].load(Ordering::SeqCst) {
             journal[OVERLAP].store(1, Ordering::SeqCst);
         }
@@ -184,16 +186,7 @@ impl SharedInflight {
                 min = min.min(add_saturating(total, value));
             }
         });
-        let ended = journal[ENDED]
-            .fetch_add(1, Ordering::SeqCst)
-            .wrapping_add(1);
-        // The last of overlapping changes to end clears the mark (a change beginning meanwhile
-        // sees this one's end, or this one sees its beginning: never both unseen).
-        if journal[OVERLAP].load(Ordering::SeqCst) != 0
-            && ended == journal[BEGUN].load(Ordering::SeqCst)
-        {
-            journal[OVERLAP].store(0, Ordering::SeqCst);
-        }
+        journal[ENDED].fetch_add(1, Ordering::SeqCst);
         // Exact on 64-bit targets.
         min as isize
     }

@@ -23,8 +23,9 @@ pub(super) const BEGUN: usize = 2;
 pub(super) const ENDED: usize = 3;
 /// The key hash of the latest change begun.
 pub(super) const PENDING: usize = 4;
-/// Nonzero while a change began with another of the same slot in flight (threads sharing one
-/// handle): [`PENDING`] then need not name every change in flight.
+/// Nonzero once a change began with another of the same slot in flight (threads sharing one
+/// handle): [`PENDING`] then need not name every change in flight, so a sweep settles every
+/// counter. Never cleared while the slot is held.
 pub(super) const OVERLAP: usize = 5;
 
 /// Tries to find one counter quiet enough to settle before a sweep leaves it to the next reclaim.
