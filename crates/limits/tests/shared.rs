@@ -7,14 +7,13 @@ use keepcount_limits::shared::{
     CorruptReason, SharedError, SharedOptions, SharedRate, open_estimator, unlink,
 };
 use std::fs;
-use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 mod common;
 
-use common::{CHILD, Dir, SEED, result, shape, spawn, wait_for};
+use common::{Dir, SEED, result, role, say, shape, spawn, wait_for};
 
 /// Increments per thread in `incr` children.
 const PER_THREAD: isize = 50_000;
@@ -24,16 +23,10 @@ const THREADS: usize = 2;
 /// The child side: does nothing in a normal test run.
 #[test]
 fn child() {
-    let Ok(role) = std::env::var(CHILD) else {
+    let Some((role, dir, name)) = role() else {
         return;
     };
-    let dir = PathBuf::from(std::env::var("KEEPCOUNT_SHARED_DIR").unwrap());
-    let name = std::env::var("KEEPCOUNT_SHARED_NAME").unwrap();
     let options = SharedOptions::new().dir(&dir);
-    let say = |result: String| {
-        println!("RESULT {result}");
-        std::io::stdout().flush().unwrap();
-    };
     match role.as_str() {
         "incr" => {
             let est = open_estimator(&name, shape(), SEED, &options).unwrap();

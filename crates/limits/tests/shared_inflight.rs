@@ -4,27 +4,19 @@
 
 use keepcount_limits::Shape;
 use keepcount_limits::shared::{SharedError, SharedInflight, SharedOptions};
-use std::io::Write;
-use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 mod common;
 
-use common::{CHILD, Dir, SEED, shape, spawn, wait_for_line};
+use common::{Dir, SEED, role, say, shape, spawn, wait_for_line};
 
 /// The child side: does nothing in a normal test run.
 #[test]
 fn child() {
-    let Ok(role) = std::env::var(CHILD) else {
+    let Some((role, dir, name)) = role() else {
         return;
     };
-    let dir = PathBuf::from(std::env::var("KEEPCOUNT_SHARED_DIR").unwrap());
-    let name = std::env::var("KEEPCOUNT_SHARED_NAME").unwrap();
     let options = SharedOptions::new().dir(&dir);
-    let say = |result: String| {
-        println!("RESULT {result}");
-        std::io::stdout().flush().unwrap();
-    };
     match role.as_str() {
         "inflight-hold" => {
             let inflight = SharedInflight::open(&name, shape(), SEED, 4, &options).unwrap();

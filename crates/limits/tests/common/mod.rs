@@ -7,6 +7,7 @@
 use keepcount_limits::Shape;
 use keepcount_limits::shared::SharedOptions;
 use std::fs;
+use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -89,4 +90,19 @@ pub fn wait_for_line(child: &mut Child, line: &str) {
             .is_ok_and(|read| read.ends_with(&format!("RESULT {line}")))
     });
     assert!(found.is_some(), "child never said {line}");
+}
+
+/// What this process was started to do by [`spawn`]: its role, the test's directory and the
+/// segment's name; `None` in a normal test run (the `child` test then does nothing).
+pub fn role() -> Option<(String, PathBuf, String)> {
+    let role = std::env::var(CHILD).ok()?;
+    let dir = PathBuf::from(std::env::var("KEEPCOUNT_SHARED_DIR").unwrap());
+    let name = std::env::var("KEEPCOUNT_SHARED_NAME").unwrap();
+    Some((role, dir, name))
+}
+
+/// Tells the parent `result`: the line [`result`] and [`wait_for_line`] read.
+pub fn say(result: String) {
+    println!("RESULT {result}");
+    std::io::stdout().flush().unwrap();
 }
