@@ -405,3 +405,53 @@ test(
     t.is(await incr(2000), 3);
   },
 );
+
+test(
+  title('the fastify store refuses a 17th distinct timeWindow rather than count in a window of its own'),
+  async (t) => {
+    const store = new (keepcountFastifyStore({ clock: new ManualClock(), slots: 64 }))({});
+    const incr = (timeWindow: number) =>
+      new Promise<number>((resolve, reject) =>
+        store.incr('k', (error, result) => (error ? reject(error) : resolve(result!.current)), timeWindow, 5),
+      );
+    for (let i = 1; i <= 16; i++) t.is(await incr(i * 1000), 1, `window ${i} counts apart`);
+    await t.throwsAsync(incr(17_000), {
+      instanceOf: Error,
+      code: 'ERR_KEEPCOUNT_UNSUPPORTED',
+      message: /at most 16 distinct timeWindow values.*\(17000 ms\) after 16/,
+    });
+    // Refused, not made: the 17th fails again, and the 16 it has still count.
+    await t.throwsAsync(incr(17_000), { code: 'ERR_KEEPCOUNT_UNSUPPORTED' });
+    t.is(await incr(1000), 2);
+    t.is(await incr(16_000), 2);
+    // A route of its own (child) has its own 16.
+    const child = store.child({});
+    const childIncr = await new Promise<number>((resolve, reject) =>
+      child.incr('k', (error, result) => (error ? reject(error) : resolve(result!.current)), 17_000, 5),
+    );
+    t.is(childIncr, 1);
+  },
+);
+
+test(
+  title('@fastify/rate-limit with a timeWindow that changes per request fails loudly with the keepcount store'),
+  async (t) => {
+    // The time left until a fixed moment: a new value on every request. Were each value a window
+    // of its own, every request would count 1 and the limit would never hold.
+    let left = 60_000;
+    const app = Fastify();
+    await app.register(fastifyRateLimitPlugin, {
+      max: 2,
+      timeWindow: () => left--,
+      store: keepcountFastifyStore({ clock: new ManualClock(), slots: 64 }),
+    });
+    app.get('/', async () => 'ok');
+    await app.listen({ port: 0, host: '127.0.0.1' });
+    t.teardown(() => app.close());
+    const { port } = app.server.address() as { port: number };
+    const statuses = [];
+    for (let i = 0; i < 18; i++) statuses.push((await get(port, '/', { 'x-forwarded-for': `10.0.0.${i}` })).status);
+    t.deepEqual(statuses.slice(0, 16), Array(16).fill(200));
+    t.deepEqual(statuses.slice(16), [500, 500], 'past 16 windows the store error reaches the plugin (skipOnError off)');
+  },
+);

@@ -32,7 +32,8 @@
  *   registry already holds.
  * - `ERR_KEEPCOUNT_UNKNOWN_KEY` (`Error`): `Limiter.setQuota` for a key not in the table.
  * - `ERR_KEEPCOUNT_UNSUPPORTED` (`Error`): an option keepcount cannot honour, e.g. @fastify/rate-limit's
- *   `continueExceeding` or `exponentialBackoff` with the keepcount store (its window is shared by all keys);
+ *   `continueExceeding` or `exponentialBackoff` with the keepcount store (its window is shared by all keys),
+ *   or a 17th distinct `timeWindow` there (one window each, 16 at most);
  *   or `openShared`/`unlink` where counters cannot be shared between processes: on the TypeScript
  *   fallback, or on a system other than Linux or macOS; `Limiter.openShared` on a CPU without a
  *   lock-free 128-bit compare-and-swap.

@@ -5,8 +5,11 @@
  * Where it differs from the plugin's exact `LocalStore`:
  * - One window for all keys (keepcount's `Rate`), starting on the first request at least
  *   `timeWindow` after the previous start; `ttl` is what is left of it, the same for every key.
- *   One sketch pair per distinct `timeWindow` value (a `timeWindow` function returning many
- *   different values creates many; keep it to a few).
+ *   One sketch pair per distinct `timeWindow` value, at most 16 per store
+ *   (per route with its own `config.rateLimit`): a `timeWindow` function returning ever-new values
+ *   (the milliseconds left until midnight, say) would count every request in a quota of its own,
+ *   so it would never limit and its memory would grow without bound; past the cap `incr` fails
+ *   with `ERR_KEEPCOUNT_UNSUPPORTED` instead.
  * - `current` is a count-min estimate: never low, sometimes high on a collision in every row.
  * - `continueExceeding` and `exponentialBackoff` extend one key's window; a shared window cannot,
  *   so the constructor refuses them rather than silently ignoring them.
@@ -88,10 +91,28 @@ export interface FastifyStore {
 export type FastifyStoreConstructor = new (params: object) => FastifyStore;
 
 /**
+ * Distinct `timeWindow` values one store counts in (each a sketch pair of `16 × hashes × slots`
+ * bytes): enough for a `timeWindow` function choosing among plans or tiers.
+ */
+const MAX_TIME_WINDOWS = 16;
+
+/**
  * The key a request is counted under: a string as it is, anything else as its `String()` form
  * (see the module notes on why never an error).
  */
 const countedKey = (key: unknown): string => (typeof key === 'string' ? key : String(key));
+
+/** The error of a store asked for one `timeWindow` value more than {@link MAX_TIME_WINDOWS}. */
+function tooManyWindows(windowMs: number): Error {
+  return withCode(
+    new Error(
+      `The keepcount store counts in at most ${MAX_TIME_WINDOWS} distinct timeWindow values, one window each; ` +
+        `received a new one (${windowMs} ms) after ${MAX_TIME_WINDOWS}. A timeWindow function must choose ` +
+        'among a few fixed values: one returning ever-new values would give every request a window of its own',
+    ),
+    'ERR_KEEPCOUNT_UNSUPPORTED',
+  );
+}
 
 /** Unsupported per-key window extensions, refused by name. */
 function refuseExtensions(options: object | undefined): void {
@@ -167,6 +188,7 @@ export function keepcountFastifyStore(options: KeepcountFastifyStoreOptions = {}
       const windowMs = wholeWindowMs('The "timeWindow" option', timeWindow);
       let quota = this.#quotas.get(windowMs);
       if (quota === undefined) {
+        if (this.#quotas.size >= MAX_TIME_WINDOWS) throw tooManyWindows(windowMs);
         // `max` is the plugin's business: the store only counts.
         const { heavyHitters, rate, ...rest } = sketch;
         quota = new WindowQuota({
