@@ -1,9 +1,10 @@
 // Estimator.openShared and Rate.openShared: counters shared by real processes (child_process.fork
 // workers) through a segment file. On the fallback backend every entry point must refuse with
 // ERR_KEEPCOUNT_UNSUPPORTED rather than count per process; argument checks are the same on both.
-import { statSync, writeFileSync, existsSync } from 'node:fs';
+import { existsSync, readFileSync, statSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import test from 'ava';
+import { crc32 } from '../fallback/crc32.js';
 import { backend, Estimator, Inflight, ManualClock, Rate } from '../lib/index.js';
 import { throwsShape, title } from './helpers.js';
 import { scratch, sleep, unsupported, workers } from './shared-workers.js';
@@ -155,6 +156,43 @@ test(title('a damaged or foreign segment file is ERR_KEEPCOUNT_CORRUPT, and unli
   t.false(existsSync(path));
   using e = Estimator.openShared('bad', { seed: SEED, dir });
   t.is(e.incr('a'), 1);
+});
+
+test(title('a segment another keepcount version left (after an upgrade) is a mismatch saying what to do'), (t) => {
+  const dir = scratch(t);
+  if (backend === 'fallback') {
+    throwsShape(
+      t,
+      () => Rate.openShared('older', { intervalMs: 1000, seed: SEED, dir }),
+      unsupported('Rate.openShared'),
+    );
+    return;
+  }
+  // A segment outlives its processes, so an upgrade that changed the layout meets the old build's
+  // file: not damaged, and the error must say so and how to go on.
+  const rate = Rate.openShared('older', { intervalMs: 1000, seed: SEED, dir });
+  rate.observe('a');
+  rate.close();
+  const path = join(dir, 'keepcount.older');
+  const bytes = readFileSync(path);
+  bytes.writeUInt32LE(2, 8);
+  // Version 2 wrote a consistent header: its checksum over its own version.
+  bytes.writeUInt32LE(crc32(bytes, 60), 60);
+  writeFileSync(path, bytes);
+  const older = {
+    instanceOf: Error,
+    code: 'ERR_KEEPCOUNT_MISMATCH',
+    message:
+      `Cannot open the shared segment: ${path} was made by another version of keepcount, with segment layout 2 ` +
+      'where this one reads layout 3. A segment outlives its processes: once no process of that version has it ' +
+      'open, unlink it to start afresh (or open another name)',
+  };
+  throwsShape(t, () => Rate.openShared('older', { intervalMs: 1000, seed: SEED, dir }), older);
+  // Whatever else the caller asks for: the version comes first.
+  throwsShape(t, () => Inflight.openShared('older', { seed: SEED, dir }), older);
+  Rate.unlink('older', { dir });
+  using fresh = Rate.openShared('older', { intervalMs: 1000, seed: SEED, dir });
+  t.is(fresh.observe('a'), 1);
 });
 
 test(title('a segment outlives close() and is reused until unlinked'), (t) => {

@@ -164,8 +164,9 @@ export class Estimator {
    * a process killed at any moment leaves the counters valid.
    *
    * Throws `ERR_KEEPCOUNT_UNSUPPORTED` on the TypeScript fallback (it cannot share memory between
-   * processes), `ERR_KEEPCOUNT_CORRUPT` for a damaged segment file, `ERR_KEEPCOUNT_IO` when the
-   * system refuses the file. `close()` unmaps it from this process; the file stays.
+   * processes), `ERR_KEEPCOUNT_CORRUPT` for a damaged segment file, `ERR_KEEPCOUNT_MISMATCH`
+   * (`layout version`) for one another keepcount version made (unlink it once no process of that
+   * version has it open), `ERR_KEEPCOUNT_IO` when the system refuses the file. `close()` unmaps it from this process; the file stays.
    *
    * @example
    * ```ts
@@ -206,7 +207,8 @@ export class Estimator {
    *
    * Throws `TypeError` unless `buffer` is a `SharedArrayBuffer`, `RangeError` if it is too short
    * to hold a header, `ERR_KEEPCOUNT_CORRUPT` if it was not made by `createSharedBuffer` (header
-   * magic, version, checksum, layout or length). `close()` lets go of the buffer in this thread;
+   * magic, checksum, layout or length), `ERR_KEEPCOUNT_MISMATCH` if another keepcount version's
+   * `createSharedBuffer` made it (another layout). `close()` lets go of the buffer in this thread;
    * the counts stay for the others.
    *
    * @example

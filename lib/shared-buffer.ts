@@ -103,8 +103,9 @@ function mismatch(field: string, existing: string, requested: string): Keepcount
 /**
  * `buffer`'s layout after checking it is a `SharedArrayBuffer` (else `TypeError`) a whole number
  * of counters long and holding at least a header (else `RangeError`), with a valid header
- * (`ERR_KEEPCOUNT_CORRUPT`, in layout.rs' order: magic, version, checksum, layout, length) for a
- * `kind` whose other fields equal those of `expected` that are given (`ERR_KEEPCOUNT_MISMATCH`).
+ * (`ERR_KEEPCOUNT_CORRUPT`, in layout.rs' order: magic, checksum, layout, length) of this
+ * build's layout version (else `ERR_KEEPCOUNT_MISMATCH`, checked after the magic) for a `kind`
+ * whose other fields equal those of `expected` that are given (`ERR_KEEPCOUNT_MISMATCH`).
  */
 export function readBuffer(buffer: unknown, expected: Partial<BufferLayout> & { kind: BufferKind }): BufferLayout {
   if (!(buffer instanceof SharedArrayBuffer)) {
@@ -127,7 +128,13 @@ export function readBuffer(buffer: unknown, expected: Partial<BufferLayout> & { 
   if (MAGIC.some((byte, i) => header[i] !== byte)) corruptMagic(header);
   const version = view.getUint32(8, true);
   if (version !== LAYOUT_VERSION) {
-    throw corrupt('version', `layout version ${version}; this keepcount reads version ${LAYOUT_VERSION}`);
+    // Not damage: a copy of keepcount of another layout (two in one process's dependencies) made it.
+    throw withCode(
+      new Error(
+        `The shared buffer was made by another version of keepcount, with layout ${version} where this one reads layout ${LAYOUT_VERSION}`,
+      ),
+      'ERR_KEEPCOUNT_MISMATCH',
+    );
   }
   const stored = view.getUint32(CHECKSUM_OFFSET, true);
   if (stored !== crc32(header, CHECKSUM_OFFSET)) {

@@ -211,6 +211,64 @@ fn damaged_files_are_refused_without_a_panic() {
     assert!(open_estimator("cut", shape(), SEED, &options).is_ok());
 }
 
+#[test]
+fn a_segment_another_keepcount_made_is_a_mismatch_that_says_what_to_do() {
+    // After an upgrade that changed the layout, the segment the old build left in /dev/shm (it
+    // outlives its processes) is not damaged: the new build must say so, and how to go on.
+    let dir = Dir::new("version");
+    let options = dir.options();
+    let est = open_estimator("older", shape(), SEED, &options).unwrap();
+    est.incr("k", 3);
+    drop(est);
+    let path = options.path("older").unwrap();
+    let mut bytes = fs::read(&path).unwrap();
+    bytes[8..12].copy_from_slice(&2u32.to_le_bytes());
+    // Version 2 wrote a consistent header: its checksum over its own version.
+    let checksum = crc32fast::hash(&bytes[..60]);
+    bytes[60..64].copy_from_slice(&checksum.to_le_bytes());
+    fs::write(&path, &bytes).unwrap();
+
+    let err = open_estimator("older", shape(), SEED, &options).unwrap_err();
+    let message = err.to_string();
+    match err {
+        SharedError::Mismatch {
+            field,
+            existing,
+            requested,
+            ..
+        } => assert_eq!(
+            (field, existing.as_str(), requested.as_str()),
+            ("layout version", "2", "3")
+        ),
+        other => panic!("{other:?}"),
+    }
+    assert!(
+        message.ends_with(
+            "keepcount.older was made by another version of keepcount, with segment layout 2 where \
+             this one reads layout 3. A segment outlives its processes: once no process of that \
+             version has it open, unlink it to start afresh (or open another name)"
+        ),
+        "{message}"
+    );
+    // Every kind says the same, before comparing anything else.
+    let err = SharedRate::open("older", Duration::from_secs(1), shape(), 7, &options).unwrap_err();
+    assert!(matches!(
+        err,
+        SharedError::Mismatch {
+            field: "layout version",
+            ..
+        }
+    ));
+
+    unlink("older", &options).unwrap();
+    assert_eq!(
+        open_estimator("older", shape(), SEED, &options)
+            .unwrap()
+            .get("k"),
+        0
+    );
+}
+
 #[cfg(unix)]
 #[test]
 fn files_get_exactly_the_mode_asked_for() {

@@ -39,8 +39,9 @@ pub enum SharedError {
     Mismatch {
         /// The segment file.
         path: PathBuf,
-        /// The first field that differs: `"kind"`, `"hashes"`, `"slots"`, `"seed"`,
-        /// `"interval"`, `"processes"`, or a limiter's `"capacity"`, `"quota"` or `"bestEffort"`.
+        /// The first field that differs: `"layout version"` (another keepcount made the file),
+        /// `"kind"`, `"hashes"`, `"slots"`, `"seed"`, `"interval"`, `"processes"`, or a limiter's
+        /// `"capacity"`, `"quota"` or `"bestEffort"`.
         field: &'static str,
         /// The field's value in the file; empty for `"seed"`, which is secret (error messages
         /// end up in logs, and whoever knows the seed can aim keys at one counter).
@@ -90,8 +91,6 @@ pub enum CorruptReason {
     Short,
     /// Does not start with the segment magic: not a keepcount segment.
     Magic,
-    /// A format version this build does not know.
-    Version,
     /// The header checksum does not match its contents.
     Checksum,
     /// The header names an unknown kind or an invalid shape.
@@ -106,7 +105,6 @@ impl CorruptReason {
         match self {
             Self::Short => "short",
             Self::Magic => "magic",
-            Self::Version => "version",
             Self::Checksum => "checksum",
             Self::Layout => "layout",
             Self::Length => "length",
@@ -138,6 +136,18 @@ impl fmt::Display for SharedError {
             Self::Mismatch { path, field, .. } if *field == "seed" => write!(
                 f,
                 "{} was created with another seed than the one requested (seeds are secret: neither is shown)",
+                path.display()
+            ),
+            Self::Mismatch {
+                path,
+                field,
+                existing,
+                requested,
+            } if *field == "layout version" => write!(
+                f,
+                "{} was made by another version of keepcount, with segment layout {existing} where \
+                 this one reads layout {requested}. A segment outlives its processes: once no \
+                 process of that version has it open, unlink it to start afresh (or open another name)",
                 path.display()
             ),
             Self::Mismatch {

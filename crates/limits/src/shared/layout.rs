@@ -56,8 +56,24 @@ pub(crate) const MAGIC: [u8; 8] = *b"KCSHARED";
 /// The layout version this build reads and writes. Version 1 segments hashed keys as sketch
 /// format 2 did (SipHash-1-3): their counters mean nothing to this build's hash; version 2
 /// in-flight slots had two words, without the journal of changes in flight that version 3's
-/// eight hold. Both are refused as corrupt (version) rather than misread.
+/// eight hold. Both are refused ([`Refusal::Version`]: a mismatch of `layout version`) rather
+/// than misread.
 pub(crate) const FORMAT_VERSION: u32 = 3;
+
+/// Why [`Layout::decode`] refuses a segment's header.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Refusal {
+    /// Damaged, or not a segment: the first check it failed.
+    Corrupt(CorruptReason),
+    /// A segment of this layout version: another keepcount made it.
+    Version(u32),
+}
+
+impl From<CorruptReason> for Refusal {
+    fn from(reason: CorruptReason) -> Self {
+        Self::Corrupt(reason)
+    }
+}
 /// Header bytes before the counters: two 64-byte cache lines, the first immutable, the second
 /// the mutable words, so counter traffic and the header never share a line.
 pub(crate) const HEADER_BYTES: usize = 128;
@@ -332,12 +348,12 @@ impl Layout {
         bytes
     }
 
-    /// The layout and creation time a header describes, or the first check it fails.
-    /// `file_bytes` is the file's length.
+    /// The layout and creation time a header describes, or why it is refused: the first check it
+    /// fails, or another layout version. `file_bytes` is the file's length.
     pub(crate) fn decode(
         bytes: &[u8; FIXED_BYTES],
         file_bytes: u64,
-    ) -> Result<(Self, u64), CorruptReason> {
+    ) -> Result<(Self, u64), Refusal> {
         let u32_at = |at: usize| {
             u32::from_le_bytes([bytes[at], bytes[at + 1], bytes[at + 2], bytes[at + 3]])
         };
@@ -347,13 +363,16 @@ impl Layout {
             u64::from_le_bytes(word)
         };
         if bytes[0..8] != MAGIC {
-            return Err(CorruptReason::Magic);
+            return Err(CorruptReason::Magic.into());
         }
-        if u32_at(8) != FORMAT_VERSION {
-            return Err(CorruptReason::Version);
+        // Before the checksum: another version may checksum another header, and what the user
+        // must hear is that another keepcount made the file, not that it is damaged.
+        let version = u32_at(8);
+        if version != FORMAT_VERSION {
+            return Err(Refusal::Version(version));
         }
         if u32_at(CHECKSUM_OFFSET) != crc32fast::hash(&bytes[..CHECKSUM_OFFSET]) {
-            return Err(CorruptReason::Checksum);
+            return Err(CorruptReason::Checksum.into());
         }
         let kind = Kind::from_code(u32_at(12)).ok_or(CorruptReason::Layout)?;
         let shape = Shape::new(u32_at(16) as usize, u32_at(20) as usize)
@@ -365,7 +384,7 @@ impl Layout {
             || (kind == Kind::Limiter && shape.hashes() != 1)
             || processes > crate::shared::inflight::MAX_PROCESSES
         {
-            return Err(CorruptReason::Layout);
+            return Err(CorruptReason::Layout.into());
         }
         let layout = Self {
             kind,
@@ -378,7 +397,7 @@ impl Layout {
         };
         let total = layout.total_bytes() as u64;
         if u64_at(48) != total || file_bytes != total {
-            return Err(CorruptReason::Length);
+            return Err(CorruptReason::Length.into());
         }
         Ok((layout, u64_at(40)))
     }
@@ -488,10 +507,32 @@ mod tests {
             bytes[at] ^= 0x10;
             assert!(Layout::decode(&bytes, total).is_err(), "byte {at}");
         }
-        assert_eq!(Layout::decode(&good, total - 8), Err(CorruptReason::Length));
+        assert_eq!(
+            Layout::decode(&good, total - 8),
+            Err(CorruptReason::Length.into())
+        );
         let mut magic = good;
         magic[0] = b'X';
-        assert_eq!(Layout::decode(&magic, total), Err(CorruptReason::Magic));
+        assert_eq!(
+            Layout::decode(&magic, total),
+            Err(CorruptReason::Magic.into())
+        );
+    }
+
+    #[test]
+    fn another_layout_version_is_told_apart_from_damage() {
+        let layout = rate();
+        let total = layout.total_bytes() as u64;
+        // Version 2's header, checksum and all, as that build wrote it.
+        let mut older = layout.encode(1);
+        older[8..12].copy_from_slice(&2u32.to_le_bytes());
+        let checksum = crc32fast::hash(&older[..CHECKSUM_OFFSET]);
+        older[CHECKSUM_OFFSET..CHECKSUM_OFFSET + 4].copy_from_slice(&checksum.to_le_bytes());
+        assert_eq!(Layout::decode(&older, total), Err(Refusal::Version(2)));
+        // Whatever else differs: the version is what a reader of this build can tell.
+        let mut newer = layout.encode(1);
+        newer[8..12].copy_from_slice(&4u32.to_le_bytes());
+        assert_eq!(Layout::decode(&newer, total - 8), Err(Refusal::Version(4)));
     }
 
     #[test]

@@ -3,8 +3,8 @@
 
 use crate::shared::error::{CorruptReason, SharedError};
 use crate::shared::layout::{
-    FIXED_BYTES, HEADER_BYTES, Kind, LIMITER_BLOCK_BYTES, LIMITER_BLOCK_OFFSET, Layout,
-    LimiterLayout, SLOT_BYTES,
+    FIXED_BYTES, FORMAT_VERSION, HEADER_BYTES, Kind, LIMITER_BLOCK_BYTES, LIMITER_BLOCK_OFFSET,
+    Layout, LimiterLayout, Refusal, SLOT_BYTES,
 };
 use memmap2::MmapRaw;
 use portable_atomic::AtomicU128;
@@ -276,7 +276,16 @@ impl Segment {
             path: path.clone(),
             reason,
         };
-        let (mut layout, _created) = Layout::decode(&header, map.len() as u64).map_err(corrupt)?;
+        let (mut layout, _created) =
+            Layout::decode(&header, map.len() as u64).map_err(|refusal| match refusal {
+                Refusal::Corrupt(reason) => corrupt(reason),
+                Refusal::Version(version) => SharedError::Mismatch {
+                    path: path.clone(),
+                    field: "layout version",
+                    existing: version.to_string(),
+                    requested: FORMAT_VERSION.to_string(),
+                },
+            })?;
         if layout.kind == Kind::Limiter {
             // Layout::decode checked the length against the layout, block included.
             let mut block = [0u8; LIMITER_BLOCK_BYTES];
