@@ -455,3 +455,34 @@ test(
     t.deepEqual(statuses.slice(16), [500, 500], 'past 16 windows the store error reaches the plugin (skipOnError off)');
   },
 );
+
+test(
+  title('with skipOnError, a 17th distinct timeWindow is a process warning, once, since the plugin drops the error'),
+  async (t) => {
+    // Windows from 50 s down, told apart from other tests' warnings (tests run concurrently).
+    const warnings: Error[] = [];
+    const onWarning = (warning: Error): void => {
+      if (warning.name === 'KeepcountWarning' && /\(49\d{3} ms\)/.test(warning.message)) warnings.push(warning);
+    };
+    process.on('warning', onWarning);
+    t.teardown(() => process.off('warning', onWarning));
+    let left = 50_000;
+    const app = Fastify();
+    await app.register(fastifyRateLimitPlugin, {
+      max: 2,
+      skipOnError: true,
+      timeWindow: () => left--,
+      store: keepcountFastifyStore({ clock: new ManualClock(), slots: 64 }),
+    });
+    app.get('/', async () => 'ok');
+    await app.listen({ port: 0, host: '127.0.0.1' });
+    t.teardown(() => app.close());
+    const { port } = app.server.address() as { port: number };
+    for (let i = 0; i < 20; i++) t.is((await get(port, '/')).status, 200);
+    // Warnings are emitted on the next tick.
+    await new Promise((resolve) => setImmediate(resolve));
+    t.is(warnings.length, 1);
+    t.is((warnings[0] as Error & { code?: string }).code, 'ERR_KEEPCOUNT_UNSUPPORTED');
+    t.regex(warnings[0]!.message, /at most 16 distinct timeWindow values/);
+  },
+);

@@ -9,7 +9,8 @@
  *   (per route with its own `config.rateLimit`): a `timeWindow` function returning ever-new values
  *   (the milliseconds left until midnight, say) would count every request in a quota of its own,
  *   so it would never limit and its memory would grow without bound; past the cap `incr` fails
- *   with `ERR_KEEPCOUNT_UNSUPPORTED` instead.
+ *   with `ERR_KEEPCOUNT_UNSUPPORTED` instead, and the first such failure of a store class is also
+ *   a process warning: with `skipOnError` the plugin drops store errors without a word.
  * - `current` is a count-min estimate: never low, sometimes high on a collision in every row.
  * - `continueExceeding` and `exponentialBackoff` extend one key's window; a shared window cannot,
  *   so the constructor refuses them rather than silently ignoring them.
@@ -141,6 +142,16 @@ export function keepcountFastifyStore(options: KeepcountFastifyStoreOptions = {}
   if (typeof options !== 'object' || options === null)
     throw invalidType('The "options" argument', 'of type object', options);
   const sketch = { ...options };
+  /** Whether a store of this class warned of too many `timeWindow` values (once per class). */
+  let warned = false;
+  const refuseWindow = (windowMs: number): Error => {
+    const error = tooManyWindows(windowMs);
+    if (!warned) {
+      warned = true;
+      process.emitWarning(error.message, { type: 'KeepcountWarning', code: 'ERR_KEEPCOUNT_UNSUPPORTED' });
+    }
+    return error;
+  };
 
   return class KeepcountFastifyStore implements FastifyStore {
     readonly #quotas = new Map<number, WindowQuota>();
@@ -188,7 +199,7 @@ export function keepcountFastifyStore(options: KeepcountFastifyStoreOptions = {}
       const windowMs = wholeWindowMs('The "timeWindow" option', timeWindow);
       let quota = this.#quotas.get(windowMs);
       if (quota === undefined) {
-        if (this.#quotas.size >= MAX_TIME_WINDOWS) throw tooManyWindows(windowMs);
+        if (this.#quotas.size >= MAX_TIME_WINDOWS) throw refuseWindow(windowMs);
         // `max` is the plugin's business: the store only counts.
         const { heavyHitters, rate, ...rest } = sketch;
         quota = new WindowQuota({
