@@ -9,10 +9,9 @@
  * - `ERR_KEEPCOUNT_MISMATCH` (`Error`): `merge` of sketches whose hashes, slots or seed differ; or
  *   `openShared` of a segment that exists with another kind, shape, seed or interval, or that
  *   another keepcount version made (another layout: unlink it once no process of that version
- *   has it open), or for
- *   `Limiter.openShared` another quota, best-effort quota or capacity, or `fromSharedBuffer`
- *   options that differ from the buffer's, or a buffer of another layout (the message names the
- *   first field that differs).
+ *   has it open), or for `Limiter.openShared` another quota, best-effort quota or capacity, or
+ *   `fromSharedBuffer` options that differ from the buffer's, or a buffer of another layout (the
+ *   message names the first field that differs).
  * - `ERR_KEEPCOUNT_CORRUPT` (`Error`): `Estimator.deserialize` input that is not a valid version-2
  *   sketch, or an `openShared` segment file or a `fromSharedBuffer` buffer whose header is damaged
  *   or not keepcount's; the message says which check failed.

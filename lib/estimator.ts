@@ -166,7 +166,8 @@ export class Estimator {
    * Throws `ERR_KEEPCOUNT_UNSUPPORTED` on the TypeScript fallback (it cannot share memory between
    * processes), `ERR_KEEPCOUNT_CORRUPT` for a damaged segment file, `ERR_KEEPCOUNT_MISMATCH`
    * (`layout version`) for one another keepcount version made (unlink it once no process of that
-   * version has it open), `ERR_KEEPCOUNT_IO` when the system refuses the file. `close()` unmaps it from this process; the file stays.
+   * version has it open), `ERR_KEEPCOUNT_IO` when the system refuses the file. `close()` unmaps it
+   * from this process; the file stays.
    *
    * @example
    * ```ts

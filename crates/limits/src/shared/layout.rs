@@ -74,6 +74,7 @@ impl From<CorruptReason> for Refusal {
         Self::Corrupt(reason)
     }
 }
+
 /// Header bytes before the counters: two 64-byte cache lines, the first immutable, the second
 /// the mutable words, so counter traffic and the header never share a line.
 pub(crate) const HEADER_BYTES: usize = 128;
