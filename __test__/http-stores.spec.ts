@@ -1,5 +1,5 @@
 import fastifyRateLimitPlugin from '@fastify/rate-limit';
-import test from 'ava';
+import test, { type ExecutionContext } from 'ava';
 import express from 'express';
 import { MemoryStore, rateLimit as expressRateLimit } from 'express-rate-limit';
 import Fastify from 'fastify';
@@ -433,22 +433,30 @@ test(
   },
 );
 
+/**
+ * A Fastify app limited by @fastify/rate-limit on the keepcount store, with a `timeWindow` that is
+ * the time left until a fixed moment (`from` ms at first): a new value on every request. Were each
+ * value a window of its own, every request would count 1 and the limit would never hold.
+ */
+async function driftingWindowApp(t: ExecutionContext, from: number, skipOnError: boolean): Promise<number> {
+  let left = from;
+  const app = Fastify();
+  await app.register(fastifyRateLimitPlugin, {
+    max: 2,
+    skipOnError,
+    timeWindow: () => left--,
+    store: keepcountFastifyStore({ clock: new ManualClock(), slots: 64 }),
+  });
+  app.get('/', async () => 'ok');
+  await app.listen({ port: 0, host: '127.0.0.1' });
+  t.teardown(() => app.close());
+  return (app.server.address() as { port: number }).port;
+}
+
 test(
   title('@fastify/rate-limit with a timeWindow that changes per request fails loudly with the keepcount store'),
   async (t) => {
-    // The time left until a fixed moment: a new value on every request. Were each value a window
-    // of its own, every request would count 1 and the limit would never hold.
-    let left = 60_000;
-    const app = Fastify();
-    await app.register(fastifyRateLimitPlugin, {
-      max: 2,
-      timeWindow: () => left--,
-      store: keepcountFastifyStore({ clock: new ManualClock(), slots: 64 }),
-    });
-    app.get('/', async () => 'ok');
-    await app.listen({ port: 0, host: '127.0.0.1' });
-    t.teardown(() => app.close());
-    const { port } = app.server.address() as { port: number };
+    const port = await driftingWindowApp(t, 60_000, false);
     const statuses = [];
     for (let i = 0; i < 18; i++) statuses.push((await get(port, '/', { 'x-forwarded-for': `10.0.0.${i}` })).status);
     t.deepEqual(statuses.slice(0, 16), Array(16).fill(200));
@@ -466,18 +474,7 @@ test(
     };
     process.on('warning', onWarning);
     t.teardown(() => process.off('warning', onWarning));
-    let left = 50_000;
-    const app = Fastify();
-    await app.register(fastifyRateLimitPlugin, {
-      max: 2,
-      skipOnError: true,
-      timeWindow: () => left--,
-      store: keepcountFastifyStore({ clock: new ManualClock(), slots: 64 }),
-    });
-    app.get('/', async () => 'ok');
-    await app.listen({ port: 0, host: '127.0.0.1' });
-    t.teardown(() => app.close());
-    const { port } = app.server.address() as { port: number };
+    const port = await driftingWindowApp(t, 50_000, true);
     for (let i = 0; i < 20; i++) t.is((await get(port, '/')).status, 200);
     // Warnings are emitted on the next tick.
     await new Promise((resolve) => setImmediate(resolve));
