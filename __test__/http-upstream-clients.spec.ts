@@ -8,10 +8,11 @@ import Fastify from 'fastify';
 import { connect, type Socket } from 'node:net';
 import { upstreamLimit, UpstreamLimit } from '../lib/http/index.js';
 import { upstreamLimitHook } from '../lib/http/fastify.js';
-import { Inflight } from '../lib/index.js';
-import { title } from './helpers.js';
+import { backend, Inflight } from '../lib/index.js';
+import { throwsShape, title } from './helpers.js';
 import { close, eventually, get, listen } from './http-client.js';
 import { frameworks } from './http-frameworks.js';
+import { scratch, unsupported, workers } from './shared-workers.js';
 
 test(title('UpstreamLimit caps each client exactly, and a refused client takes no upstream slot'), (t) => {
   for (const counter of ['pairs', 'guards'] as const) {
@@ -67,6 +68,67 @@ test(title('UpstreamLimit caps each client exactly, and a refused client takes n
     code: 'ERR_INVALID_ARG_TYPE',
     message: /client/,
   });
+});
+
+test(title('UpstreamLimit with clientInflight caps a client across every limit that shares the counter'), (t) => {
+  for (const kind of ['pairs', 'guards'] as const) {
+    // Two limits on one counter, as two processes on one Inflight.openShared segment.
+    const shared = new Inflight({ seed: 1n });
+    const clientInflight =
+      kind === 'pairs' ? shared : { incr: (k: string) => shared.incr(k), get: (k: string) => shared.get(k) };
+    const [one, two] = [0, 1].map(() => new UpstreamLimit({ max: 3, perClient: 2, clientInflight }));
+    const a1 = one!.enter('db', 'a');
+    const a2 = two!.acquire('db', 'a');
+    t.like(a1, { allowed: true, count: 1, clientCount: 1 }, kind);
+    t.like(a2, { allowed: true, count: 1, clientCount: 2 }, `${kind}: each limit its own upstream count`);
+    const a3 = one!.enter('db', 'a');
+    t.like(a3, { allowed: false, count: 1, clientCount: 3 }, `${kind}: over perClient across both`);
+    t.is(two!.clientCount('db', 'a'), 2, `${kind}: the refused call left the shared count`);
+    t.is(one!.inflight.get('db'), 1, `${kind}: and took no upstream slot`);
+    // Refused by max: the client's count is given back too.
+    const [b1, b2, b3] = [0, 1, 2].map((i) => one!.enter('db', `b${i}`));
+    t.like(b3, { allowed: false, count: 4 }, kind);
+    t.is(one!.clientCount('db', 'b2'), 0, `${kind}: refused by max, not counted`);
+    for (const slot of [a1, a2, a3, b1!, b2!, b3!]) {
+      slot.release();
+      slot.release();
+    }
+    t.deepEqual([one!.clientCount('db', 'a'), two!.clientCount('db', 'a')], [0, 0], `${kind}: all given back`);
+    one!.close();
+    t.is(shared.enter('x'), 1, `${kind}: closing a limit leaves a given counter open`);
+  }
+  t.throws(() => new UpstreamLimit({ max: 1, clientInflight: new Inflight() }), {
+    instanceOf: TypeError,
+    code: 'ERR_INVALID_ARG_TYPE',
+    message: /^The "clientInflight" option must be given only with "perClient"/,
+  });
+  t.throws(() => new UpstreamLimit({ max: 1, perClient: 1, clientInflight: {} as never }), {
+    instanceOf: TypeError,
+    code: 'ERR_INVALID_ARG_TYPE',
+    message: /^The "clientInflight" option must be an Inflight or an object with incr\(\) and get\(\) methods/,
+  });
+});
+
+test(title('clientInflight refuses no fresh client early while a sketch-wide crowd is in flight'), (t) => {
+  // The count is a count-min estimate: a client is refused early only when, in every row, the
+  // calls of other clients sharing its counter reach perClient. With n calls in flight on a
+  // 4 × 8192 sketch a row's counter holds Poisson(n / 8192) of them: at n = 8192 and perClient 4
+  // a fresh client (its own call 1) is refused with P(Poisson(1) >= 4)^4 = 0.019^4 = 1.3e-7, so
+  // 10,000 of them all pass but with probability 1.3e-3 over seeds (this seed is fixed: the two
+  // backends' sketches are bit-identical, so both pass or both fail).
+  const clientInflight = new Inflight({ seed: 0x5eedn });
+  const limit = new UpstreamLimit({ max: Number.MAX_SAFE_INTEGER, perClient: 4, clientInflight });
+  const crowd = Array.from({ length: 8192 }, (_, i) => limit.enter('db', `crowd-${i}`));
+  t.true(crowd.every((slot) => slot.allowed));
+  let refused = 0;
+  for (let i = 0; i < 10_000; i++) {
+    const slot = limit.enter('db', `fresh-${i}`);
+    if (!slot.allowed) refused++;
+    slot.release();
+  }
+  t.is(refused, 0);
+  crowd.forEach((slot) => slot.release());
+  t.is(limit.clientCount('db', 'crowd-0'), 0);
 });
 
 /** A raw connection asking for `path` as the client at `ip` (via X-Forwarded-For), never reading to the end. */
@@ -146,3 +208,36 @@ test(title('perClient needs a client key only when set, and a bad key option fai
     message: /key/,
   });
 });
+
+test(
+  title('clientInflight on a shared segment: one client gets perClient slots across two server processes'),
+  async (t) => {
+    const dir = scratch(t);
+    if (backend === 'fallback') {
+      throwsShape(t, () => Inflight.openShared('clients', { seed: 0x5eedn, dir }), unsupported('Inflight.openShared'));
+      return;
+    }
+    // Two processes of one service (node:cluster, PM2), each its own upstreamLimit, their per-client
+    // counts in one segment. Without it, the client would hold perClient in each: 4 here.
+    const servers = await workers(2);
+    t.teardown(() => Promise.all(servers.map((w) => w.kill())));
+    const ports = (await Promise.all(
+      servers.map((w) => w.send({ op: 'serve-upstream', name: 'clients', dir, max: 10, perClient: 2 })),
+    )) as number[];
+    const slow = ports.flatMap((port) => Array.from({ length: 3 }, () => slowClient(port, '/hang', '203.0.113.7')));
+    t.teardown(() => slow.forEach((c) => c.socket.destroy()));
+    const answers = await Promise.all(slow.map((c) => Promise.race([c.answered, eventually(() => false, 500)])));
+    t.is(answers.filter((line) => line === 'HTTP/1.1 503 Service Unavailable').length, 4, 'two held, the rest refused');
+    using counts = Inflight.openShared('clients', { seed: 0x5eedn, dir });
+    const reader = new UpstreamLimit({ max: 1, perClient: 1, clientInflight: counts });
+    t.is(reader.clientCount('default', '203.0.113.7'), 2);
+    for (const port of ports) {
+      t.is((await get(port, '/', { 'X-Forwarded-For': '198.51.100.9' })).status, 200, 'another client gets through');
+    }
+    slow.forEach((c) => c.socket.destroy());
+    t.true(
+      await eventually(() => reader.clientCount('default', '203.0.113.7') === 0),
+      'the client is counted out of the segment when it leaves',
+    );
+  },
+);

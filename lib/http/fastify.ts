@@ -172,7 +172,7 @@ export function tokenBucketHook(options: TokenBucketHookOptions): OnRequestHook 
 
 /** Options of {@link upstreamLimitHook}. */
 export interface UpstreamLimitHookOptions extends Partial<UpstreamLimitOptions> {
-  /** A ready limit to count in; replaces `max`/`inflight`. */
+  /** A ready limit to count in; replaces `max`, `inflight`, `perClient` and `clientInflight`. */
   limit?: UpstreamLimit;
   /** The upstream a request goes to. Defaults to `'default'`. */
   upstream?: (request: FastifyRequest) => string;

@@ -246,10 +246,10 @@ export function upstreamLimitConfig<R, H extends AnyFunction>(
 
 /** The limit `options` name, or a new one from their `max`/`inflight`/`perClient`. */
 function upstreamLimit(options: Partial<UpstreamLimitInput<never, AnyFunction>>): UpstreamLimit {
-  const { limit, max, inflight, perClient } = options;
+  const { limit, max, inflight, perClient, clientInflight } = options;
   if (limit !== undefined) {
     if (!(limit instanceof UpstreamLimit)) throw invalidType('The "limit" option', 'an UpstreamLimit', limit);
     return limit;
   }
-  return new UpstreamLimit({ max: numberOption('max', max), inflight, perClient });
+  return new UpstreamLimit({ max: numberOption('max', max), inflight, perClient, clientInflight });
 }

@@ -16,15 +16,25 @@ export interface UpstreamLimitOptions {
    */
   inflight?: InflightCounter;
   /**
-   * Calls one client may have in flight per upstream at once: an integer >= 1, counted exactly for
-   * the clients that {@link UpstreamLimit.acquire} and {@link UpstreamLimit.enter} are given, in
-   * this process. Defaults to none. Without it, one client that opens `max` slow connections (a
+   * Calls one client may have in flight per upstream at once: an integer >= 1, counted for the
+   * clients that {@link UpstreamLimit.acquire} and {@link UpstreamLimit.enter} are given: exactly,
+   * in this process, unless `clientInflight` is given. Defaults to none. Without it, one client that opens `max` slow connections (a
    * body sent a byte at a time, a response read as slowly) holds every slot of the upstream until
    * the server's `requestTimeout`, and everyone else gets 503. A slot from `acquire` that is never
    * released keeps its client counted for good: the guard's garbage-collection net gives back only
    * the upstream's count.
    */
   perClient?: number;
+  /**
+   * Where the per-client counts of `perClient` are kept. Defaults to an exact map in this process,
+   * so with several processes (node:cluster, PM2) or machines a client may hold `perClient` calls
+   * in each. Give a counter they share, `Inflight.openShared(name, …)` for the processes of a host
+   * or keepcount/redis' `SyncedInflight` for machines, to hold one client to `perClient` across all
+   * of them. Its counts are sketch estimates: never low, so a client is refused early when other
+   * clients' calls in flight share every one of its counters, never late (see the README for the
+   * bound). The limit never closes it. Only with `perClient`.
+   */
+  clientInflight?: InflightCounter;
 }
 
 /** What {@link UpstreamLimit.acquire} returns. */
@@ -37,8 +47,9 @@ export interface UpstreamSlot {
    */
   count: number;
   /**
-   * The client's calls to this upstream in flight including this one (exact), when a client was
-   * given and the limit has `perClient`; else 0. Above `perClient`: refused for the client.
+   * The client's calls to this upstream in flight including this one (exact, or the
+   * `clientInflight` counter's estimate), when a client was given and the limit has `perClient`;
+   * else 0. Above `perClient`: refused for the client.
    */
   clientCount: number;
   /** Gives the slot back; idempotent. Call it on every path. */
@@ -73,6 +84,10 @@ export class UpstreamLimit implements Disposable {
   readonly #pairs: InflightPairs | undefined;
   /** Per upstream and client with calls in flight, how many: only while some are, so at most one entry per call in flight. */
   readonly #clients = new Map<string, number>();
+  /** The `clientInflight` counter that replaces {@link #clients}, if given. */
+  readonly #clientCounter: InflightCounter | undefined;
+  /** {@link #clientCounter} when it counts in and out without guards. */
+  readonly #clientPairs: InflightPairs | undefined;
   /** Whether the limit made {@link inflight} (and closes it on {@link close}), rather than being given one. */
   readonly #owned: boolean;
   /** True once {@link close} ran: no call is counted in any more. */
@@ -86,6 +101,14 @@ export class UpstreamLimit implements Disposable {
     this.#owned = o.inflight === undefined;
     this.inflight = inflightOption(o.inflight);
     this.#pairs = hasPairs(this.inflight) ? this.inflight : undefined;
+    if (o.clientInflight !== undefined) {
+      if (this.perClient === Infinity) {
+        throw invalidType('The "clientInflight" option', 'given only with "perClient"', o.clientInflight);
+      }
+      const counter = counterOption('clientInflight', o.clientInflight);
+      this.#clientCounter = counter;
+      this.#clientPairs = hasPairs(counter) ? counter : undefined;
+    }
   }
 
   /**
@@ -111,13 +134,13 @@ export class UpstreamLimit implements Disposable {
     }
     const clientCount = held?.count ?? 0;
     if (held === undefined) return { allowed, count, clientCount, release: releaser(guard) };
-    if (!allowed) this.#dropClient(held.entry);
+    if (!allowed) this.#dropClient(held);
     let holding = allowed;
     const release = (): void => {
       guard.release();
       if (!holding) return;
       holding = false;
-      this.#dropClient(held.entry);
+      this.#dropClient(held);
     };
     return { allowed, count, clientCount, release };
   }
@@ -147,50 +170,73 @@ export class UpstreamLimit implements Disposable {
     else {
       this.#refused++;
       counter.leave(key);
-      if (held !== undefined) this.#dropClient(held.entry);
+      if (held !== undefined) this.#dropClient(held);
     }
     const release = (): void => {
       if (!holding) return;
       holding = false;
       counter.leave(key);
-      if (held !== undefined) this.#dropClient(held.entry);
+      if (held !== undefined) this.#dropClient(held);
     };
     return { allowed, count, clientCount: held?.count ?? 0, release };
   }
 
-  /** Calls in flight to `key` for `client` (exact, this process); 0 without `perClient`. */
+  /**
+   * Calls in flight to `key` for `client`: exact, in this process, or the `clientInflight`
+   * counter's estimate; 0 without `perClient`.
+   */
   clientCount(key: string, client: string): number {
-    return this.#clients.get(clientEntry(key, client)) ?? 0;
+    const entry = clientEntry(key, client);
+    const counter = this.#clientCounter;
+    return counter !== undefined ? counter.get(entry) : (this.#clients.get(entry) ?? 0);
   }
 
   /**
    * Counts `client` in for `key` when the limit caps clients: its count including this call, and
    * whether that is over `perClient` (then nothing stays counted). `undefined` when not capped.
    */
-  #holdClient(key: string, client: string | undefined): { entry: string; count: number; refused: boolean } | undefined {
+  #holdClient(key: string, client: string | undefined): HeldClient | undefined {
     if (client === undefined) return undefined;
     if (typeof client !== 'string') throw invalidType('The "client" argument', 'of type string', client);
     if (this.perClient === Infinity) return undefined;
     const entry = clientEntry(key, client);
-    const count = (this.#clients.get(entry) ?? 0) + 1;
-    if (count > this.perClient) return { entry, count, refused: true };
-    this.#clients.set(entry, count);
-    return { entry, count, refused: false };
+    const counter = this.#clientCounter;
+    if (counter === undefined) {
+      const count = (this.#clients.get(entry) ?? 0) + 1;
+      if (count > this.perClient) return { entry, count, refused: true, guard: undefined };
+      this.#clients.set(entry, count);
+      return { entry, count, refused: false, guard: undefined };
+    }
+    const pairs = this.#clientPairs;
+    let held: HeldClient;
+    if (pairs !== undefined) held = { entry, count: pairs.enter(entry), refused: false, guard: undefined };
+    else {
+      const [guard, count] = counter.incr(entry);
+      held = { entry, count, refused: false, guard };
+    }
+    if (held.count > this.perClient) {
+      held.refused = true;
+      this.#dropClient(held);
+    }
+    return held;
   }
 
   /**
    * Lets go of the client `held` for a call whose upstream count failed (a key the counter
    * refuses, a closed counter), so that no failed call stays counted; returns `error` to rethrow.
    */
-  #letGo(held: { entry: string } | undefined, error: unknown): unknown {
-    if (held !== undefined) this.#dropClient(held.entry);
+  #letGo(held: HeldClient | undefined, error: unknown): unknown {
+    if (held !== undefined) this.#dropClient(held);
     return error;
   }
 
-  #dropClient(entry: string): void {
-    const count = this.#clients.get(entry)! - 1;
-    if (count === 0) this.#clients.delete(entry);
-    else this.#clients.set(entry, count);
+  /** Counts the client `held` out again. */
+  #dropClient(held: HeldClient): void {
+    if (held.guard !== undefined) return held.guard.release();
+    if (this.#clientPairs !== undefined) return this.#clientPairs.leave(held.entry);
+    const count = this.#clients.get(held.entry)! - 1;
+    if (count === 0) this.#clients.delete(held.entry);
+    else this.#clients.set(held.entry, count);
   }
 
   /** A slot refused for its client: the upstream was not counted, and releasing it does nothing. */
@@ -227,7 +273,11 @@ export class UpstreamLimit implements Disposable {
 
 /** The `inflight` option: a new `Inflight` when absent, else anything with `incr` and `get`. */
 function inflightOption(value: unknown): InflightCounter {
-  if (value === undefined) return new Inflight();
+  return value === undefined ? new Inflight() : counterOption('inflight', value);
+}
+
+/** A counter option `name`: anything with `incr` and `get`. */
+function counterOption(name: string, value: unknown): InflightCounter {
   const counter = value as Partial<InflightCounter> | null;
   if (
     typeof counter !== 'object' ||
@@ -235,9 +285,20 @@ function inflightOption(value: unknown): InflightCounter {
     typeof counter.incr !== 'function' ||
     typeof counter.get !== 'function'
   ) {
-    throw invalidType('The "inflight" option', 'an Inflight or an object with incr() and get() methods', value);
+    throw invalidType(`The "${name}" option`, 'an Inflight or an object with incr() and get() methods', value);
   }
   return counter as InflightCounter;
+}
+
+/**
+ * A client counted in for one call: its entry, its count including the call, whether that is
+ * over `perClient`, and the guard to release when the `clientInflight` counter has no `leave`.
+ */
+interface HeldClient {
+  entry: string;
+  count: number;
+  refused: boolean;
+  guard: InflightGuard | undefined;
 }
 
 /** A counter that also counts in and out without guards, as `Inflight.enter` / `leave`. */
