@@ -158,6 +158,34 @@ test.serial(title('upstreamLimit on two real servers with a SyncedInflight caps 
   }
 });
 
+test.serial(title('perClient with a SyncedInflight as clientInflight holds one client across machines'), async (t) => {
+  const server = await startRedis();
+  const connections = await Promise.all([0, 1].map(() => connectClient('ioredis', server.port)));
+  // Two "machines", each its own limit, with their per-client counts in one synced structure.
+  const machines = connections.map((connection) => {
+    const sync = new RedisSync({ sendCommand: connection.send, syncMs: 20 });
+    const clientInflight = new SyncedInflight({ sync, name: 'clients', seed: 7 });
+    return { sync, limit: new UpstreamLimit({ max: 100, perClient: 2, clientInflight }) };
+  });
+  const [a, b] = machines as [(typeof machines)[0], (typeof machines)[0]];
+  try {
+    const held = [a.limit.enter('origin', 'client'), a.limit.enter('origin', 'client')];
+    t.true(held.every((slot) => slot.allowed));
+    // B learns A's two calls with its next syncs, then refuses the client a third.
+    await until(() => b.limit.clientCount('origin', 'client') === 2, "B to see A's two calls");
+    const third = b.limit.enter('origin', 'client');
+    t.like(third, { allowed: false, clientCount: 3 });
+    t.true(b.limit.enter('origin', 'other').allowed, 'another client is let through');
+    held.forEach((slot) => slot.release());
+    await until(() => b.limit.clientCount('origin', 'client') === 0, "A's releases to reach B");
+    t.true(b.limit.enter('origin', 'client').allowed);
+  } finally {
+    for (const m of machines) await m.sync.close();
+    for (const connection of connections) await connection.close();
+    await server.stop();
+  }
+});
+
 test.serial(
   title('a node cut off past its lease leaves the count, in chunks when large, and pushes it all again when back'),
   async (t) => {

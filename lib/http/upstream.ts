@@ -32,7 +32,8 @@ export interface UpstreamLimitOptions {
    * or keepcount/redis' `SyncedInflight` for machines, to hold one client to `perClient` across all
    * of them. Its counts are sketch estimates: never low, so a client is refused early when other
    * clients' calls in flight share every one of its counters, never late (see the README for the
-   * bound). The limit never closes it. Only with `perClient`.
+   * bound); a synced one's are as fresh as its syncs. The limit never closes it. Only with
+   * `perClient`.
    */
   clientInflight?: InflightCounter;
 }
