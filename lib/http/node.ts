@@ -314,7 +314,10 @@ export interface UpstreamLimitMiddlewareOptions<
   Req extends IncomingMessage = IncomingMessage,
   Res extends ServerResponse = ServerResponse,
 > extends Partial<UpstreamLimitOptions> {
-  /** A ready limit to count in (e.g. shared with other routes); replaces `max`, `inflight`, `perClient` and `clientInflight`. */
+  /**
+   * A ready limit to count in (e.g. shared with other routes); replaces `max`, `inflight`,
+   * `perClient` and `clientInflight`.
+   */
   limit?: UpstreamLimit;
   /** The upstream a request goes to. Defaults to `'default'`: one limit for the route. */
   upstream?: (req: Req) => string;
