@@ -244,7 +244,7 @@ export function upstreamLimitConfig<R, H extends AnyFunction>(
   };
 }
 
-/** The limit `options` name, or a new one from their `max`/`inflight`/`perClient`. */
+/** The limit `options` name, or a new one from their `max`, `inflight`, `perClient` and `clientInflight`. */
 function upstreamLimit(options: Partial<UpstreamLimitInput<never, AnyFunction>>): UpstreamLimit {
   const { limit, max, inflight, perClient, clientInflight } = options;
   if (limit !== undefined) {
