@@ -241,3 +241,42 @@ test(
     );
   },
 );
+
+test(
+  title('clientInflight on a shared segment: a server process killed holding a client’s calls gives them back'),
+  async (t) => {
+    const dir = scratch(t);
+    if (backend === 'fallback') {
+      throwsShape(t, () => Inflight.openShared('killed', { seed: 0x5eedn, dir }), unsupported('Inflight.openShared'));
+      return;
+    }
+    const servers = await workers(2);
+    // Killed by the test (server A) or at its end; a worker is killed once (its exit is awaited).
+    const alive = new Set(servers);
+    t.teardown(() => Promise.all([...alive].map((w) => w.kill())));
+    const [a, b] = (await Promise.all(
+      servers.map((w) => w.send({ op: 'serve-upstream', name: 'killed', dir, max: 10, perClient: 2 })),
+    )) as [number, number];
+    using counts = Inflight.openShared('killed', { seed: 0x5eedn, dir });
+    const reader = new UpstreamLimit({ max: 1, perClient: 1, clientInflight: counts });
+    const held = [0, 1].map(() => slowClient(a, '/hang', '203.0.113.7'));
+    t.teardown(() => held.forEach((c) => c.socket.destroy()));
+    t.true(await eventually(() => reader.clientCount('default', '203.0.113.7') === 2), 'A holds the client’s two');
+    // SIGKILL: no 'close' listener runs, nothing is released by A itself.
+    alive.delete(servers[0]!);
+    await servers[0]!.kill();
+    t.true(
+      await eventually(() => reader.clientCount('default', '203.0.113.7') === 0, 5000),
+      'the dead process’s share leaves the segment',
+    );
+    const again = [0, 1, 2].map(() => slowClient(b, '/hang', '203.0.113.7'));
+    t.teardown(() => again.forEach((c) => c.socket.destroy()));
+    const answers = await Promise.all(again.map((c) => Promise.race([c.answered, eventually(() => false, 500)])));
+    t.is(
+      answers.filter((line) => line === 'HTTP/1.1 503 Service Unavailable').length,
+      1,
+      'B admits the client’s two again',
+    );
+    t.is(reader.clientCount('default', '203.0.113.7'), 2);
+  },
+);
