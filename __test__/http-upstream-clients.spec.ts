@@ -12,7 +12,7 @@ import { backend, Inflight } from '../lib/index.js';
 import { throwsShape, title } from './helpers.js';
 import { close, eventually, get, listen } from './http-client.js';
 import { frameworks } from './http-frameworks.js';
-import { scratch, unsupported, workers } from './shared-workers.js';
+import { scratch, unsupported, workers, type Worker } from './shared-workers.js';
 
 test(title('UpstreamLimit caps each client exactly, and a refused client takes no upstream slot'), (t) => {
   for (const counter of ['pairs', 'guards'] as const) {
@@ -209,67 +209,71 @@ test(title('perClient needs a client key only when set, and a bad key option fai
   });
 });
 
+/** The client the shared-segment tests below send slow exchanges for. */
+const SLOW = '203.0.113.7';
+
+/**
+ * Two server processes of one service (node:cluster, PM2), each its own upstreamLimit (max 10,
+ * perClient 2) with their per-client counts in the shared in-flight segment `name`; `SLOW`'s count
+ * read from that segment here; and the workers still alive (the test may kill one: a worker is
+ * killed once, its exit awaited). `undefined` on the fallback, after checking it refuses segments.
+ */
+async function sharedClientServers(
+  t: ExecutionContext,
+  name: string,
+): Promise<{ servers: Worker[]; alive: Set<Worker>; ports: number[]; slowCount: () => number } | undefined> {
+  const dir = scratch(t);
+  if (backend === 'fallback') {
+    throwsShape(t, () => Inflight.openShared(name, { seed: 0x5eedn, dir }), unsupported('Inflight.openShared'));
+    return undefined;
+  }
+  const servers = await workers(2);
+  const alive = new Set(servers);
+  t.teardown(() => Promise.all([...alive].map((w) => w.kill())));
+  const ports = (await Promise.all(
+    servers.map((w) => w.send({ op: 'serve-upstream', name, dir, max: 10, perClient: 2 })),
+  )) as number[];
+  const counts = Inflight.openShared(name, { seed: 0x5eedn, dir });
+  t.teardown(() => counts.close());
+  const reader = new UpstreamLimit({ max: 1, perClient: 1, clientInflight: counts });
+  return { servers, alive, ports, slowCount: () => reader.clientCount('default', SLOW) };
+}
+
 test(
   title('clientInflight on a shared segment: one client gets perClient slots across two server processes'),
   async (t) => {
-    const dir = scratch(t);
-    if (backend === 'fallback') {
-      throwsShape(t, () => Inflight.openShared('clients', { seed: 0x5eedn, dir }), unsupported('Inflight.openShared'));
-      return;
-    }
-    // Two processes of one service (node:cluster, PM2), each its own upstreamLimit, their per-client
-    // counts in one segment. Without it, the client would hold perClient in each: 4 here.
-    const servers = await workers(2);
-    t.teardown(() => Promise.all(servers.map((w) => w.kill())));
-    const ports = (await Promise.all(
-      servers.map((w) => w.send({ op: 'serve-upstream', name: 'clients', dir, max: 10, perClient: 2 })),
-    )) as number[];
-    const slow = ports.flatMap((port) => Array.from({ length: 3 }, () => slowClient(port, '/hang', '203.0.113.7')));
+    // Without the shared counts, the client would hold perClient in each process: 4 here.
+    const shared = await sharedClientServers(t, 'clients');
+    if (shared === undefined) return;
+    const { ports, slowCount } = shared;
+    const slow = ports.flatMap((port) => Array.from({ length: 3 }, () => slowClient(port, '/hang', SLOW)));
     t.teardown(() => slow.forEach((c) => c.socket.destroy()));
     const answers = await Promise.all(slow.map((c) => Promise.race([c.answered, eventually(() => false, 500)])));
     t.is(answers.filter((line) => line === 'HTTP/1.1 503 Service Unavailable').length, 4, 'two held, the rest refused');
-    using counts = Inflight.openShared('clients', { seed: 0x5eedn, dir });
-    const reader = new UpstreamLimit({ max: 1, perClient: 1, clientInflight: counts });
-    t.is(reader.clientCount('default', '203.0.113.7'), 2);
+    t.is(slowCount(), 2);
     for (const port of ports) {
       t.is((await get(port, '/', { 'X-Forwarded-For': '198.51.100.9' })).status, 200, 'another client gets through');
     }
     slow.forEach((c) => c.socket.destroy());
-    t.true(
-      await eventually(() => reader.clientCount('default', '203.0.113.7') === 0),
-      'the client is counted out of the segment when it leaves',
-    );
+    t.true(await eventually(() => slowCount() === 0), 'the client is counted out of the segment when it leaves');
   },
 );
 
 test(
   title('clientInflight on a shared segment: a server process killed holding a client’s calls gives them back'),
   async (t) => {
-    const dir = scratch(t);
-    if (backend === 'fallback') {
-      throwsShape(t, () => Inflight.openShared('killed', { seed: 0x5eedn, dir }), unsupported('Inflight.openShared'));
-      return;
-    }
-    const servers = await workers(2);
-    // Killed by the test (server A) or at its end; a worker is killed once (its exit is awaited).
-    const alive = new Set(servers);
-    t.teardown(() => Promise.all([...alive].map((w) => w.kill())));
-    const [a, b] = (await Promise.all(
-      servers.map((w) => w.send({ op: 'serve-upstream', name: 'killed', dir, max: 10, perClient: 2 })),
-    )) as [number, number];
-    using counts = Inflight.openShared('killed', { seed: 0x5eedn, dir });
-    const reader = new UpstreamLimit({ max: 1, perClient: 1, clientInflight: counts });
-    const held = [0, 1].map(() => slowClient(a, '/hang', '203.0.113.7'));
+    const shared = await sharedClientServers(t, 'killed');
+    if (shared === undefined) return;
+    const { servers, alive, ports, slowCount } = shared;
+    const [a, b] = ports as [number, number];
+    const held = [0, 1].map(() => slowClient(a, '/hang', SLOW));
     t.teardown(() => held.forEach((c) => c.socket.destroy()));
-    t.true(await eventually(() => reader.clientCount('default', '203.0.113.7') === 2), 'A holds the client’s two');
+    t.true(await eventually(() => slowCount() === 2), 'A holds the client’s two');
     // SIGKILL: no 'close' listener runs, nothing is released by A itself.
     alive.delete(servers[0]!);
     await servers[0]!.kill();
-    t.true(
-      await eventually(() => reader.clientCount('default', '203.0.113.7') === 0, 5000),
-      'the dead process’s share leaves the segment',
-    );
-    const again = [0, 1, 2].map(() => slowClient(b, '/hang', '203.0.113.7'));
+    t.true(await eventually(() => slowCount() === 0, 5000), 'the dead process’s share leaves the segment');
+    const again = [0, 1, 2].map(() => slowClient(b, '/hang', SLOW));
     t.teardown(() => again.forEach((c) => c.socket.destroy()));
     const answers = await Promise.all(again.map((c) => Promise.race([c.answered, eventually(() => false, 500)])));
     t.is(
@@ -277,6 +281,6 @@ test(
       1,
       'B admits the client’s two again',
     );
-    t.is(reader.clientCount('default', '203.0.113.7'), 2);
+    t.is(slowCount(), 2);
   },
 );
