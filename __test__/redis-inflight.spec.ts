@@ -232,6 +232,61 @@ test.serial(
   },
 );
 
+test(
+  title('a closed SyncedInflight counts no more and leaves nothing to throw; a closed sync keeps it counting'),
+  async (t) => {
+    const sent: string[][] = [];
+    const sync = new RedisSync({
+      sendCommand: async (args) => {
+        sent.push(args);
+        throw new Error('recorded, not sent');
+      },
+      syncMs: 3_600_000,
+    });
+    sync.on('error', () => {});
+    const closing = new SyncedInflight({ sync, name: 'closing', seed: 7 });
+    const [guard] = closing.incr('a');
+    t.is(closing.enter('b', 2), 2);
+    closing.close();
+    closing.close();
+    const closed = {
+      instanceOf: Error,
+      code: 'ERR_KEEPCOUNT_CLOSED',
+      message:
+        "This SyncedInflight was closed: it counts no more, and its slots leave the fleet's count when its lease runs out",
+    };
+    throwsShape(t, () => closing.enter('b'), closed);
+    throwsShape(t, () => closing.incr('b'), closed);
+    throwsShape(t, () => closing.get('a'), closed);
+    throwsShape(t, () => closing.local('a'), closed);
+    throwsShape(t, () => guard.get(), closed);
+    // What outlives the close (a finally, a request's slot, a guard) gives back nothing, silently.
+    t.notThrows(() => closing.leave('b', 2));
+    t.notThrows(() => guard.release());
+    t.true(guard.released);
+    // Bad arguments are still bad arguments.
+    throwsShape(t, () => closing.leave('b', 1.5), {
+      instanceOf: RangeError,
+      code: 'ERR_OUT_OF_RANGE',
+      message: /^The "value" argument must be/,
+    });
+    // A closed counter is no longer synced: the next sync carries only the open one.
+    const open = new SyncedInflight({ sync, name: 'open', seed: 7 });
+    open.enter('c');
+    t.false(await sync.flush());
+    t.true(sent.length > 0);
+    t.false(sent.flat().some((arg) => arg.includes('{closing}')));
+    t.true(sent.flat().some((arg) => arg.includes('{open}')));
+    // The sync closed (the end of a shutdown), its counters still count this node's slots, as a
+    // quota still decides: a server draining requests answers them.
+    await sync.close();
+    t.is(open.enter('c'), 2);
+    open.leave('c');
+    t.is(open.get('c'), 1);
+    open.close();
+  },
+);
+
 test(title('bad SyncedInflight and UpstreamLimit options are refused with keepcount error codes'), (t) => {
   const sync = new RedisSync({ sendCommand: async () => [], syncMs: 100 });
   throwsShape(t, () => new SyncedInflight({ sync, name: 'a', seed: 1, leaseMs: 100 }), {

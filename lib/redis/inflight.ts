@@ -1,7 +1,7 @@
 /** In-flight counts per key summed over every live node syncing them through Redis, with leases. */
 import type { Key } from '../core.js';
 import { Estimator } from '../estimator.js';
-import { invalidType } from '../errors.js';
+import { invalidType, withCode, type KeepcountError } from '../errors.js';
 import { guardedIncr, type InflightCounter, type InflightCounts, type InflightGuard } from '../inflight.js';
 import { validateKey } from '../keys.js';
 import { MAX_STORED_KEY_LENGTH } from '../long-key.js';
@@ -29,6 +29,24 @@ const KEEP_LEASES = 10;
  * (a key read from a request header is the client's choice: 16 kB keys would have made it 16–32 MB).
  */
 const REMEMBERED_KEYS = 1024;
+
+/** The `ERR_KEEPCOUNT_CLOSED` error of a {@link SyncedInflight} used after its `close()`. */
+function closedInflightError(): KeepcountError {
+  return withCode(
+    new Error(
+      "This SyncedInflight was closed: it counts no more, and its slots leave the fleet's count when its lease runs out",
+    ),
+    'ERR_KEEPCOUNT_CLOSED',
+  );
+}
+
+/** The counts of a closed {@link SyncedInflight}: every call throws `ERR_KEEPCOUNT_CLOSED`. */
+function closedCounts(): InflightCounts['core'] {
+  const fail = (): never => {
+    throw closedInflightError();
+  };
+  return { incr: fail, get: fail };
+}
 
 /** Options of {@link SyncedInflight}. */
 export interface SyncedInflightOptions {
@@ -126,9 +144,16 @@ export class SyncedInflight implements InflightCounter {
     return this.#counts.core.incr(validateKey(key), countArgument('value', value));
   }
 
-  /** Takes back what {@link enter} added. */
+  /**
+   * Takes back what {@link enter} added. After {@link close} it does nothing, as a guard's release:
+   * a `finally` (or `UpstreamLimit`'s slot, released when a request ends) that outlives the close
+   * must not throw.
+   */
   leave(key: Key, value = 1): void {
-    this.#counts.core.incr(validateKey(key), -countArgument('value', value));
+    const k = validateKey(key);
+    const v = countArgument('value', value);
+    const counts = this.#counts;
+    if (counts.open) counts.core.incr(k, -v);
   }
 
   /** `key`'s fleet-wide count: this node's slots now, the others' as of the last sync. */
@@ -138,7 +163,9 @@ export class SyncedInflight implements InflightCounter {
 
   /** `key`'s count from this node's slots alone. */
   local(key: Key): number {
-    return this.#cells.local(this.#counters(validateKey(key)));
+    const k = validateKey(key);
+    if (!this.#counts.open) throw closedInflightError();
+    return this.#cells.local(this.#counters(k));
   }
 
   /**
@@ -173,10 +200,18 @@ export class SyncedInflight implements InflightCounter {
 
   /**
    * Stops syncing (push what is pending first with `sync.flush()`); this node's slots leave the
-   * others' count when its lease runs out. Guards still release locally: the hasher stays open for
-   * them (a guard collected later is released from a finalizer, where a throw would end the process).
+   * others' count when its lease runs out. From then on `incr`, `enter`, `get` and `local` throw
+   * `ERR_KEEPCOUNT_CLOSED`, as on a closed `Inflight`: a count no sync pushes would cap this node
+   * alone, silently. `leave` and guards released later do nothing and never throw (a guard
+   * collected later is released from a finalizer, where a throw would end the process).
+   * Idempotent. Closing the sync instead (`sync.close()`) keeps this counter counting on this
+   * node's slots, as a quota keeps deciding, so a server draining requests at shutdown answers them.
    */
   close(): void {
+    const counts = this.#counts;
+    if (!counts.open) return;
+    counts.open = false;
+    counts.core = closedCounts();
     this.#sync.remove(this);
   }
 }

@@ -267,8 +267,9 @@ export class RedisSync extends EventEmitter {
    * Stops the timer after one last sync; structures keep answering from their local state, but
    * counts on its synced sketches and rates throw `ERR_KEEPCOUNT_CLOSED` from the call on, since
    * nothing would push them. A quota's `consume` does not: it decides on this node's counts by its
-   * fail policy (a server draining requests at shutdown answers them); close the sync once the
-   * server stops taking requests all the same, or the fleet never sees them.
+   * fail policy (a server draining requests at shutdown answers them), and a `SyncedInflight`
+   * keeps counting on this node's slots, for the same reason; close the sync once the server
+   * stops taking requests all the same, or the fleet never sees them.
    * Resolves with whether that sync succeeded; every call resolves with it once it is done, so a
    * second shutdown hook cannot let the process exit before the last push.
    */
