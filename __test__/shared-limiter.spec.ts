@@ -47,7 +47,8 @@ test(title('four processes hammering three keys admit at most burst + rate × t 
 
 test(title('a full key table sends new keys to the best-effort bucket and counts them, never throwing'), async (t) => {
   const dir = scratch(t);
-  const quota = { requests: { perSecond: 1, burst: 5 } };
+  // A token an hour: no bucket is full again within the test, so no new key takes an entry over.
+  const quota = { requests: { amount: 1, periodMs: 3_600_000, burst: 5 } };
   if (backend === 'fallback') {
     throwsShape(
       t,
@@ -62,13 +63,56 @@ test(title('a full key table sends new keys to the best-effort bucket and counts
   await Promise.all(all.map((w) => w.send({ op: 'distinct', count: 200 })));
   const here = Limiter.openShared('tiny', { quota, capacity: 4, seed: SEED, dir });
   const stats: SharedLimiterStats = here.stats();
-  t.deepEqual(stats, { keys: 4, capacity: 4, overflow: 396 });
+  t.deepEqual(stats, { keys: 4, capacity: 4, overflow: 396, takeovers: 0 });
   // The best-effort bucket (the same quota by default) was emptied by the overflow long ago.
   t.false(here.check('yet-another-client').allowed);
   t.is(here.stats().overflow, 397);
   here.close();
   await Promise.all(all.map((w) => w.exit()));
 });
+
+test(
+  title('once a flood has filled the table, new clients take over its refilled buckets across processes'),
+  async (t) => {
+    const dir = scratch(t);
+    // Two tokens a client, one back every 500 ms: a flooding key checked once is full again then.
+    const quota = { requests: { amount: 1, periodMs: 500, burst: 2 } };
+    // One token an hour for everyone beyond the table: the flood spends it at once.
+    const bestEffort = { requests: { amount: 1, periodMs: 3_600_000, burst: 1 } };
+    if (backend === 'fallback') {
+      throwsShape(
+        t,
+        () => Limiter.openShared('flooded', { quota, bestEffort, capacity: 4, seed: SEED, dir }),
+        unsupported('Limiter.openShared'),
+      );
+      return;
+    }
+    const all = await workers(2);
+    await Promise.all(
+      all.map((w) => w.send({ op: 'open-limiter', name: 'flooded', dir, quota, bestEffort, capacity: 4 })),
+    );
+    // 2 × 200 distinct keys against a capacity of 4: the table is full, the best-effort token gone.
+    await Promise.all(all.map((w) => w.send({ op: 'distinct', count: 200 })));
+    const here = Limiter.openShared('flooded', { quota, bestEffort, capacity: 4, seed: SEED, dir });
+    t.like(here.stats(), { keys: 4, overflow: 396 });
+    t.false(here.check('before-the-refill').allowed);
+    // Before takeovers, every later client shared that spent token for good (until the segment
+    // was unlinked): the flood had locked the host's new clients out. Now, once the flood's
+    // buckets have refilled, each new client takes one over, in whichever process it arrives.
+    await new Promise((resolve) => setTimeout(resolve, 600));
+    const admitted = await Promise.all([
+      all[0]!.send({ op: 'check', key: 'new-client-a', times: 3 }),
+      all[1]!.send({ op: 'check', key: 'new-client-b', times: 3 }),
+    ]);
+    t.deepEqual(admitted, [2, 2]);
+    t.is(here.check('new-client-c').allowed, true);
+    const stats = here.stats();
+    t.like(stats, { keys: 4, overflow: 397 });
+    t.true(stats.takeovers >= 3, `${stats.takeovers} takeovers`);
+    here.close();
+    await Promise.all(all.map((w) => w.exit()));
+  },
+);
 
 test(title('opening with another quota, capacity or seed is ERR_KEEPCOUNT_MISMATCH naming it'), (t) => {
   const dir = scratch(t);

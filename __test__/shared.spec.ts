@@ -184,7 +184,7 @@ test(title('a segment another keepcount version left (after an upgrade) is a mis
     code: 'ERR_KEEPCOUNT_MISMATCH',
     message:
       `Cannot open the shared segment: ${path} was made by another version of keepcount, with segment layout 2 ` +
-      'where this one reads layout 3. A segment outlives its processes: once no process of that version has it ' +
+      'where this one reads layout 4. A segment outlives its processes: once no process of that version has it ' +
       'open, unlink it to start afresh (or open another name)',
   };
   throwsShape(t, () => Rate.openShared('older', { intervalMs: 1000, seed: SEED, dir }), older);

@@ -402,8 +402,13 @@ export interface SharedLimiterStats {
   keys: number;
   /** The most keys the table takes. */
   capacity: number;
-  /** Checks sent to the best-effort bucket because the table was full, by every process since creation. */
+  /**
+   * Checks sent to the best-effort bucket because the table was full and no entry within the key's
+   * reach held a full bucket, by every process since creation.
+   */
   overflow: number;
+  /** Entries new keys took over from keys whose buckets were full, by every process since creation. */
+  takeovers: number;
 }
 
 /** A shared limiter's buckets: as {@link LimiterCore.check}, on the host's clock (no `nowMs`). */

@@ -30,8 +30,10 @@ export interface SharedLimiterOptions extends SharedCreation {
   bestEffort?: Quota;
   /**
    * The most keys the table takes: an integer in [1, 2^22], fixed when the segment is created.
-   * Keys are never removed: size it for the distinct keys expected until the segment is unlinked.
-   * Defaults to 65,536.
+   * Once it is full, a new key takes over the entry of a key whose bucket is full again (what a
+   * new key starts with, so nobody loses a token) and only goes to the best-effort bucket when
+   * none within its reach is: size it for the clients active within one refill time
+   * (`burst / rate`). Defaults to 65,536.
    */
   capacity?: number;
   /**
@@ -87,7 +89,10 @@ export class SharedLimiter {
     return wait === 0 ? ALLOWED : { allowed: false, retryAfterMs: wait };
   }
 
-  /** How full the key table is, and how many checks overflowed it, across every process. */
+  /**
+   * How full the key table is, how many checks overflowed it and how many entries new keys took
+   * over, across every process.
+   */
   stats(): SharedLimiterStats {
     return this.#core.stats();
   }

@@ -34,8 +34,11 @@ pub struct SharedLimiterStats {
     pub keys: u32,
     /// The most keys the table takes.
     pub capacity: u32,
-    /// Checks sent to the best-effort bucket because the table was full, by every process.
+    /// Checks sent to the best-effort bucket because the table was full and no entry within the
+    /// key's reach held a full bucket, by every process.
     pub overflow: f64,
+    /// Entries new keys took over from keys whose buckets were full, by every process.
+    pub takeovers: f64,
 }
 
 impl ObjectFinalize for SharedLimiter {
@@ -118,6 +121,7 @@ impl SharedLimiter {
                     capacity: stats.capacity,
                     // Exact below 2^53 checks.
                     overflow: stats.overflow as f64,
+                    takeovers: stats.takeovers as f64,
                 }
             })
             .map_err(|failure| map_error(env, failure))

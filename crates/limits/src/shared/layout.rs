@@ -17,7 +17,8 @@
 //!     72     8  a limiter's overflow count: checks sent to the best-effort bucket because the
 //!               key table was full (crate::shared::limiter), 0 otherwise
 //!     80     8  a limiter's claimed key-table entries, 0 otherwise
-//!     88    40  zero
+//!     88     8  a limiter's entries taken over by new keys (their buckets were full), 0 otherwise
+//!     96    32  zero
 //!    128        counters: i64, row-major, one sketch after another: an estimator has one, a
 //!               rate two, an in-flight counter 1 + process slots (the total, then each
 //!               process's own contribution)
@@ -56,9 +57,11 @@ pub(crate) const MAGIC: [u8; 8] = *b"KCSHARED";
 /// The layout version this build reads and writes. Version 1 segments hashed keys as sketch
 /// format 2 did (SipHash-1-3): their counters mean nothing to this build's hash; version 2
 /// in-flight slots had two words, without the journal of changes in flight that version 3's
-/// eight hold. Both are refused ([`Refusal::Version`]: a mismatch of `layout version`) rather
-/// than misread.
-pub(crate) const FORMAT_VERSION: u32 = 3;
+/// eight hold; a version 3 limiter's key was always found before the first empty entry of its
+/// probe path, where version 4 takes entries over past it (`shared/limiter.rs`, "A full
+/// table"), so a version 3 process would miss such keys and give them a second bucket. All are
+/// refused ([`Refusal::Version`]: a mismatch of `layout version`) rather than misread.
+pub(crate) const FORMAT_VERSION: u32 = 4;
 
 /// Why [`Layout::decode`] refuses a segment's header.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -93,6 +96,9 @@ pub(crate) const SLOT_BYTES: usize = 64;
 pub(crate) const OVERFLOW_WORD_OFFSET: usize = 72;
 /// Offset of a limiter's count of claimed table entries.
 pub(crate) const KEYS_WORD_OFFSET: usize = 80;
+/// Offset of a limiter's count of entries taken over by new keys. Zero in a segment made before
+/// takeovers existed, which stays readable: a build that never takes over only ever leaves it so.
+pub(crate) const TAKEOVERS_WORD_OFFSET: usize = 88;
 /// Where a limiter's immutable block (capacity and quotas) starts: just after the header.
 pub(crate) const LIMITER_BLOCK_OFFSET: usize = HEADER_BYTES;
 /// Bytes of that block, checksum and padding included: two cache lines.
@@ -532,8 +538,8 @@ mod tests {
         assert_eq!(Layout::decode(&older, total), Err(Refusal::Version(2)));
         // Whatever else differs: the version is what a reader of this build can tell.
         let mut newer = layout.encode(1);
-        newer[8..12].copy_from_slice(&4u32.to_le_bytes());
-        assert_eq!(Layout::decode(&newer, total - 8), Err(Refusal::Version(4)));
+        newer[8..12].copy_from_slice(&5u32.to_le_bytes());
+        assert_eq!(Layout::decode(&newer, total - 8), Err(Refusal::Version(5)));
     }
 
     #[test]

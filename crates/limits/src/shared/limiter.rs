@@ -45,17 +45,51 @@
 //! - **The table** has the power-of-two number of entries that keeps it at most 3/4 full at
 //!   capacity, and is probed linearly from the hash. A key is claimed with one compare-and-swap of
 //!   its entry from 0 to its hash: claiming and writing the key are one step, so no process can
-//!   die between them. Keys are never removed, so a probe that meets an empty entry knows the key
-//!   is absent. A header word counts the claimed entries; a check reserves one (load, then
-//!   add) before claiming and gives it back if another process claimed the entry first. A
-//!   process killed between reserving and claiming leaks one reservation: the table then takes
-//!   one key fewer, and that is all a crash can cost it.
+//!   die between them. A key lives within its **reach**: its probe path up to the later of 32
+//!   entries (once the table has seen a takeover; until then no key lies past an empty entry) and
+//!   the first empty one. A probe reads the whole reach before it calls a key absent,
+//!   and a new key claims the first empty entry in it; no entry is ever emptied, so a key's reach
+//!   only ever grows and a key once in it stays found. A header word counts the claimed entries; a
+//!   check reserves one (load, then add) before claiming and gives it back if another process
+//!   claimed the entry first. A process killed between reserving and claiming leaks one
+//!   reservation: the table then takes one key fewer, and that is all a crash can cost it.
+//!
+//! # A full table
+//! Once `capacity` keys hold an entry, a new key **takes over** the first entry in its reach whose
+//! bucket is full at the check's reading, with one compare-and-swap of the identity from the old
+//! key's to its own; only if every entry in its reach is empty or holds a bucket in use does it go
+//! to the best-effort bucket. Once every bucket has refilled, fewer than 1 new key in 6,000 finds
+//! none while the new keys number up to a tenth of the capacity, 1 in 700 up to a quarter, 1 in
+//! 70 up to a half (simulated at the emptiest full table, 3/8 of the entries claimed; the default
+//! capacity's table is half full at capacity, and fuller tables do better). Past that, new keys
+//! hold most entries, their buckets in use, and more and more go to the best-effort bucket. A full bucket
+//! is exactly what a new key starts with, so the takeover costs neither key anything: the new key
+//! gets what it would have got from an empty entry, and the old key, if it comes back, is new
+//! again and starts full, as its own bucket would have been. A bucket that is not full is never
+//! taken over: a flood of new keys (a botnet's addresses, say) cannot reset a client's spent
+//! tokens, nor keep the table from new clients for longer than its own buckets take to refill
+//! (`burst / rate` after each flooding key's last check). Before takeovers, such a flood filled the
+//! table for good: every later new key shared the best-effort bucket until the segment was
+//! unlinked. [`SharedLimiterStats::takeovers`] counts them.
+//!
+//! A takeover changes only an identity word, so a process killed at any point leaves the entry to
+//! one key or the other, both with the same full bucket. Two races remain, each only at the
+//! instant of a takeover, and each worth at most one check per racing process (a key's bucket
+//! must have been full, so its key idle for a whole refill, for either to happen again):
+//! - A check of the old key that found its entry just before the takeover takes its cost from the
+//!   bucket the new key now holds: the new key is short that cost (it is refused sooner), and the
+//!   old key, new again on its next check, gets the cost back.
+//! - Two processes giving one new key an entry at the same instant by different routes (one
+//!   claiming the last empty entry while the table fills, the other taking over a full one, or
+//!   each taking over another entry because a bucket filled between their readings) give it two
+//!   entries: its checks use the first on its probe path, and what the racing check took from the
+//!   other is admitted on top of its bucket, once.
 //!
 //! # When not to use it
-//! - Keys that come and go over a long run (client addresses over weeks): an entry is never freed,
-//!   so once `capacity` distinct keys have been seen every new one shares the best-effort bucket
-//!   until the segment is unlinked and created anew. Size the capacity for the keys expected
-//!   between restarts, and watch [`SharedLimiterStats::overflow`].
+//! - Keys whose buckets rarely fill between checks, more of them than `capacity`: once every entry
+//!   holds a bucket in use, new keys share the best-effort bucket until some bucket refills. Size
+//!   the capacity for the keys active within one refill time (`burst / rate`), and watch
+//!   [`SharedLimiterStats::overflow`].
 //! - Per-key quotas, live quota changes or an overall quota: those are the local
 //!   [`Limiter`](crate::limiter::Limiter)'s. Here the quotas are fixed in the segment's header.
 //! - Within one process: the local limiter needs no file.
@@ -66,7 +100,7 @@ use crate::shape::Shape;
 use crate::shared::error::SharedError;
 use crate::shared::layout::{
     BEST_EFFORT_OFFSET, KEYS_WORD_OFFSET, Kind, Layout, LimiterLayout, OVERFLOW_WORD_OFFSET,
-    table_entries,
+    TAKEOVERS_WORD_OFFSET, table_entries,
 };
 use crate::shared::segment::{Segment, SharedOptions};
 use portable_atomic::AtomicU128;
@@ -99,8 +133,9 @@ pub const MAX_CAPACITY: u32 = 1 << 22;
 ///
 /// # Performance
 /// A check hashes the key (SipHash-1-3, 128 bits), reads the clock, probes the table (one or two
-/// 16-byte loads at 3/4 load), and does one 128-bit compare-and-swap per limited dimension when
-/// admitting, none when refusing.
+/// 16-byte loads at 3/4 load for a key in it; a key not in it reads its whole reach, 32 entries
+/// once the table has seen a takeover), and does one 128-bit compare-and-swap per limited
+/// dimension when admitting, none when refusing.
 ///
 /// # Thread safety
 /// `Send + Sync`; lock-free across threads and processes.
@@ -122,8 +157,12 @@ pub struct SharedLimiterStats {
     /// The most keys the table takes.
     pub capacity: u32,
     /// Checks of keys not in the table that went to the best-effort bucket because the table was
-    /// full, by every process since the segment was created.
+    /// full and no entry on the key's probe path held a full bucket, by every process since the
+    /// segment was created.
     pub overflow: u64,
+    /// Entries a new key took over from a key whose bucket was full, once the table was full, by
+    /// every process since the segment was created.
+    pub takeovers: u64,
 }
 
 impl SharedLimiter {
@@ -200,11 +239,11 @@ impl<C: Clock> SharedLimiter<C> {
     /// [`Limiter::check`](crate::limiter::Limiter::check) for the decision.
     pub fn check(&self, key: &[u8], cost: u64) -> Decision {
         let id = self.identity(key);
-        let bucket = match self.entry(id) {
+        let now = self.clock.now_nanos();
+        let bucket = match self.entry(id, now) {
             Some(entry) => (entry + 16, &self.block.quota),
             None => (BEST_EFFORT_OFFSET, &self.block.best_effort),
         };
-        let now = self.clock.now_nanos();
         self.admit(bucket.0, bucket.1, now, [1, cost]).decision()
     }
 
@@ -234,6 +273,10 @@ impl<C: Clock> SharedLimiter<C> {
                 .segment
                 .word(OVERFLOW_WORD_OFFSET)
                 .load(Ordering::Relaxed),
+            takeovers: self
+                .segment
+                .word(TAKEOVERS_WORD_OFFSET)
+                .load(Ordering::Relaxed),
         }
     }
 
@@ -260,228 +303,4 @@ impl<C: Clock> std::fmt::Debug for SharedLimiter<C> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::bucket::{give_back, refill, take};
-    use super::*;
-    use crate::clock::ManualClock;
-    use crate::limiter::{Limit, Limiter};
-    use std::sync::Arc;
-    use std::time::Duration;
-
-    const SEC: u64 = 1_000_000_000;
-
-    /// A scratch directory removed when dropped.
-    struct Scratch(std::path::PathBuf);
-
-    impl Scratch {
-        fn new(test: &str) -> Self {
-            let dir = std::env::temp_dir()
-                .join(format!("keepcount-slimiter-{test}-{}", std::process::id()));
-            std::fs::create_dir_all(&dir).unwrap();
-            Self(dir)
-        }
-
-        fn options(&self) -> SharedOptions {
-            SharedOptions::new().dir(&self.0)
-        }
-    }
-
-    impl Drop for Scratch {
-        fn drop(&mut self) {
-            let _ = std::fs::remove_dir_all(&self.0);
-        }
-    }
-
-    fn requests(rate: u64, burst: u64) -> Quota {
-        Quota::new(Some(Limit::per_second(rate, burst)), None)
-    }
-
-    fn open(
-        scratch: &Scratch,
-        quota: Quota,
-        capacity: u32,
-        clock: &Arc<ManualClock>,
-    ) -> SharedLimiter<Arc<ManualClock>> {
-        SharedLimiter::with_clock(
-            "buckets",
-            quota,
-            quota,
-            capacity,
-            7,
-            &scratch.options(),
-            Arc::clone(clock),
-        )
-        .unwrap()
-    }
-
-    #[test]
-    fn decides_as_the_local_limiter_does() {
-        let scratch = Scratch::new("same");
-        let clock = Arc::new(ManualClock::new());
-        let quota = Quota::new(
-            Some(Limit::per_second(3, 5)),
-            Some(Limit::new(7, Duration::from_millis(300), 40).unwrap()),
-        );
-        let shared = open(&scratch, quota, 8, &clock);
-        let local: Limiter<Vec<u8>, _> = Limiter::with_clock(quota, Arc::clone(&clock));
-        local
-            .replace_keys([(b"a".to_vec(), quota), (b"b".to_vec(), quota)])
-            .unwrap();
-        // A fixed pseudo-random walk of keys, costs and clock steps.
-        let mut state = 0x2545_f491_4f6c_dd1d_u64;
-        for step in 0..5000 {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            let key: &[u8] = if state & 1 == 0 { b"a" } else { b"b" };
-            let cost = (state >> 8) % 12;
-            clock.advance(Duration::from_nanos((state >> 20) % (SEC / 4)));
-            assert_eq!(
-                shared.check(key, cost),
-                local.check(key, cost),
-                "step {step}"
-            );
-        }
-    }
-
-    #[test]
-    fn a_new_key_starts_full_and_keys_are_apart() {
-        let scratch = Scratch::new("apart");
-        let clock = Arc::new(ManualClock::new());
-        let limiter = open(&scratch, requests(1, 2), 8, &clock);
-        for key in [&b"x"[..], b"y"] {
-            assert!(limiter.check(key, 1).is_allowed());
-            assert!(limiter.check(key, 1).is_allowed());
-            assert_eq!(
-                limiter.check(key, 1).retry_after(),
-                Some(Duration::from_secs(1))
-            );
-        }
-        assert_eq!(limiter.stats().keys, 2);
-    }
-
-    #[test]
-    fn a_full_table_sends_new_keys_to_the_best_effort_bucket() {
-        let scratch = Scratch::new("full");
-        let clock = Arc::new(ManualClock::new());
-        let limiter = SharedLimiter::with_clock(
-            "buckets",
-            requests(1, 100),
-            requests(0, 3),
-            2,
-            7,
-            &scratch.options(),
-            Arc::clone(&clock),
-        )
-        .unwrap();
-        let admitted = (0..10u8)
-            .filter(|k| limiter.check(&[*k], 1).is_allowed())
-            .count();
-        // Two keys get buckets of their own; the other eight share a best-effort burst of 3.
-        assert_eq!(admitted, 2 + 3);
-        assert_eq!(
-            limiter.stats(),
-            SharedLimiterStats {
-                keys: 2,
-                capacity: 2,
-                overflow: 8
-            }
-        );
-        // Keys in the table keep their buckets.
-        assert!(limiter.check(&[0], 1).is_allowed());
-    }
-
-    #[test]
-    fn two_opens_share_buckets() {
-        let scratch = Scratch::new("share");
-        let clock = Arc::new(ManualClock::new());
-        let a = open(&scratch, requests(1, 3), 8, &clock);
-        let b = open(&scratch, requests(1, 3), 8, &clock);
-        // Each check is one request, whatever its cost in units.
-        assert!(a.check(b"k", 1).is_allowed());
-        assert!(b.check(b"k", 1).is_allowed());
-        assert!(a.check(b"k", 9).is_allowed());
-        assert!(!b.check(b"k", 1).is_allowed());
-        clock.advance(Duration::from_secs(1));
-        assert!(b.check(b"k", 1).is_allowed());
-    }
-
-    #[test]
-    fn refusal_in_the_second_dimension_gives_the_first_back() {
-        let quota = Quota::new(Some(Limit::per_second(1, 5)), Some(Limit::per_second(1, 2)));
-        let scratch = Scratch::new("both");
-        let clock = Arc::new(ManualClock::new());
-        let limiter = open(&scratch, quota, 8, &clock);
-        assert!(limiter.check(b"k", 2).is_allowed());
-        assert_eq!(
-            limiter.check(b"k", 1).retry_after(),
-            Some(Duration::from_secs(1))
-        );
-        // The refused check took no request token: four of the five remain.
-        let offset = limiter.entry(limiter.identity(b"k")).unwrap() + 16;
-        let word = limiter.segment.wide_word(offset).load(Ordering::Relaxed);
-        let (_, tokens) = refill(word, quota.requests().unwrap(), 0);
-        assert_eq!(tokens, 4 * u128::from(SEC));
-        // And a take whose second dimension is short undoes the first.
-        let units = quota.units().unwrap();
-        let requests = quota.requests().unwrap();
-        let words = [
-            limiter.segment.wide_word(offset),
-            limiter.segment.wide_word(offset + 16),
-        ];
-        take(words[0], requests, 0, 1).unwrap();
-        assert!(take(words[1], units, 0, 1).is_err());
-        give_back(words[0], requests, 1);
-        let (_, tokens) = refill(words[0].load(Ordering::Relaxed), requests, 0);
-        assert_eq!(tokens, 4 * u128::from(SEC));
-    }
-
-    #[test]
-    fn bad_configurations_are_refused() {
-        let scratch = Scratch::new("bad");
-        let options = scratch.options();
-        let q = requests(1, 1);
-        for capacity in [0, MAX_CAPACITY + 1] {
-            assert!(matches!(
-                SharedLimiter::open("x", q, q, capacity, 1, &options),
-                Err(SharedError::Capacity(c)) if c == capacity
-            ));
-        }
-        let wide = requests(1, u64::MAX / SEC + 1);
-        assert!(matches!(
-            SharedLimiter::open("x", wide, q, 1, 1, &options),
-            Err(SharedError::WideQuota)
-        ));
-    }
-
-    #[test]
-    fn reopening_with_another_quota_names_the_field() {
-        let scratch = Scratch::new("mismatch");
-        let options = scratch.options();
-        let q = requests(1, 1);
-        let _a = SharedLimiter::open("m", q, q, 10, 1, &options).unwrap();
-        let err = SharedLimiter::open("m", requests(2, 1), q, 10, 1, &options).unwrap_err();
-        assert!(
-            matches!(&err, SharedError::Mismatch { field: "quota", .. }),
-            "{err}"
-        );
-        let err = SharedLimiter::open("m", q, requests(2, 1), 10, 1, &options).unwrap_err();
-        assert!(matches!(
-            err,
-            SharedError::Mismatch {
-                field: "bestEffort",
-                ..
-            }
-        ));
-        let err = SharedLimiter::open("m", q, q, 11, 1, &options).unwrap_err();
-        assert!(matches!(
-            err,
-            SharedError::Mismatch {
-                field: "capacity",
-                ..
-            }
-        ));
-        let err = SharedLimiter::open("m", q, q, 10, 2, &options).unwrap_err();
-        assert!(matches!(err, SharedError::Mismatch { field: "seed", .. }));
-    }
-}
+mod tests;

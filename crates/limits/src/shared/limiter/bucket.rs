@@ -48,6 +48,21 @@ impl<C: Clock> SharedLimiter<C> {
     }
 }
 
+impl<C: Clock> SharedLimiter<C> {
+    /// Whether every limited dimension of a key's bucket at `offset` holds a full bucket at `now`:
+    /// the state a new key's bucket starts in, so the entry may go to another key.
+    pub(super) fn is_full(&self, offset: usize, now: u64) -> bool {
+        let limits = self.block.quota.dimensions();
+        limits.iter().enumerate().all(|(dimension, limit)| {
+            (*limit).is_none_or(|limit| {
+                // Acquire: as in `admit`.
+                let word = self.segment.wide_word(offset + 16 * dimension);
+                refill(word.load(Ordering::Acquire), limit, now).1 == limit.capacity()
+            })
+        })
+    }
+}
+
 /// A bucket word's refill time and held tokens (units) after refilling to `now`: as the local
 /// limiter's `State::refill`, a reading older than the word's counts no time.
 pub(super) fn refill(word: u128, limit: Limit, now: u64) -> (u64, u128) {
