@@ -23,8 +23,7 @@
  * - `ERR_KEEPCOUNT_RELEASED` (`Error`): `incr()` on an Inflight guard that was already released.
  * - `ERR_KEEPCOUNT_CLOSED` (`Error`): a method of an `Estimator`, a `Rate` or a shared `Limiter` called
  *   after its `close()`; or a count on a keepcount/redis `SyncedEstimator`, `SyncedRate` or
- *   `SyncedWindowQuota` after its `close()` (its reads still answer); any count or read of a
- *   closed `SyncedInflight`.
+ *   `SyncedWindowQuota` or `SyncedInflight` after its `close()` (its reads still answer).
  * - `ERR_KEEPCOUNT_BACKEND` (`Error`): `KEEPCOUNT_BACKEND` names an unknown backend, or forces
  *   `native` where the binding cannot load (the load error is the `cause`).
  * - `ERR_KEEPCOUNT_TIMEOUT` ({@link TimeoutError}): `timeout()` ran out of time.

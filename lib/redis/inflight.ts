@@ -40,12 +40,17 @@ function closedInflightError(): KeepcountError {
   );
 }
 
-/** The counts of a closed {@link SyncedInflight}: every call throws `ERR_KEEPCOUNT_CLOSED`. */
-function closedCounts(): InflightCounts['core'] {
-  const fail = (): never => {
-    throw closedInflightError();
+/**
+ * The counts of a closed {@link SyncedInflight}: counting throws `ERR_KEEPCOUNT_CLOSED`; reads
+ * answer from the last state, as every closed synced structure's do.
+ */
+function closedCounts(open: InflightCounts['core']): InflightCounts['core'] {
+  return {
+    incr: () => {
+      throw closedInflightError();
+    },
+    get: open.get,
   };
-  return { incr: fail, get: fail };
 }
 
 /** Options of {@link SyncedInflight}. */
@@ -163,9 +168,7 @@ export class SyncedInflight implements InflightCounter {
 
   /** `key`'s count from this node's slots alone. */
   local(key: Key): number {
-    const k = validateKey(key);
-    if (!this.#counts.open) throw closedInflightError();
-    return this.#cells.local(this.#counters(k));
+    return this.#cells.local(this.#counters(validateKey(key)));
   }
 
   /**
@@ -200,10 +203,11 @@ export class SyncedInflight implements InflightCounter {
 
   /**
    * Stops syncing (push what is pending first with `sync.flush()`); this node's slots leave the
-   * others' count when its lease runs out. From then on `incr`, `enter`, `get` and `local` throw
-   * `ERR_KEEPCOUNT_CLOSED`, as on a closed `Inflight`: a count no sync pushes would cap this node
-   * alone, silently. `leave` and guards released later do nothing and never throw (a guard
-   * collected later is released from a finalizer, where a throw would end the process).
+   * others' count when its lease runs out. From then on `incr` and `enter` throw
+   * `ERR_KEEPCOUNT_CLOSED`: a count no sync pushes would cap this node alone, silently. `leave`
+   * and guards released later do nothing and never throw (a guard collected later is released
+   * from a finalizer, where a throw would end the process); `get` and `local` answer from the
+   * last state, as every closed synced structure's reads do.
    * Idempotent. Closing the sync instead (`sync.close()`) keeps this counter counting on this
    * node's slots, as a quota keeps deciding, so a server draining requests at shutdown answers them.
    */
@@ -211,7 +215,7 @@ export class SyncedInflight implements InflightCounter {
     const counts = this.#counts;
     if (!counts.open) return;
     counts.open = false;
-    counts.core = closedCounts();
+    counts.core = closedCounts(counts.core);
     this.#sync.remove(this);
   }
 }
