@@ -396,6 +396,51 @@ test.serial(
   },
 );
 
+test.serial(
+  title('under a flood of distinct keys, a key that needs tokens is asked for first and is not refused'),
+  async (t) => {
+    const server = await startRedis();
+    const connection = await connectClient('ioredis', server.port);
+    try {
+      const asked: string[][] = [];
+      const sync = new RedisSync({
+        sendCommand: (args) => {
+          asked.push(args.filter((arg) => arg.startsWith('keepcount:{flooded}:b:')));
+          return connection.send(args);
+        },
+        syncMs: 3_600_000,
+      });
+      // A burst of 4 and 1 a second: alone on the node, a new key may take 4 on credit.
+      const limiter = new SyncedLimiter({ sync, name: 'flooded', limit: { perSecond: 1, burst: 4 } });
+      t.true(await sync.flush());
+      // 3,000 keys checked once, on credit: a sync asks for 1,024 of them.
+      for (let i = 0; i < 3000; i++) t.true(limiter.check(`flood-${i}`).allowed);
+      // A client arriving after them, past half its credit: it needs a loan now.
+      for (let i = 0; i < 3; i++) t.true(limiter.check('client').allowed);
+      asked.length = 0;
+      t.true(await sync.flush());
+      const first = asked.flat();
+      t.is(first.length, 1024);
+      t.is(first[0], 'keepcount:{flooded}:b:client', 'asked for first, ahead of 3,000 flooding keys');
+      // Its loan came (its debt of 3 and its demand): the fourth check spends its last credit
+      // or the loan, and the client goes on being admitted while the flood waits its turn.
+      t.true(limiter.check('client').allowed);
+      // The flooding keys are asked for in turn over the next syncs.
+      const turns: string[] = [];
+      for (let i = 0; i < 2; i++) {
+        asked.length = 0;
+        t.true(await sync.flush());
+        turns.push(...asked.flat());
+      }
+      t.is(new Set([...first, ...turns]).size, 3001, 'every flooding key asked for within three syncs');
+      await sync.close();
+    } finally {
+      await connection.close();
+      await server.stop();
+    }
+  },
+);
+
 test.serial(title('tokenBucket on two real servers with a SyncedLimiter holds one bucket for both'), async (t) => {
   const server = await startRedis();
   const connections = await Promise.all(clientNames.map((name) => connectClient(name, server.port)));

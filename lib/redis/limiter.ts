@@ -24,8 +24,9 @@ const LOAN_PERIODS = 2;
 
 /**
  * Most keys one limiter asks loans for in one sync: about ten Redis operations each, so a sync
- * stays within a few milliseconds of the server's time. Keys past it wait for the next sync, in
- * turn (the least recently asked first); their demand keeps counting meanwhile.
+ * stays within a few milliseconds of the server's time. Keys that need tokens now go first (see
+ * {@link SyncedLimiter.loans}), then the others in turn (the least recently asked first); keys
+ * past it wait for the next sync, their demand counting meanwhile.
  */
 const MAX_LOANS = 1024;
 
@@ -99,6 +100,8 @@ interface Account {
   demand: number;
   /** Loan requests in a row with no demand: at {@link IDLE_SYNCS} the key leaves. */
   idle: number;
+  /** Refused for want of tokens since the last loan request. */
+  short: boolean;
   /** `performance.now()` after which the loan is void (0: no loan). */
   expiresAt: number;
   /** See {@link LoanRequest.got}. */
@@ -232,6 +235,7 @@ export class SyncedLimiter implements RequestLimiter {
       account.held -= cost;
       return ALLOWED;
     }
+    account.short = true;
     if (bucket.rate === 0) return refusal(Infinity);
     return refusal(Math.max(this.#sync.syncMs, (cost - account.held - credit) / bucket.rate));
   }
@@ -252,6 +256,13 @@ export class SyncedLimiter implements RequestLimiter {
   /**
    * @internal One loan request per known key, up to {@link MAX_LOANS}. A key idle for
    * {@link IDLE_SYNCS} syncs gives its tokens back and is forgotten.
+   *
+   * Keys that need tokens now go first: checked since their last request and either refused for
+   * want of tokens, past half their credit, or holding a loan (a client in steady use, whose loan
+   * would lapse unrenewed). The others follow in turn. A flood of distinct keys, each checked once
+   * and within its credit, then waits behind them rather than delaying them: before, a quiet
+   * client arriving during such a flood waited for every flooding key's turn, 1,024 a sync, and
+   * was refused once its credit ran out.
    */
   loans(): LoanRequest[] {
     if (this.#closed) {
@@ -260,11 +271,15 @@ export class SyncedLimiter implements RequestLimiter {
       this.#sync.remove(this);
       return leaving;
     }
-    const taken: Account[] = [];
+    const now = performance.now();
+    const urgent: Account[] = [];
+    const others: Account[] = [];
     for (const account of this.#accounts.values()) {
-      if (taken.length === MAX_LOANS) break;
-      taken.push(account);
+      if (urgent.length === MAX_LOANS) break;
+      if (this.#needsTokens(account, now)) urgent.push(account);
+      else if (others.length < MAX_LOANS - urgent.length) others.push(account);
     }
+    const taken = urgent.concat(others.slice(0, MAX_LOANS - urgent.length));
     return taken.map((account) => {
       const request = this.#request(account);
       // The keys asked for go to the back of the line; a key that leaves is forgotten.
@@ -282,14 +297,21 @@ export class SyncedLimiter implements RequestLimiter {
     this.#closed = true;
   }
 
+  /** Whether `account` needs tokens now, so that its loan request goes first (see {@link loans}). */
+  #needsTokens(account: Account, now: number): boolean {
+    if (account.demand === 0) return false;
+    return account.short || now <= account.expiresAt || account.held <= -account.bucket.burst / (2 * this.nodes);
+  }
+
   /** The loan request for `account`; a key with no demand and no debt (or `leave`) leaves. */
   #request(account: Account, leave = false): LoanRequest {
     const { bucket } = account;
     const now = performance.now();
     if (now > account.expiresAt) account.held = Math.min(0, account.held);
     const held = account.held;
-    const { demand, idle } = account;
+    const { demand, idle, short } = account;
     account.idle = demand === 0 ? idle + 1 : 0;
+    account.short = false;
     const leaving = leave || (account.idle >= IDLE_SYNCS && held >= 0);
     const want = leaving ? -1 : Math.max(0, demand - held);
     account.demand = 0;
@@ -322,6 +344,7 @@ export class SyncedLimiter implements RequestLimiter {
       failed: () => {
         account.demand += demand;
         account.idle = idle;
+        account.short ||= short;
       },
     };
   }
@@ -347,6 +370,7 @@ export class SyncedLimiter implements RequestLimiter {
         held: 0,
         demand: 0,
         idle: 0,
+        short: false,
         expiresAt: 0,
         got: this.#sync.sequence,
         spare: 0,
