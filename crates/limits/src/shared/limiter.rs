@@ -135,7 +135,11 @@ pub const MAX_CAPACITY: u32 = 1 << 22;
 /// A check hashes the key (SipHash-1-3, 128 bits), reads the clock, probes the table (one or two
 /// 16-byte loads at 3/4 load for a key in it; a key not in it reads its whole reach, 32 entries
 /// once the table has seen a takeover), and does one 128-bit compare-and-swap per limited
-/// dimension when admitting, none when refusing.
+/// dimension when admitting, none when refusing. A new key meeting a full table also reads the
+/// buckets of its reach for one to take over: from Node, a loop of new keys against a full table
+/// of 65,536 buckets all in use took ~500 ns a check, against ~260 ns before takeovers existed
+/// (three alternating runs each, 28 Nov 2026): the price, paid only while a table is full, of
+/// never locking new clients out.
 ///
 /// # Thread safety
 /// `Send + Sync`; lock-free across threads and processes.
