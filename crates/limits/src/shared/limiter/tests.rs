@@ -36,18 +36,31 @@ fn requests(rate: u64, burst: u64) -> Quota {
     Quota::new(Some(Limit::per_second(rate, burst)), None)
 }
 
+/// A limiter of `capacity` keys in `scratch` on `clock`, the best-effort bucket under `quota` too.
 fn open(
     scratch: &Scratch,
     quota: Quota,
     capacity: u32,
     clock: &Arc<ManualClock>,
 ) -> SharedLimiter<Arc<ManualClock>> {
+    open_with(scratch, quota, quota, capacity, 7, clock)
+}
+
+/// [`open`] with a best-effort quota and a seed of its own.
+fn open_with(
+    scratch: &Scratch,
+    quota: Quota,
+    best_effort: Quota,
+    capacity: u32,
+    seed: u64,
+    clock: &Arc<ManualClock>,
+) -> SharedLimiter<Arc<ManualClock>> {
     SharedLimiter::with_clock(
         "buckets",
         quota,
-        quota,
+        best_effort,
         capacity,
-        7,
+        seed,
         &scratch.options(),
         Arc::clone(clock),
     )
@@ -104,16 +117,7 @@ fn a_new_key_starts_full_and_keys_are_apart() {
 fn a_full_table_sends_new_keys_to_the_best_effort_bucket() {
     let scratch = Scratch::new("full");
     let clock = Arc::new(ManualClock::new());
-    let limiter = SharedLimiter::with_clock(
-        "buckets",
-        requests(1, 100),
-        requests(0, 3),
-        2,
-        7,
-        &scratch.options(),
-        Arc::clone(&clock),
-    )
-    .unwrap();
+    let limiter = open_with(&scratch, requests(1, 100), requests(0, 3), 2, 7, &clock);
     let admitted = (0..10u8)
         .filter(|k| limiter.check(&[*k], 1).is_allowed())
         .count();
@@ -234,16 +238,7 @@ fn with_one_best_effort_token(
     seed: u64,
     clock: &Arc<ManualClock>,
 ) -> SharedLimiter<Arc<ManualClock>> {
-    SharedLimiter::with_clock(
-        "takeovers",
-        quota,
-        requests(0, 1),
-        capacity,
-        seed,
-        &scratch.options(),
-        Arc::clone(clock),
-    )
-    .unwrap()
+    open_with(scratch, quota, requests(0, 1), capacity, seed, clock)
 }
 
 #[test]
