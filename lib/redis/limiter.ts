@@ -262,7 +262,10 @@ export class SyncedLimiter implements RequestLimiter {
    * would lapse unrenewed). The others follow in turn. A flood of distinct keys, each checked once
    * and within its credit, then waits behind them rather than delaying them: before, a quiet
    * client arriving during such a flood waited for every flooding key's turn, 1,024 a sync, and
-   * was refused once its credit ran out.
+   * was refused once its credit ran out. Finding them reads every account once a sync: with the
+   * 65,536 accounts a node keeps at most, a sync's loan requests took 2.2–3.1 ms against
+   * 1.2–2.2 ms when only the first 1,024 were read (28 Nov 2026): off the request path, about 1 %
+   * of a core more at the default `syncMs` of 100, and only while that many keys are active.
    */
   loans(): LoanRequest[] {
     if (this.#closed) {
