@@ -3,9 +3,10 @@
 //! # What
 //! One bucket per key under one [`Quota`] for every key, created on a key's first check, so a
 //! client's bucket holds for all the processes that serve it; a key table whose capacity is fixed
-//! when the segment is created; and one best-effort bucket, under a quota of its own, that every
-//! key arriving once the table is full shares. Sending a check there is counted
-//! ([`SharedLimiterStats::overflow`]); it is never an error.
+//! when the segment is created; and one best-effort bucket, under a quota of its own, that a key
+//! arriving once the table is full shares when no entry it could take over holds a full bucket
+//! ("A full table" below). Sending a check there is counted ([`SharedLimiterStats::overflow`]); it
+//! is never an error.
 //!
 //! # Decisions
 //! The arithmetic is the process-local [`Limiter`](crate::limiter::Limiter)'s, through the same
