@@ -11,6 +11,7 @@ import { RedisSync, SyncedInflight } from '../lib/redis/index.js';
 import { fixture, throwsShape, title } from './helpers.js';
 import { close, get, listen } from './http-client.js';
 import { connectClient } from './redis-clients.js';
+import { recordingSync } from './recording-sync.js';
 import { sleep, until } from './waits.js';
 import { startRedis } from '../tools/redis-server.js';
 
@@ -236,14 +237,7 @@ test(
   title('a closed SyncedInflight counts no more and leaves nothing to throw; a closed sync keeps it counting'),
   async (t) => {
     const sent: string[][] = [];
-    const sync = new RedisSync({
-      sendCommand: async (args) => {
-        sent.push(args);
-        throw new Error('recorded, not sent');
-      },
-      syncMs: 3_600_000,
-    });
-    sync.on('error', () => {});
+    const sync = recordingSync(sent);
     const closing = new SyncedInflight({ sync, name: 'closing', seed: 7 });
     const [guard] = closing.incr('a');
     t.is(closing.enter('b', 2), 2);

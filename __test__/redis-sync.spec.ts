@@ -13,6 +13,7 @@ import {
   SyncedWindowQuota,
 } from '../lib/redis/index.js';
 import { runFixture, throwsShape, title } from './helpers.js';
+import { recordingSync } from './recording-sync.js';
 
 const sleep = (ms: number): Promise<void> => new Promise((resolve) => setTimeout(resolve, ms));
 
@@ -54,14 +55,7 @@ test(title('close() called twice resolves both calls once the last sync is done,
 
 test(title('a structure closed before its sync is pushed by sync.close(), and counts no more'), async (t) => {
   const sent: string[][] = [];
-  const sync = new RedisSync({
-    sendCommand: async (args) => {
-      sent.push(args);
-      throw new Error('recorded, not sent');
-    },
-    syncMs: 3_600_000,
-  });
-  sync.on('error', () => {});
+  const sync = recordingSync(sent);
   const sketch = new SyncedEstimator({ sync, name: 'closed-first', seed: 7 });
   const quota = new SyncedWindowQuota({ sync, name: 'closed-quota', seed: 7, limit: 10, windowMs: 60_000 });
   sketch.incr('k', 5);
