@@ -18,7 +18,7 @@
 //! What keying buys, and what it does not: rapidhash is not a cryptographic pseudo-random function
 //! (its authors call it "minimally DoS resistant", like foldhash). The sketch's error bound does not
 //! rest on it: every row reads the key hash through its own strongly universal function
-//! ([`crate::rows`]), so rows are independent for any two keys whose 64-bit hashes differ. What
+//! ([`crate::Rows`]), so rows are independent for any two keys whose 64-bit hashes differ. What
 //! rests on rapidhash is only that an outsider who does not know the seed cannot choose two keys
 //! with the same 64-bit hash. The seed-independent collisions published against its predecessor
 //! wyhash come from an input that zeroes a multiplicand by matching a public constant; here every
