@@ -357,6 +357,63 @@ test.serial(
 );
 
 test.serial(
+  title(
+    'past 65,536 keys a flood of distinct keys makes room for new keys as debts are paid, evenly, never a client in use',
+  ),
+  async (t) => {
+    const server = await startRedis();
+    const connection = await connectClient('ioredis', server.port);
+    try {
+      const sync = new RedisSync({ sendCommand: connection.send, syncMs: 3_600_000 });
+      // 10 tokens per key that never refill: a client made room for would come back to 10 more on credit.
+      const limiter = new SyncedLimiter({ sync, name: 'churn', limit: { perSecond: 0, burst: 10 } });
+      // The limiter's sync periods begin when a sync asks for loans, inside flush(): these
+      // readings bound those instants, so that the shares below are bounds too.
+      const firstAsked = performance.now();
+      t.true(await sync.flush());
+      const firstDone = performance.now();
+      // A flood of 65,534 keys checked once each, on credit (each owes a token), then a client that
+      // spends its credit and is refused.
+      for (let i = 0; i < 65_534; i++) t.true(limiter.check(`flood-${i}`).allowed);
+      for (let i = 0; i < 10; i++) t.true(limiter.check('client').allowed);
+      t.false(limiter.check('client').allowed);
+      // The next sync, a period of 1 s after the first: the client first (refused), then the 1,023
+      // oldest flooding keys; each loan pays a debt. The oldest account left still owes.
+      await sleep(1000 - (performance.now() - firstDone));
+      const paidAt = performance.now();
+      t.true(await sync.flush());
+      const paidDone = performance.now();
+      t.false(limiter.check('client').allowed, 'its bucket is spent');
+      // New keys: the 65,536th has room; each later one may take the place of a flooding key whose
+      // debt was paid, but no faster than that room is handed out over the period: a burst of
+      // new keys right after the sync gets the share of it the time since then allows.
+      let admitted = 0;
+      let next = 0;
+      const newKeys = (n: number): void => {
+        for (const end = next + n; next < end; next++) {
+          const decision = limiter.check(`new-${next}`);
+          if (decision.allowed) admitted++;
+          else t.deepEqual(decision, { allowed: false, retryAfterMs: 3_600_000 });
+        }
+      };
+      newKeys(1_100);
+      const share = (performance.now() - paidAt) / (paidAt - firstDone);
+      t.true(admitted <= 1 + Math.ceil(1_023 * share), `${admitted} admitted ${share} into the period`);
+      t.true(admitted < 512, `${admitted} admitted right after the sync`);
+      // A period later, all of it, and no more.
+      await sleep(paidDone - firstAsked - (performance.now() - paidDone) + 10);
+      newKeys(1_100);
+      t.is(admitted, 1 + 1_023);
+      t.false(limiter.check('client').allowed, 'still known: no fresh credit');
+      await sync.close();
+    } finally {
+      await connection.close();
+      await server.stop();
+    }
+  },
+);
+
+test.serial(
   title("a key made room for and asked for again: Redis never gives back its earlier account's last loan"),
   async (t) => {
     const server = await startRedis();

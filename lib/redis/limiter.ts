@@ -8,6 +8,7 @@ import { Census, entryKeys, SyncedCells } from './cells.js';
 import { syncOption } from './estimator.js';
 import { failPolicyOption, type FailPolicy } from './fail-policy.js';
 import type { LoanRequest } from './loan.js';
+import { Room } from './room.js';
 import { nameOption, type RedisSync } from './sync.js';
 
 /** Longest lease: an hour, as the sync's other periods. */
@@ -42,7 +43,9 @@ const IDLE_SYNCS = 10;
  * 257 code units (keys are kept in their bounded form, `storedKey`): 13 MB in all for short keys,
  * under 50 MB for the longest (a two-byte string of 257 units). Keys leave after
  * {@link IDLE_SYNCS} idle syncs, but not while Redis is away (nothing reaches it), so a flood of
- * new keys during an outage stops here.
+ * new keys during an outage stops here. Past it a new key takes the place of one that owes
+ * nothing (see {@link SyncedLimiter}'s `#account`), so a flood of distinct keys lets in new keys
+ * as fast as syncs pay their debts (1,024 a sync), spread evenly over each sync period.
  */
 const MAX_ACCOUNTS = 65_536;
 
@@ -102,6 +105,8 @@ interface Account {
   idle: number;
   /** Refused for want of tokens since the last loan request. */
   short: boolean;
+  /** Checks of the key on this node, counted up to 2: a key checked once makes room first. */
+  checks: number;
   /** `performance.now()` after which the loan is void (0: no loan). */
   expiresAt: number;
   /** See {@link LoanRequest.got}. */
@@ -169,6 +174,12 @@ export class SyncedLimiter implements RequestLimiter {
   readonly #bucket: Bucket;
   readonly #buckets = new Map<string, Bucket>();
   readonly #accounts = new Map<string, Account>();
+  /**
+   * Accounts of keys checked once whose loan came in and paid their credit, oldest loan first:
+   * what a flood of distinct keys leaves behind, and where a new key finds room when the oldest
+   * account owes (see {@link #account}).
+   */
+  readonly #room = new Room<Account>(performance.now());
   /** Registers the node in the limiter's registry, whose count is the limiter's {@link nodes}. */
   readonly #presence: SyncedCells;
   #closed = false;
@@ -216,6 +227,7 @@ export class SyncedLimiter implements RequestLimiter {
     if (account === undefined) return refusal(this.#sync.syncMs);
     const { bucket } = account;
     account.demand += cost;
+    if (account.checks < 2) account.checks++;
     if (cost > bucket.burst) return refusal(Infinity);
     const now = performance.now();
     if (this.#sync.stale) return this.#stale(account, cost, now);
@@ -271,10 +283,12 @@ export class SyncedLimiter implements RequestLimiter {
     if (this.#closed) {
       const leaving = [...this.#accounts.values()].map((account) => this.#request(account, true));
       this.#accounts.clear();
+      this.#room.clear();
       this.#sync.remove(this);
       return leaving;
     }
     const now = performance.now();
+    this.#room.startPeriod(now);
     const urgent: Account[] = [];
     const others: Account[] = [];
     for (const account of this.#accounts.values()) {
@@ -288,6 +302,7 @@ export class SyncedLimiter implements RequestLimiter {
       // The keys asked for go to the back of the line; a key that leaves is forgotten.
       this.#accounts.delete(account.key);
       if (request.want >= 0) this.#accounts.set(account.key, account);
+      else this.#room.withdraw(account);
       return request;
     });
   }
@@ -341,6 +356,8 @@ export class SyncedLimiter implements RequestLimiter {
         // Heard now, later than Redis counted it: the refill credited from here on is never early.
         account.spare = left;
         account.spareAt = performance.now();
+        // Paid up, it may make room for a new key (unless checked again or made room for already).
+        if (this.#mayMakeRoom(account)) this.#room.offer(account);
       },
       // A failed sync tells Redis nothing: the demand counts in the next one, and idle syncs are
       // counted only when they reach Redis. A key that left is gone (its loan lapses in Redis).
@@ -354,16 +371,28 @@ export class SyncedLimiter implements RequestLimiter {
 
   /**
    * The key's account, made on its first check. With {@link MAX_ACCOUNTS} held, the least recently
-   * synced one makes room if it owes nothing (its tokens lapse in Redis); if it owes, forgetting
-   * its debt would admit it twice, so the new key is refused (`undefined`) until keys leave.
+   * synced one makes room if it owes nothing (its tokens lapse in Redis). If it owes, forgetting
+   * its debt would admit it twice, so a key checked once whose loan paid its credit makes room
+   * instead, the one paid longest ago, as far as {@link Room} hands out room at this point of the
+   * sync period. Under a flood of distinct keys the oldest accounts are flooding keys still on
+   * credit (a sync pays 1,024 debts, the oldest first): before, a new key was refused until the
+   * syncs had come round to every one of them, 64 syncs later. A key checked more than once, a
+   * client in use, is never made room from here. With no room, the new key is refused
+   * (`undefined`) until debts are paid or keys leave.
    */
   #account(key: string): Account | undefined {
     let account = this.#accounts.get(key);
     if (account === undefined) {
       if (this.#accounts.size >= MAX_ACCOUNTS) {
         const oldest = this.#accounts.values().next().value as Account;
-        if (oldest.held < 0) return undefined;
-        this.#accounts.delete(oldest.key);
+        if (oldest.held >= 0) {
+          this.#accounts.delete(oldest.key);
+          this.#room.withdraw(oldest);
+        } else {
+          const paid = this.#room.take(performance.now(), (a) => this.#mayMakeRoom(a));
+          if (paid === undefined) return undefined;
+          this.#accounts.delete(paid.key);
+        }
       }
       const bucket = this.#buckets.get(key) ?? this.#bucket;
       const share = bucket.burst / this.nodes;
@@ -374,6 +403,7 @@ export class SyncedLimiter implements RequestLimiter {
         demand: 0,
         idle: 0,
         short: false,
+        checks: 0,
         expiresAt: 0,
         got: this.#sync.sequence,
         spare: 0,
@@ -384,6 +414,14 @@ export class SyncedLimiter implements RequestLimiter {
       this.#accounts.set(key, account);
     }
     return account;
+  }
+
+  /**
+   * Whether `account` may make room for a new key: still its key's account, checked once, and
+   * owing nothing (forgetting a debt would admit the key twice).
+   */
+  #mayMakeRoom(account: Account): boolean {
+    return account.checks === 1 && account.held >= 0 && this.#accounts.get(account.key) === account;
   }
 
   /** A check while the sync is stale, by the fail policy. */
