@@ -88,7 +88,30 @@ export class Census {
   }
 }
 
-export class SyncedCells {
+/**
+ * One entry of the sync (script.ts) as the sync sees it: where it lives, what to push and what to
+ * do with a pull. A sketch's counters ({@link SyncedCells}) or a quota's exact counts (`exact.ts`).
+ */
+export interface SyncedEntry {
+  readonly keys: EntryKeys;
+  /** Milliseconds the entry's keys live after this sync (0: for ever). */
+  readonly ttlMs: () => number;
+  /** Milliseconds this node's contribution outlives its last sync (0: for ever). */
+  readonly leaseMs: number;
+  /** Version of the last pull. */
+  readonly since: number;
+  /** Sequence number of the last sync Redis replied it applied for this entry. */
+  readonly acked: number;
+  /** Whether no cell waits to be pushed. */
+  readonly settled: boolean;
+  /** Up to `max` changed cells to push now; {@link restore} marks them again if the push fails. */
+  take(max: number): Push;
+  restore(push: Push): void;
+  /** Takes in the pull of sync `seq`. */
+  apply(pull: Pull, seq: number): void;
+}
+
+export class SyncedCells implements SyncedEntry {
   /** This node's cumulative count per counter. */
   readonly mine: Float64Array;
   /** Every other node's count per counter, as of the last pull. */

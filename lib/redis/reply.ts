@@ -3,7 +3,7 @@
  * errors about Redis keys it reports on `'error'`.
  */
 import { withCode } from '../errors.js';
-import type { Pull, SyncedCells } from './cells.js';
+import type { Pull, SyncedEntry } from './cells.js';
 
 /** One script call's reply. */
 export interface SyncReply {
@@ -85,7 +85,7 @@ export function parseReply(reply: unknown, entries: number, loans: number): Sync
  * were made with another seed, shape or sketch format, so they count every key in other cells and
  * the two groups count apart (script.ts), each blind to the other's traffic.
  */
-export function layoutError(entry: SyncedCells, theirs: string, liveMs: number): Error {
+export function layoutError(entry: SyncedEntry, theirs: string, liveMs: number): Error {
   const { base, layout } = entry.keys;
   const error = withCode(
     new Error(

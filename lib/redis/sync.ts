@@ -9,7 +9,7 @@ import { EventEmitter } from 'node:events';
 import { randomUUID } from 'node:crypto';
 import { invalidType, outOfRange, withCode, type KeepcountError } from '../errors.js';
 import { integerOption, optionsObject } from '../options.js';
-import type { Push, SyncedCells } from './cells.js';
+import type { Push, SyncedEntry } from './cells.js';
 import type { LoanRequest } from './loan.js';
 import { ServerClock } from './server-clock.js';
 import { corruptKeyError, foreignKeyError, layoutError, parseReply } from './reply.js';
@@ -53,7 +53,7 @@ export interface RedisSyncOptions {
 
 /** What a structure gives the sync: its entries to push and pull now, and its loans to ask for. */
 export interface SyncSource {
-  entries(): SyncedCells[];
+  entries(): SyncedEntry[];
   loans?(): LoanRequest[];
 }
 
@@ -107,7 +107,7 @@ const MAX_PUSH = 2048;
 const MAX_PULL = 2 * MAX_PUSH;
 
 /** Per layout registry, an entry it came with and the other layouts it named. */
-type Heard = Map<string, { entry: SyncedCells; others: Set<string> }>;
+type Heard = Map<string, { entry: SyncedEntry; others: Set<string> }>;
 
 /** The registry keeps a node this many sync periods after its last sync. */
 const LIVE_PERIODS = 10;
@@ -388,7 +388,7 @@ export class RedisSync extends EventEmitter {
    * have pushed to go with the next sync, tells the loans, and rejects.
    */
   async #syncGroup(
-    entries: SyncedCells[],
+    entries: SyncedEntry[],
     loans: LoanRequest[],
     seq: string,
     timeout: Promise<never>,
@@ -418,7 +418,7 @@ export class RedisSync extends EventEmitter {
       let nodes = 1;
       const layouts: Heard = new Map();
       pulls.forEach((pull, k) => {
-        const entry = entries[k] as SyncedCells;
+        const entry = entries[k] as SyncedEntry;
         entry.apply(pull, Number(seq));
         nodes = Math.max(nodes, pull.nodes);
         this.#stats.cellsPulled += pull.cells.length;
@@ -432,7 +432,7 @@ export class RedisSync extends EventEmitter {
       ];
       return { nodes, keyErrors, layouts };
     } catch (error) {
-      pushes.forEach((push, k) => (entries[k] as SyncedCells).restore(push));
+      pushes.forEach((push, k) => (entries[k] as SyncedEntry).restore(push));
       for (const loan of loans) loan.failed();
       throw error;
     }
@@ -492,8 +492,8 @@ const hashTag = (key: string): string => /\{([^}]*)\}/.exec(key)?.[1] ?? '';
  * `entries` and `loans` grouped by the hash tag of their keys, so each group's keys share one
  * cluster slot. Keys that carry no tag form one group.
  */
-function byHashTag(entries: SyncedCells[], loans: LoanRequest[]): { entries: SyncedCells[]; loans: LoanRequest[] }[] {
-  const groups = new Map<string, { entries: SyncedCells[]; loans: LoanRequest[] }>();
+function byHashTag(entries: SyncedEntry[], loans: LoanRequest[]): { entries: SyncedEntry[]; loans: LoanRequest[] }[] {
+  const groups = new Map<string, { entries: SyncedEntry[]; loans: LoanRequest[] }>();
   const group = (tag: string) => {
     let g = groups.get(tag);
     if (g === undefined) groups.set(tag, (g = { entries: [], loans: [] }));
