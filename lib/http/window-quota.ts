@@ -113,7 +113,7 @@ export interface HeavyHitterSettings {
 }
 
 /** Table entries per expected client: room for every client of a window plus as many flooders. */
-const CAPACITY_PER_CLIENT = 2;
+export const CAPACITY_PER_CLIENT = 2;
 
 /**
  * Counts requests per key in fixed windows and decides whether each is within `limit`.
@@ -377,7 +377,7 @@ function defaultThreshold(limit: number): number {
 }
 
 /** The `heavyHitters` option as settings, or `undefined` when it is `false`. */
-function heavyHitterSettings(value: unknown): HeavyHitterSettings | undefined {
+export function heavyHitterSettings(value: unknown): HeavyHitterSettings | undefined {
   if (value === undefined || value === true) return {};
   if (value === false) return undefined;
   if (typeof value === 'object' && value !== null) return value;

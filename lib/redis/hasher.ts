@@ -38,6 +38,9 @@ export class KeyHasher {
   readonly #rows: Rows;
   readonly #k0: number;
   readonly #k1: number;
+  /** The last key's 64-bit hash, low and high halves (see {@link lastId}). */
+  #h1 = 0;
+  #h2 = 0;
 
   /** `hashes` × `slots` checked by the caller; `seed` as `EstimatorOptions.seed`, required. */
   constructor(hashes: number, slots: number, seed: unknown) {
@@ -54,6 +57,17 @@ export class KeyHasher {
    */
   indexes(key: Key): Int32Array {
     const h = hashKey(validateKey(key), this.#k0, this.#k1);
+    this.#h1 = h.h1;
+    this.#h2 = h.h2;
     return this.#rows.locate(h.h1, h.h2);
+  }
+
+  /**
+   * 52 bits of the hash of the key {@link indexes} last located, exact in a double: a key's id in
+   * a quota's exact counts (`exact.ts`), at no second hash. Keyed by the seed as the rows are, so
+   * outsiders cannot choose keys that share one.
+   */
+  get lastId(): number {
+    return (this.#h2 & 0xfffff) * 2 ** 32 + (this.#h1 >>> 0);
   }
 }

@@ -4,7 +4,8 @@ import type { Key } from '../core.js';
 import { invalidType, outOfRange } from '../errors.js';
 import type { RateComponents } from '../rate.js';
 import { countArgument, integerOption, optionsObject, shapeOptions } from '../options.js';
-import { Census, entryKeys, SyncedCells } from './cells.js';
+import { Census, entryKeys, SyncedCells, type SyncedEntry } from './cells.js';
+import { ExactCells, ExactCounts } from './exact.js';
 import { KeyHasher } from './hasher.js';
 import { syncOption } from './estimator.js';
 import { closedSyncedError, nameOption, syncClosedError, type RedisSync } from './sync.js';
@@ -45,6 +46,8 @@ export interface SyncedRateOptions {
 interface Window {
   index: number;
   cells: SyncedCells;
+  /** Its exact counts, made on first use when the rate keeps them (see {@link SyncedRate.exactCells}). */
+  exact?: ExactCells;
 }
 
 /**
@@ -82,6 +85,8 @@ export class SyncedRate {
   readonly #counters: number;
   /** Counted by whichever windows sync: they come and go, the census stays. */
   readonly #census: Census;
+  /** A quota's exact counting, if it keeps exact counts (its own census: its own registry). */
+  #exact: { counts: ExactCounts; census: Census } | undefined;
   #closed = false;
   #current: Window;
   #previous: Window;
@@ -170,10 +175,54 @@ export class SyncedRate {
     return this.#census.nodes;
   }
 
-  /** @internal What the sync pushes and pulls: the current window and the previous one. */
-  entries(): SyncedCells[] {
+  /**
+   * @internal What the sync pushes and pulls: the current window and the previous one, and the
+   * current window's exact counts if it has any.
+   */
+  entries(): SyncedEntry[] {
+    // Exact counts sync from the window's start, tracked keys or not: a node that begins tracking
+    // a key then already holds the others' counts of it.
+    const exact = this.exactCells();
     this.#roll(this.#now());
-    return [this.#previous.cells, this.#current.cells];
+    const cells = [this.#previous.cells, this.#current.cells];
+    return exact === undefined ? cells : [...cells, exact];
+  }
+
+  /**
+   * @internal The id in exact counts (`exact.ts`) of the key this rate last hashed, by any of its
+   * calls that take a key: read it right after one.
+   */
+  lastKeyId(): number {
+    return this.#hasher.lastId;
+  }
+
+  /**
+   * @internal Keeps exact counts of keys in each window from now on (a quota's heavy hitters):
+   * from a fleet-wide estimate of `threshold`, up to `capacity` keys a window.
+   */
+  countExactly(threshold: number, capacity: number): ExactCounts {
+    const counts = new ExactCounts(threshold, capacity, this.#hasher.layout);
+    this.#exact = { counts, census: new Census(() => this.#sync.nodes) };
+    return counts;
+  }
+
+  /**
+   * @internal The current window's exact counts (made on first use), or `undefined` when the rate
+   * keeps none. Only the current window's: a fixed-window quota decides on nothing else. With
+   * `rolled`, the caller has just moved to the current window (it counted): no clock read again.
+   */
+  exactCells(rolled = false): ExactCells | undefined {
+    const exact = this.#exact;
+    if (exact === undefined) return undefined;
+    if (!rolled) this.#roll(this.#now());
+    const window = this.#current;
+    window.exact ??= new ExactCells(
+      exact.counts.capacity,
+      entryKeys(this.#base, `x${window.index}`, exact.counts.layout, 'x'),
+      exact.census,
+      this.#windowTtl(window.index),
+    );
+    return window.exact;
   }
 
   /**
@@ -224,16 +273,19 @@ export class SyncedRate {
   }
 
   #window(index: number): Window {
-    // Read until the end of window index + 1, on clocks up to the skew margin behind.
-    const ttlMs = (): number => Math.max(1, Math.ceil((index + 2) * this.intervalMs - this.#now()) + SKEW_MARGIN_MS);
     return {
       index,
       cells: new SyncedCells(
         this.#counters,
         entryKeys(this.#base, `w${index}`, this.#layout, 'w'),
         this.#census,
-        ttlMs,
+        this.#windowTtl(index),
       ),
     };
+  }
+
+  /** How long window `index`'s keys live after a sync: until the end of window index + 1, on clocks up to the skew margin behind. */
+  #windowTtl(index: number): () => number {
+    return () => Math.max(1, Math.ceil((index + 2) * this.intervalMs - this.#now()) + SKEW_MARGIN_MS);
   }
 }

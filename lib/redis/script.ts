@@ -2,7 +2,8 @@
  * The sync script: one EVALSHA per sync carries every synced structure's push and pull, and every
  * token loan a synced limiter asks for.
  *
- * Each cell entry (a sketch, or one window of a rate) lives under a key base `B`:
+ * Each cell entry (a sketch, one window of a rate, or one window of a quota's exact counts, whose
+ * cells are key ids: `exact.ts`) lives under a key base `B`:
  * - `B:c` hash cell → global count, the sum of every node's contribution;
  * - `B:n:<node>` hash cell → that node's contribution, its cumulative count, not a delta: a flush
  *   that Redis applied but whose reply was lost, sent again, sets the same values and adds

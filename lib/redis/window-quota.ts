@@ -3,10 +3,17 @@ import type { Clock } from '../clock.js';
 import type { RateLimitDecision } from '../http/headers.js';
 import { policyName } from '../http/headers.js';
 import type { RequestQuota } from '../http/quota.js';
-import { quotaArgument, slotsFor } from '../http/window-quota.js';
-import { MAX_VALUE } from '../heavy.js';
+import {
+  CAPACITY_PER_CLIENT,
+  heavyHitterSettings,
+  quotaArgument,
+  slotsFor,
+  type HeavyHitterSettings,
+} from '../http/window-quota.js';
+import { MAX_CAPACITY, MAX_VALUE } from '../heavy.js';
 import { MAX_HASHES } from '../limits.js';
 import { integerOption, optionsObject } from '../options.js';
+import type { ExactCounts } from './exact.js';
 import { SyncedRate } from './rate.js';
 import { failPolicyOption, type FailPolicy } from './fail-policy.js';
 import type { RedisSync } from './sync.js';
@@ -35,6 +42,27 @@ export interface SyncedWindowQuotaOptions {
   slots?: number;
   /** Wall-clock milliseconds since the epoch; see `SyncedRateOptions.clock`. Defaults to Redis's clock (`sync.now()`). */
   clock?: Clock;
+  /**
+   * Count the clients near the limit exactly across the fleet, so that none within the limit is
+   * ever refused because other clients' keys share its counters (see the class doc): `true`, or
+   * settings. `threshold` (an integer in [1, `limit`]) is the fleet-wide estimate at which a node
+   * begins counting a client exactly; it defaults to `ceil(limit / 16)` (at least 1), and the
+   * bound grows by up to `nodes × (threshold − 1)`. `capacity` (an integer in [1, 2^24]) is the
+   * most clients a node counts exactly per window; past it the later ones are judged by the
+   * sketch (counted in {@link SyncedWindowQuota.heavyHitterStats}); it defaults to 2 ×
+   * `clients`. Defaults to `false`: one more entry per window to sync, a cell per tracked client.
+   */
+  heavyHitters?: boolean | HeavyHitterSettings;
+}
+
+/** What {@link SyncedWindowQuota.heavyHitterStats} reports of the current window on this node. */
+export interface SyncedHeavyHitterStats {
+  /** Clients this node counts exactly. */
+  tracked: number;
+  /** The most it counts exactly per window. */
+  capacity: number;
+  /** Requests of clients past the threshold that found the table full, judged by the sketch. */
+  overflowEvents: number;
 }
 
 /**
@@ -54,8 +82,27 @@ export interface SyncedWindowQuotaOptions {
  * admissions per window: the last node to admit saw every admission but the others' last `D` ms.
  * Count-min collisions only ever refuse more. Staleness (`sync.staleness`) is the age of the
  * others' counts; past `staleAfterMs` the {@link FailPolicy} applies.
+ *
+ * # Heavy hitters
+ * Counted in a sketch alone, a flood of more distinct keys than `clients` fills the counters, and
+ * clients within the limit are refused for the flood's requests. With `heavyHitters`, a node
+ * counts a key exactly once its fleet-wide estimate reaches `threshold`, and the nodes sync those
+ * exact counts beside the sketch (`exact.ts`). A request for such a key is decided on the sum of
+ * the nodes' exact counts: what each node counted since it began, a lower bound of the key's
+ * count. So no request within the limit is refused (but for two tracked keys sharing a 52-bit id,
+ * probability at most `n² / 2^53` for `n` tracked keys, or a node's table full: past `capacity`
+ * keys a window, later ones are judged by the sketch), and the bound above grows by what the
+ * nodes counted before they began, less than `threshold` each:
+ *
+ *     limit + (nodes − 1) × r × 2 × (syncMs + RTT) + nodes × (threshold − 1)
+ *
+ * A node keeps the others' counts of keys it does not track (yet) up to four times `capacity`;
+ * past that, one it begins tracking learns them at their next change: more admitted meanwhile,
+ * never fewer.
  */
 export class SyncedWindowQuota implements RequestQuota {
+  /** The quota's exact counting with `heavyHitters`, else `undefined`. */
+  readonly #exact: ExactCounts | undefined;
   /** Requests allowed per key per window. */
   readonly limit: number;
   /** The window in milliseconds. */
@@ -75,6 +122,25 @@ export class SyncedWindowQuota implements RequestQuota {
     this.failPolicy = failPolicyOption(o.failPolicy);
     const hashes = integerOption('hashes', o.hashes, 1, MAX_HASHES, 4);
     const clients = integerOption('clients', o.clients, 1, 1_000_000, 10_000);
+    // Checked before the rate claims its name on the sync, so a bad setting leaves no claim behind.
+    const heavy =
+      o.heavyHitters === undefined || o.heavyHitters === false ? undefined : heavyHitterSettings(o.heavyHitters);
+    const exact = heavy && {
+      threshold: integerOption(
+        'threshold',
+        heavy.threshold,
+        1,
+        Math.max(1, this.limit),
+        Math.max(1, Math.ceil(this.limit / 16)),
+      ),
+      capacity: integerOption(
+        'capacity',
+        heavy.capacity,
+        1,
+        MAX_CAPACITY,
+        Math.min(MAX_CAPACITY, CAPACITY_PER_CLIENT * clients),
+      ),
+    };
     this.#rate = new SyncedRate({
       sync: o.sync as RedisSync,
       name: o.name as string,
@@ -85,6 +151,7 @@ export class SyncedWindowQuota implements RequestQuota {
       clock: o.clock,
     });
     this.#sync = o.sync as RedisSync;
+    if (exact !== undefined) this.#exact = this.#rate.countExactly(exact.threshold, exact.capacity);
   }
 
   /**
@@ -95,13 +162,13 @@ export class SyncedWindowQuota implements RequestQuota {
   consume(key: string, cost = 1): RateLimitDecision {
     // As WindowQuota checks it: a negative cost would be a refund that admits.
     quotaArgument('cost', cost, 0);
-    const count = this.#rate.observeLocally(key, cost, true);
+    const count = this.#exactCount(cost, this.#rate.observeLocally(key, cost, true));
     let allowed = count <= this.limit;
     // A closed sync is stale for good: nothing reaches the fleet any more, and the request path
     // must not fail for it (a server still draining requests at shutdown).
     if (allowed && (this.#sync.stale || this.#sync.closed)) {
       if (this.failPolicy === 'closed') allowed = false;
-      else if (this.failPolicy === 'local') allowed = this.#rate.local(key) <= this.share();
+      else if (this.failPolicy === 'local') allowed = this.#local(key) <= this.share();
     }
     const resetMs = this.#resetMs();
     return {
@@ -129,15 +196,64 @@ export class SyncedWindowQuota implements RequestQuota {
     return this.#rate.nodes;
   }
 
-  /** Adds `delta` (possibly negative) to `key`'s count in the current window. */
+  /**
+   * Adds `delta` (possibly negative) to `key`'s count in the current window; with `heavyHitters`,
+   * to its exact count too if this node counts it exactly (never below 0).
+   */
   adjust(key: string, delta: number): void {
     quotaArgument('delta', delta, -MAX_VALUE);
     this.#rate.observeLocally(key, delta, true);
+    const exact = this.#exact;
+    if (exact === undefined) return;
+    const id = this.#rate.lastKeyId();
+    const cells = this.#rate.exactCells(true)!;
+    if (cells.local(id) !== undefined) cells.add(id, delta);
   }
 
-  /** `key`'s fleet-wide count in the current window and the milliseconds until the window ends. */
+  /**
+   * `key`'s fleet-wide count in the current window, as {@link consume} compares it with the limit
+   * (with `heavyHitters`, its exact count if this node counts it exactly, else the sketch's
+   * estimate), and the milliseconds until the window ends.
+   */
   current(key: string): { count: number; resetMs: number } {
-    return { count: this.#rate.rateWith(key, (c) => c.currSamples), resetMs: this.#resetMs() };
+    const estimate = this.#rate.rateWith(key, (c) => c.currSamples);
+    const exact = this.#exact;
+    let count = estimate;
+    if (exact !== undefined && estimate >= exact.threshold) {
+      count = this.#rate.exactCells(true)!.peek(this.#rate.lastKeyId()) ?? estimate;
+    }
+    return { count, resetMs: this.#resetMs() };
+  }
+
+  /**
+   * With `heavyHitters`, the current window's exact counting on this node (clients tracked, the
+   * table's capacity, requests past it); `undefined` without.
+   */
+  heavyHitterStats(): SyncedHeavyHitterStats | undefined {
+    const cells = this.#rate.exactCells();
+    if (cells === undefined) return undefined;
+    return { tracked: cells.tracked, capacity: cells.capacity, overflowEvents: cells.overflow };
+  }
+
+  /**
+   * The count a request is decided on, given the sketch's `estimate` with it (the key is the one
+   * the rate just counted): the estimate, or with `heavyHitters` and an estimate at the threshold,
+   * the key's exact fleet-wide count (tracking it from this request if there is room). Below the
+   * threshold the estimate is at most the limit, so it admits.
+   */
+  #exactCount(cost: number, estimate: number): number {
+    const exact = this.#exact;
+    if (exact === undefined || estimate < exact.threshold) return estimate;
+    return this.#rate.exactCells(true)!.add(this.#rate.lastKeyId(), cost) ?? estimate;
+  }
+
+  /**
+   * This node's own count of `key` for the `'local'` fail policy: exact if it counts it exactly.
+   * Called right after `key` was counted (its id is the rate's last).
+   */
+  #local(key: string): number {
+    const mine = this.#exact === undefined ? undefined : this.#rate.exactCells(true)!.local(this.#rate.lastKeyId());
+    return mine ?? this.#rate.local(key);
   }
 
   /** Milliseconds until the current window ends, at least 1. */

@@ -1,0 +1,178 @@
+/**
+ * keepcount/redis `SyncedWindowQuota` with `heavyHitters`, against a real redis-server: a flood of
+ * distinct keys that fills the synced sketch refuses no client within the limit, a client over it
+ * is refused on the fleet's exact count, and the exact counts survive a Redis that lost its data.
+ */
+import test from 'ava';
+import { RedisSync, SyncedWindowQuota, type SyncedWindowQuotaOptions } from '../lib/redis/index.js';
+import { throwsShape, title } from './helpers.js';
+import { connectClient, type Connection } from './redis-clients.js';
+import { startRedis, type RedisServer } from '../tools/redis-server.js';
+
+/** One window for the whole test: a clock that never moves. */
+const clock = { now: () => 3_000_000 * 60_000 + 5 };
+
+/**
+ * A quota of limit 5 on a sketch of one row of 4 counters: 400 keys fill every counter to ~100,
+ * so the sketch alone refuses everyone.
+ */
+const tiny = { seed: 7, limit: 5, windowMs: 60_000, hashes: 1, slots: 4, clock };
+
+interface Fleet {
+  server: RedisServer;
+  connections: Connection[];
+  syncs: RedisSync[];
+}
+
+async function fleet(nodes: number): Promise<Fleet> {
+  const server = await startRedis();
+  const connections = await Promise.all(Array.from({ length: nodes }, () => connectClient('ioredis', server.port)));
+  const syncs = connections.map((c) => new RedisSync({ sendCommand: c.send, syncMs: 3_600_000 }));
+  return { server, connections, syncs };
+}
+
+async function stop({ server, connections, syncs }: Fleet): Promise<void> {
+  for (const sync of syncs) await sync.close();
+  for (const connection of connections) await connection.close();
+  await server.stop();
+}
+
+const quotas = (f: Fleet, options: Partial<SyncedWindowQuotaOptions>): SyncedWindowQuota[] =>
+  f.syncs.map((sync) => new SyncedWindowQuota({ sync, name: 'q', ...tiny, ...options }));
+
+/** Flushes every node in turn, `rounds` times: what one node counted reaches every other. */
+async function syncAll(t: { true(value: boolean): void }, f: Fleet, rounds = 2): Promise<void> {
+  for (let r = 0; r < rounds; r++) for (const sync of f.syncs) t.true(await sync.flush());
+}
+
+test.serial(
+  title('a flood of distinct keys fills the synced sketch: no client within the limit is refused'),
+  async (t) => {
+    const f = await fleet(2);
+    try {
+      const plain = f.syncs.map((sync) => new SyncedWindowQuota({ sync, name: 'plain', ...tiny }));
+      const [a, b] = quotas(f, { heavyHitters: true });
+      for (let i = 0; i < 400; i++) {
+        plain[0]!.consume(`flood-${i}`);
+        a!.consume(`flood-${i}`);
+      }
+      await syncAll(t, f);
+      // On node B, a client sending 5 requests, its limit: the sketch alone refuses every one.
+      t.false(plain[1]!.consume('client').allowed, 'the sketch alone refuses an innocent client');
+      for (let i = 1; i <= 5; i++) {
+        const decision = b!.consume('client');
+        t.true(decision.allowed);
+        t.is(decision.count, i, 'decided on its exact count');
+        t.is(decision.remaining, 5 - i);
+      }
+      t.false(b!.consume('client').allowed, 'the sixth is over the limit');
+      t.deepEqual(b!.heavyHitterStats(), { tracked: 1, capacity: 20_000, overflowEvents: 0 });
+      t.is(a!.heavyHitterStats()!.tracked, 400);
+      // Node A learns B's exact count at the syncs: the client is over the limit fleet-wide.
+      await syncAll(t, f);
+      t.is(a!.current('client').count, 6);
+      t.false(a!.consume('client').allowed);
+      // A flooding key that comes back is still within its limit on either node.
+      t.true(a!.consume('flood-7').allowed);
+      t.true(b!.consume('flood-7').allowed);
+      t.is(b!.current('flood-7').count, 2);
+    } finally {
+      await stop(f);
+    }
+  },
+);
+
+test.serial(
+  title('a client over the limit is refused on the nodes’ exact counts added up, refunds included'),
+  async (t) => {
+    const f = await fleet(3);
+    try {
+      // Threshold 2: each node misses at most one request of a key before it counts it exactly.
+      const [a, b, c] = quotas(f, { heavyHitters: { threshold: 2 } });
+      for (let i = 0; i < 400; i++) a!.consume(`flood-${i}`);
+      let admitted = 0;
+      // 2 requests on each node before they hear of each other: B and C count the second exactly
+      // (their own estimate reaches 2 there), A both (its estimate is the flood's).
+      for (const quota of [a, b, c]) for (let i = 0; i < 2; i++) if (quota!.consume('heavy').allowed) admitted++;
+      t.is(admitted, 6);
+      // Then 3 on each node in turn, syncing between: the fleet's exact count is 4, then 5 with A's
+      // next request, the last admitted; B and C, which heard of it, refuse all of theirs.
+      for (const quota of [a, b, c]) {
+        await syncAll(t, f);
+        for (let i = 0; i < 3; i++) if (quota!.consume('heavy').allowed) admitted++;
+      }
+      t.is(admitted, 7, 'the limit and the 2 requests counted below the threshold');
+      t.true(admitted <= 5 + 3 * (2 - 1), 'within nodes × (threshold − 1) of the limit');
+      t.is(c!.current('heavy').count, 15 - 2, 'every request but the 2 counted below the threshold');
+      // A refund lowers the exact count (never below 0), and the fleet hears of it.
+      const before = c!.current('heavy').count;
+      c!.adjust('heavy', -1);
+      t.is(c!.current('heavy').count, before - 1);
+      c!.adjust('heavy', -100);
+      await syncAll(t, f);
+      t.is(c!.current('heavy').count, a!.current('heavy').count, 'every node reads the same fleet count');
+    } finally {
+      await stop(f);
+    }
+  },
+);
+
+test.serial(title('exact counts come back after Redis loses its data'), async (t) => {
+  const f = await fleet(2);
+  try {
+    const [a, b] = quotas(f, { heavyHitters: true });
+    for (let i = 0; i < 400; i++) a!.consume(`flood-${i}`);
+    for (let i = 0; i < 6; i++) a!.consume('heavy');
+    await syncAll(t, f);
+    t.is(b!.current('heavy').count, 6, 'A’s count, which B has pulled though it does not track the key');
+    t.false(b!.consume('heavy').allowed, 'B: 1 + A’s 6');
+    await f.connections[0]!.send(['FLUSHALL']);
+    // The next sync of each node finds a new incarnation; the one after pushes everything again.
+    await syncAll(t, f, 3);
+    t.is(b!.current('heavy').count, 7, 'A’s 6 and B’s 1, counted again');
+    t.false(b!.consume('heavy').allowed);
+  } finally {
+    await stop(f);
+  }
+});
+
+test.serial(title('past its capacity a node judges later clients by the sketch, and counts them'), async (t) => {
+  const f = await fleet(1);
+  try {
+    const [a] = quotas(f, { heavyHitters: { capacity: 2 } });
+    for (let i = 0; i < 400; i++) a!.consume(`flood-${i}`);
+    t.false(a!.consume('client').allowed, 'untracked: its sketch estimate is over the limit');
+    t.deepEqual(a!.heavyHitterStats(), { tracked: 2, capacity: 2, overflowEvents: 399 });
+  } finally {
+    await stop(f);
+  }
+});
+
+test.serial(title('bad heavyHitters settings are refused and leave the name free'), async (t) => {
+  const f = await fleet(1);
+  try {
+    const sync = f.syncs[0]!;
+    const make = (heavyHitters: unknown): SyncedWindowQuota =>
+      new SyncedWindowQuota({ sync, name: 'bad', ...tiny, heavyHitters } as SyncedWindowQuotaOptions);
+    const range = (name: string): { instanceOf: typeof RangeError; code: string; message: RegExp } => ({
+      instanceOf: RangeError,
+      code: 'ERR_OUT_OF_RANGE',
+      message: new RegExp(`^The "${name}" option must be`),
+    });
+    throwsShape(t, () => make('yes'), {
+      instanceOf: TypeError,
+      code: 'ERR_INVALID_ARG_TYPE',
+      message: /^The "heavyHitters" option must be a boolean or an object/,
+    });
+    throwsShape(t, () => make({ threshold: 0 }), range('threshold'));
+    throwsShape(t, () => make({ threshold: 6 }), range('threshold'));
+    throwsShape(t, () => make({ threshold: 1.5 }), range('threshold'));
+    throwsShape(t, () => make({ capacity: 0 }), range('capacity'));
+    throwsShape(t, () => make({ capacity: 2 ** 24 + 1 }), range('capacity'));
+    const made = make(false);
+    t.is(made.heavyHitterStats(), undefined, 'none asked for');
+    made.close();
+  } finally {
+    await stop(f);
+  }
+});

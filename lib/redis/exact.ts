@@ -1,0 +1,202 @@
+/**
+ * Exact fleet-wide counts of the keys near a synced quota's limit: the heavy hitters of
+ * `SyncedWindowQuota` (its `heavyHitters` option), so that no client is refused because other
+ * clients' keys share its counters.
+ *
+ * A node begins tracking a key in a window once the key's fleet-wide sketch estimate reaches the
+ * threshold, and from then on counts it exactly: its own requests for the key since then. Each
+ * window's counts are an entry of the sync like a sketch's (script.ts), whose cells are not
+ * counter positions but key ids (52 bits of the key's hash under the sketch's seed), each node's
+ * value its own count of the key: Redis sums them, and every node pulls the others' sums of the
+ * keys that changed. The same protocol, so a count is never added twice (cumulative values) nor
+ * lost for good (a Redis that lost the entry gets every node's counts again). Every node syncs the
+ * entry from the window's start, tracking keys or not, so one that begins tracking a key already
+ * holds the others' counts of it.
+ *
+ * A tracked key is counted exactly only while its estimate is at the threshold: after a refund
+ * (`adjust`) or a Redis that lost its data took the estimate below it, its requests are not,
+ * until it is back (more admitted meanwhile, never fewer).
+ *
+ * The sum over nodes is a lower bound of the key's count in the window: what each node counted
+ * before it began tracking the key is missing, less than the threshold per node (a node begins
+ * when its own estimate, its own count included, reaches it). So a quota that refuses only when
+ * that sum passes its limit never refuses a client within it, however full the sketch is, and
+ * admits at most `nodes × (threshold − 1)` more than the sketch alone would, plus what the others
+ * counted and this node has not pulled yet (the sync's lag, as for the sketch). Two keys share an
+ * id with probability 2^-52 per pair (`n` tracked keys: at most `n² / 2^53`); their counts then
+ * add up.
+ *
+ * @module
+ */
+import type { Census, EntryKeys, Pull, Push, SyncedEntry } from './cells.js';
+
+/**
+ * Ids of keys tracked elsewhere whose counts a node keeps, per tracked key of its own: beyond
+ * that, a pulled count is kept only for a key this node tracks. A key it begins tracking later then
+ * learns the others' counts at their next change, and until then its lower bound is lower: more
+ * admitted, never fewer.
+ */
+const OTHERS_PER_TRACKED = 4;
+
+/** What a node knows of one key id in a window. */
+interface Cell {
+  /** This node's count since it began tracking the key; `undefined` while it does not track it. */
+  mine: number | undefined;
+  /** Every other node's count, as of the last pull. */
+  others: number;
+  /** Whether the count changed since the last push taken. */
+  dirty: boolean;
+}
+
+/** One window's exact counts on this node: the keys it tracks and the others' counts of them. */
+export class ExactCells implements SyncedEntry {
+  readonly keys: EntryKeys;
+  readonly ttlMs: () => number;
+  readonly leaseMs = 0;
+  readonly census: Census;
+  since = 0;
+  acked = 0;
+  /** Most keys tracked in the window. */
+  readonly capacity: number;
+  /** Keys tracked. */
+  tracked = 0;
+  /** Requests of keys past the threshold that found the table full (counted in the sketch only). */
+  overflow = 0;
+  /** Per key id: this node's count if it tracks it, and the others'. One lookup per request. */
+  readonly #cells = new Map<number, Cell>();
+  /** Ids whose count changed since the last push taken, oldest change first. */
+  #dirty: number[] = [];
+  #incarnation: string | undefined;
+
+  constructor(capacity: number, keys: EntryKeys, census: Census, ttlMs: () => number) {
+    this.capacity = capacity;
+    this.keys = keys;
+    this.census = census;
+    this.ttlMs = ttlMs;
+  }
+
+  /**
+   * Adds `value` (negative: a refund, never below 0) to this node's count of `id`, tracking it
+   * first if there is room; returns the fleet's count of it, or `undefined` when it is not tracked
+   * (the table is full).
+   */
+  add(id: number, value: number): number | undefined {
+    let cell = this.#cells.get(id);
+    if (cell?.mine === undefined) {
+      if (this.tracked >= this.capacity) {
+        this.overflow++;
+        return undefined;
+      }
+      this.tracked++;
+      if (cell === undefined) {
+        cell = { mine: 0, others: 0, dirty: false };
+        this.#cells.set(id, cell);
+      } else {
+        cell.mine = 0;
+      }
+    }
+    const mine = Math.max(0, (cell.mine as number) + value);
+    cell.mine = mine;
+    if (!cell.dirty) {
+      cell.dirty = true;
+      this.#dirty.push(id);
+    }
+    return mine + cell.others;
+  }
+
+  /**
+   * What {@link add} of 0 would return, without tracking `id`: the fleet's count of it as far as
+   * this node knows (its own count 0 if untracked), or `undefined` when the table is full and
+   * `id` is not in it.
+   */
+  peek(id: number): number | undefined {
+    const cell = this.#cells.get(id);
+    if (cell?.mine === undefined && this.tracked >= this.capacity) return undefined;
+    return (cell?.mine ?? 0) + (cell?.others ?? 0);
+  }
+
+  /** This node's own count of `id`, if tracked. */
+  local(id: number): number | undefined {
+    return this.#cells.get(id)?.mine;
+  }
+
+  take(max: number): Push {
+    const cells = this.#dirty.length <= max ? this.#dirty : this.#dirty.splice(0, max);
+    if (cells === this.#dirty) this.#dirty = [];
+    const values = cells.map((id) => {
+      const cell = this.#cells.get(id)!;
+      cell.dirty = false;
+      return String(cell.mine);
+    });
+    return { cells, values };
+  }
+
+  get settled(): boolean {
+    return this.#dirty.length === 0;
+  }
+
+  restore(push: Push): void {
+    for (const id of push.cells) {
+      const cell = this.#cells.get(id)!;
+      if (!cell.dirty) {
+        cell.dirty = true;
+        this.#dirty.push(id);
+      }
+    }
+  }
+
+  /**
+   * As `SyncedCells.apply`: a new incarnation drops the others' counts and pushes all of this
+   * node's again. A pulled count of a key this node does not track is kept while the cells number
+   * under {@link OTHERS_PER_TRACKED} × `capacity`.
+   */
+  apply(pull: Pull, seq: number): void {
+    if (pull.applied) this.acked = seq;
+    this.census.count(pull.nodes);
+    if (this.#incarnation !== undefined && this.#incarnation !== pull.incarnation) {
+      this.since = 0;
+      for (const [id, cell] of this.#cells) {
+        if (cell.mine === undefined) {
+          this.#cells.delete(id);
+        } else {
+          cell.others = 0;
+          if (!cell.dirty) {
+            cell.dirty = true;
+            this.#dirty.push(id);
+          }
+        }
+      }
+    } else {
+      this.since = pull.version;
+    }
+    this.#incarnation = pull.incarnation;
+    const room = OTHERS_PER_TRACKED * this.capacity;
+    for (let j = 0; j < pull.cells.length; j++) {
+      const id = pull.cells[j] as number;
+      const cell = this.#cells.get(id);
+      if (cell !== undefined) cell.others = pull.others[j] as number;
+      else if (this.#cells.size < room)
+        this.#cells.set(id, { mine: undefined, others: pull.others[j] as number, dirty: false });
+    }
+  }
+}
+
+/** A synced quota's exact counting: its threshold, table size and layout. */
+export class ExactCounts {
+  /** The estimate at which a node begins tracking a key. */
+  readonly threshold: number;
+  /** Most keys a node tracks per window. */
+  readonly capacity: number;
+  /**
+   * What decides a key's id: the seed, which keys the hash the id is taken from (the sketch's
+   * own, `hasher.ts` `lastId`), as the digest of `sketchLayout` gives it. Nodes that disagree
+   * must not add up their counts (script.ts).
+   */
+  readonly layout: string;
+
+  constructor(threshold: number, capacity: number, sketchLayout: string) {
+    this.threshold = threshold;
+    this.capacity = capacity;
+    this.layout = `x1-${sketchLayout.slice(sketchLayout.lastIndexOf('-') + 1)}`;
+  }
+}
