@@ -4,6 +4,7 @@
  * is refused on the fleet's exact count, and the exact counts survive a Redis that lost its data.
  */
 import test from 'ava';
+import { rateLimit } from '../lib/http/index.js';
 import { RedisSync, SyncedWindowQuota, type SyncedWindowQuotaOptions } from '../lib/redis/index.js';
 import { throwsShape, title } from './helpers.js';
 import { connectClient, type Connection } from './redis-clients.js';
@@ -147,6 +148,66 @@ test.serial(title('past its capacity a node judges later clients by the sketch, 
     await stop(f);
   }
 });
+
+test.serial(
+  title('top talkers: the clients a node counts exactly, by their fleet-wide counts, per window'),
+  async (t) => {
+    const f = await fleet(2);
+    try {
+      let now = 3_000_001 * 60_000 + 5;
+      const moving = { now: () => now };
+      const [a, b] = quotas(f, { heavyHitters: true, clock: moving });
+      for (let i = 0; i < 3; i++) a!.consume('x');
+      a!.consume('y');
+      for (let i = 0; i < 2; i++) b!.consume('x');
+      for (let i = 0; i < 4; i++) b!.consume('z');
+      await syncAll(t, f);
+      const keys = (talkers: { key: unknown; lower: number }[]): [unknown, number][] =>
+        talkers.map(({ key, lower }) => [key, lower]);
+      t.deepEqual(
+        keys(a!.topTalkers(10)),
+        [
+          ['x', 5],
+          ['y', 1],
+        ],
+        'z sends to B only: B lists it',
+      );
+      t.deepEqual(keys(b!.topTalkers(10)), [
+        ['x', 5],
+        ['z', 4],
+      ]);
+      t.deepEqual(keys(rateLimit({ quota: b! }).topTalkers(1)), [['x', 5]], 'through the middleware');
+      for (const talker of b!.topTalkers(10)) t.true(talker.upper >= talker.lower);
+      // The next window: the last one is 'previous', and 'both' adds the two.
+      now += 60_000;
+      t.deepEqual(a!.topTalkers(10), []);
+      a!.consume('x');
+      t.deepEqual(keys(a!.topTalkers(10, 'previous')), [
+        ['x', 5],
+        ['y', 1],
+      ]);
+      t.deepEqual(keys(a!.topTalkers(10, 'both')), [
+        ['x', 6],
+        ['y', 1],
+      ]);
+      throwsShape(t, () => a!.topTalkers(-1), {
+        instanceOf: RangeError,
+        code: 'ERR_OUT_OF_RANGE',
+        message: /^The "n" argument must be an integer in \[0, /,
+      });
+      throwsShape(t, () => a!.topTalkers(1, 'all' as 'both'), {
+        instanceOf: TypeError,
+        code: 'ERR_INVALID_ARG_TYPE',
+        message: /^The "window" argument must be one of 'current', 'previous', 'both'/,
+      });
+      const plain = new SyncedWindowQuota({ sync: f.syncs[0]!, name: 'plain', ...tiny });
+      plain.consume('x');
+      t.deepEqual(plain.topTalkers(10), [], 'none without heavyHitters');
+    } finally {
+      await stop(f);
+    }
+  },
+);
 
 test.serial(title('bad heavyHitters settings are refused and leave the name free'), async (t) => {
   const f = await fleet(1);

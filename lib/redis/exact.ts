@@ -28,6 +28,8 @@
  *
  * @module
  */
+import type { HeavyTalker } from '../core.js';
+import { storedKey } from '../long-key.js';
 import type { Census, EntryKeys, Pull, Push, SyncedEntry } from './cells.js';
 
 /**
@@ -46,6 +48,10 @@ interface Cell {
   others: number;
   /** Whether the count changed since the last push taken. */
   dirty: boolean;
+  /** A tracked key, in its bounded form (`storedKey`): what {@link ExactCells.talkers} lists. */
+  key: string;
+  /** The sketch's fleet-wide estimate at the key's last request here: its listed upper bound. */
+  estimate: number;
 }
 
 /** One window's exact counts on this node: the keys it tracks and the others' counts of them. */
@@ -80,7 +86,7 @@ export class ExactCells implements SyncedEntry {
    * first if there is room; returns the fleet's count of it, or `undefined` when it is not tracked
    * (the table is full).
    */
-  add(id: number, value: number): number | undefined {
+  add(id: number, value: number, key: string, estimate: number): number | undefined {
     let cell = this.#cells.get(id);
     if (cell?.mine === undefined) {
       if (this.tracked >= this.capacity) {
@@ -89,14 +95,16 @@ export class ExactCells implements SyncedEntry {
       }
       this.tracked++;
       if (cell === undefined) {
-        cell = { mine: 0, others: 0, dirty: false };
+        cell = { mine: 0, others: 0, dirty: false, key: '', estimate: 0 };
         this.#cells.set(id, cell);
       } else {
         cell.mine = 0;
       }
+      cell.key = storedKey(key);
     }
     const mine = Math.max(0, (cell.mine as number) + value);
     cell.mine = mine;
+    cell.estimate = estimate;
     if (!cell.dirty) {
       cell.dirty = true;
       this.#dirty.push(id);
@@ -113,6 +121,21 @@ export class ExactCells implements SyncedEntry {
     const cell = this.#cells.get(id);
     if (cell?.mine === undefined && this.tracked >= this.capacity) return undefined;
     return (cell?.mine ?? 0) + (cell?.others ?? 0);
+  }
+
+  /**
+   * The keys this node tracks, with bounds on their fleet-wide counts: `lower` the nodes' exact
+   * counts added up, `upper` the sketch's estimate at the key's last request here (at least
+   * `lower`). Unsorted.
+   */
+  talkers(): HeavyTalker[] {
+    const talkers: HeavyTalker[] = [];
+    for (const cell of this.#cells.values()) {
+      if (cell.mine === undefined) continue;
+      const lower = cell.mine + cell.others;
+      talkers.push({ key: cell.key, lower, upper: Math.max(lower, cell.estimate) });
+    }
+    return talkers;
   }
 
   /** This node's own count of `id`, if tracked. */
@@ -175,8 +198,9 @@ export class ExactCells implements SyncedEntry {
       const id = pull.cells[j] as number;
       const cell = this.#cells.get(id);
       if (cell !== undefined) cell.others = pull.others[j] as number;
-      else if (this.#cells.size < room)
-        this.#cells.set(id, { mine: undefined, others: pull.others[j] as number, dirty: false });
+      else if (this.#cells.size < room) {
+        this.#cells.set(id, { mine: undefined, others: pull.others[j] as number, dirty: false, key: '', estimate: 0 });
+      }
     }
   }
 }

@@ -207,6 +207,15 @@ export class SyncedRate {
   }
 
   /**
+   * @internal The previous and the current window's exact counts, each `undefined` when it has
+   * none (made in the current window on first use, a previous one only if it was current here).
+   */
+  exactWindows(): [ExactCells | undefined, ExactCells | undefined] {
+    const current = this.exactCells();
+    return [this.#previous.exact, current];
+  }
+
+  /**
    * @internal The current window's exact counts (made on first use), or `undefined` when the rate
    * keeps none. Only the current window's: a fixed-window quota decides on nothing else. With
    * `rolled`, the caller has just moved to the current window (it counted): no clock read again.

@@ -1,5 +1,7 @@
 /** A request quota per key per window that holds across every node syncing it through Redis. */
 import type { Clock } from '../clock.js';
+import type { HeavyTalker, Key } from '../core.js';
+import { invalidType, outOfRange } from '../errors.js';
 import type { RateLimitDecision } from '../http/headers.js';
 import { policyName } from '../http/headers.js';
 import type { RequestQuota } from '../http/quota.js';
@@ -13,7 +15,7 @@ import {
 import { MAX_CAPACITY, MAX_VALUE } from '../heavy.js';
 import { MAX_HASHES } from '../limits.js';
 import { integerOption, optionsObject } from '../options.js';
-import type { ExactCounts } from './exact.js';
+import type { ExactCells, ExactCounts } from './exact.js';
 import { SyncedRate } from './rate.js';
 import { failPolicyOption, type FailPolicy } from './fail-policy.js';
 import type { RedisSync } from './sync.js';
@@ -162,7 +164,7 @@ export class SyncedWindowQuota implements RequestQuota {
   consume(key: string, cost = 1): RateLimitDecision {
     // As WindowQuota checks it: a negative cost would be a refund that admits.
     quotaArgument('cost', cost, 0);
-    const count = this.#exactCount(cost, this.#rate.observeLocally(key, cost, true));
+    const count = this.#exactCount(key, cost, this.#rate.observeLocally(key, cost, true));
     let allowed = count <= this.limit;
     // A closed sync is stale for good: nothing reaches the fleet any more, and the request path
     // must not fail for it (a server still draining requests at shutdown).
@@ -202,12 +204,11 @@ export class SyncedWindowQuota implements RequestQuota {
    */
   adjust(key: string, delta: number): void {
     quotaArgument('delta', delta, -MAX_VALUE);
-    this.#rate.observeLocally(key, delta, true);
-    const exact = this.#exact;
-    if (exact === undefined) return;
+    const estimate = this.#rate.observeLocally(key, delta, true);
+    if (this.#exact === undefined) return;
     const id = this.#rate.lastKeyId();
     const cells = this.#rate.exactCells(true)!;
-    if (cells.local(id) !== undefined) cells.add(id, delta);
+    if (cells.local(id) !== undefined) cells.add(id, delta, key, estimate);
   }
 
   /**
@@ -226,6 +227,44 @@ export class SyncedWindowQuota implements RequestQuota {
   }
 
   /**
+   * With `heavyHitters`, the `n` clients this node counts exactly with the most requests
+   * fleet-wide in `window` (defaults to `'current'`; `'previous'` is the last complete window, as
+   * this node last heard of it; `'both'` the two added), most first: `lower` the nodes' exact
+   * counts added up, `upper` the sketch's fleet-wide estimate at the client's last request here
+   * (at least `lower`). A client sending to every node is counted exactly on every node, so each
+   * lists it; one that sends to other nodes only is listed by them. Empty without `heavyHitters`.
+   * A key longer than 256 code units is listed in its bounded form, as `WindowQuota.topTalkers`.
+   */
+  topTalkers(n: number, window: 'current' | 'previous' | 'both' = 'current'): HeavyTalker[] {
+    if (typeof n !== 'number') throw invalidType('The "n" argument', 'of type number', n);
+    if (!Number.isInteger(n) || n < 0 || n > MAX_CAPACITY) {
+      throw outOfRange('The "n" argument', `an integer in [0, ${MAX_CAPACITY}]`, n);
+    }
+    if (window !== 'current' && window !== 'previous' && window !== 'both') {
+      throw invalidType('The "window" argument', "one of 'current', 'previous', 'both'", window);
+    }
+    const [previous, current] = this.#rate.exactWindows();
+    const read = (cells: ExactCells | undefined): HeavyTalker[] => cells?.talkers() ?? [];
+    let talkers: HeavyTalker[];
+    if (window === 'current') talkers = read(current);
+    else if (window === 'previous') talkers = read(previous);
+    else {
+      const both = new Map<Key, HeavyTalker>();
+      for (const talker of [...read(previous), ...read(current)]) {
+        const seen = both.get(talker.key);
+        if (seen === undefined) both.set(talker.key, { ...talker });
+        else {
+          seen.lower += talker.lower;
+          seen.upper += talker.upper;
+        }
+      }
+      talkers = [...both.values()];
+    }
+    talkers.sort((a, b) => b.lower - a.lower || b.upper - a.upper);
+    return talkers.slice(0, n);
+  }
+
+  /**
    * With `heavyHitters`, the current window's exact counting on this node (clients tracked, the
    * table's capacity, requests past it); `undefined` without.
    */
@@ -241,10 +280,10 @@ export class SyncedWindowQuota implements RequestQuota {
    * the key's exact fleet-wide count (tracking it from this request if there is room). Below the
    * threshold the estimate is at most the limit, so it admits.
    */
-  #exactCount(cost: number, estimate: number): number {
+  #exactCount(key: string, cost: number, estimate: number): number {
     const exact = this.#exact;
     if (exact === undefined || estimate < exact.threshold) return estimate;
-    return this.#rate.exactCells(true)!.add(this.#rate.lastKeyId(), cost) ?? estimate;
+    return this.#rate.exactCells(true)!.add(this.#rate.lastKeyId(), cost, key, estimate) ?? estimate;
   }
 
   /**
