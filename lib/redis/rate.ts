@@ -277,6 +277,8 @@ export class SyncedRate {
       }
     }
     if (index <= this.#current.index) return;
+    // A window that ended keeps its exact counts only to list its top talkers.
+    this.#current.exact?.forgetOthers();
     this.#previous = index === this.#current.index + 1 ? this.#current : this.#window(index - 1);
     this.#current = this.#window(index);
   }
