@@ -27,7 +27,12 @@ export { SyncedInflight, type SyncedInflightOptions } from './inflight.js';
 export { SyncedLimiter, type SyncedLimiterOptions } from './limiter.js';
 export { SyncedRate, type SyncedRateOptions } from './rate.js';
 export type { FailPolicy } from './fail-policy.js';
-export { SyncedWindowQuota, type SyncedHeavyHitterStats, type SyncedWindowQuotaOptions } from './window-quota.js';
+export {
+  SyncedWindowQuota,
+  type SyncedHeavyHitterSettings,
+  type SyncedHeavyHitterStats,
+  type SyncedWindowQuotaOptions,
+} from './window-quota.js';
 export {
   ioredisSender,
   nodeRedisClusterSender,

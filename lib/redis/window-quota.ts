@@ -5,13 +5,7 @@ import { invalidType, outOfRange } from '../errors.js';
 import type { RateLimitDecision } from '../http/headers.js';
 import { policyName } from '../http/headers.js';
 import type { RequestQuota } from '../http/quota.js';
-import {
-  CAPACITY_PER_CLIENT,
-  heavyHitterSettings,
-  quotaArgument,
-  slotsFor,
-  type HeavyHitterSettings,
-} from '../http/window-quota.js';
+import { CAPACITY_PER_CLIENT, heavyHitterSettings, quotaArgument, slotsFor } from '../http/window-quota.js';
 import { MAX_CAPACITY, MAX_VALUE } from '../heavy.js';
 import { MAX_HASHES } from '../limits.js';
 import { integerOption, optionsObject } from '../options.js';
@@ -46,15 +40,27 @@ export interface SyncedWindowQuotaOptions {
   clock?: Clock;
   /**
    * Count the clients near the limit exactly across the fleet, so that none within the limit is
-   * ever refused because other clients' keys share its counters (see the class doc): `true`, or
-   * settings. `threshold` (an integer in [1, `limit`]) is the fleet-wide estimate at which a node
-   * begins counting a client exactly; it defaults to `ceil(limit / 16)` (at least 1), and the
-   * bound grows by up to `nodes × (threshold − 1)`. `capacity` (an integer in [1, 2^24]) is the
-   * most clients a node counts exactly per window; past it the later ones are judged by the
-   * sketch (counted in {@link SyncedWindowQuota.heavyHitterStats}); it defaults to 2 ×
-   * `clients`. Defaults to `false`: one more entry per window to sync, a cell per tracked client.
+   * ever refused because other clients' keys share its counters (see the class doc): `true` for
+   * the default settings, or {@link SyncedHeavyHitterSettings}. Defaults to `false`: it widens the
+   * bound and adds an entry per window to sync, a cell per client counted exactly.
    */
-  heavyHitters?: boolean | HeavyHitterSettings;
+  heavyHitters?: boolean | SyncedHeavyHitterSettings;
+}
+
+/** The `heavyHitters` settings of a {@link SyncedWindowQuota}. */
+export interface SyncedHeavyHitterSettings {
+  /**
+   * The fleet-wide estimate at which a node begins counting a client exactly: an integer in [1,
+   * `limit`]. The bound grows by up to `nodes × (threshold − 1)`. Defaults to `ceil(limit / 16)`
+   * (at least 1): 25% over the limit at most with 4 nodes, the sync's lag aside.
+   */
+  threshold?: number;
+  /**
+   * Clients a node counts exactly per window: an integer in [1, 2^24]. Past it, later ones are
+   * judged by the sketch (counted in {@link SyncedWindowQuota.heavyHitterStats}). Defaults to 2 ×
+   * `clients`.
+   */
+  capacity?: number;
 }
 
 /** What {@link SyncedWindowQuota.heavyHitterStats} reports of the current window on this node. */
