@@ -116,7 +116,14 @@ interface Node {
 function node(
   redis: RedisApi,
   port: number,
-  options: { name: string; limit: number; windowMs: number; syncMs: number; clock?: { now(): number } },
+  options: {
+    name: string;
+    limit: number;
+    windowMs: number;
+    syncMs: number;
+    clock?: { now(): number };
+    heavyHitters?: { threshold: number };
+  },
 ): Node {
   const client = connect(port);
   const sync = new redis.RedisSync({ sendCommand: redis.ioredisSender(client), syncMs: options.syncMs });
@@ -127,6 +134,7 @@ function node(
     limit: options.limit,
     windowMs: options.windowMs,
     clock: options.clock,
+    heavyHitters: options.heavyHitters,
   });
   return { client, sync, quota };
 }
@@ -173,6 +181,18 @@ async function main(): Promise<void> {
       {
         name: 'keepcount SyncedWindowQuota.consume, syncMs 100',
         node: node(keepcountRedis, server.port, { name: 'cost', limit: HUGE, windowMs: 3_600_000, syncMs: 100 }),
+      },
+      {
+        // Threshold 1: every client counted exactly too (10,000 of them, within the default
+        // capacity), its exact counts synced beside the sketch.
+        name: 'keepcount SyncedWindowQuota.consume, heavyHitters (threshold 1), syncMs 100',
+        node: node(keepcountRedis, server.port, {
+          name: 'cost-heavy',
+          limit: HUGE,
+          windowMs: 3_600_000,
+          syncMs: 100,
+          heavyHitters: { threshold: 1 },
+        }),
       },
     ];
     const erlClient = connect(server.port);
