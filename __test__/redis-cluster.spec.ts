@@ -27,14 +27,14 @@ async function withCluster(body: (cluster: RedisCluster) => Promise<void>): Prom
 }
 
 test.serial(
-  title('3 nodes on both cluster clients, each syncing two structures, reach exact totals on a Redis Cluster'),
+  title('3 nodes on both cluster clients, each syncing three structures, reach exact totals on a Redis Cluster'),
   async (t) => {
     await withCluster(async (cluster) => {
       const connections: Connection[] = [];
       try {
         for (const name of ['ioredis', 'redis', 'ioredis'] as const)
           connections.push(await connectCluster(name, cluster.seeds));
-        // Two names: two hash tags, which a 3-master cluster may well place on different masters.
+        // Three names: three hash tags, which a 3-master cluster may well place on different masters.
         const nodes = connections.map((connection) => {
           const sync = new RedisSync({ sendCommand: connection.send, syncMs: 3_600_000, cluster: true });
           const errors: Error[] = [];
@@ -48,18 +48,29 @@ test.serial(
             windowMs: 86_400_000,
             clock: { now: () => 43_200_000 },
           });
-          return { sync, sketch, quota, errors };
+          // A third name, with exact counts synced beside its sketch.
+          const exact = new SyncedWindowQuota({
+            sync,
+            name: 'exact',
+            seed: 7,
+            limit: 1000,
+            windowMs: 86_400_000,
+            clock: { now: () => 43_200_000 },
+            heavyHitters: { threshold: 1 },
+          });
+          return { sync, sketch, quota, exact, errors };
         });
         for (let round = 0; round < 3; round++) {
-          nodes.forEach(({ sketch, quota }, n) => {
+          nodes.forEach(({ sketch, quota, exact }, n) => {
             for (let i = 0; i < 10; i++) sketch.incr(`k${i}`, n + 1);
             for (let i = 0; i < 100; i++) quota.consume('client');
+            for (let i = 0; i < 50; i++) exact.consume('client');
           });
           for (const { sync } of nodes) t.true(await sync.flush());
         }
         // Each node has synced after every node's last push: the second pass pulls the last pushes.
         for (const { sync } of nodes) t.true(await sync.flush());
-        for (const { sketch, quota, errors, sync } of nodes) {
+        for (const { sketch, quota, exact, errors, sync } of nodes) {
           t.deepEqual(errors, []);
           // 3 rounds × (1 + 2 + 3); 10 keys in a 4 × 8192 sketch with a fixed seed share no counters.
           t.deepEqual(
@@ -67,6 +78,7 @@ test.serial(
             Array(10).fill(18),
           );
           t.is(quota.current('client').count, 900);
+          t.deepEqual(exact.topTalkers(1), [{ key: 'client', lower: 450, upper: 450 }], 'counted exactly, fleet-wide');
           t.is(sync.nodes, 3);
         }
         for (const { sync } of nodes) await sync.close();
