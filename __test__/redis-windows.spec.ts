@@ -220,41 +220,56 @@ test.serial(title('3 node processes overshoot a shared limit by no more than the
   }
 });
 
-test.serial(title('two Express servers with rateLimit on one SyncedWindowQuota share the limit'), async (t) => {
-  const server = await startRedis();
-  const connections = await Promise.all(clientNames.map((name) => connectClient(name, server.port)));
-  // The README's example, once per "machine": each with its own client, sync and quota.
-  const machines = connections.map((connection) => {
-    const sync = new RedisSync({ sendCommand: connection.send, syncMs: 20 });
-    const quota = new SyncedWindowQuota({ sync, name: 'api', seed: 7, limit: 10, windowMs: 3_600_000 });
-    const app = express();
-    app.use(rateLimit({ quota, key: () => 'client' }));
-    app.get('/', (_req, res) => void res.send('ok'));
-    return { sync, quota, http: createServer(app) };
-  });
-  try {
-    const ports = await Promise.all(machines.map((m) => listen(m.http)));
-    const statuses: number[] = [];
-    for (let i = 0; i < 20; i++) {
-      statuses.push((await get(ports[i % 2] as number)).status);
-      // Requests no faster than the syncs carry them: the next one goes out once both machines
-      // count this one (the other through Redis, a sync of each later), so neither decides on a
-      // stale count and none overshoots. Refused requests count too.
-      await until(
-        () => machines.every((m) => m.quota.current('client').count === i + 1),
-        `both machines count request ${i + 1}`,
-      );
-    }
-    t.deepEqual(statuses, [...Array(10).fill(200), ...Array(10).fill(429)]);
-    const last = await get(ports[0] as number);
-    t.is(last.status, 429);
-    t.regex(String(last.headers.ratelimit), /^"default";r=0;t=\d+$/);
-  } finally {
-    for (const m of machines) {
-      await close(m.http);
-      await m.sync.close();
-    }
-    for (const connection of connections) await connection.close();
-    await server.stop();
-  }
-});
+for (const heavyHitters of [false, true]) {
+  test.serial(
+    title(
+      `two Express servers with rateLimit on one SyncedWindowQuota share the limit (heavyHitters: ${heavyHitters})`,
+    ),
+    async (t) => {
+      const server = await startRedis();
+      const connections = await Promise.all(clientNames.map((name) => connectClient(name, server.port)));
+      // The README's example, once per "machine": each with its own client, sync and quota; with
+      // heavyHitters the client is decided on its exact count, added up across the machines.
+      const machines = connections.map((connection) => {
+        const sync = new RedisSync({ sendCommand: connection.send, syncMs: 20 });
+        const quota = new SyncedWindowQuota({
+          sync,
+          name: 'api',
+          seed: 7,
+          limit: 10,
+          windowMs: 3_600_000,
+          heavyHitters,
+        });
+        const app = express();
+        app.use(rateLimit({ quota, key: () => 'client' }));
+        app.get('/', (_req, res) => void res.send('ok'));
+        return { sync, quota, http: createServer(app) };
+      });
+      try {
+        const ports = await Promise.all(machines.map((m) => listen(m.http)));
+        const statuses: number[] = [];
+        for (let i = 0; i < 20; i++) {
+          statuses.push((await get(ports[i % 2] as number)).status);
+          // Requests no faster than the syncs carry them: the next one goes out once both machines
+          // count this one (the other through Redis, a sync of each later), so neither decides on a
+          // stale count and none overshoots. Refused requests count too.
+          await until(
+            () => machines.every((m) => m.quota.current('client').count === i + 1),
+            `both machines count request ${i + 1}`,
+          );
+        }
+        t.deepEqual(statuses, [...Array(10).fill(200), ...Array(10).fill(429)]);
+        const last = await get(ports[0] as number);
+        t.is(last.status, 429);
+        t.regex(String(last.headers.ratelimit), /^"default";r=0;t=\d+$/);
+      } finally {
+        for (const m of machines) {
+          await close(m.http);
+          await m.sync.close();
+        }
+        for (const connection of connections) await connection.close();
+        await server.stop();
+      }
+    },
+  );
+}
