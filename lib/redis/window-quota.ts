@@ -57,8 +57,9 @@ export interface SyncedHeavyHitterSettings {
   threshold?: number;
   /**
    * Clients a node counts exactly per window: an integer in [1, 2^24]. Past it, later ones are
-   * judged by the sketch (counted in {@link SyncedWindowQuota.heavyHitterStats}). Defaults to 2 ×
-   * `clients`.
+   * judged by the sketch (counted in {@link SyncedWindowQuota.heavyHitterStats}), so this is what
+   * holds a flood off: size it for the addresses a flood may bring to one node in a window (about
+   * 100 bytes of heap each). Defaults to 2 × `clients`.
    */
   capacity?: number;
 }
