@@ -118,6 +118,24 @@ test.serial(
   },
 );
 
+test.serial(title('while a node of the quota does not count exactly, the others decide on the sketch'), async (t) => {
+  const f = await fleet(2);
+  try {
+    // A rolling deploy turning heavyHitters on: A has it, B not yet.
+    const a = new SyncedWindowQuota({ sync: f.syncs[0]!, name: 'q', ...tiny, heavyHitters: true });
+    const b = new SyncedWindowQuota({ sync: f.syncs[1]!, name: 'q', ...tiny });
+    for (let i = 0; i < 5; i++) t.true(b.consume('client').allowed);
+    await syncAll(t, f);
+    // B's 5 requests are in the sketch, not in the exact counts: on them A would admit 5 more.
+    t.is(a.nodes, 2);
+    t.is(a.current('client').count, 5, 'the sketch: B does not count exactly');
+    t.false(a.consume('client').allowed, 'decided on the sketch: 6 > 5');
+    t.is(a.heavyHitterStats()!.tracked, 1, 'counted exactly all the same');
+  } finally {
+    await stop(f);
+  }
+});
+
 test.serial(title('exact counts come back after Redis loses its data'), async (t) => {
   const f = await fleet(2);
   try {

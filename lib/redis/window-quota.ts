@@ -107,7 +107,9 @@ export interface SyncedHeavyHitterStats {
  *
  * A node keeps the others' counts of keys it does not track (yet) up to four times `capacity`;
  * past that, one it begins tracking learns them at their next change: more admitted meanwhile,
- * never fewer.
+ * never fewer. Every node must count exactly: while Redis counts more nodes syncing the sketch
+ * than its exact counts (a rolling deploy turning `heavyHitters` on), the quota decides on the
+ * sketch, as without `heavyHitters`.
  */
 export class SyncedWindowQuota implements RequestQuota {
   /** The quota's exact counting with `heavyHitters`, else `undefined`. */
@@ -228,7 +230,8 @@ export class SyncedWindowQuota implements RequestQuota {
     const exact = this.#exact;
     let count = estimate;
     if (exact !== undefined && estimate >= exact.threshold) {
-      count = this.#rate.exactCells(true)!.peek(this.#rate.lastKeyId()) ?? estimate;
+      const cells = this.#rate.exactCells(true)!;
+      if (this.#everyNodeExact(cells)) count = cells.peek(this.#rate.lastKeyId()) ?? estimate;
     }
     return { count, resetMs: this.#resetMs() };
   }
@@ -290,7 +293,19 @@ export class SyncedWindowQuota implements RequestQuota {
   #exactCount(key: string, cost: number, estimate: number): number {
     const exact = this.#exact;
     if (exact === undefined || estimate < exact.threshold) return estimate;
-    return this.#rate.exactCells(true)!.add(this.#rate.lastKeyId(), cost, key, estimate) ?? estimate;
+    const cells = this.#rate.exactCells(true)!;
+    const count = cells.add(this.#rate.lastKeyId(), cost, key, estimate);
+    return count !== undefined && this.#everyNodeExact(cells) ? count : estimate;
+  }
+
+  /**
+   * Whether every node syncing the quota counts exactly, as Redis last counted them: the sum of
+   * exact counts leaves out the requests of a node that does not (one made without
+   * `heavyHitters`, during a rolling deploy that turns it on), so until none is left the quota
+   * decides on the sketch, as without `heavyHitters`, and counts exactly all the same.
+   */
+  #everyNodeExact(cells: ExactCells): boolean {
+    return cells.census.nodes >= this.#rate.nodes;
   }
 
   /**
