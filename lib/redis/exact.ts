@@ -38,13 +38,14 @@ import { storedKey } from '../long-key.js';
 import type { Census, EntryKeys, Pull, Push, SyncedEntry } from './cells.js';
 
 /**
- * How many keys' counts a node keeps besides its own tracked keys, as a multiple of its capacity:
- * past that, a pulled count is kept only for a key this node tracks, and a key it begins tracking
- * later learns the others' counts at their next change (its lower bound lower until then: more
- * admitted, never fewer). At the defaults, 20,000 keys tracked and 80,000 others' counts took
- * 12.3 MB of heap (measured, 28 Nov 2026); an ended window keeps only its tracked keys.
+ * How many keys a node keeps counts of in a window, its tracked keys included, as a multiple of
+ * its capacity: past that, a pulled count is kept only for a key this node tracks, and a key it
+ * begins tracking later learns the others' counts at their next change (its lower bound lower
+ * until then: more admitted, never fewer). At the defaults, 20,000 keys tracked and the others'
+ * counts of 60,000 more took 12.3 MB of heap (measured, 28 Nov 2026); an ended window keeps only
+ * its tracked keys.
  */
-const OTHERS_PER_TRACKED = 4;
+const CELLS_PER_CAPACITY = 4;
 
 /** What a node knows of one key id in a window. */
 interface Cell {
@@ -185,7 +186,7 @@ export class ExactCells implements SyncedEntry {
   /**
    * As `SyncedCells.apply`: a new incarnation drops the others' counts and pushes all of this
    * node's again. A pulled count of a key this node does not track is kept while the cells number
-   * under {@link OTHERS_PER_TRACKED} × `capacity`.
+   * under {@link CELLS_PER_CAPACITY} × `capacity`.
    */
   apply(pull: Pull, seq: number): void {
     if (pull.applied) this.acked = seq;
@@ -207,7 +208,7 @@ export class ExactCells implements SyncedEntry {
       this.since = pull.version;
     }
     this.#incarnation = pull.incarnation;
-    const room = OTHERS_PER_TRACKED * this.capacity;
+    const room = CELLS_PER_CAPACITY * this.capacity;
     for (let j = 0; j < pull.cells.length; j++) {
       const id = pull.cells[j] as number;
       const cell = this.#cells.get(id);

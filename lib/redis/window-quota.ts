@@ -105,7 +105,7 @@ export interface SyncedHeavyHitterStats {
  *
  *     limit + (nodes − 1) × r × 2 × (syncMs + RTT) + nodes × (threshold − 1)
  *
- * A node keeps the others' counts of keys it does not track (yet) up to four times `capacity`;
+ * A node keeps the others' counts of keys it does not track (yet) up to 4 × `capacity` keys in all;
  * past that, one it begins tracking learns them at their next change: more admitted meanwhile,
  * never fewer. Every node must count exactly: while Redis counts more nodes syncing the sketch
  * than its exact counts (a rolling deploy turning `heavyHitters` on), the quota decides on the
