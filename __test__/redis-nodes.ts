@@ -2,7 +2,8 @@
  * Nodes for the keepcount/redis specs: count-mode node processes run against a real redis-server,
  * waiting until they have synced, and the fleet-wide totals as a fresh node reads them.
  */
-import { RedisSync, SyncedEstimator } from '../lib/redis/index.js';
+import { RedisSync, SyncedEstimator, SyncedWindowQuota } from '../lib/redis/index.js';
+import { EXACT_QUOTA } from './redis-exact-quota.js';
 import { runFixture } from './helpers.js';
 import { connectClient, type ClientName } from './redis-clients.js';
 import type { RedisServer } from '../tools/redis-server.js';
@@ -42,14 +43,23 @@ export async function waitForNodes(server: RedisServer, name: string, nodes: num
   }
 }
 
-/** The fleet-wide counts of `k0`..`k9` as a fresh node reads them after one sync. */
-export async function readTotals(server: RedisServer, client: ClientName, name: string): Promise<number[]> {
+/**
+ * The fleet-wide counts of `k0`..`k9` as a fresh node reads them after one sync: in the sketch,
+ * and exact (count-mode nodes count every key exactly on a quota of the same name too).
+ */
+export async function readTotals(
+  server: RedisServer,
+  client: ClientName,
+  name: string,
+): Promise<{ sketch: number[]; exact: number[] }> {
   const connection = await connectClient(client, server.port);
   const sync = new RedisSync({ sendCommand: connection.send });
   const sketch = new SyncedEstimator({ sync, name, seed: 7 });
+  const quota = new SyncedWindowQuota({ sync, name, seed: 7, ...EXACT_QUOTA });
   const ok = await sync.flush();
   await sync.close();
   await connection.close();
   if (!ok) throw new Error('could not sync');
-  return Array.from({ length: 10 }, (_, i) => sketch.get(`k${i}`));
+  const keys = Array.from({ length: 10 }, (_, i) => `k${i}`);
+  return { sketch: keys.map((k) => sketch.get(k)), exact: keys.map((k) => quota.current(k).count) };
 }
