@@ -12,7 +12,9 @@
  * In the same script call, {@link SyncedInflight} holds each node's in-flight slots under a lease
  * its syncs renew (a crashed node's slots leave the count within one lease), and
  * {@link SyncedLimiter} borrows tokens from each key's bucket in Redis in proportion to demand, so
- * token-bucket quotas hold for the fleet within a stated slack.
+ * token-bucket quotas hold for the fleet within a stated slack. A {@link SyncedWindowQuota} with
+ * `heavyHitters` syncs exact counts of the clients near its limit beside its sketch, so a flood
+ * of distinct addresses refuses no client within its limit (up to the table's capacity).
  *
  * Talks to Redis through a `sendCommand` function ({@link ioredisSender}, {@link nodeRedisSender},
  * {@link nodeRedisClusterSender} or your own); ioredis and redis are optional peer dependencies,
