@@ -180,10 +180,10 @@ export class SyncedRate {
    * current window's exact counts if it has any.
    */
   entries(): SyncedEntry[] {
+    this.#roll(this.#now());
     // Exact counts sync from the window's start, tracked keys or not: a node that begins tracking
     // a key then already holds the others' counts of it.
-    const exact = this.exactCells();
-    this.#roll(this.#now());
+    const exact = this.exactCells(true);
     const cells = [this.#previous.cells, this.#current.cells];
     return exact === undefined ? cells : [...cells, exact];
   }
