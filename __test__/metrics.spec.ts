@@ -4,6 +4,8 @@ import { Registry } from 'prom-client';
 import { Inflight } from '../lib/index.js';
 import { rateLimit, UpstreamLimit, WindowQuota } from '../lib/http/index.js';
 import { KeepcountMetrics } from '../lib/metrics.js';
+import { SyncedWindowQuota } from '../lib/redis/index.js';
+import { recordingSync } from './recording-sync.js';
 import { close, get, listen } from './http-client.js';
 import { throwsShape, title } from './helpers.js';
 
@@ -59,6 +61,35 @@ test(title('upstream limits export their decisions and in-flight counts per list
   t.is(sample(await registry.metrics(), 'app_inflight', 'upstream="db",key="primary"'), 0);
 });
 
+test(
+  title('a synced quota exports its decisions and the clients it counts exactly, by fleet-wide counts'),
+  async (t) => {
+    const registry = new Registry();
+    // Never synced here: the counts are this node's, the export the same as across machines.
+    const sync = recordingSync([]);
+    const clock = { now: () => 6_000_000 * 60_000 + 5 };
+    const options = { sync, seed: 7, limit: 3, windowMs: 60_000, clock };
+    const exact = new SyncedWindowQuota({ ...options, name: 'exact', heavyHitters: true });
+    const plain = new SyncedWindowQuota({ ...options, name: 'plain' });
+    new KeepcountMetrics({ registry }).addQuota('exact', rateLimit({ quota: exact })).addQuota('plain', plain);
+    for (const quota of [exact, plain]) {
+      for (let i = 0; i < 5; i++) quota.consume('flooder');
+      quota.consume('polite');
+    }
+    const text = await registry.metrics();
+    for (const policy of ['exact', 'plain']) {
+      t.is(sample(text, 'keepcount_decisions_total', `policy="${policy}",outcome="allowed"`), 3 + 1);
+      t.is(sample(text, 'keepcount_decisions_total', `policy="${policy}",outcome="refused"`), 2);
+    }
+    t.is(sample(text, 'keepcount_top_talker_requests', 'policy="exact",client="flooder",bound="lower"'), 5);
+    t.is(sample(text, 'keepcount_tracked_clients', 'policy="exact"'), 2);
+    t.is(sample(text, 'keepcount_overflow_requests', 'policy="exact"'), 0);
+    t.is(sample(text, 'keepcount_tracked_clients', 'policy="plain"'), 0, 'no heavy hitters: none tracked');
+    t.is(text.match(/^keepcount_top_talker_requests\{policy="plain"/gm), null);
+    await sync.close();
+  },
+);
+
 test(title('the overflow of a full table is visible, and bad arguments are coded errors'), async (t) => {
   const registry = new Registry();
   const quota = new WindowQuota({ limit: 1, windowMs: 60_000, heavyHitters: { capacity: 2 } });
@@ -75,7 +106,7 @@ test(title('the overflow of a full table is visible, and bad arguments are coded
   throwsShape(t, () => metrics.addQuota('x', {} as never), {
     instanceOf: TypeError,
     code: 'ERR_INVALID_ARG_TYPE',
-    message: /The "quota" argument must be a WindowQuota or a rateLimit middleware/,
+    message: /The "quota" argument must be a WindowQuota, a SyncedWindowQuota or a rateLimit middleware/,
   });
   throwsShape(t, () => new KeepcountMetrics({ registry: new Registry(), topTalkers: 101 }), {
     instanceOf: RangeError,

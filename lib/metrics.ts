@@ -25,6 +25,8 @@ import { invalidType, outOfRange, withCode } from './errors.js';
 import type { QuotaTalkers } from './http/talkers.js';
 import { UpstreamLimit } from './http/upstream.js';
 import { WindowQuota } from './http/window-quota.js';
+import type { HeavyTalker } from './core.js';
+import { SyncedWindowQuota } from './redis/window-quota.js';
 import { integerOption, optionsObject } from './options.js';
 
 /** Most top talkers per quota: keeps label cardinality small whatever the option says. */
@@ -48,9 +50,26 @@ interface Decider {
   decisions(): { allowed: number; refused: number };
 }
 
+/** What the gauges read of a quota, local or synced. */
+interface ExportedQuota extends Decider {
+  topTalkers(n: number): HeavyTalker[];
+  /** Clients counted exactly and requests past the table, or `null` without heavy hitters. */
+  heavy(): { tracked: number; overflowEvents: number } | null;
+}
+
+/** `quota` as the gauges read it. */
+function exported(quota: WindowQuota | SyncedWindowQuota): ExportedQuota {
+  return {
+    decisions: () => quota.decisions(),
+    topTalkers: (n) => quota.topTalkers(n),
+    heavy: () => (quota instanceof WindowQuota ? quota.stats() : quota.heavyHitterStats()) ?? null,
+  };
+}
+
 /**
  * Exports, for every quota and upstream limit added:
- * - `keepcount_decisions_total{policy, outcome}`: requests allowed and refused;
+ * - `keepcount_decisions_total{policy, outcome}`: requests allowed and refused (on this node, for
+ *   a keepcount/redis `SyncedWindowQuota`);
  * - `keepcount_top_talker_requests{policy, client, bound}`: the current window's top talkers, the
  *   lower (exact since the client entered the table) and upper bounds of their counts;
  * - `keepcount_tracked_clients{policy}` and `keepcount_overflow_requests{policy}`: clients counted
@@ -59,7 +78,7 @@ interface Decider {
  * - `keepcount_inflight{upstream, key}`: in-flight calls per listed upstream key.
  */
 export class KeepcountMetrics {
-  readonly #quotas = new Map<string, WindowQuota>();
+  readonly #quotas = new Map<string, ExportedQuota>();
   readonly #upstreams = new Map<string, { limit: UpstreamLimit; keys: readonly string[] }>();
   /** What the decision counters read at the last scrape, per policy. */
   readonly #seen = new Map<string, { allowed: number; refused: number }>();
@@ -137,7 +156,7 @@ export class KeepcountMetrics {
       collect() {
         for (const [policy, quota] of quotas) {
           // null: no heavy hitters (0 is the truth); undefined: closed (nothing to tell).
-          const stats = unlessClosed(() => quota.stats() ?? null);
+          const stats = unlessClosed(() => quota.heavy());
           if (stats === undefined) this.remove({ policy });
           else this.set({ policy }, stats?.tracked ?? 0);
         }
@@ -151,7 +170,7 @@ export class KeepcountMetrics {
       collect() {
         for (const [policy, quota] of quotas) {
           // null: no heavy hitters (0 is the truth); undefined: closed (nothing to tell).
-          const stats = unlessClosed(() => quota.stats() ?? null);
+          const stats = unlessClosed(() => quota.heavy());
           if (stats === undefined) this.remove({ policy });
           else this.set({ policy }, stats?.overflowEvents ?? 0);
         }
@@ -174,14 +193,21 @@ export class KeepcountMetrics {
     });
   }
 
-  /** Exports a quota (a `WindowQuota`, or a `rateLimit` middleware or hook) as policy `policy`. */
-  addQuota(policy: string, quota: WindowQuota | QuotaTalkers): this {
-    const q = quota instanceof WindowQuota ? quota : (quota as Partial<QuotaTalkers> | undefined)?.quota;
-    if (!(q instanceof WindowQuota)) {
-      throw invalidType('The "quota" argument', 'a WindowQuota or a rateLimit middleware', quota);
+  /**
+   * Exports a quota (a `WindowQuota`, a keepcount/redis `SyncedWindowQuota`, or a `rateLimit`
+   * middleware or hook on either) as policy `policy`. A synced quota exports this node's decisions
+   * and, with `heavyHitters`, the clients it counts exactly, by their fleet-wide counts.
+   */
+  addQuota(policy: string, quota: WindowQuota | SyncedWindowQuota | QuotaTalkers): this {
+    const q =
+      quota instanceof WindowQuota || quota instanceof SyncedWindowQuota
+        ? quota
+        : (quota as Partial<QuotaTalkers> | undefined)?.quota;
+    if (!(q instanceof WindowQuota || q instanceof SyncedWindowQuota)) {
+      throw invalidType('The "quota" argument', 'a WindowQuota, a SyncedWindowQuota or a rateLimit middleware', quota);
     }
     this.#add(policy, q);
-    this.#quotas.set(policy, q);
+    this.#quotas.set(policy, exported(q));
     return this;
   }
 

@@ -124,6 +124,8 @@ export class SyncedWindowQuota implements RequestQuota {
   readonly failPolicy: FailPolicy;
   readonly #rate: SyncedRate;
   readonly #sync: RedisSync;
+  #allowed = 0;
+  #refused = 0;
 
   constructor(options: SyncedWindowQuotaOptions) {
     const o = optionsObject(options);
@@ -181,6 +183,8 @@ export class SyncedWindowQuota implements RequestQuota {
       if (this.failPolicy === 'closed') allowed = false;
       else if (this.failPolicy === 'local') allowed = this.#local(key) <= this.share();
     }
+    if (allowed) this.#allowed++;
+    else this.#refused++;
     const resetMs = this.#resetMs();
     return {
       allowed,
@@ -192,6 +196,11 @@ export class SyncedWindowQuota implements RequestQuota {
       windowMs: this.windowMs,
       key,
     };
+  }
+
+  /** How many {@link consume} calls this node allowed and refused since construction. */
+  decisions(): { allowed: number; refused: number } {
+    return { allowed: this.#allowed, refused: this.#refused };
   }
 
   /** This node's share of the limit under the `'local'` policy: `limit / nodes`, at least 1 if `limit` is. */
