@@ -10,6 +10,7 @@
  * `X-Forwarded-For` behind one trusted proxy hop, as a service behind a load balancer would be.
  */
 import { createServer, type IncomingMessage, type RequestListener, type ServerResponse } from 'node:http';
+import { Session } from 'node:inspector/promises';
 import type { AddressInfo } from 'node:net';
 import express from 'express';
 import { rateLimit as expressRateLimit } from 'express-rate-limit';
@@ -20,7 +21,8 @@ import type { Middleware } from '../lib/http/index.js';
 import { keepcount, keepcountHttp } from './package.js';
 
 const { Limiter } = keepcount;
-const { KeepcountStore, clientIp, ipKey, keepcountFastifyStore, rateLimit, tokenBucket, upstreamLimit } = keepcountHttp;
+const { KeepcountStore, WindowQuota, clientIp, ipKey, keepcountFastifyStore, rateLimit, tokenBucket, upstreamLimit } =
+  keepcountHttp;
 
 /** Far above what one run can send: every request is admitted. */
 const LIMIT = 1_000_000_000;
@@ -148,6 +150,8 @@ export const SETUPS: Record<string, Setup> = {
 let sink: unknown;
 
 const partLimiter = openLimiter();
+const partQuota = new WindowQuota({ limit: LIMIT, windowMs: WINDOW_MS });
+let partCounter = 0;
 
 /**
  * What the limiters are made of, each as the only middleware of a hello-world: run by
@@ -162,6 +166,29 @@ export const PARTS: Record<string, Setup> = {
   ]),
   'node-part-sketch-only': nodeServer([
     rateLimit({ limit: LIMIT, windowMs: WINDOW_MS, trustProxy: 1, heavyHitters: false }),
+  ]),
+  // `rateLimit`'s work piece by piece over the floor of its two fields (`node-headers`): the
+  // fields' values computed per request as `rateLimit` does, the key with the fields as
+  // constants, and the key and the count with the fields as constants.
+  'node-part-computed-fields': nodeServer([
+    (_req, res, next) => {
+      partCounter = (partCounter + 1) & 7;
+      res.setHeader('RateLimit-Policy', RATE_LIMIT_POLICY);
+      res.setHeader('RateLimit', `"default";r=${LIMIT - 1 - partCounter};t=${WINDOW_MS / 1000}`);
+      next();
+    },
+  ]),
+  'node-part-key-fields': nodeServer([
+    (req, res, next) => {
+      sink = ipKey(clientIp(req, 1));
+      sendRateLimitFields(req, res, next);
+    },
+  ]),
+  'node-part-key-consume-fields': nodeServer([
+    (req, res, next) => {
+      sink = partQuota.consume(ipKey(clientIp(req, 1)));
+      sendRateLimitFields(req, res, next);
+    },
   ]),
   // Allocates about what a key extraction does, without parsing.
   'express-part-alloc': expressServer([
@@ -204,6 +231,47 @@ export const PARTS: Record<string, Setup> = {
   ]),
 };
 
+/** One function's share of a profile (`profile.ts`). */
+export interface ProfileRow {
+  /** `name file:line`. */
+  where: string;
+  /** Self time as a share of the samples in which the process was not idle. */
+  share: number;
+}
+
+let session: Session | undefined;
+
+/**
+ * Starts V8's sampling profiler (every 25 µs) or stops it and answers with every function's self
+ * time, largest first: what `profile.ts` prints.
+ */
+async function profiler(message: 'profile-start' | 'profile-stop'): Promise<ProfileRow[]> {
+  if (message === 'profile-start') {
+    session = new Session();
+    session.connect();
+    await session.post('Profiler.enable');
+    await session.post('Profiler.setSamplingInterval', { interval: 25 });
+    await session.post('Profiler.start');
+    return [];
+  }
+  const { profile } = await session!.post('Profiler.stop');
+  session!.disconnect();
+  const where = new Map(
+    profile.nodes.map((node) => {
+      const { functionName, url, lineNumber } = node.callFrame;
+      return [node.id, `${functionName || '(anonymous)'} ${url.slice(url.lastIndexOf('/') + 1)}:${lineNumber + 1}`];
+    }),
+  );
+  const self = new Map<string, number>();
+  for (const id of profile.samples ?? []) {
+    const name = where.get(id)!;
+    self.set(name, (self.get(name) ?? 0) + 1);
+  }
+  const busy = (profile.samples?.length ?? 0) - (self.get('(idle) :0') ?? 0);
+  self.delete('(idle) :0');
+  return [...self].map(([name, samples]) => ({ where: name, share: samples / busy })).sort((a, b) => b.share - a.share);
+}
+
 async function main(): Promise<void> {
   const name = process.argv[2] ?? '';
   const setup = SETUPS[name] ?? PARTS[name];
@@ -212,7 +280,9 @@ async function main(): Promise<void> {
   }
   const port = await setup();
   process.on('message', (message) => {
-    if (message === 'usage') {
+    if (message === 'profile-start' || message === 'profile-stop') {
+      void profiler(message).then((answer) => process.send!(answer));
+    } else if (message === 'usage') {
       const cpu = process.cpuUsage();
       process.send!({
         rss: process.memoryUsage().rss,
