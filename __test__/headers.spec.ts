@@ -37,3 +37,29 @@ test(title('rateLimitHeaders formats each decision of quotas used in turn'), (t)
     });
   }
 });
+
+test(title('rateLimitHeaders gives every decision its own RateLimit value, whatever came before'), (t) => {
+  // The values are cached by remaining count: counts 64 apart share a slot, and a slot must never
+  // answer for another count, another second or another policy. Counts past 2^31 and past the
+  // largest sf-integer (sent as 10^15 - 1) land in slots too.
+  const counts = [0, 1, 63, 64, 65, 127, 128, 2 ** 31 - 1, 2 ** 31, 2 ** 31 + 64, 999_999_999_999_999, 2 ** 53 - 1];
+  const policies = ['default', 'other', 'a "b"'];
+  let seed = 7;
+  const random = (n: number): number => {
+    seed = (seed * 1_103_515_245 + 12_345) % 2 ** 31;
+    return seed % n;
+  };
+  for (let i = 0; i < 5_000; i++) {
+    const remaining = counts[random(counts.length)]!;
+    const resetMs = random(4) * 1000 + random(2);
+    const policy = policies[random(policies.length)]!;
+    const name = `"${policy.replace(/"/g, '\\"')}"`;
+    const sent = Math.min(remaining, 999_999_999_999_999);
+    const headers = rateLimitHeaders(decision({ remaining, resetMs, policy, limit: 2 ** 53 - 1 }));
+    if (headers.RateLimit !== `${name};r=${sent};t=${Math.ceil(resetMs / 1000)}`) {
+      t.fail(`decision ${i} (remaining ${remaining}, resetMs ${resetMs}, ${policy}): ${headers.RateLimit}`);
+      return;
+    }
+  }
+  t.pass();
+});

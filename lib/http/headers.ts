@@ -92,10 +92,39 @@ export function policyField(decision: RateLimitDecision): string {
   return policyMemo.value;
 }
 
+/** Slots of {@link rateLimitField}'s cache: a power of two. */
+const FIELD_SLOTS = 64;
+
+/**
+ * `RateLimit` values made lately, one per slot, the slot chosen by the remaining count: most
+ * requests share their value with an earlier one (every client's first request in a second of the
+ * window reads the same `r` and `t`; under a flood of new clients, colliding estimates spread them
+ * over a few neighbouring counts, which land in neighbouring slots). Making the string costs a
+ * loaded server more than its length suggests, ~1.5 µs a request with the caches cold
+ * (benchmark/README.md), where a hit is four comparisons and no garbage.
+ */
+const fieldNames: string[] = new Array<string>(FIELD_SLOTS).fill('');
+const fieldRemaining = new Float64Array(FIELD_SLOTS).fill(-1);
+const fieldSeconds = new Float64Array(FIELD_SLOTS).fill(-1);
+const fieldValues: string[] = new Array<string>(FIELD_SLOTS).fill('');
+
 /** The `RateLimit` field value for `decision` (after {@link policyField}, whose name it reuses). @internal */
 export function rateLimitField(decision: RateLimitDecision): string {
   const name = decision.policy === policyMemo.policy ? policyMemo.name : sfString(decision.policy);
-  return `${name};r=${sfInteger(decision.remaining)};t=${seconds(decision.resetMs)}`;
+  const remaining = sfInteger(decision.remaining);
+  const t = seconds(decision.resetMs);
+  // `%` first: `&` alone would cut a count past 2^31 to 32 bits. `>>> 0` then makes any number a
+  // valid slot (a quota of the user's may hand the middleware a fraction or a negative count).
+  const slot = ((remaining % FIELD_SLOTS) >>> 0) & (FIELD_SLOTS - 1);
+  if (fieldRemaining[slot] === remaining && fieldSeconds[slot] === t && fieldNames[slot] === name) {
+    return fieldValues[slot]!;
+  }
+  const value = `${name};r=${remaining};t=${t}`;
+  fieldNames[slot] = name;
+  fieldRemaining[slot] = remaining;
+  fieldSeconds[slot] = t;
+  fieldValues[slot] = value;
+  return value;
 }
 
 /** The `Retry-After` field value for a refused `decision`. @internal */
