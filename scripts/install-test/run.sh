@@ -16,10 +16,10 @@ set -euo pipefail
 repo=$(cd "$(dirname "$0")/../.." && pwd)
 here="$repo/scripts/install-test"
 # Main tarball bound: dist/ (both builds, with declarations), the README and the generated loader
-# are ~213 kB packed today (keepcount/redis, shared limiters and buffers grew it from ~60 kB); 300
-# kB leaves room to grow and still catches sources, tests, benchmark results or a .node (1.4 MB)
-# sneaking in.
-max_main_bytes=300000
+# are ~301 kB packed today (keepcount/redis, shared limiters and buffers grew it from ~60 kB, the
+# synced heavy hitters and the README's performance notes from ~213 kB); 400 kB leaves room to grow
+# and still catches sources, tests, benchmark results or a .node (1.4 MB) sneaking in.
+max_main_bytes=400000
 
 failures=0
 pass() { printf 'PASS %s\n' "$*"; }
