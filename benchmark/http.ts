@@ -14,10 +14,9 @@
  * each side had. A limiter with a floor ({@link FLOORS}) also runs beside that floor every round.
  */
 import { writeFileSync } from 'node:fs';
-import { join } from 'node:path';
 import { parseArgs } from 'node:util';
 import { PARTS, SETUPS, type ServerUsage } from './http-server.js';
-import { addresses, bareOf, CONNECTIONS, drive, splitCores, startServer } from './load.js';
+import { bareOf, CONNECTIONS, sideBySide, splitCores } from './load.js';
 
 export interface HttpCase {
   setup: string;
@@ -98,15 +97,9 @@ async function runSideBySide(
   warmUpSeconds: number,
   cpus: number[] | undefined,
 ): Promise<Run[]> {
-  const script = join(__dirname, 'http-server.ts');
-  const servers = await Promise.all(setups.map((setup) => startServer(script, setup, cpus)));
-  try {
-    const nexts = servers.map(() => addresses());
-    // Until the JIT has compiled the hot path: what it compiles is paid once per process, not per
-    // request, and a limiter brings more code to compile than the bare server (see runHttp).
-    await Promise.all(servers.map((server, i) => drive(server.port, warmUpSeconds, nexts[i]!)));
+  return sideBySide(setups, cpus, warmUpSeconds, async (servers, driveAll) => {
     const before = await Promise.all(servers.map((server) => server.ask<ServerUsage>('usage')));
-    const results = await Promise.all(servers.map((server, i) => drive(server.port, seconds, nexts[i]!)));
+    const results = await driveAll(seconds);
     const after = await Promise.all(servers.map((server) => server.ask<ServerUsage>('usage')));
     return results.map((result, i) => ({
       rps: result.requests.average,
@@ -116,9 +109,7 @@ async function runSideBySide(
       requests: result.requests.total,
       non2xx: result.non2xx + result.errors,
     }));
-  } finally {
-    for (const server of servers) server.stop();
-  }
+  });
 }
 
 const median = (xs: number[]): number => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)]!;

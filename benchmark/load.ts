@@ -4,6 +4,7 @@
  */
 import { execFileSync, spawn } from 'node:child_process';
 import { availableParallelism } from 'node:os';
+import { join } from 'node:path';
 import autocannon from 'autocannon';
 
 /** Connections autocannon keeps open. */
@@ -87,6 +88,33 @@ export async function startServer(script: string, name: string, cpus?: number[])
       child.send(message);
     });
   return { port, ask, stop: () => child.kill() };
+}
+
+/**
+ * Starts `setups` (names of `http-server.ts`) side by side, each in its own server process on
+ * `cpus` and driven by its own autocannon from its own addresses, drives them all for
+ * `warmUpSeconds` (until the JIT has compiled the hot path: what it compiles is paid once per
+ * process, not per request, and a limiter brings more code to compile than the bare server), then
+ * resolves with what `measure` makes of them, given a `driveAll(seconds)` that drives them all at
+ * once again. The servers stop whatever happens.
+ */
+export async function sideBySide<T>(
+  setups: string[],
+  cpus: number[] | undefined,
+  warmUpSeconds: number,
+  measure: (servers: ServerProcess[], driveAll: (seconds: number) => Promise<autocannon.Result[]>) => Promise<T>,
+): Promise<T> {
+  const script = join(__dirname, 'http-server.ts');
+  const servers = await Promise.all(setups.map((setup) => startServer(script, setup, cpus)));
+  try {
+    const nexts = servers.map(() => addresses());
+    const driveAll = (seconds: number): Promise<autocannon.Result[]> =>
+      Promise.all(servers.map((server, i) => drive(server.port, seconds, nexts[i]!)));
+    await driveAll(warmUpSeconds);
+    return await measure(servers, driveAll);
+  } finally {
+    for (const server of servers) server.stop();
+  }
 }
 
 /** A fresh IPv4 address per request, in 10.0.0.0/8 then onwards: distinct for 2^32 requests. */

@@ -13,10 +13,9 @@
  * file are native: V8 files the time in every N-API function under one of their names (on the
  * native backend `limiterCheckKey :0`), so read that row as all the calls into the addon.
  */
-import { join } from 'node:path';
 import { parseArgs } from 'node:util';
 import type { ProfileRow, ServerUsage } from './http-server.js';
-import { addresses, drive, splitCores, startServer } from './load.js';
+import { sideBySide, splitCores } from './load.js';
 
 const { values, positionals } = parseArgs({
   allowPositionals: true,
@@ -46,14 +45,10 @@ interface Profiled {
  * shared VM, ±20 % between runs minutes apart) weighs on all of them alike.
  */
 async function profileSideBySide(setups: string[], cpus: number[] | undefined): Promise<Profiled[]> {
-  const script = join(__dirname, 'http-server.ts');
-  const servers = await Promise.all(setups.map((setup) => startServer(script, setup, cpus)));
-  try {
-    const nexts = servers.map(() => addresses());
-    await Promise.all(servers.map((server, i) => drive(server.port, warmUpSeconds, nexts[i]!)));
+  return sideBySide(setups, cpus, warmUpSeconds, async (servers, driveAll) => {
     const before = await Promise.all(servers.map((server) => server.ask<ServerUsage>('usage')));
     await Promise.all(servers.map((server) => server.ask('profile-start')));
-    const results = await Promise.all(servers.map((server, i) => drive(server.port, seconds, nexts[i]!)));
+    const results = await driveAll(seconds);
     const rows = await Promise.all(servers.map((server) => server.ask<ProfileRow[]>('profile-stop')));
     const after = await Promise.all(servers.map((server) => server.ask<ServerUsage>('usage')));
     return setups.map((setup, i) => {
@@ -65,9 +60,7 @@ async function profileSideBySide(setups: string[], cpus: number[] | undefined): 
         us: new Map(rows[i]!.map((row) => [row.where, row.share * cpuUs])),
       };
     });
-  } finally {
-    for (const server of servers) server.stop();
-  }
+  });
 }
 
 async function main(): Promise<void> {
