@@ -11,7 +11,8 @@
  * between two setups is the median over rounds of their ratios to the bare server beside them.
  * With two cores or more the servers run on one and autocannon on the others (`splitCores` in
  * load.ts), so what a limiter costs comes out of the servers' core; the report says which cores
- * each side had. A limiter with a floor ({@link FLOORS}) also runs beside that floor every round.
+ * each side had. A limiter with a floor ({@link FLOORS}) also runs beside that floor every round,
+ * and keepcount's store for a rate-limit package beside the package's own store ({@link RIVALS}).
  */
 import { writeFileSync } from 'node:fs';
 import { parseArgs } from 'node:util';
@@ -43,10 +44,11 @@ export interface HttpCase {
   /** Non-2xx answers over all rounds: must be 0 (every limiter admits everything). */
   non2xx: number;
   /**
-   * For a limiter with a floor ({@link FLOORS}): per round, its requests/s over those of the floor
-   * run beside it (and the floor's CPU per request over its own), in runs of their own.
+   * For a setup of {@link PAIRS} (a limiter with a floor, or keepcount's store with its rival): per
+   * round, its requests/s over those of the other setup run beside it (and the other's CPU per
+   * request over its own), in runs of their own.
    */
-  overFloor?: { floor: string; rps: number[]; cpu: number[] };
+  beside?: { other: string; kind: 'floor' | 'rival'; rps: number[]; cpu: number[] };
 }
 
 /**
@@ -62,6 +64,20 @@ export const FLOORS: Readonly<Record<string, string>> = {
   'express-tokenBucket': 'express-noop',
   'express-upstreamLimit': 'express-noop',
 };
+
+/**
+ * keepcount's store in each rate-limit package against the package's own store: issue 16 asks
+ * whether swapping the store makes the server faster, which two runs each beside a bare server
+ * tell only through both runs' noise (the Fastify pair read 1.01 and 0.99 in two full runs of the
+ * same code, against a ceiling of 1.01). Run head to head, one run's noise is left.
+ */
+export const RIVALS: Readonly<Record<string, string>> = {
+  'express-erl-keepcount': 'express-erl-memory',
+  'fastify-frl-keepcount': 'fastify-frl-local',
+};
+
+/** Every pair run side by side besides the bare-server runs: the floors, then the rivals. */
+const PAIRS: Readonly<Record<string, string>> = { ...FLOORS, ...RIVALS };
 
 export interface HttpResults {
   /** Connections autocannon keeps open to each server. */
@@ -142,9 +158,12 @@ export async function runHttp(quick: boolean, only: string[] = []): Promise<Http
   const limited = names.filter((name) => name !== bareOf(name));
   const runs = new Map<string, Run[]>(names.map((n) => [n, []]));
   const ratios = new Map<string, { rps: number[]; cpu: number[] }>(names.map((n) => [n, { rps: [], cpu: [] }]));
-  const floorPairs = Object.entries(FLOORS).filter(([setup, floor]) => names.includes(setup) && names.includes(floor));
-  const overFloor = new Map(
-    floorPairs.map(([setup, floor]) => [setup, { floor, rps: [] as number[], cpu: [] as number[] }]),
+  const pairs = Object.entries(PAIRS).filter(([setup, other]) => names.includes(setup) && names.includes(other));
+  const beside = new Map(
+    pairs.map(([setup, other]) => {
+      const kind = setup in FLOORS ? ('floor' as const) : ('rival' as const);
+      return [setup, { other, kind, rps: [] as number[], cpu: [] as number[] }];
+    }),
   );
   for (let round = 0; round < rounds; round++) {
     // Rotate the order each round so no setup always runs first or last.
@@ -160,11 +179,11 @@ export async function runHttp(quick: boolean, only: string[] = []): Promise<Http
       ratios.get(setup)!.rps.push(ours.rps / bare.rps);
       ratios.get(setup)!.cpu.push(bare.cpuUs / ours.cpuUs);
     }
-    for (const [setup, floor] of floorPairs) {
-      console.log(`http ${setup} beside ${floor} (round ${round + 1}/${rounds})`);
-      const [under, ours] = (await runSideBySide([floor, setup], seconds, warmUpSeconds, cpus.server)) as [Run, Run];
-      overFloor.get(setup)!.rps.push(ours.rps / under.rps);
-      overFloor.get(setup)!.cpu.push(under.cpuUs / ours.cpuUs);
+    for (const [setup, other] of pairs) {
+      console.log(`http ${setup} beside ${other} (round ${round + 1}/${rounds})`);
+      const [them, ours] = (await runSideBySide([other, setup], seconds, warmUpSeconds, cpus.server)) as [Run, Run];
+      beside.get(setup)!.rps.push(ours.rps / them.rps);
+      beside.get(setup)!.cpu.push(them.cpuUs / ours.cpuUs);
     }
     for (const bare of names.filter((name) => name === bareOf(name))) {
       ratios.get(bare)!.rps.push(1);
@@ -191,7 +210,7 @@ export async function runHttp(quick: boolean, only: string[] = []): Promise<Http
         rssGrowth: median(r.map((x) => x.rssGrowth)),
         requests: median(r.map((x) => x.requests)),
         non2xx: r.reduce((sum, x) => sum + x.non2xx, 0),
-        overFloor: overFloor.get(setup),
+        beside: beside.get(setup),
       };
     }),
   };

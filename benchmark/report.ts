@@ -127,20 +127,21 @@ function httpTable(http: HttpResults): string {
         `${fmtBytes(c.rssGrowth)} | ${c.requests.toLocaleString('en-US')} | ${c.non2xx} |`,
     );
   }
-  const withFloor = http.cases.filter((c) => c.overFloor !== undefined);
-  if (withFloor.length > 0) {
+  const paired = http.cases.filter((c) => c.beside !== undefined);
+  if (paired.length > 0) {
     lines.push(
       '',
-      'Each limiter with a floor also ran side by side with that floor, the same way, in runs of their own ' +
-        "(median over rounds of the limiter's figure over the floor's):",
+      "Each limiter with a floor also ran side by side with that floor, and keepcount's stores with the " +
+        "store they replace, the same way, in runs of their own (median over rounds of the setup's figure " +
+        "over the other's):",
       '',
-      '| setup | beside | × floor | × floor (CPU) | rounds |',
+      '| setup | beside | × beside | × beside (CPU) | rounds |',
       '| --- | --- | ---: | ---: | --- |',
     );
-    for (const c of withFloor) {
-      const { floor, rps, cpu } = c.overFloor!;
+    for (const c of paired) {
+      const { other, rps, cpu } = c.beside!;
       lines.push(
-        `| ${c.setup} | ${floor} | ${median(rps).toFixed(3)} | ${median(cpu).toFixed(3)} | ` +
+        `| ${c.setup} | ${other} | ${median(rps).toFixed(3)} | ${median(cpu).toFixed(3)} | ` +
           `${rps.map((r) => r.toFixed(3)).join(' / ')} |`,
       );
     }
