@@ -44,6 +44,15 @@ export interface HttpCase {
   /** Non-2xx answers over all rounds: must be 0 (every limiter admits everything). */
   non2xx: number;
   /**
+   * Median over its runs beside the bare server: how busy the servers' core was (both servers'
+   * CPU time over the run's length) and how busy the load generator was (this process's CPU time
+   * over the run's length), as fractions of one core. A generator near 1 with the servers' core
+   * well below it set the pace itself: throughput ratios are then pressed toward 1, and the CPU
+   * time per request is the truer measure of what a setup costs the server.
+   */
+  serverCoreBusy: number;
+  loadBusy: number;
+  /**
    * For a setup of {@link PAIRS} (a limiter with a floor, or keepcount's store with its rival): per
    * round, its requests/s over those of the other setup run beside it (and the other's CPU per
    * request over its own), in runs of their own.
@@ -101,6 +110,10 @@ interface Run {
   rssGrowth: number;
   requests: number;
   non2xx: number;
+  /** Both servers' CPU time over the run's length (the same in each server's run). */
+  serverCoreBusy: number;
+  /** The load generator's CPU time over the run's length. */
+  loadBusy: number;
 }
 
 /**
@@ -115,8 +128,13 @@ async function runSideBySide(
 ): Promise<Run[]> {
   return sideBySide(setups, cpus, warmUpSeconds, async (servers, driveAll) => {
     const before = await Promise.all(servers.map((server) => server.ask<ServerUsage>('usage')));
+    const loadBefore = process.cpuUsage();
+    const started = performance.now();
     const results = await driveAll(seconds);
+    const elapsedUs = (performance.now() - started) * 1000;
+    const load = process.cpuUsage(loadBefore);
     const after = await Promise.all(servers.map((server) => server.ask<ServerUsage>('usage')));
+    const serversUs = after.reduce((sum, usage, i) => sum + usage.cpuUs - before[i]!.cpuUs, 0);
     return results.map((result, i) => ({
       rps: result.requests.average,
       cpuUs: (after[i]!.cpuUs - before[i]!.cpuUs) / result.requests.total,
@@ -124,6 +142,8 @@ async function runSideBySide(
       rssGrowth: after[i]!.rss - before[i]!.rss,
       requests: result.requests.total,
       non2xx: result.non2xx + result.errors,
+      serverCoreBusy: serversUs / elapsedUs,
+      loadBusy: (load.user + load.system) / elapsedUs,
     }));
   });
 }
@@ -210,6 +230,8 @@ export async function runHttp(quick: boolean, only: string[] = []): Promise<Http
         rssGrowth: median(r.map((x) => x.rssGrowth)),
         requests: median(r.map((x) => x.requests)),
         non2xx: r.reduce((sum, x) => sum + x.non2xx, 0),
+        serverCoreBusy: median(r.map((x) => x.serverCoreBusy)),
+        loadBusy: median(r.map((x) => x.loadBusy)),
         beside: beside.get(setup),
       };
     }),

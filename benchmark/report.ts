@@ -39,6 +39,7 @@ const fmtBytes = (b: number): string => {
   if (a >= 1 << 10) return `${(b / (1 << 10)).toFixed(0)} KiB`;
   return `${b} B`;
 };
+const percent = (fraction: number): string => `${(fraction * 100).toFixed(0)} %`;
 const fmtRatio = (r: number): string => (r >= 10 ? `${r.toFixed(0)}×` : `${r.toFixed(2)}×`);
 const escapeXml = (s: string): string => s.replace(/&/g, '&amp;').replace(/</g, '&lt;').replace(/>/g, '&gt;');
 
@@ -115,16 +116,20 @@ function httpTable(http: HttpResults): string {
       "server's beside it (the core shared equally, this is the bare server's cost per request over the setup's), " +
       '"× bare (CPU)" the same from server CPU time per request (user + system, every thread of the server). ' +
       `Requests/s are each server's with half a core; ${coresLine(http)}. Every limiter admits everything: ` +
-      'the figures are the cost of counting and deciding, with rate-limit headers on.',
+      'the figures are the cost of counting and deciding, with rate-limit headers on. "Servers\' core busy" is ' +
+      "both servers' CPU time over the run's length, \"load generator busy\" autocannon's process's: where the " +
+      "generator is near 100 % and the servers' core is not, the generator set the pace, the throughput ratios " +
+      'are pressed toward 1, and the CPU ratio is the truer figure of what a setup costs the server.',
     '',
-    '| setup | requests/s | × bare server | server CPU µs/request | × bare (CPU) | p99 ms | server RSS growth | requests (= distinct clients) | non-2xx |',
-    '| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |',
+    "| setup | requests/s | × bare server | server CPU µs/request | × bare (CPU) | p99 ms | server RSS growth | requests (= distinct clients) | non-2xx | servers' core busy | load generator busy |",
+    '| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |',
   ];
   for (const c of http.cases) {
     lines.push(
       `| ${c.setup} | ${c.rps.toFixed(0)} | ${relativeRps(http, c.setup).toFixed(2)} | ${c.cpuUs.toFixed(1)} | ` +
         `${relativeCpu(http, c.setup).toFixed(2)} | ${c.p99} | ` +
-        `${fmtBytes(c.rssGrowth)} | ${c.requests.toLocaleString('en-US')} | ${c.non2xx} |`,
+        `${fmtBytes(c.rssGrowth)} | ${c.requests.toLocaleString('en-US')} | ${c.non2xx} | ` +
+        `${percent(c.serverCoreBusy)} | ${percent(c.loadBusy)} |`,
     );
   }
   const paired = http.cases.filter((c) => c.beside !== undefined);

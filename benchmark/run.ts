@@ -424,15 +424,34 @@ if (clusterRun.skipped === undefined) {
   });
 }
 
+/**
+ * The ratio a throughput target on `setup` is judged by: the throughput ratio, unless the load
+ * generator set the pace of the setup's runs (its core busier than the servers', as on node:http
+ * and Fastify here, whose servers need about as much CPU a request as autocannon):
+ * the generator then shares itself out between the two servers and presses their throughput
+ * ratio toward 1, so the ratio of server CPU per request is taken, the throughput the server
+ * reaches once it is the bottleneck. `note` says which, for the report.
+ */
+function judged(setup: string, rpsRatio: number, cpuRatio: number): { ratio: number; note: string } {
+  const c = http.cases.find((x) => x.setup === setup)!;
+  const busy = `load generator ${(c.loadBusy * 100).toFixed(0)} % busy, servers' core ${(c.serverCoreBusy * 100).toFixed(0)} %`;
+  if (c.loadBusy > c.serverCoreBusy) {
+    return { ratio: cpuRatio, note: `judged by CPU per request: the ${busy}` };
+  }
+  return { ratio: rpsRatio, note: `judged by throughput: ${busy}` };
+}
+
 for (const framework of ['node', 'express']) {
   for (const limiter of ['rateLimit', 'tokenBucket', 'upstreamLimit']) {
-    const r = relativeRps(http, `${framework}-${limiter}`);
-    const cpu = relativeCpu(http, `${framework}-${limiter}`);
+    const setup = `${framework}-${limiter}`;
+    const r = relativeRps(http, setup);
+    const cpu = relativeCpu(http, setup);
+    const j = judged(setup, r, cpu);
     targets.push({
       what: `${framework} ${limiter}, end to end, vs the bare server`,
       goal: '≥ 0.95× the throughput',
-      measured: `${r.toFixed(2)}× (by server CPU per request: ${cpu.toFixed(2)}×)`,
-      met: r >= 0.95,
+      measured: `${r.toFixed(3)}× (by server CPU per request: ${cpu.toFixed(3)}×; ${j.note})`,
+      met: j.ratio >= 0.95,
     });
   }
 }
@@ -446,14 +465,16 @@ for (const c of http.cases) {
   if (c.beside?.kind !== 'floor') continue;
   const floor = c.beside.other;
   const r = median(c.beside.rps);
+  const cpu = median(c.beside.cpu);
+  const j = judged(c.setup, r, cpu);
   targets.push({
     what: `${c.setup.replace('-', ' ')}, end to end, honest target: over ${floor}`,
     goal: `≥ 0.95× its throughput (${floor} itself: ${relativeRps(http, floor).toFixed(2)}× the bare server)`,
     // Three decimals: a ratio a hair under the goal must not print as the goal.
     measured:
-      `${r.toFixed(3)}× side by side (by server CPU per request: ${median(c.beside.cpu).toFixed(3)}×); ` +
+      `${r.toFixed(3)}× side by side (by server CPU per request: ${cpu.toFixed(3)}×; ${j.note}); ` +
       `via each one's bare server ${relativeRps(http, c.setup, floor).toFixed(3)}×`,
-    met: r >= 0.95,
+    met: j.ratio >= 0.95,
   });
 }
 const rps = (setup: string): number => http.cases.find((c) => c.setup === setup)!.rps;
@@ -468,14 +489,25 @@ const storeCheaper = paired(rate, ['express-rate-limit MemoryStore.increment', s
  */
 function storeRatio(setup: string, rival: string): { ratio: number; how: string } {
   const viaBare = relativeRps(http, setup, rival);
+  const viaBareCpu = relativeCpu(http, setup, rival);
   const beside = http.cases.find((c) => c.setup === setup)?.beside;
-  if (beside?.other !== rival) return { ratio: viaBare, how: 'median over rounds, each beside its bare server' };
-  const ratio = median(beside.rps);
+  if (beside?.other !== rival) {
+    const j = judged(setup, viaBare, viaBareCpu);
+    return {
+      ratio: j.ratio,
+      how:
+        `each beside its bare server, median over rounds: ${viaBare.toFixed(3)}× by throughput, ` +
+        `${viaBareCpu.toFixed(3)}× by server CPU per request; ${j.note}`,
+    };
+  }
+  const r = median(beside.rps);
+  const cpu = median(beside.cpu);
+  const j = judged(setup, r, cpu);
   return {
-    ratio,
+    ratio: j.ratio,
     how:
-      `median over rounds head to head, by server CPU per request ${median(beside.cpu).toFixed(3)}×; ` +
-      `via each one's bare server ${viaBare.toFixed(3)}×`,
+      `head to head, median over rounds: ${r.toFixed(3)}× by throughput, ${cpu.toFixed(3)}× by server CPU ` +
+      `per request; ${j.note}; via each one's bare server ${viaBare.toFixed(3)}×`,
   };
 }
 const erl = storeRatio('express-erl-keepcount', 'express-erl-memory');
