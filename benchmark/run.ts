@@ -15,7 +15,8 @@ import type { HttpResults } from './http.js';
 import type { ClusterResults } from './cluster.js';
 import type { RedisResults } from './redis.js';
 import { median } from './side-by-side.js';
-import { chart, relativeCpu, relativeRps, markdown, type CargoRun, type Machine, type Target } from './report.js';
+import { httpTargets } from './http-targets.js';
+import { chart, markdown, type CargoRun, type Machine, type Target } from './report.js';
 
 const root = join(__dirname, '..');
 const { values } = parseArgs({ options: { quick: { type: 'boolean', default: false } } });
@@ -424,138 +425,18 @@ if (clusterRun.skipped === undefined) {
   });
 }
 
-/**
- * The ratio a throughput target on `setup` is judged by: the throughput ratio, unless the load
- * generator set the pace of the setup's runs (its core busier than the servers', as on node:http
- * and Fastify here, whose servers need about as much CPU a request as autocannon):
- * the generator then shares itself out between the two servers and presses their throughput
- * ratio toward 1, so the ratio of server CPU per request is taken, the throughput the server
- * reaches once it is the bottleneck. `note` says which, for the report.
- */
-function judged(setup: string, rpsRatio: number, cpuRatio: number): { ratio: number; note: string } {
-  const c = http.cases.find((x) => x.setup === setup)!;
-  const busy = `load generator ${(c.loadBusy * 100).toFixed(0)} % busy, servers' core ${(c.serverCoreBusy * 100).toFixed(0)} %`;
-  if (c.loadBusy > c.serverCoreBusy) {
-    return { ratio: cpuRatio, note: `judged by CPU per request: the ${busy}` };
-  }
-  return { ratio: rpsRatio, note: `judged by throughput: ${busy}` };
-}
-
-for (const framework of ['node', 'express']) {
-  for (const limiter of ['rateLimit', 'tokenBucket', 'upstreamLimit']) {
-    const setup = `${framework}-${limiter}`;
-    const r = relativeRps(http, setup);
-    const cpu = relativeCpu(http, setup);
-    const j = judged(setup, r, cpu);
-    targets.push({
-      what: `${framework} ${limiter}, end to end, vs the bare server`,
-      goal: '≥ 0.95× the throughput',
-      measured: `${r.toFixed(3)}× (by server CPU per request: ${cpu.toFixed(3)}×; ${j.note})`,
-      met: j.ratio >= 0.95,
-    });
-  }
-}
-// Issue 16's honest target end to end: a limiter cannot cost less than its framework charges any
-// middleware doing the same visible work: Express's one more layer (express-noop) and, for
-// rateLimit with its headers on, Node's validating and sending the two fields (`-headers`, with
-// constant values). What the limiter adds over that floor is the key, the count and the decision.
-// Read from the runs of each limiter beside its floor (http.ts FLOORS); the ratio of the two
-// figures over the bare servers is printed beside it.
-for (const c of http.cases) {
-  if (c.beside?.kind !== 'floor') continue;
-  const floor = c.beside.other;
-  const r = median(c.beside.rps);
-  const cpu = median(c.beside.cpu);
-  const j = judged(c.setup, r, cpu);
-  targets.push({
-    what: `${c.setup.replace('-', ' ')}, end to end, honest target: over ${floor}`,
-    goal: `≥ 0.95× its throughput (${floor} itself: ${relativeRps(http, floor).toFixed(2)}× the bare server)`,
-    // Three decimals: a ratio a hair under the goal must not print as the goal.
-    measured:
-      `${r.toFixed(3)}× side by side (by server CPU per request: ${cpu.toFixed(3)}×; ${j.note}); ` +
-      `via each one's bare server ${relativeRps(http, c.setup, floor).toFixed(3)}×`,
-    met: j.ratio >= 0.95,
-  });
-}
-const rps = (setup: string): number => http.cases.find((c) => c.setup === setup)!.rps;
-const cpuUs = (setup: string): number => http.cases.find((c) => c.setup === setup)!.cpuUs;
 const storeName = `keepcount KeepcountStore.increment (${node.backends[0]})`;
-const storeCall = ns(rate, storeName)!;
-const memoryCall = ns(rate, 'express-rate-limit MemoryStore.increment')!;
-const storeCheaper = paired(rate, ['express-rate-limit MemoryStore.increment', storeName], (m, k) => m / k);
-/**
- * keepcount's store over the store it replaces, end to end: from their runs head to head
- * (http.ts RIVALS) when there were any, else through each one's run beside its bare server.
- */
-function storeRatio(setup: string, rival: string): { ratio: number; how: string } {
-  const viaBare = relativeRps(http, setup, rival);
-  const viaBareCpu = relativeCpu(http, setup, rival);
-  const beside = http.cases.find((c) => c.setup === setup)?.beside;
-  if (beside?.other !== rival) {
-    const j = judged(setup, viaBare, viaBareCpu);
-    return {
-      ratio: j.ratio,
-      how:
-        `each beside its bare server, median over rounds: ${viaBare.toFixed(3)}× by throughput, ` +
-        `${viaBareCpu.toFixed(3)}× by server CPU per request; ${j.note}`,
-    };
-  }
-  const r = median(beside.rps);
-  const cpu = median(beside.cpu);
-  const j = judged(setup, r, cpu);
-  return {
-    ratio: j.ratio,
-    how:
-      `head to head, median over rounds: ${r.toFixed(3)}× by throughput, ${cpu.toFixed(3)}× by server CPU ` +
-      `per request; ${j.note}; via each one's bare server ${viaBare.toFixed(3)}×`,
-  };
-}
-const erl = storeRatio('express-erl-keepcount', 'express-erl-memory');
-const frl = storeRatio('fastify-frl-keepcount', 'fastify-frl-local');
-const erlRatio = erl.ratio;
-const frlRatio = frl.ratio;
-targets.push({
-  what: 'express-rate-limit with KeepcountStore vs MemoryStore, end to end',
-  goal: '≥ 1.1× the throughput',
-  measured:
-    `${rps('express-erl-keepcount').toFixed(0)} vs ${rps('express-erl-memory').toFixed(0)} req/s: ` +
-    `${erlRatio.toFixed(3)}× (${erl.how}); per increment, awaited, ` +
-    `${storeCall.toFixed(0)} vs ${memoryCall.toFixed(0)} ns (${storeCheaper.toFixed(1)}×), of a ` +
-    `${cpuUs('express-erl-memory').toFixed(0)} µs request (server CPU)`,
-  met: erlRatio >= 1.1,
-});
-// Issue 16's honest target where 1.1× is out of reach: a store that cost nothing would save the
-// request its MemoryStore increment and no more, so no store can beat MemoryStore end to end by
-// more than request / (request − increment).
-const requestNs = 1000 * cpuUs('express-erl-memory');
-const ceiling = requestNs / (requestNs - memoryCall);
-targets.push({
-  what: 'express-rate-limit with KeepcountStore vs MemoryStore, honest target',
-  goal: `≥ 1.1× cheaper per increment; end to end ≥ 0.95× (any store's ceiling here: ${ceiling.toFixed(3)}×)`,
-  measured: `${storeCheaper.toFixed(2)}× cheaper per increment; ${erlRatio.toFixed(3)}× end to end`,
-  met: storeCheaper >= 1.1 && erlRatio >= 0.95,
-});
-targets.push({
-  what: "@fastify/rate-limit with keepcount's store vs its local store, end to end",
-  goal: '≥ 1.0× the throughput',
-  measured: `${rps('fastify-frl-keepcount').toFixed(0)} vs ${rps('fastify-frl-local').toFixed(0)} req/s: ${frlRatio.toFixed(3)}× (${frl.how})`,
-  met: frlRatio >= 1.0,
-});
-// The same ceiling for @fastify/rate-limit: its LocalStore's incr is all a store could save.
 const fastifyName = `keepcount Fastify store incr (${node.backends[0]})`;
-const localCall = ns(rate, '@fastify/rate-limit LocalStore.incr')!;
-const fastifyCall = ns(rate, fastifyName)!;
-const fastifyCheaper = paired(rate, ['@fastify/rate-limit LocalStore.incr', fastifyName], (l, k) => l / k);
-const fastifyRequestNs = 1e9 / rps('fastify-frl-local');
-const fastifyCeiling = fastifyRequestNs / (fastifyRequestNs - localCall);
-targets.push({
-  what: "@fastify/rate-limit with keepcount's store vs its local store, honest target",
-  goal: `cheaper per increment; end to end ≥ 0.95× (any store's ceiling here: ${fastifyCeiling.toFixed(3)}×)`,
-  measured:
-    `${fastifyCall.toFixed(0)} vs ${localCall.toFixed(0)} ns per increment (${fastifyCheaper.toFixed(2)}×); ` +
-    `${frlRatio.toFixed(3)}× end to end`,
-  met: fastifyCheaper >= 1 && frlRatio >= 0.95,
-});
+targets.push(
+  ...httpTargets(http, {
+    keepcountStore: ns(rate, storeName)!,
+    memoryStore: ns(rate, 'express-rate-limit MemoryStore.increment')!,
+    keepcountStoreCheaper: paired(rate, ['express-rate-limit MemoryStore.increment', storeName], (m, k) => m / k),
+    fastifyStore: ns(rate, fastifyName)!,
+    localStore: ns(rate, '@fastify/rate-limit LocalStore.incr')!,
+    fastifyStoreCheaper: paired(rate, ['@fastify/rate-limit LocalStore.incr', fastifyName], (l, k) => l / k),
+  }),
+);
 
 for (const ours of redis.sequential.filter((c) => c.name.startsWith('keepcount'))) {
   for (const peer of [...redis.sequential, ...redis.concurrent].filter((c) => !c.name.startsWith('keepcount'))) {
