@@ -1,5 +1,6 @@
 /**
- * The Node suites: `node --import=tsx benchmark/node.ts [--quick] [--suite ID] --out results.json`.
+ * The Node suites: `node --expose-gc --import=tsx benchmark/node.ts [--quick] [--suite ID] --out results.json`
+ * (without `--expose-gc` the side-by-side slices end without their young-generation collection).
  * `run.ts` runs each suite in a fresh process: peers leave work behind (rate-limiter-flexible arms
  * a timer per key, 1M of them expire during later suites) and large heaps slow every later
  * allocation, so sharing a process would charge one suite for another's garbage.

@@ -115,6 +115,8 @@ for (const id of SUITE_IDS) {
   const part = join(mkdtempSync(join(tmpdir(), 'keepcount-suite-')), 'part.json');
   log(`node benchmark/node.ts${quick ? ' --quick' : ''} --suite ${id}`);
   run(process.execPath, [
+    // For the side-by-side rounds' collection after every slice (side-by-side.ts).
+    '--expose-gc',
     '--import=tsx',
     join(__dirname, 'node.ts'),
     ...(quick ? ['--quick'] : []),

@@ -9,8 +9,19 @@
  * (`Inflight.enter` + `leave` over its floor 1.11× in one run, 1.68× in the next; the Fastify
  * store 1.08× cheaper than @fastify/rate-limit's `LocalStore` in one, 0.81× in the next). Slices a
  * few tens of milliseconds long put both sides of a ratio in the same spell of the machine.
+ *
+ * Garbage: a slice that allocates leaves young objects behind, and whichever slice comes next
+ * paid to collect them when the order only rotated, so that every case always followed the same
+ * neighbour: `KeepcountStore.increment` always came after express-rate-limit's `MemoryStore`,
+ * which allocates a client record per new key, and read 1,484 ns side by side against 1,255 by
+ * benny, whose cases run half a second each (2026-11-28 09:23). So each round runs the cases in
+ * a fresh order (seeded: runs repeat), and with `--expose-gc` every slice ends with a
+ * young-generation collection timed as its own: each case pays for the young garbage it left,
+ * the next one starts with none (the same suite then: 1,007 side by side, 1,166 by benny; the
+ * `MemoryStore` 2,019 and 1,969).
  */
 import type { Case } from './case.js';
+import { prng } from './data.js';
 
 export interface SideBySideOptions {
   /** Rounds measured (after `warmUpRounds` more that are not). */
@@ -25,27 +36,49 @@ export interface SideBySideOptions {
 export async function sideBySide(cases: Case[], options: SideBySideOptions): Promise<number[][]> {
   const { rounds, sliceMs, warmUpRounds } = options;
   const perCase = cases.map(() => [] as number[]);
+  const random = prng(cases.length);
+  const collectYoung = youngCollector();
+  collectYoung?.();
   for (let round = -warmUpRounds; round < rounds; round++) {
-    // Rotated like benny's rounds: no case always follows the same neighbour's garbage.
-    for (let k = 0; k < cases.length; k++) {
-      const i = (k + Math.max(0, round)) % cases.length;
-      const ns = await slice(cases[i]!, sliceMs);
+    for (const i of shuffled(cases.length, random)) {
+      const ns = await slice(cases[i]!, sliceMs, collectYoung);
       if (round >= 0) perCase[i]!.push(ns);
     }
   }
   return perCase;
 }
 
-/** Runs `c` for at least `ms` and returns its ns per operation. */
-async function slice(c: Case, ms: number): Promise<number> {
+/**
+ * Runs `c` for at least `ms`, then `collectYoung` (if any) on its clock, and returns its ns per
+ * operation.
+ */
+async function slice(c: Case, ms: number, collectYoung: (() => void) | undefined): Promise<number> {
   const start = performance.now();
   for (let calls = 1; ; calls++) {
     const result = c.run();
     // Async cases' batches return a promise; sync ones are not awaited (a microtask per batch).
     if (result instanceof Promise) await result;
-    const elapsed = performance.now() - start;
-    if (elapsed >= ms) return (elapsed * 1e6) / (calls * c.batch);
+    if (performance.now() - start >= ms) {
+      collectYoung?.();
+      return ((performance.now() - start) * 1e6) / (calls * c.batch);
+    }
   }
+}
+
+/** A young-generation collection (a scavenge), if the process runs with `--expose-gc`. */
+function youngCollector(): (() => void) | undefined {
+  const gc = (globalThis as { gc?: (options: { type: 'minor' }) => void }).gc;
+  return gc === undefined ? undefined : () => gc({ type: 'minor' });
+}
+
+/** The indexes `0 … n − 1` in an order drawn from `random` (Fisher–Yates). */
+function shuffled(n: number, random: () => number): number[] {
+  const order = Array.from({ length: n }, (_, i) => i);
+  for (let i = n - 1; i > 0; i--) {
+    const j = Math.floor(random() * (i + 1));
+    [order[i], order[j]] = [order[j]!, order[i]!];
+  }
+  return order;
 }
 
 /** The median of `xs` (the mean of the middle two for an even count). */
