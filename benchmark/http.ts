@@ -46,9 +46,9 @@ export interface HttpCase {
   /**
    * Median over its runs beside the bare server: how busy the servers' core was (both servers'
    * CPU time over the run's length) and how busy the load generator was (this process's CPU time
-   * over the run's length), as fractions of one core. A generator near 1 with the servers' core
-   * well below it set the pace itself: throughput ratios are then pressed toward 1, and the CPU
-   * time per request is the truer measure of what a setup costs the server.
+   * over the run's length), as fractions of one core. A generator busier than the servers' core
+   * set the pace itself: throughput ratios are then pressed toward 1, and the CPU time per
+   * request is the truer measure of what a setup costs the server (http-targets.ts `judged`).
    */
   serverCoreBusy: number;
   loadBusy: number;
