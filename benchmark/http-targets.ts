@@ -26,10 +26,11 @@ export interface StoreCalls {
 /**
  * The ratio a throughput target on `setup` is judged by: the throughput ratio, unless the load
  * generator set the pace of the setup's runs (its core busier than the servers', as on node:http
- * and Fastify here, whose servers need about as much CPU a request as autocannon):
- * the generator then shares itself out between the two servers and presses their throughput
- * ratio toward 1, so the ratio of server CPU per request is taken, the throughput the server
- * reaches once it is the bottleneck. `note` says which, for the report.
+ * and Fastify before `drive` stopped rebuilding every request: their servers needed about as much
+ * CPU a request as autocannon did): the generator then shares itself out between the two servers
+ * and presses their throughput ratio toward 1, so the ratio of server CPU per request is taken.
+ * That one is pressed toward 1 as well, if less (an idle server pays for waking up once per
+ * request, and both pay it alike), so a target judged by it says so. `note` says which.
  */
 function judged(http: HttpResults, setup: string, rpsRatio: number, cpuRatio: number): { ratio: number; note: string } {
   const c = http.cases.find((x) => x.setup === setup)!;
