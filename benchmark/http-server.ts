@@ -190,6 +190,22 @@ export const PARTS: Record<string, Setup> = {
       sendRateLimitFields(req, res, next);
     },
   ]),
+  // `tokenBucket` and `upstreamLimit` on node:http piece by piece over the bare server: one more
+  // middleware that does nothing, the default key, and one call into the native core with a
+  // constant key (as the Express parts below).
+  'node-part-noop': nodeServer([(_req, _res, next) => next()]),
+  'node-part-key': nodeServer([
+    (req, _res, next) => {
+      sink = ipKey(clientIp(req, 1));
+      next();
+    },
+  ]),
+  'node-part-check': nodeServer([
+    (_req, _res, next) => {
+      sink = partLimiter.check('x', 1);
+      next();
+    },
+  ]),
   // Allocates about what a key extraction does, without parsing.
   'express-part-alloc': expressServer([
     (req, _res, next) => {
