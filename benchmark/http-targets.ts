@@ -32,13 +32,18 @@ export interface StoreCalls {
  * That one is pressed toward 1 as well, if less (an idle server pays for waking up once per
  * request, and both pay it alike), so a target judged by it says so. `note` says which.
  */
-function judged(http: HttpResults, setup: string, rpsRatio: number, cpuRatio: number): { ratio: number; note: string } {
+function judged(
+  http: HttpResults,
+  setup: string,
+  rpsRatio: number,
+  cpuRatio: number,
+): { ratio: number; byCpu: boolean; note: string } {
   const c = http.cases.find((x) => x.setup === setup)!;
   const busy = `load generator ${(c.loadBusy * 100).toFixed(0)} % busy, servers' core ${(c.serverCoreBusy * 100).toFixed(0)} %`;
   if (c.loadBusy > c.serverCoreBusy) {
-    return { ratio: cpuRatio, note: `judged by CPU per request: the ${busy}` };
+    return { ratio: cpuRatio, byCpu: true, note: `judged by CPU per request: the ${busy}` };
   }
-  return { ratio: rpsRatio, note: `judged by throughput: ${busy}` };
+  return { ratio: rpsRatio, byCpu: false, note: `judged by throughput: ${busy}` };
 }
 
 /**
@@ -66,6 +71,36 @@ function storeRatio(http: HttpResults, setup: string, rival: string): { ratio: n
     how:
       `head to head, median over rounds: ${r.toFixed(3)}× by throughput, ${cpu.toFixed(3)}× by server CPU ` +
       `per request; ${j.note}; via each one's bare server ${viaBare.toFixed(3)}×`,
+  };
+}
+
+/**
+ * Issue 16's honest target for node:http `rateLimit`, where the floor target is out of reach: on a
+ * hello-world of ~18 µs a request the default key and one native call, each run alone beside the
+ * bare server (`node-key`, `node-check`), cost more than 5 % together (0.975 × 0.964 = 0.940 on
+ * 2026-11-28, benchmark/README.md). As for the per-call targets, the goal is then what the limiter
+ * adds over its floor, here its cost over `node-headers` at most 1.25× what those two pieces cost,
+ * both read by the measure {@link judged} picks. `undefined` when the run lacks a piece.
+ */
+function piecesTarget(http: HttpResults): Target | undefined {
+  const beside = http.cases.find((c) => c.setup === 'node-rateLimit')?.beside;
+  const have = (setup: string): boolean => http.cases.some((c) => c.setup === setup);
+  if (beside?.kind !== 'floor' || !have('node-key') || !have('node-check')) return undefined;
+  const j = judged(http, 'node-rateLimit', median(beside.rps), median(beside.cpu));
+  const over = (setup: string): number => (j.byCpu ? relativeCpu(http, setup) : relativeRps(http, setup));
+  const key = over('node-key');
+  const check = over('node-check');
+  const piecesCost = 1 - key * check;
+  const cost = 1 - j.ratio;
+  const percent = (x: number): string => `${(100 * x).toFixed(1)} %`;
+  return {
+    what: `node rateLimit, end to end, honest target: its cost over ${beside.other} against the key and one native call`,
+    goal: '≤ 1.25× what node-key and node-check cost together, each beside the bare server',
+    measured:
+      `${percent(cost)} over ${beside.other} against ${percent(piecesCost)} for the two pieces ` +
+      `(node-key ${key.toFixed(3)}×, node-check ${check.toFixed(3)}×; ${j.note})` +
+      (piecesCost > 0 ? `: ${(cost / piecesCost).toFixed(2)}×` : ''),
+    met: cost <= 1.25 * piecesCost,
   };
 }
 
@@ -108,6 +143,8 @@ export function httpTargets(http: HttpResults, calls: StoreCalls): Target[] {
       met: j.ratio >= 0.95,
     });
   }
+  const pieces = piecesTarget(http);
+  if (pieces !== undefined) targets.push(pieces);
   const rps = (setup: string): number => http.cases.find((c) => c.setup === setup)!.rps;
   const cpuUs = (setup: string): number => http.cases.find((c) => c.setup === setup)!.cpuUs;
   const erl = storeRatio(http, 'express-erl-keepcount', 'express-erl-memory');
