@@ -75,12 +75,14 @@ function storeRatio(http: HttpResults, setup: string, rival: string): { ratio: n
 }
 
 /**
- * Issue 16's honest target for node:http `rateLimit`, where the floor target is out of reach: on a
+ * Issue 16's honest target for node:http `rateLimit`, whose floor target may be out of reach: on a
  * hello-world of ~18 µs a request the default key and one native call, each run alone beside the
- * bare server (`node-key`, `node-check`), cost more than 5 % together (0.975 × 0.964 = 0.940 on
- * 2026-11-28, benchmark/README.md). As for the per-call targets, the goal is then what the limiter
- * adds over its floor, here its cost over `node-headers` at most 1.25× what those two pieces cost,
- * both read by the measure {@link judged} picks. `undefined` when the run lacks a piece.
+ * bare server (`node-key`, `node-check`), cost more than 5 % together in one run (0.975 × 0.964 =
+ * 0.940 on 2026-11-28; the full run after it read 0.976, benchmark/README.md: each piece moves
+ * between runs by about its own size). As for the per-call targets, the goal is then what the
+ * limiter adds over its floor, here its cost over `node-headers` at most 1.25× what those two
+ * pieces cost, both read by the measure {@link judged} picks. `undefined` when the run lacks a
+ * piece.
  */
 function piecesTarget(http: HttpResults): Target | undefined {
   const beside = http.cases.find((c) => c.setup === 'node-rateLimit')?.beside;
