@@ -1,5 +1,6 @@
 /**
- * The end-to-end HTTP benchmark: `node --import=tsx benchmark/http.ts [--quick] --out http.json`.
+ * The end-to-end HTTP benchmark: `node --import=tsx benchmark/http.ts [--quick] [--setup NAME]…
+ * [--pair SETUP:OTHER]… --out http.json`.
  *
  * For each setup of `http-server.ts` (a hello-world on node:http, Express or Fastify behind a
  * limiter), this process starts the server in a child process beside its framework's bare server,
@@ -12,7 +13,9 @@
  * With two cores or more the servers run on one and autocannon on the others (`splitCores` in
  * load.ts), so what a limiter costs comes out of the servers' core; the report says which cores
  * each side had. A limiter with a floor ({@link FLOORS}) also runs beside that floor every round,
- * and keepcount's store for a rate-limit package beside the package's own store ({@link RIVALS}).
+ * as do the pieces of node:http `rateLimit` ({@link PIECES}), and keepcount's store for a
+ * rate-limit package beside the package's own store ({@link RIVALS}); so does each pair asked for
+ * with `--pair` (then only the setups named run).
  */
 import { writeFileSync } from 'node:fs';
 import { parseArgs } from 'node:util';
@@ -53,11 +56,11 @@ export interface HttpCase {
   serverCoreBusy: number;
   loadBusy: number;
   /**
-   * For a setup of {@link PAIRS} (a limiter with a floor, or keepcount's store with its rival): per
+   * For a setup of {@link PAIRS} (a limiter with a floor, the pieces, or keepcount's store with its rival): per
    * round, its requests/s over those of the other setup run beside it (and the other's CPU per
    * request over its own), in runs of their own.
    */
-  beside?: { other: string; kind: 'floor' | 'rival'; rps: number[]; cpu: number[] };
+  beside?: { other: string; kind: 'floor' | 'pieces' | 'rival'; rps: number[]; cpu: number[] };
 }
 
 /**
@@ -85,8 +88,22 @@ export const RIVALS: Readonly<Record<string, string>> = {
   'fastify-frl-keepcount': 'fastify-frl-local',
 };
 
-/** Every pair run side by side besides the bare-server runs: the floors, then the rivals. */
-const PAIRS: Readonly<Record<string, string>> = { ...FLOORS, ...RIVALS };
+/**
+ * The pieces every limiter does per request (the key, one native call that takes it) over the
+ * floor they share with node:http `rateLimit`: the yardstick of its honest target (http-targets.ts
+ * `piecesTarget`). Run beside `node-headers` as `rateLimit` is, so that the two costs compared are
+ * each one run's ratio: taken each alone through the bare server, the key and a call moved between
+ * two runs by about what they cost (0.975 and 0.993 for the key, 0.964 and 0.983 for the call).
+ */
+export const PIECES: Readonly<Record<string, string>> = {
+  'node-pieces': 'node-headers',
+};
+
+/** Every pair run side by side besides the bare-server runs: the floors, the pieces, the rivals. */
+const PAIRS: Readonly<Record<string, string>> = { ...FLOORS, ...PIECES, ...RIVALS };
+
+const pairKind = (setup: string): 'floor' | 'pieces' | 'rival' =>
+  setup in FLOORS ? 'floor' : setup in PIECES ? 'pieces' : 'rival';
 
 export interface HttpResults {
   /** Connections autocannon keeps open to each server. */
@@ -101,6 +118,22 @@ export interface HttpResults {
   /** The CPUs the load generator ran on, or `undefined` when shared. */
   loadCpus: number[] | undefined;
   cases: HttpCase[];
+  /** The pairs asked for by name (`--pair`), in the order asked. */
+  askedPairs: AskedPair[];
+}
+
+/**
+ * A pair asked for by name (`--pair setup:other`), to tell what one piece of a limiter costs over
+ * another (the count over a one-call floor, say): run side by side every round as the pairs of
+ * {@link PAIRS} are, recorded the same way as their `beside`.
+ */
+export interface AskedPair {
+  setup: string;
+  other: string;
+  /** Per round, `setup`'s requests/s over `other`'s. */
+  rps: number[];
+  /** Per round, `other`'s CPU per request over `setup`'s. */
+  cpu: number[];
 }
 
 interface Run {
@@ -158,7 +191,11 @@ const median = (xs: number[]): number => [...xs].sort((a, b) => a - b)[Math.floo
  * equally, the setup's throughput over the bare server's is the bare server's cost per request
  * over the setup's; both that ratio and the ratio of their CPU times per request are recorded.
  */
-export async function runHttp(quick: boolean, only: string[] = []): Promise<HttpResults> {
+export async function runHttp(
+  quick: boolean,
+  only: string[] = [],
+  asked: ReadonlyArray<readonly [string, string]> = [],
+): Promise<HttpResults> {
   // Five short rounds rather than two long ones: the load on a shared VM drifts over minutes, and
   // the median of the ratios drops the rounds a neighbour's burst spoiled.
   const seconds = quick ? 1 : 4;
@@ -169,8 +206,8 @@ export async function runHttp(quick: boolean, only: string[] = []): Promise<Http
   // 10 s (a do-nothing middleware 0.975 both times), `tokenBucket` 0.892 and 0.947. Instruction
   // counts (callgrind, 2,000 requests after 3,000) gave the check +0.04 % over the bare server.
   const warmUpSeconds = quick ? 1 : 10;
-  const asked = only.length > 0 ? only : Object.keys(SETUPS);
-  const names = [...new Set([...asked.map(bareOf), ...asked])];
+  const chosen = only.length > 0 || asked.length > 0 ? [...only, ...asked.flat()] : Object.keys(SETUPS);
+  const names = [...new Set([...chosen.map(bareOf), ...chosen])];
   const known = [...Object.keys(SETUPS), ...Object.keys(PARTS)];
   const unknown = names.filter((name) => !known.includes(name));
   if (unknown.length > 0) throw new Error(`unknown setups ${unknown.join(', ')}; known: ${known.join(', ')}`);
@@ -181,10 +218,10 @@ export async function runHttp(quick: boolean, only: string[] = []): Promise<Http
   const pairs = Object.entries(PAIRS).filter(([setup, other]) => names.includes(setup) && names.includes(other));
   const beside = new Map(
     pairs.map(([setup, other]) => {
-      const kind = setup in FLOORS ? ('floor' as const) : ('rival' as const);
-      return [setup, { other, kind, rps: [] as number[], cpu: [] as number[] }];
+      return [setup, { other, kind: pairKind(setup), rps: [] as number[], cpu: [] as number[] }];
     }),
   );
+  const askedPairs = asked.map(([setup, other]) => ({ setup, other, rps: [] as number[], cpu: [] as number[] }));
   for (let round = 0; round < rounds; round++) {
     // Rotate the order each round so no setup always runs first or last.
     const order = limited.map((_, i) => limited[(i + round) % limited.length]!);
@@ -199,11 +236,15 @@ export async function runHttp(quick: boolean, only: string[] = []): Promise<Http
       ratios.get(setup)!.rps.push(ours.rps / bare.rps);
       ratios.get(setup)!.cpu.push(bare.cpuUs / ours.cpuUs);
     }
-    for (const [setup, other] of pairs) {
+    const both = [
+      ...pairs.map(([setup, other]) => ({ setup, other, into: beside.get(setup)! })),
+      ...askedPairs.map((into) => ({ ...into, into })),
+    ];
+    for (const { setup, other, into } of both) {
       console.log(`http ${setup} beside ${other} (round ${round + 1}/${rounds})`);
       const [them, ours] = (await runSideBySide([other, setup], seconds, warmUpSeconds, cpus.server)) as [Run, Run];
-      beside.get(setup)!.rps.push(ours.rps / them.rps);
-      beside.get(setup)!.cpu.push(them.cpuUs / ours.cpuUs);
+      into.rps.push(ours.rps / them.rps);
+      into.cpu.push(them.cpuUs / ours.cpuUs);
     }
     for (const bare of names.filter((name) => name === bareOf(name))) {
       ratios.get(bare)!.rps.push(1);
@@ -235,6 +276,7 @@ export async function runHttp(quick: boolean, only: string[] = []): Promise<Http
         beside: beside.get(setup),
       };
     }),
+    askedPairs,
   };
 }
 
@@ -244,9 +286,17 @@ if (require.main === module) {
       quick: { type: 'boolean', default: false },
       out: { type: 'string' },
       setup: { type: 'string', multiple: true },
+      pair: { type: 'string', multiple: true },
     },
   });
-  runHttp(values.quick, values.setup)
+  const pairs = (values.pair ?? []).map((pair) => {
+    const [setup, other, ...rest] = pair.split(':');
+    if (setup === undefined || other === undefined || setup === '' || other === '' || rest.length > 0) {
+      throw new Error(`--pair takes setup:other, got ${JSON.stringify(pair)}`);
+    }
+    return [setup, other] as const;
+  });
+  runHttp(values.quick, values.setup, pairs)
     .then((results) => {
       const json = JSON.stringify(results, null, 2) + '\n';
       if (values.out !== undefined) writeFileSync(values.out, json);

@@ -133,20 +133,22 @@ function httpTable(http: HttpResults): string {
     );
   }
   const paired = http.cases.filter((c) => c.beside !== undefined);
-  if (paired.length > 0) {
+  if (paired.length > 0 || http.askedPairs.length > 0) {
     lines.push(
       '',
-      "Each limiter with a floor also ran side by side with that floor, and keepcount's stores with the " +
-        "store they replace, the same way, in runs of their own (median over rounds of the setup's figure " +
-        "over the other's):",
+      "Each limiter with a floor also ran side by side with that floor, node-pieces with node:http rateLimit's " +
+        "floor, keepcount's stores with the store they replace, and each pair asked for by name (--pair), the same " +
+        "way, in runs of their own (median over rounds of the setup's figure over the other's):",
       '',
       '| setup | beside | × beside | × beside (CPU) | rounds |',
       '| --- | --- | ---: | ---: | --- |',
     );
-    for (const c of paired) {
-      const { other, rps, cpu } = c.beside!;
+    for (const { setup, other, rps, cpu } of [
+      ...paired.map((c) => ({ setup: c.setup, ...c.beside! })),
+      ...http.askedPairs,
+    ]) {
       lines.push(
-        `| ${c.setup} | ${other} | ${median(rps).toFixed(3)} | ${median(cpu).toFixed(3)} | ` +
+        `| ${setup} | ${other} | ${median(rps).toFixed(3)} | ${median(cpu).toFixed(3)} | ` +
           `${rps.map((r) => r.toFixed(3)).join(' / ')} |`,
       );
     }
