@@ -121,9 +121,16 @@ const takeKey = (req: IncomingMessage): string => {
   return key;
 };
 
-/** One call into the native core with a constant key. */
-const checkOnce = (): void => {
+/** The key alone, as a middleware of its own (on node:http and on Express). */
+const keyPiece: Middleware = (req, _res, next) => {
+  takeKey(req);
+  next();
+};
+
+/** One call into the native core with a constant key, as a middleware of its own. */
+const checkPiece: Middleware = (_req, _res, next) => {
   sink = partLimiter.check('x', 1);
+  next();
 };
 
 /** The setups by name: `<framework>-<limiter>`; `-none` is each framework's baseline. */
@@ -224,18 +231,8 @@ export const PARTS: Record<string, Setup> = {
   // One more node:http middleware that does nothing: what a layer costs there (as express-noop).
   'node-part-noop': nodeServer([(_req, _res, next) => next()]),
   // The key alone, and one native call with a constant key, with nothing sent.
-  'node-key': nodeServer([
-    (req, _res, next) => {
-      takeKey(req);
-      next();
-    },
-  ]),
-  'node-check': nodeServer([
-    (_req, _res, next) => {
-      checkOnce();
-      next();
-    },
-  ]),
+  'node-key': nodeServer([keyPiece]),
+  'node-check': nodeServer([checkPiece]),
   // Allocates about what a key extraction does, without parsing.
   'express-part-alloc': expressServer([
     (req, _res, next) => {
@@ -243,18 +240,8 @@ export const PARTS: Record<string, Setup> = {
       next();
     },
   ]),
-  'express-part-key': expressServer([
-    (req, _res, next) => {
-      takeKey(req);
-      next();
-    },
-  ]),
-  'express-part-check': expressServer([
-    (_req, _res, next) => {
-      checkOnce();
-      next();
-    },
-  ]),
+  'express-part-key': expressServer([keyPiece]),
+  'express-part-check': expressServer([checkPiece]),
   // The default clock of keepcount's limiters, and the one it replaced (lib/clock.ts).
   'express-part-hrtime': expressServer([
     (_req, _res, next) => {

@@ -217,9 +217,7 @@ export async function runHttp(
   const ratios = new Map<string, { rps: number[]; cpu: number[] }>(names.map((n) => [n, { rps: [], cpu: [] }]));
   const pairs = Object.entries(PAIRS).filter(([setup, other]) => names.includes(setup) && names.includes(other));
   const beside = new Map(
-    pairs.map(([setup, other]) => {
-      return [setup, { other, kind: pairKind(setup), rps: [] as number[], cpu: [] as number[] }];
-    }),
+    pairs.map(([setup, other]) => [setup, { other, kind: pairKind(setup), rps: [] as number[], cpu: [] as number[] }]),
   );
   const askedPairs = asked.map(([setup, other]) => ({ setup, other, rps: [] as number[], cpu: [] as number[] }));
   for (let round = 0; round < rounds; round++) {
