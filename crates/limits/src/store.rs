@@ -105,4 +105,33 @@ mod tests {
                 .all(|c| c.load(Ordering::Relaxed) == 0)
         );
     }
+
+    /// This process's resident memory in bytes (`/proc/self/statm`'s second field, in pages).
+    #[cfg(target_os = "linux")]
+    fn resident_bytes() -> usize {
+        let statm = std::fs::read_to_string("/proc/self/statm").unwrap();
+        let pages: usize = statm.split_whitespace().nth(1).unwrap().parse().unwrap();
+        // SAFETY: sysconf has no preconditions.
+        let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+        pages * usize::try_from(page).unwrap()
+    }
+
+    /// A sketch takes memory as it counts, not when made: 256 MiB of counters must not become
+    /// resident. The slack, 64 MiB, is for what tests on other threads touch meanwhile.
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn a_large_store_takes_no_memory_until_counted_in() {
+        const LEN: usize = 32 << 20;
+        let before = resident_bytes();
+        let store = zeroed(LEN);
+        let after = resident_bytes();
+        assert!(
+            after < before + (64 << 20),
+            "{} MiB resident after a zeroed store of {} MiB",
+            (after.saturating_sub(before)) >> 20,
+            (LEN * 8) >> 20
+        );
+        store[LEN - 1].fetch_add(1, Ordering::Relaxed);
+        assert_eq!(store[LEN - 1].load(Ordering::Relaxed), 1);
+    }
 }
