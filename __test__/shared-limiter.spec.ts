@@ -47,7 +47,7 @@ test(title('four processes hammering three keys admit at most burst + rate × t 
 
 test(title('a full key table sends new keys to the best-effort bucket and counts them, never throwing'), async (t) => {
   const dir = scratch(t);
-  // A token an hour: no bucket is full again within the test, so no new key takes an entry over.
+  // A token an hour: no bucket is full again within the test once its key's check has landed.
   const quota = { requests: { amount: 1, periodMs: 3_600_000, burst: 5 } };
   if (backend === 'fallback') {
     throwsShape(
@@ -59,14 +59,19 @@ test(title('a full key table sends new keys to the best-effort bucket and counts
   }
   const all = await workers(2);
   await Promise.all(all.map((w) => w.send({ op: 'open-limiter', name: 'tiny', dir, quota, capacity: 4 })));
-  // 2 × 200 distinct keys against a capacity of 4: 4 get a bucket, 396 checks overflow.
+  // 2 × 200 distinct keys against a capacity of 4: 4 get a bucket, 396 checks overflow. Except
+  // for the race the Rust module documents first (crates/limits/src/shared/limiter.rs): a key
+  // that claimed an entry an instant ago has not taken its token yet, so its bucket is still
+  // full, and the other process's new key may take the entry over; it then does not overflow.
   await Promise.all(all.map((w) => w.send({ op: 'distinct', count: 200 })));
   const here = Limiter.openShared('tiny', { quota, capacity: 4, seed: SEED, dir });
   const stats: SharedLimiterStats = here.stats();
-  t.deepEqual(stats, { keys: 4, capacity: 4, overflow: 396, takeovers: 0 });
+  // One in flight in the other process at a time: at most one takeover per entry.
+  t.true(stats.takeovers <= 4, `${stats.takeovers} takeovers`);
+  t.deepEqual(stats, { keys: 4, capacity: 4, overflow: 396 - stats.takeovers, takeovers: stats.takeovers });
   // The best-effort bucket (the same quota by default) was emptied by the overflow long ago.
   t.false(here.check('yet-another-client').allowed);
-  t.is(here.stats().overflow, 397);
+  t.is(here.stats().overflow, 397 - stats.takeovers);
   here.close();
   await Promise.all(all.map((w) => w.exit()));
 });

@@ -97,8 +97,8 @@ fn a_full_table_overflows_to_the_best_effort_bucket_under_threads() {
     let open = || {
         SharedLimiter::open(
             "full",
-            // No refill: a bucket checked once is never full again, so no new key takes an
-            // entry over however long the threads take.
+            // No refill: a bucket checked once is never full again, so no new key takes over
+            // an entry whose key's check has landed, however long the threads take.
             requests(0, 1000),
             requests(0, 10),
             16,
@@ -125,16 +125,25 @@ fn a_full_table_overflows_to_the_best_effort_bucket_under_threads() {
             .collect();
         handles.into_iter().map(|h| h.join().unwrap()).sum()
     });
-    // 4000 distinct keys, each checked once: 16 get a bucket of their own, the other 3984 share
-    // a best-effort burst of 10 that never refills.
-    assert_eq!(admitted, 16 + 10);
+    // 4000 distinct keys, each checked once: 16 claim a bucket of their own, the rest share a
+    // best-effort burst of 10 that never refills, except for the race the module documents first
+    // ("Two races remain"): a key that claimed an entry an instant ago has not taken its token yet,
+    // so its bucket is still full, and a new key in another thread may take the entry over. Both
+    // checks are then admitted from that bucket of 1,000. So every takeover is one key admitted
+    // from a bucket of its own instead of overflowing, exactly (it failed 5 runs in 200 when this
+    // test asked for no takeover, 2026-11-28). Each takeover needs a check in flight in another
+    // thread, so an entry sees at most 3 before its first token is taken.
+    let stats = limiters[0].stats();
+    let takeovers = stats.takeovers;
+    assert!(takeovers <= 3 * 16, "{takeovers} takeovers");
+    assert_eq!(admitted, 16 + takeovers + 10);
     assert_eq!(
-        limiters[0].stats(),
+        stats,
         SharedLimiterStats {
             keys: 16,
             capacity: 16,
-            overflow: 4000 - 16,
-            takeovers: 0
+            overflow: 4000 - 16 - takeovers,
+            takeovers
         }
     );
 }
