@@ -200,6 +200,34 @@ test(title('1 and 1n are one key; a string and its bytes are two'), (t) => {
   t.deepEqual(limiter.quota(1n), { requests: { amount: 0, periodMs: 1000, burst: 2 } });
 });
 
+// The native table keeps a key of up to 24 stored bytes (a tag byte, then the UTF-8 or the bytes:
+// docs/format.md §6.1) inline in its entry and longer ones on the heap: keys either side of that
+// line, and keys alike but for their last byte or their length, must each be their own key, and
+// keep their own tokens when a table replacement moves the buckets.
+test(title('keys either side of the inline length of a table entry are each their own key'), (t) => {
+  const keys: (string | Uint8Array)[] = [
+    'x'.repeat(22),
+    'x'.repeat(23),
+    'x'.repeat(24),
+    'x'.repeat(22) + 'y',
+    'x'.repeat(23) + 'y',
+    'é'.repeat(11) + 'x',
+    'é'.repeat(12),
+    new Uint8Array(23).fill(0x78),
+    new Uint8Array(24).fill(0x78),
+    new Uint8Array(25).fill(0x78),
+  ];
+  const table = keys.map((k, i): [string | Uint8Array, Quota] => [k, requests(0, i + 1)]);
+  const { limiter } = setup(DENY_ALL, table);
+  keys.forEach((k, i) => t.true(limiter.check(k).allowed, `key ${i}`));
+  limiter.replaceKeys([...table, ['another', requests(0, 1)]]);
+  keys.forEach((k, i) => {
+    t.deepEqual(limiter.quota(k), { requests: { amount: 0, periodMs: 1000, burst: i + 1 } });
+    t.is(drain(limiter, k), i, `key ${i} kept its own tokens`);
+  });
+  t.is(drain(limiter, 'x'.repeat(25)), 0, 'a key not in the table is best effort');
+});
+
 test(title('a duplicate key rejects the whole table and changes nothing'), (t) => {
   const { limiter } = setup(DENY_ALL, [['k', requests(0, 5)]]);
   const shape = {

@@ -370,6 +370,13 @@ mod tests {
         assert_eq!(size_of::<Entry<u64>>(), 40);
     }
 
+    /// The Node binding's keys are 32 bytes, 24 of them inline (its `StoredKey`): its entries
+    /// must stay one cache line.
+    #[test]
+    fn an_entry_for_a_32_byte_key_is_one_cache_line() {
+        assert_eq!(size_of::<Entry<[u64; 4]>>(), 64);
+    }
+
     #[test]
     fn wide_counts_keep_their_high_halves_in_the_side_map() {
         let table = table_of(&[7]);
