@@ -105,7 +105,11 @@ function canonical(g: number[]): string {
  * ipKey('2001:db8:1:2::1'); // '2001:db8:1::/56'
  * ipKey('::ffff:203.0.113.7'); // '203.0.113.7'
  * // A custom key for @fastify/rate-limit, keyed by the same prefixes:
- * keyGenerator: (request) => ipKey(request.ip),
+ * await fastify.register(import('@fastify/rate-limit'), {
+ *   max: 100,
+ *   timeWindow: 60_000,
+ *   keyGenerator: (request) => ipKey(request.ip),
+ * });
  * ```
  */
 export function ipKey(ip: string, ipv6Subnet: Ipv6Subnet = DEFAULT_IPV6_SUBNET): string {
