@@ -199,11 +199,25 @@ for (const b of node.backends) {
   const incr = ns(counting, incrName)!;
   const map = ns(counting, 'Map<key, number> counter')!;
   const faster = paired(counting, ['Map<key, number> counter', incrName], (m, i) => m / i);
+  const countFloorName = `keepcount Estimator.get, 1 × 1 (the floor) (${b})`;
+  const countFloor = ns(counting, countFloorName)!;
+  const mapOverFloor = paired(counting, ['Map<key, number> counter', countFloorName], (m, f) => m / f);
+  const incrOverFloor = paired(counting, [incrName, countFloorName], (i, f) => i / f);
   targets.push({
     what: `Estimator.incr (${b}) vs Map counter, uniform IPv4`,
     goal: '≥ 3× faster',
-    measured: `${incr.toFixed(1)} vs ${map.toFixed(1)} ns: ${faster.toFixed(2)}×`,
+    measured:
+      `${incr.toFixed(1)} vs ${map.toFixed(1)} ns: ${faster.toFixed(2)}×; one call that only fetches and hashes ` +
+      `the key costs ${countFloor.toFixed(1)} ns (${mapOverFloor.toFixed(2)}×)`,
     met: faster >= 3,
+  });
+  // As for Rate.observe below: 3× needs the one-call floor 3× faster than the Map first (with a
+  // million random key strings, fetching each costs both alike); the rows on top are ours.
+  targets.push({
+    what: `Estimator.incr (${b}), honest target: the work on top of the one-call floor`,
+    goal: '≤ 1.5× the floor call',
+    measured: `${incr.toFixed(1)} vs ${countFloor.toFixed(1)} ns: ${incrOverFloor.toFixed(2)}×`,
+    met: incrOverFloor <= 1.5,
   });
   const em = mem(`keepcount Estimator (${b})`);
   if (em !== undefined && mapMem !== undefined) {

@@ -28,6 +28,12 @@ function counting(backends: LoadedBackend[], v: Variant, checkDraws: number): Su
   const cms = new CountMinSketch(8192, 4);
   const cases: Case[] = [];
   backends.forEach((b, i) => cases.push(syncCase(`keepcount Estimator.incr ${label(b)}`, s, (k) => est[i]!.incr(k))));
+  // The floor, as in the rate suite: fetch the key, hash it, read one counter. How much faster than
+  // the Map any counting call can be is the Map's time over this.
+  const floors = backends.map((b) => new b.api.Estimator({ hashes: 1, slots: 1, seed: SEED }));
+  backends.forEach((b, i) =>
+    cases.push(syncCase(`keepcount Estimator.get, 1 × 1 (the floor) ${label(b)}`, s, (k) => floors[i]!.get(k))),
+  );
   cases.push(syncCase('Map<key, number> counter', s, (k) => map.set(k, (map.get(k) ?? 0) + 1)));
   cases.push(syncCase('bloom-filters CountMinSketch.update', s, (k) => cms.update(String(k))));
   backends.forEach((b, i) => cases.push(syncCase(`keepcount Estimator.get ${label(b)}`, s, (k) => est[i]!.get(k))));
