@@ -4,9 +4,9 @@
  * call, which then gives their stored form (`storedCopy`).
  */
 import type { HeavyStats, Key } from '../../lib/core.js';
-import { canonical, type CanonicalKey } from '../canonical.js';
+import type { CanonicalKey } from '../canonical.js';
 import { FallbackEstimator } from '../estimator.js';
-import { hashBytes, storedCopy } from './keys.js';
+import { hashBytes, hashedId, storedCopy } from './keys.js';
 import { rank, Table, upperOf, type Bounds, type Entry } from './table.js';
 import { addSaturating, subSaturating, u64, U64_MAX, type U64 } from './u64.js';
 
@@ -48,14 +48,14 @@ export class Summary {
     const slackCap = this.merged ? U64_MAX : this.threshold - 1;
     // An entering key's slack is the estimate less this increment: read it exactly past 2^53.
     const bound = estimate <= SAFE ? estimate : this.estimate(h1, h2);
-    const lower = this.table.add(canonical(key), h1, h2, storedCopy, value, bound, slackCap);
+    const lower = this.table.add(hashedId(key), h1, h2, storedCopy, value, bound, slackCap);
     return lower >= 0 ? lower : -1 - estimate;
   }
 
   /** `decr_hash`: a tracked key's exact count drops by `value`, never below 0; the sketch never drops. */
   decr(key: Key, h1: number, h2: number, value: number): void {
     if (asCount(this.sketch.getHashed(h1, h2)) < this.threshold) return;
-    const entry = this.table.entries.get(canonical(key));
+    const entry = this.table.entries.get(hashedId(key));
     if (entry !== undefined) entry.exact = subSaturating(entry.exact, value);
   }
 
