@@ -225,6 +225,30 @@ test(title('both backends agree on every heavy-hitter answer and serialize summa
   }
 });
 
+test(
+  title('a heavy-hitter key of any length, ASCII or with a non-ASCII unit anywhere, counts alike on both backends'),
+  (t) => {
+    // The fallback hashes an ASCII key's stored form from its char codes, the tag byte and the first
+    // three in one word, then four a word, then the rest byte by byte (fallback/heavy/keys.ts), and
+    // stops at a group holding a non-ASCII unit for the UTF-8 path: every length around those word
+    // boundaries, with such a unit at every position, must hash and store as the native one does.
+    const [native, fallback] = pair((b) => new b.Heavy(2 ** 52, 4, 64, 0x1234n, 1, 100_000, false));
+    const units = ['a', '.', '~', '\x7f', '\x80', 'é', '\u0100', '😀', '\ud800', '\udc00', '\ufffd', '\0'];
+    let keys = 0;
+    for (let n = 0; n <= 40; n++) {
+      const variants = ['k'.repeat(n)];
+      for (let at = 0; at < n; at++) for (const u of units) variants.push('x'.repeat(at) + u + 'y'.repeat(n - at - 1));
+      for (const key of variants) {
+        keys++;
+        t.is(native.incr(key, 1, 0), fallback.incr(key, 1, 0), `incr ${JSON.stringify(key)}`);
+      }
+    }
+    t.true(keys > 9000);
+    t.deepEqual(native.top(100_000, 0, 0), fallback.top(100_000, 0, 0));
+    t.deepEqual(native.serialize(0, 0), fallback.serialize(0, 0));
+  },
+);
+
 test(title('both backends refuse the same corrupt heavy-hitter summaries for the same reason'), (t) => {
   const random = prng(77);
   const [native, fallback] = pair((b) => new b.Heavy(1000, 3, 64, 5n, 2, 16, false));
