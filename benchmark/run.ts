@@ -10,7 +10,7 @@ import { dirname, join } from 'node:path';
 import { parseArgs } from 'node:util';
 import { STRUCTURES, type MemoryResult } from './memory.js';
 import type { NodeResults, SuiteResult } from './node.js';
-import { CLOCK_READ, SUITE_IDS } from './suites.js';
+import { CLOCK_READ, HEAVY_CLOCK_READ, SUITE_IDS } from './suites.js';
 import type { HttpResults } from './http.js';
 import type { ClusterResults } from './cluster.js';
 import type { RedisResults } from './redis.js';
@@ -360,6 +360,21 @@ for (const b of node.backends) {
     measured: `${incr.toFixed(1)} vs ${plain.toFixed(1)} ns: ${overPlain.toFixed(2)}×`,
     met: overPlain <= 1.5,
   });
+  // The fallback reads the host clock from JavaScript on every count, which a plain sketch never
+  // does and the native core does inside its own call: allowed for as in the fallback's honest
+  // Rate.observe target above, stated in the closing note of session 39 before a full run used it.
+  if (b === 'fallback') {
+    const clock = ns(heavySuite, HEAVY_CLOCK_READ)!;
+    const overAllowed = paired(heavySuite, [heavyName, plainName, HEAVY_CLOCK_READ], (h, p, c) => h / (p + c));
+    targets.push({
+      what: `HeavyHitters.incr (${b}), honest target: over a plain sketch and one clock read`,
+      goal: '≤ 1.5× the plain sketch plus one host-clock read',
+      measured:
+        `${incr.toFixed(1)} vs ${plain.toFixed(1)} + ${clock.toFixed(1)} ns: ${overAllowed.toFixed(2)}× ` +
+        `(${overPlain.toFixed(2)}× the plain sketch alone)`,
+      met: overAllowed <= 1.5,
+    });
+  }
   targets.push({
     what: `HeavyHitters.incr (${b}) vs bloom-filters TopK.add, Zipf(1.1) IPv4`,
     goal: '≥ 5× faster',

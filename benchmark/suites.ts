@@ -20,6 +20,20 @@ import { shared } from './shared-suite.js';
  * of the fallback's honest `Rate.observe` target (benchmark/run.ts).
  */
 export const CLOCK_READ = 'host clock read, one per fallback Rate.observe (process.hrtime)';
+/** The same reading in the heavy-hitter suite, for the fallback's honest `HeavyHitters.incr` target. */
+export const HEAVY_CLOCK_READ = 'host clock read, one per fallback HeavyHitters.incr (process.hrtime)';
+
+/**
+ * What the fallback's `Rate` and `HeavyHitters` read per call and a plain sketch does not: the
+ * host's monotonic clock, through the same `Stopwatch` (fallback/rotation.ts); the native cores
+ * read it inside their own call. No case without the fallback backend.
+ */
+function clockRead(backends: LoadedBackend[], name: string, s: unknown[]): Case[] {
+  const fallback = backends.find((b) => b.name === 'fallback');
+  if (fallback === undefined) return [];
+  const watch = new fallback.clock.Stopwatch(undefined);
+  return [syncCase(name, s, () => Math.floor(watch.elapsedMs()))];
+}
 
 function counting(backends: LoadedBackend[], v: Variant, checkDraws: number): Suite {
   const s = stream(v.keys, v.draws);
@@ -85,13 +99,7 @@ function rate(backends: LoadedBackend[], v: Variant, checkDraws: number): Suite 
   backends.forEach((b, i) =>
     cases.push(syncCase(`keepcount Estimator.get, 1 × 1 (the floor) ${label(b)}`, s, (k) => floors[i]!.get(k))),
   );
-  // What the fallback's Rate reads per call and the floor does not: the host's monotonic clock,
-  // through the same `Stopwatch` (fallback/rotation.ts). The native core reads it inside its call.
-  const fallback = backends.find((b) => b.name === 'fallback');
-  if (fallback !== undefined) {
-    const watch = new fallback.clock.Stopwatch(undefined);
-    cases.push(syncCase(CLOCK_READ, s, () => Math.floor(watch.elapsedMs())));
-  }
+  cases.push(...clockRead(backends, CLOCK_READ, s));
   cases.push(asyncCase('rate-limiter-flexible RateLimiterMemory.consume', s, (k) => rlf.consume(k, 1)));
   cases.push(asyncCase('express-rate-limit MemoryStore.increment', s, (k) => store.increment(k)));
   // The same store interface on keepcount (express-rate-limit awaits it as it awaits MemoryStore's).
@@ -419,6 +427,7 @@ function heavy(backends: LoadedBackend[], v: Variant): Suite {
   backends.forEach((b, i) =>
     cases.push(syncCase(`keepcount Estimator.incr, same shape ${label(b)}`, s, (k) => plain[i]!.incr(k))),
   );
+  cases.push(...clockRead(backends, HEAVY_CLOCK_READ, s));
   cases.push(syncCase('Map<key, number> counter', s, (k) => map.set(k, (map.get(k) ?? 0) + 1)));
   cases.push(syncCase('bloom-filters TopK.add', s, (k) => topk.add(String(k)), 64));
   return {
