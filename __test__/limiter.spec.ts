@@ -186,6 +186,37 @@ test(title('a stayer whose quota changes is capped to it'), (t) => {
   t.is(drain(limiter, 'k'), 4);
 });
 
+test(title('keys on one quota keep buckets and quota changes of their own'), (t) => {
+  // The fallback shares one converted quota among the keys that have it: a change to one key's
+  // quota, or a stayer's in a new table, must not reach the others.
+  const plan = requests(1, 3);
+  const { clock, limiter } = setup(DENY_ALL, [
+    ['a', plan],
+    ['b', requests(1, 3)],
+    ['c', plan],
+  ]);
+  t.is(drain(limiter, 'a'), 3);
+  t.is(limiter.check('b').allowed, true);
+  limiter.setQuota('a', requests(0, 1));
+  t.deepEqual(limiter.quota('b'), { requests: { amount: 1, periodMs: 1000, burst: 3 } });
+  t.deepEqual(limiter.quota('c'), { requests: { amount: 1, periodMs: 1000, burst: 3 } });
+  clock.advance(1000);
+  t.is(drain(limiter, 'a'), 0); // rate 0 since the change: no refill
+  t.is(drain(limiter, 'b'), 3); // 2 left, 1 refilled
+  t.is(drain(limiter, 'c'), 3);
+  limiter.replaceKeys([
+    ['b', requests(1, 3)],
+    ['c', requests(0, 2)],
+    ['d', requests(1, 3)],
+  ]);
+  t.deepEqual(limiter.quota('b'), { requests: { amount: 1, periodMs: 1000, burst: 3 } });
+  t.deepEqual(limiter.quota('c'), { requests: { amount: 0, periodMs: 1000, burst: 2 } });
+  t.is(drain(limiter, 'd'), 3);
+  clock.advance(2000);
+  t.is(drain(limiter, 'b'), 2);
+  t.is(drain(limiter, 'c'), 0);
+});
+
 test(title('1 and 1n are one key; a string and its bytes are two'), (t) => {
   const { limiter } = setup(DENY_ALL, [
     [1, requests(0, 2)],

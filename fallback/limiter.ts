@@ -8,7 +8,7 @@
  * inputs, and clock readings are u64 nanoseconds, so counts and times are `bigint`s. Inputs stay
  * `number`s (safe integers, as `lib/` validated them) and are converted once per quota.
  */
-import { unpackQuota, type Key, type LimiterCore, type LimitSpec, type QuotaSpec } from '../lib/core.js';
+import { PACKED_QUOTA, unpackQuota, type Key, type LimiterCore, type LimitSpec, type QuotaSpec } from '../lib/core.js';
 import { Stopwatch } from '../lib/clock.js';
 import { canonical, type CanonicalKey } from './canonical.js';
 
@@ -199,10 +199,19 @@ export class FallbackLimiter implements LimiterCore {
     const now = this.nanos(nowMs);
     const next = new Map<CanonicalKey, Bucket>();
     const kept: [Bucket, Governing][] = [];
+    // One `Governing` per distinct quota, shared by its buckets (it is never changed, only
+    // replaced): a table of a million keys on a few plans held a million copies of the same few
+    // bigints, 590 MB of heap where the native table takes 205 MB.
+    const distinct = new Map<string, Governing>();
     for (let i = 0; i < keys.length; i++) {
       const k = canonical(keys[i]!);
       if (next.has(k)) return false;
-      const quota = govern(unpackQuota(quotas, i));
+      const packed = quotas.subarray(i * PACKED_QUOTA, (i + 1) * PACKED_QUOTA).join();
+      let quota = distinct.get(packed);
+      if (quota === undefined) {
+        quota = govern(unpackQuota(quotas, i));
+        distinct.set(packed, quota);
+      }
       const stays = this.keys.get(k);
       if (stays === undefined) {
         next.set(k, { quota, state: full(quota, now) });
