@@ -362,7 +362,7 @@ for (const b of node.backends) {
   });
   // The fallback reads the host clock from JavaScript on every count, which a plain sketch never
   // does and the native core does inside its own call: allowed for as in the fallback's honest
-  // Rate.observe target above, stated in the closing note of session 39 before a full run used it.
+  // Rate.observe target above; stated when it was added (session 39), before a full run used it.
   if (b === 'fallback') {
     const clock = ns(heavySuite, HEAVY_CLOCK_READ)!;
     const overAllowed = paired(heavySuite, [heavyName, plainName, HEAVY_CLOCK_READ], (h, p, c) => h / (p + c));
