@@ -75,16 +75,55 @@ test(title('KeepcountStore: decrement never goes below zero and resetAll forgets
   t.is(store.get('b').totalHits, 0);
 });
 
+/** The request at which `store`'s `totalHits` first passes express-rate-limit's `limit: 100`. */
+function firstOverOf(store: KeepcountStore): number {
+  store.init({ windowMs: 60_000, limit: 100 } as never);
+  for (let n = 1; n <= 200; n++) if (store.increment('client').totalHits > 100) return n;
+  return Infinity;
+}
+
 test(title('KeepcountStore counts exactly from the threshold on: refused by limit + threshold − 1'), (t) => {
   // What README's "Counts near the limit" states: with limit 100 the default threshold is 25, so
   // totalHits first passes the limit at the 125th request; threshold 1 makes it MemoryStore's 101st.
-  const firstOver = (store: KeepcountStore): number => {
-    store.init({ windowMs: 60_000, limit: 100 } as never);
-    for (let n = 1; n <= 200; n++) if (store.increment('client').totalHits > 100) return n;
-    return Infinity;
-  };
-  t.is(firstOver(new KeepcountStore({ clock: new ManualClock(), seed: 1n })), 125);
-  t.is(firstOver(new KeepcountStore({ clock: new ManualClock(), seed: 1n, heavyHitters: { threshold: 1 } })), 101);
+  t.is(firstOverOf(new KeepcountStore({ clock: new ManualClock(), seed: 1n })), 125);
+  t.is(firstOverOf(new KeepcountStore({ clock: new ManualClock(), seed: 1n, heavyHitters: { threshold: 1 } })), 101);
+});
+
+test(title('both stores keep their threshold when heavyHitters settings hold threshold: undefined'), async (t) => {
+  // Settings spread from optional config carry `threshold: undefined`; that must mean "the store's
+  // default", not a threshold no client reaches. One row of 8 counters flooded by 200 one-request
+  // clients reads high for everyone: only the exact table keeps an innocent client at its count.
+  const flood = { capacity: 1000, threshold: undefined };
+  const express = new KeepcountStore({ clock: new ManualClock(), hashes: 1, slots: 8, seed: 1n, heavyHitters: flood });
+  express.init({ windowMs: 60_000, limit: 4 } as never);
+  for (let i = 0; i < 200; i++) express.increment(`flooder-${i}`);
+  t.is(express.increment('innocent').totalHits, 1);
+  t.true(express.topTalkers(10).length > 0, 'clients are counted exactly');
+  t.is(firstOverOf(new KeepcountStore({ clock: new ManualClock(), seed: 1n, heavyHitters: flood })), 125);
+
+  const store = new (keepcountFastifyStore({
+    clock: new ManualClock(),
+    hashes: 1,
+    slots: 8,
+    seed: 1n,
+    heavyHitters: flood,
+  }))({});
+  const incr = (key: string) =>
+    new Promise<number>((resolve, reject) =>
+      store.incr(key, (error, result) => (error ? reject(error) : resolve(result!.current)), 60_000, 4),
+    );
+  for (let i = 0; i < 200; i++) await incr(`flooder-${i}`);
+  t.is(await incr('innocent'), 1);
+});
+
+test(title('KeepcountStore refuses heavyHitters that are neither a boolean nor settings'), (t) => {
+  for (const heavyHitters of [5, 'yes', null]) {
+    const store = new KeepcountStore({ heavyHitters: heavyHitters as never });
+    t.throws(() => store.init({ windowMs: 60_000, limit: 4 } as never), {
+      instanceOf: TypeError,
+      message: /heavyHitters/,
+    });
+  }
 });
 
 test(

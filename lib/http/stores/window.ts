@@ -59,6 +59,18 @@ export function storeQuota(
   const known = typeof limit === 'number' && Number.isSafeInteger(limit) && limit >= 1;
   const threshold = known ? Math.ceil(limit / 4) : 1;
   if (heavyHitters === false) return { limit: Number.MAX_SAFE_INTEGER, heavyHitters: false };
-  const settings = heavyHitters === undefined || heavyHitters === true ? {} : heavyHitters;
-  return { limit: Number.MAX_SAFE_INTEGER, heavyHitters: { threshold, ...settings } };
+  if (heavyHitters === undefined || heavyHitters === true) {
+    return { limit: Number.MAX_SAFE_INTEGER, heavyHitters: { threshold } };
+  }
+  if (typeof heavyHitters !== 'object' || heavyHitters === null) {
+    return { limit: Number.MAX_SAFE_INTEGER, heavyHitters }; // not settings: `WindowQuota` refuses it by name
+  }
+  // Read, not spread under: settings holding `threshold: undefined` (spread from optional config)
+  // would replace the store's threshold with nothing, and `WindowQuota`'s default for the
+  // never-refusing limit above is 2^51: no client would ever be counted exactly.
+  const given = heavyHitters.threshold;
+  return {
+    limit: Number.MAX_SAFE_INTEGER,
+    heavyHitters: { ...heavyHitters, threshold: given === undefined ? threshold : given },
+  };
 }
