@@ -45,6 +45,15 @@ function failing(): Record<string, { mw: Middleware; error: ErrorShape }> {
       mw: tokenBucket({ limiter, cost: () => undefined as unknown as number }),
       error: missing('cost', 'of type number'),
     },
+    // A number would count as a key does, but could not be told apart in the per-client counts.
+    '/upstream-number': {
+      mw: upstreamLimit({ max: 5, perClient: 1, upstream: () => 11 as unknown as string }),
+      error: {
+        instanceOf: TypeError,
+        code: 'ERR_INVALID_ARG_TYPE',
+        message: /The "key" argument must be of type string/,
+      },
+    },
     '/upstream-no-client': {
       mw: upstreamLimit({ max: 5, perClient: 1, key: () => undefined as unknown as string }),
       error: missing('key', 'of type string'),

@@ -35,21 +35,48 @@ test(
 );
 
 test(title('UpstreamLimit: a call whose upstream the counter refuses leaves its client uncounted'), (t) => {
-  // An upstream key the counter throws on (a number that is no safe integer, a closed counter):
-  // the client was counted in before, and must be let go, or each such call holds it for good.
-  const limit = new UpstreamLimit({ max: 5, perClient: 2 });
-  const bad = 1.5 as unknown as string;
+  // A counter that throws on an upstream key (a remote one that failed, say): the client was
+  // counted in before, and must be let go, or each such call holds it for good.
+  const inflight = new Inflight();
+  const refuse = (key: string): void => {
+    if (key === 'bad') throw Object.assign(new Error('refused'), { code: 'E_TEST_COUNTER' });
+  };
+  const counter = {
+    incr: (key: string) => (refuse(key), inflight.incr(key)),
+    get: (key: string) => inflight.get(key),
+    enter: (key: string) => (refuse(key), inflight.enter(key)),
+    leave: (key: string) => inflight.leave(key),
+  };
+  const limit = new UpstreamLimit({ max: 5, perClient: 2, inflight: counter });
   for (const method of ['enter', 'acquire'] as const) {
-    for (let i = 0; i < 3; i++) {
-      t.throws(() => limit[method](bad, 'client'), { instanceOf: RangeError, code: 'ERR_OUT_OF_RANGE' });
-    }
-    t.is(limit.clientCount(bad, 'client'), 0, method);
+    for (let i = 0; i < 3; i++) t.throws(() => limit[method]('bad', 'client'), { code: 'E_TEST_COUNTER' });
+    t.is(limit.clientCount('bad', 'client'), 0, method);
   }
   const slot = limit.enter('origin', 'client');
   t.true(slot.allowed);
   t.is(limit.clientCount('origin', 'client'), 1);
   slot.release();
   t.is(limit.clientCount('origin', 'client'), 0);
+});
+
+test(title('UpstreamLimit refuses an upstream key that is not a string, so clients stay apart'), (t) => {
+  // As numbers, upstream 1 for client 12.0.0.1 and upstream 11 for client 2.0.0.1 would read as
+  // one per-client entry: the second client refused for the first one's calls.
+  const limit = new UpstreamLimit({ max: 5, perClient: 1 });
+  const notString = { instanceOf: TypeError, code: 'ERR_INVALID_ARG_TYPE', message: /must be of type string/ };
+  for (const key of [1, 11, 1n, undefined, null, Buffer.from('a')] as unknown as string[]) {
+    for (const method of ['enter', 'acquire'] as const) {
+      t.throws(() => limit[method](key, '2.0.0.1'), notString);
+      t.throws(() => limit[method](key), notString);
+    }
+    t.throws(() => limit.clientCount(key, '2.0.0.1'), notString);
+  }
+  t.throws(() => limit.clientCount('1', 12 as unknown as string), notString);
+  t.is(limit.inflight.get('1'), 0, 'nothing was counted');
+  const first = limit.enter('1', '12.0.0.1');
+  t.true(first.allowed);
+  t.true(limit.enter('11', '2.0.0.1').allowed, 'string keys keep the two apart');
+  t.is(limit.clientCount('11', '2.0.0.1'), 1);
 });
 
 test(title('UpstreamLimit over an Inflight closed mid-call: the slots taken before release quietly'), (t) => {

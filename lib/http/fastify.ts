@@ -174,7 +174,10 @@ export function tokenBucketHook(options: TokenBucketHookOptions): OnRequestHook 
 export interface UpstreamLimitHookOptions extends Partial<UpstreamLimitOptions> {
   /** A ready limit to count in; replaces `max`, `inflight`, `perClient` and `clientInflight`. */
   limit?: UpstreamLimit;
-  /** The upstream a request goes to. Defaults to `'default'`. */
+  /**
+   * The upstream a request goes to: a string (anything else fails the request with a `TypeError`).
+   * Defaults to `'default'`.
+   */
   upstream?: (request: FastifyRequest) => string;
   /** With `perClient`: the proxies to trust for the client IP, as the rate-limit hook's. */
   trustProxy?: TrustProxy;

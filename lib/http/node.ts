@@ -319,7 +319,10 @@ export interface UpstreamLimitMiddlewareOptions<
    * `perClient` and `clientInflight`.
    */
   limit?: UpstreamLimit;
-  /** The upstream a request goes to. Defaults to `'default'`: one limit for the route. */
+  /**
+   * The upstream a request goes to: a string (anything else fails the request with a `TypeError`).
+   * Defaults to `'default'`: one limit for the route.
+   */
   upstream?: (req: Req) => string;
   /** With `perClient`: the proxies to trust for the client IP, as `RateLimitOptions.trustProxy`. */
   trustProxy?: TrustProxy;

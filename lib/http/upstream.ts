@@ -119,6 +119,7 @@ export class UpstreamLimit implements Disposable {
    */
   acquire(key: string, client?: string): UpstreamSlot {
     if (this.#closed) throw closedError('UpstreamLimit');
+    checkKey(key);
     const held = this.#holdClient(key, client);
     if (held !== undefined && held.refused) return this.#refuseClient(key, held.count);
     let counted;
@@ -158,6 +159,7 @@ export class UpstreamLimit implements Disposable {
     const counter = this.#pairs;
     if (counter === undefined) return this.acquire(key, client);
     if (this.#closed) throw closedError('UpstreamLimit');
+    checkKey(key);
     const held = this.#holdClient(key, client);
     if (held !== undefined && held.refused) return this.#refuseClient(key, held.count);
     let count;
@@ -188,6 +190,8 @@ export class UpstreamLimit implements Disposable {
    * counter's estimate; 0 without `perClient`.
    */
   clientCount(key: string, client: string): number {
+    checkKey(key);
+    if (typeof client !== 'string') throw invalidType('The "client" argument', 'of type string', client);
     const entry = clientEntry(key, client);
     const counter = this.#clientCounter;
     return counter !== undefined ? counter.get(entry) : (this.#clients.get(entry) ?? 0);
@@ -312,6 +316,15 @@ interface InflightPairs extends InflightCounter {
 const hasPairs = (counter: InflightCounter): counter is InflightPairs =>
   typeof (counter as Partial<InflightPairs>).enter === 'function' &&
   typeof (counter as Partial<InflightPairs>).leave === 'function';
+
+/**
+ * Refuses an upstream key that is not a string. The counter would take a number as it takes a
+ * string, but {@link clientEntry} could not tell upstream `1` calling for client `12.0.0.1` from
+ * upstream `11` calling for `2.0.0.1`: one client refused for another's calls elsewhere.
+ */
+function checkKey(key: unknown): void {
+  if (typeof key !== 'string') throw invalidType('The "key" argument', 'of type string', key);
+}
 
 /** The per-client map's key for `client` calling `upstream`: unambiguous whatever the two strings hold. */
 const clientEntry = (upstream: string, client: string): string => `${upstream.length}:${upstream}${client}`;
