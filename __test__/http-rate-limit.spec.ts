@@ -7,7 +7,8 @@
 import test from 'ava';
 import { Agent, createServer, request } from 'node:http';
 import { Limiter, ManualClock } from '../lib/index.js';
-import { ipKey, rateLimit, tokenBucket } from '../lib/http/index.js';
+import { ipKey, rateLimit, tokenBucket, upstreamLimit } from '../lib/http/index.js';
+import { rateLimitHook, tokenBucketHook, upstreamLimitHook } from '../lib/http/fastify.js';
 import { title } from './helpers.js';
 import { close, get, limitFields, listen, parseField } from './http-client.js';
 import { frameworks, ok } from './http-frameworks.js';
@@ -184,6 +185,39 @@ test(title('ipKey keys addresses as express-rate-limit v8 and validates the pref
     message: 'The "ipv6Subnet" option must be false or a number. Received type boolean (true)',
   });
 });
+
+test(
+  title('every middleware and hook checks trustProxy and ipv6Subnet, also where a key function replaces them'),
+  (t) => {
+    // An Express-style `trustProxy: 'loopback'` is no keepcount value: accepted beside a `key`, it
+    // would be refused the day the key goes, far from where it was written.
+    const limiter = new Limiter({ bestEffort: { requests: { perSecond: 1, burst: 1 } } });
+    const key = () => 'k';
+    const makers: Record<string, (extra: object) => unknown> = {
+      rateLimit: (extra) => rateLimit({ limit: 1, windowMs: 1000, ...extra }),
+      rateLimitHook: (extra) => rateLimitHook({ limit: 1, windowMs: 1000, ...extra }),
+      tokenBucket: (extra) => tokenBucket({ limiter, ...extra }),
+      tokenBucketHook: (extra) => tokenBucketHook({ limiter, ...extra }),
+      upstreamLimit: (extra) => upstreamLimit({ max: 1, ...extra }),
+      upstreamLimitHook: (extra) => upstreamLimitHook({ max: 1, ...extra }),
+      'upstreamLimit perClient': (extra) => upstreamLimit({ max: 1, perClient: 1, ...extra }),
+    };
+    const bad: [object, typeof TypeError | typeof RangeError][] = [
+      [{ trustProxy: 'loopback' }, TypeError],
+      [{ trustProxy: -1 }, RangeError],
+      [{ ipv6Subnet: 'x' }, TypeError],
+      [{ ipv6Subnet: 128 }, RangeError],
+    ];
+    for (const [name, make] of Object.entries(makers)) {
+      for (const [options, instanceOf] of bad) {
+        for (const extra of [options, { ...options, key }]) {
+          t.throws(() => make(extra), { instanceOf, message: /"(trustProxy|ipv6Subnet)" option/ }, name);
+        }
+      }
+      t.notThrows(() => make({ trustProxy: 1, ipv6Subnet: 64, key }), name);
+    }
+  },
+);
 
 for (const [name, serve] of Object.entries(frameworks)) {
   test(

@@ -148,7 +148,12 @@ function numberOption(name: string, value: number | undefined): number {
   return value;
 }
 
-/** The default key: the client IP per `trustProxy`, an IPv6 one by its `ipv6Subnet` prefix. */
+/**
+ * The default key: the client IP per `trustProxy`, an IPv6 one by its `ipv6Subnet` prefix. Made
+ * (so both options checked) even where a `key` function replaces it: a value that is wrong there
+ * (Express's `trustProxy: 'loopback'`, say) is refused as it is everywhere else, rather than
+ * accepted until the `key` goes.
+ */
 function clientKey<R>(
   options: { trustProxy?: TrustProxy; ipv6Subnet?: Ipv6Subnet },
   raw: RawRequest<R>,
@@ -164,10 +169,11 @@ export function rateLimitConfig<R, H extends AnyFunction>(
   raw: RawRequest<R>,
 ): RateLimitConfig<R, H> {
   const o = optionsObject(options);
+  const byAddress = clientKey(o, raw);
   return {
     quota: windowQuota(o),
     headers: headersOption(o.headers),
-    key: perRequestOption('key', o.key) ?? clientKey(o, raw),
+    key: perRequestOption('key', o.key) ?? byAddress,
     skip: perRequestOption('skip', o.skip),
     onLimit: functionOption('onLimit', o.onLimit),
   };
@@ -209,9 +215,10 @@ export function tokenBucketConfig<R, H extends AnyFunction>(
   raw: RawRequest<R>,
 ): TokenBucketConfig<R, H> {
   const o = optionsObject(options);
+  const byAddress = clientKey(o, raw);
   return {
     limiter: limiterOption(o.limiter),
-    key: perRequestOption('key', o.key) ?? clientKey(o, raw),
+    key: perRequestOption('key', o.key) ?? byAddress,
     cost: perRequestOption('cost', o.cost, 'of type number') ?? (() => 1),
     skip: perRequestOption('skip', o.skip),
     onLimit: functionOption('onLimit', o.onLimit),
@@ -235,10 +242,11 @@ export function upstreamLimitConfig<R, H extends AnyFunction>(
   const o = optionsObject(options);
   const limit = upstreamLimit(o);
   const key = perRequestOption('key', o.key, 'of type string');
+  const byAddress = clientKey(o, raw);
   return {
     limit,
     upstream: perRequestOption('upstream', o.upstream) ?? (() => 'default'),
-    client: limit.perClient === Infinity ? undefined : (key ?? clientKey(o, raw)),
+    client: limit.perClient === Infinity ? undefined : (key ?? byAddress),
     onLimit: functionOption('onLimit', o.onLimit),
     talkers: talkersOption(o.talkers),
   };
