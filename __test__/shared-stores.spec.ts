@@ -7,10 +7,13 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import test from 'ava';
+import express from 'express';
+import { rateLimit as expressRateLimit } from 'express-rate-limit';
+import { createServer } from 'node:http';
 import { backend, Rate } from '../lib/index.js';
 import { keepcountFastifyStore, KeepcountStore } from '../lib/http/index.js';
 import { fixture, throwsShape, title } from './helpers.js';
-import { get } from './http-client.js';
+import { close, get, listen } from './http-client.js';
 
 interface Ports {
   express: number;
@@ -95,6 +98,52 @@ test(title('KeepcountStore with a rate: its window must match, heavy hitters sta
     message: /^The "rate" option must be a Rate/,
   });
 });
+
+test(
+  title('KeepcountStores in one given rate: prefixes keep two limiters apart, one prefix is a reported double count'),
+  async (t) => {
+    // Stores counting in one rate are not local: express-rate-limit must compare them by prefix
+    // (localKeys false), or two limiters counting one request twice under one key go unreported.
+    const logged: unknown[] = [];
+    const consoleError = console.error;
+    console.error = (...args: unknown[]) => void logged.push(...args);
+    t.teardown(() => {
+      console.error = consoleError;
+    });
+    const rate = new Rate({ intervalMs: 60_000 });
+    const limiter = (prefix: string) =>
+      expressRateLimit({ windowMs: 60_000, limit: 3, store: new KeepcountStore({ rate, prefix }) });
+    const app = express();
+    app.use('/apart', limiter('a:'), limiter('b:'));
+    app.use('/together', limiter('c:'), limiter('c:'));
+    app.get('/{*path}', (_req, res) => res.send('ok'));
+    const server = createServer(app);
+    const port = await listen(server);
+    t.teardown(() => close(server));
+    const statuses = async (path: string) => {
+      const seen = [];
+      for (let i = 0; i < 4; i++) seen.push((await get(port, path)).status);
+      return seen;
+    };
+    t.deepEqual(await statuses('/apart'), [200, 200, 200, 429], 'each limiter counts each request once');
+    t.false(
+      logged.some((entry) => (entry as { code?: string }).code === 'ERR_ERL_DOUBLE_COUNT'),
+      'no double count',
+    );
+    t.deepEqual(await statuses('/together'), [200, 429, 429, 429], 'one key counted twice a request');
+    t.true(
+      logged.some((entry) => (entry as { code?: string }).code === 'ERR_ERL_DOUBLE_COUNT'),
+      'express-rate-limit reports it',
+    );
+    t.true(new KeepcountStore().localKeys, 'a store counting in its own sketch is local');
+    t.false(new KeepcountStore({ rate }).localKeys);
+    throwsShape(t, () => new KeepcountStore({ prefix: 1 as never }), {
+      instanceOf: TypeError,
+      code: 'ERR_INVALID_ARG_TYPE',
+      message: 'The "prefix" option must be of type string. Received 1',
+    });
+  },
+);
 
 test(title('the Fastify store with a rate counts there and reports another timeWindow to the plugin'), (t) => {
   const rate = new Rate({ intervalMs: 1000 });

@@ -51,7 +51,11 @@ export interface ClientRateLimitInfo {
 
 /** Options of {@link KeepcountStore}. */
 export interface KeepcountStoreOptions {
-  /** Prepended to every key; lets two limiters share one store without sharing counts. Defaults to `''`. */
+  /**
+   * Prepended to every key counted. Each express-rate-limit instance needs a store of its own (it
+   * refuses a store reused by a second); the prefix keeps apart the counts of stores that count in
+   * one given `rate` (one `Rate.openShared` segment for several limiters). Defaults to `''`.
+   */
   prefix?: string;
   /** Distinct keys expected per window; sizes the sketch (see `WindowQuotaOptions.clients`). Defaults to 10,000. */
   clients?: number;
@@ -96,8 +100,13 @@ export interface KeepcountStoreOptions {
 export class KeepcountStore {
   /** Prepended to keys. */
   readonly prefix: string;
-  /** Counts of one instance never affect another: express-rate-limit's double-count checks use this. */
-  readonly localKeys = true;
+  /**
+   * Whether counts of one instance never affect another's: `true` unless a `rate` is given, which
+   * other stores may count in too. express-rate-limit's check that a request is counted once per
+   * key tells stores apart by instance when `true`, else by class name and `prefix`: two limiters
+   * counting one request in one given rate under one prefix are reported (`ERR_ERL_DOUBLE_COUNT`).
+   */
+  readonly localKeys: boolean;
   readonly #options: KeepcountStoreOptions;
   #quota: WindowQuota | undefined;
   /** express-rate-limit's `limit`, kept for {@link resetAll}. */
@@ -111,7 +120,10 @@ export class KeepcountStore {
     if (typeof options !== 'object' || options === null)
       throw invalidType('The "options" argument', 'of type object', options);
     this.#options = { ...options };
-    this.prefix = options.prefix ?? '';
+    const { prefix = '' } = options;
+    if (typeof prefix !== 'string') throw invalidType('The "prefix" option', 'of type string', prefix);
+    this.prefix = prefix;
+    this.localKeys = options.rate === undefined;
   }
 
   /** Called by express-rate-limit with its options; takes `windowMs` and a numeric `limit` from them. */
