@@ -94,3 +94,21 @@ test(title('terminating a worker with pending timeouts does not disturb this thr
   await sleep(20);
   t.pass();
 });
+
+test(
+  title("keepcount evaluated again in one thread (a module registry reset): every copy's windows read right"),
+  async (t) => {
+    // The native InWindow paths write the window into an array per load of the addon; an array per
+    // copy of the adapter, registered last-wins, left the older copies reading a stale resetMs.
+    const child = await runFixture('module-copies.ts');
+    t.is(child.code, 0, child.stderr);
+    const { copies, backends, resetMs } = JSON.parse(child.stdout) as {
+      copies: boolean[];
+      backends: string[];
+      resetMs: number[];
+    };
+    t.deepEqual(copies, [true, true, true], 'three copies of the modules');
+    t.deepEqual(backends, [backend, backend, backend]);
+    t.deepEqual(resetMs, [700, 700, 700, 700, 700, 700], 'a Rate and a HeavyHitters of each copy');
+  },
+);

@@ -16,7 +16,7 @@ interface Line {
 const REASONS = ['short', 'magic', 'version', 'flags', 'shape', 'length', 'checksum'];
 /** Cases with valid input, which must return. */
 const VALID =
-  /^(lend (estimator|rate) a valid SharedArrayBuffer|incr key (detached Uint8Array|1 MB string|lone surrogates)|counterIndexes key detached Uint8Array|merge itself|register (NaN|-?Infinity|-1|1e\+308)|letExit before keepAlive|drain|windowScratch Float64Array \(valid\)|fast .* \(valid\))$/;
+  /^(lend (estimator|rate) a valid SharedArrayBuffer|incr key (detached Uint8Array|1 MB string|lone surrogates)|counterIndexes key detached Uint8Array|merge itself|register (NaN|-?Infinity|-1|1e\+308)|letExit before keepAlive|drain|windowScratch again, the same array \(valid\)|fast .* \(valid\))$/;
 
 test(title('every bad input to the native classes is a JavaScript error, never an abort'), async (t) => {
   const child = await runFixture('native-abuse.ts');
@@ -79,8 +79,6 @@ test(title('bad keys, counts, shapes and merges throw the classes and codes of l
   expect('fast rateObserveInWindowNum before windowScratch', 'TypeError', 'ERR_INVALID_ARG_TYPE');
   expect('fast sharedRateObserveInWindowStr before windowScratch', 'TypeError', 'ERR_INVALID_ARG_TYPE');
   expect('fast bufferRateObserveInWindowKey before windowScratch', 'TypeError', 'ERR_INVALID_ARG_TYPE');
-  expect('windowScratch Float32Array', 'TypeError', 'ERR_INVALID_ARG_TYPE');
-  expect('windowScratch empty Float64Array', 'TypeError', 'ERR_INVALID_ARG_TYPE');
   expect('fast heavyIncrStr now -1', 'RangeError', 'ERR_OUT_OF_RANGE');
   expect('fast heavyIncrNum count 2^53', 'RangeError', 'ERR_OUT_OF_RANGE');
   expect('fast heavyIncrInWindowStr now -1', 'RangeError', 'ERR_OUT_OF_RANGE');

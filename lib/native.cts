@@ -110,12 +110,12 @@ const { heavyIncrStr, heavyIncrNum, heavyIncrKey } = fast;
 const { heavyIncrInWindowStr, heavyIncrInWindowNum, heavyIncrInWindowKey } = fast;
 
 /**
- * Where the rates' `…ObserveInWindow*` and `heavyIncrInWindow*` write how far the interval has run: one
- * array for this thread, handed to the binding once (`src/window.rs`: an array argument per call
- * cost ~100 ns). Its own `ArrayBuffer`, held only here, so nothing can detach it.
+ * Where the rates' `…ObserveInWindow*` and `heavyIncrInWindow*` write how far the interval has run:
+ * one array per load of the binding, made by it (`src/window.rs`: an array argument per call cost
+ * ~100 ns) and the same for every copy of this module evaluated over that load (a module registry
+ * reset such as `jest.resetModules`). Never transferred nor detached.
  */
-const windowScratch = new Float64Array(new ArrayBuffer(8));
-binding.windowScratch(windowScratch);
+const windowScratch = binding.windowScratch();
 
 /**
  * `core`'s counters as a heap sketch of the binding, for `merge`: the binding merges heap sketches

@@ -484,7 +484,7 @@ raw::per_key_type! {
             })
         })?;
         // Milliseconds below the 2^52 ms interval: exact in a double.
-        window::write(elapsed as f64)?;
+        window::write(env, elapsed as f64)?;
         Ok(count_result(count))
     }
 }

@@ -262,7 +262,7 @@ raw::per_key_type! {
         inner.set_now(now_ms)?;
         let (count, elapsed) = inner.sketches.observe_hash_in_interval(key, events);
         // Milliseconds below the 2^52 ms interval: exact in a double.
-        window::write(elapsed as f64)?;
+        window::write(env, elapsed as f64)?;
         Ok(count as f64)
     }
 }

@@ -334,44 +334,6 @@ pub(crate) unsafe fn count(
     crate::args::count(what, number)
 }
 
-/// Element 0 of `value`, a `Float64Array` of length >= 1: the window scratch
-/// ([`crate::window`]) where the fast paths that return two numbers write the second. Otherwise
-/// a `TypeError` naming `what`.
-///
-/// # Safety
-/// `env` and `value` must be live handles of the current call. The pointer is valid for writes
-/// until the call returns to JavaScript (nothing can detach or resize the buffer before that).
-pub(crate) unsafe fn first_f64(
-    env: sys::napi_env,
-    value: sys::napi_value,
-    what: &str,
-) -> Result<*mut f64> {
-    let mut kind = -1;
-    let mut length = 0;
-    let mut data = ptr::null_mut();
-    // SAFETY: live handles; valid out-pointers; a non-typed-array returns `napi_invalid_arg`.
-    let status = unsafe {
-        sys::napi_get_typedarray_info(
-            env,
-            value,
-            &mut kind,
-            &mut length,
-            &mut data,
-            ptr::null_mut(),
-            ptr::null_mut(),
-        )
-    };
-    if status != sys::Status::napi_ok
-        || kind != sys::TypedarrayType::float64_array
-        || length == 0
-        || data.is_null()
-    {
-        return Err(Failure::invalid_type(what, "a Float64Array of length >= 1"));
-    }
-    // `data` points at `length` >= 1 f64s of a live Float64Array, aligned as its type requires.
-    Ok(data.cast::<f64>())
-}
-
 /// A napi status as a result.
 fn check(status: sys::napi_status) -> Result<()> {
     match status {

@@ -169,7 +169,7 @@ raw::per_key_type! {
         let (count, past) = sketches.observe_hash_in_interval(key, events);
         // Whole milliseconds, below the 2^52 ms interval: exact in a double, and the interval's
         // end stays at least 1 ms away.
-        window::write((past / 1_000_000) as f64)?;
+        window::write(env, (past / 1_000_000) as f64)?;
         Ok(count as f64)
     }
 }
