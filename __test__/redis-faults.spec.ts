@@ -284,6 +284,57 @@ test.serial(
   },
 );
 
+test.serial(
+  title('maxmemory noeviction, Redis full: each sync fails whole and is reported, nothing is deleted'),
+  async (t) => {
+    // Redis at maxmemory under its default policy refuses writes. The sync must fail as a whole
+    // (stale, then the fail policy, as in any outage), never half applied: run as a script without
+    // flags, only its first write was refused, and that looked like corrupt values and was deleted.
+    const server = await startRedis();
+    const connection = await connectClient('ioredis', server.port);
+    try {
+      const name = 'full';
+      const { a, b, round } = await leasedFleet(connection, name);
+      const keys = ['i:c', 'i:v', 'i:m', 'i:n:a', 'i:n:b'].map((suffix) => keyOf(name, suffix));
+      await connection.send(['CONFIG', 'SET', 'maxmemory-policy', 'noeviction']);
+      await connection.send(['CONFIG', 'SET', 'maxmemory', '1']);
+      const before = [a.errors.length, b.errors.length];
+      a.inflight.enter('up', 10);
+      for (let i = 0; i < 3; i++) t.deepEqual(await round(), [false, false], 'every sync fails');
+      await connection.send(['CONFIG', 'SET', 'maxmemory', '0']);
+      const exists = await Promise.all(keys.map((key) => connection.send(['EXISTS', key])));
+      t.deepEqual(exists.map(Number), [1, 1, 1, 1, 1], 'the structure’s keys are all there');
+      for (const [n, node] of [a, b].entries()) {
+        const failures = node.errors.slice(before[n]);
+        t.true(failures.length > 0, 'the failures are reported');
+        for (const error of failures) t.regex(error.message, /OOM/);
+        t.false(
+          failures.some((error) => (error as { code?: string }).code === 'ERR_KEEPCOUNT_CORRUPT'),
+          'nothing taken for corrupt',
+        );
+      }
+      t.deepEqual(
+        [a, b].map((node) => node.inflight.get('up')),
+        [17, 7],
+        'while Redis refused, each node kept the others’ last counts (c’s lease too)',
+      );
+      for (let i = 0; i < 2; i++) t.deepEqual(await round(), [true, true]);
+      t.deepEqual(
+        [a, b].map((node) => [node.inflight.get('up'), node.inflight.get('other')]),
+        [
+          [17, 3],
+          [17, 3],
+        ],
+      );
+      await a.sync.close();
+      await b.sync.close();
+    } finally {
+      await connection.close();
+      await server.stop();
+    }
+  },
+);
+
 /**
  * Two SyncedInflight nodes on their own timers (`syncMs` 50, `timeoutMs` 200, leases of 300 ms),
  * each with its own client of `client`: a holds 2 slots of `up`, b 3.

@@ -70,6 +70,12 @@
  * rebuilding it; the reply tells the node (an incarnation `corrupt`, so it pushes its whole
  * contribution again; a bucket's loan not applied) and names the key and the failure, and the
  * other entries of the sync go on.
+ *
+ * The script opens with `#!lua` (Redis 7's flags syntax, declaring no flags), so that a Redis at
+ * `maxmemory` refuses it whole, before it runs, with `OOM`: the sync fails and is reported and
+ * retried like any other. Without it Redis runs it and refuses only its first write, the `pcall`
+ * took that for corrupt values and deleted the entry, and the rest of the script wrote on: every
+ * sync wiped the first structure's fleet-wide state while counting as a success.
 
  * A pull returns at most `pull` cells per entry, in version order, and only whole versions: when
  * more are waiting it stops before the first version it cannot finish and reports the version
@@ -115,7 +121,7 @@
 import { createHash } from 'node:crypto';
 import type { SendCommand } from './send.js';
 
-export const SYNC_SCRIPT = `
+export const SYNC_SCRIPT = `#!lua
 local node, live, pull, entries = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
