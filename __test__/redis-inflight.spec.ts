@@ -7,7 +7,7 @@ import { createServer, type IncomingMessage, type ServerResponse } from 'node:ht
 import test from 'ava';
 import { upstreamLimit } from '../lib/http/index.js';
 import { UpstreamLimit } from '../lib/http/upstream.js';
-import { RedisSync, SyncedInflight } from '../lib/redis/index.js';
+import { RedisSync, SyncedInflight, SyncedLimiter } from '../lib/redis/index.js';
 import { fixture, throwsShape, title } from './helpers.js';
 import { close, get, listen } from './http-client.js';
 import { connectClient } from './redis-clients.js';
@@ -279,6 +279,29 @@ test(
     open.leave('c');
     t.is(open.get('c'), 1);
     open.close();
+  },
+);
+
+test(
+  title('a default lease outlasts a sync period and its timeout, whatever staleAfterMs; staleAfterMs stays in range'),
+  (t) => {
+    // A lease of staleAfterMs alone could be at or below syncMs, which leaseMs itself refuses: it
+    // would run out between two syncs that come on time, and the others drop a live node's slots.
+    const send = async () => [];
+    const leases = (options: { syncMs: number; timeoutMs?: number; staleAfterMs?: number }) => {
+      const sync = new RedisSync({ sendCommand: send, ...options });
+      const inflight = new SyncedInflight({ sync, name: 'a', seed: 1 });
+      const limiter = new SyncedLimiter({ sync, name: 'b', limit: { perSecond: 1, burst: 1 } });
+      const found = [sync.staleAfterMs, inflight.leaseMs, limiter.leaseMs];
+      inflight.close();
+      void sync.close();
+      return found;
+    };
+    t.deepEqual(leases({ syncMs: 100 }), [1100, 1100, 1100], 'the defaults');
+    t.deepEqual(leases({ syncMs: 200, staleAfterMs: 200 }), [200, 1200, 1200]);
+    t.deepEqual(leases({ syncMs: 200, timeoutMs: 50, staleAfterMs: 5000 }), [5000, 5000, 5000]);
+    t.deepEqual(leases({ syncMs: 3_600_000, timeoutMs: 3_600_000 }), [3_600_000, 3_600_000, 3_600_000]);
+    t.deepEqual(leases({ syncMs: 3_599_999, timeoutMs: 1, staleAfterMs: 1 }), [1, 3_600_000, 3_600_000]);
   },
 );
 

@@ -5,14 +5,11 @@ import { invalidType, withCode, type KeepcountError } from '../errors.js';
 import { guardedIncr, type InflightCounter, type InflightCounts, type InflightGuard } from '../inflight.js';
 import { validateKey } from '../keys.js';
 import { MAX_STORED_KEY_LENGTH } from '../long-key.js';
-import { countArgument, integerOption, optionsObject, seedOption, shapeOptions } from '../options.js';
+import { countArgument, optionsObject, seedOption, shapeOptions } from '../options.js';
 import { Census, entryKeys, SyncedCells } from './cells.js';
 import { syncOption } from './estimator.js';
 import { sketchLayout } from './hasher.js';
-import { nameOption, type RedisSync } from './sync.js';
-
-/** Longest lease: an hour, as the sync's other periods. */
-const MAX_LEASE_MS = 3_600_000;
+import { leaseMsOption, nameOption, type RedisSync } from './sync.js';
 
 /**
  * A structure's keys live this many leases after the last sync of any node, then vanish together
@@ -66,7 +63,8 @@ export interface SyncedInflightOptions {
    * (`syncMs`, 3,600,000]. A crashed node's slots leave the global count within this (plus the
    * others' next sync); a live node whose syncs fail this long is dropped too and pushes its whole
    * count again once it reaches Redis. Defaults to the sync's `staleAfterMs` (`timeoutMs +
-   * syncMs`, 1,100 ms by default): the others forget a node about when it calls itself stale.
+   * syncMs`, 1,100 ms by default): the others forget a node about when it calls itself stale; but
+   * never less than `syncMs + timeoutMs`, a lease that syncs on time always renew.
    */
   leaseMs?: number;
   /** Rows of the sketch. Defaults to 4. */
@@ -117,7 +115,7 @@ export class SyncedInflight implements InflightCounter {
     this.#sync = syncOption(o.sync);
     const name = nameOption('name', o.name);
     if (o.seed === undefined) throw invalidType('The "seed" option', 'a bigint or a number', o.seed);
-    this.leaseMs = integerOption('leaseMs', o.leaseMs, this.#sync.syncMs + 1, MAX_LEASE_MS, this.#sync.staleAfterMs);
+    this.leaseMs = leaseMsOption(o.leaseMs, this.#sync);
     const { hashes, slots } = shapeOptions(o.hashes, o.slots, { hashes: 4, slots: 8192 });
     const seed = seedOption(o.seed);
     this.#hasher = new Estimator({ hashes, slots, seed });

@@ -3,16 +3,13 @@ import { invalidType, outOfRange } from '../errors.js';
 import type { RequestLimiter } from '../http/quota.js';
 import { storedKey } from '../long-key.js';
 import { limitSpec, type LimiterDecision, type RateLimit } from '../quotas.js';
-import { integerOption, iterableArgument, optionsObject } from '../options.js';
+import { iterableArgument, optionsObject } from '../options.js';
 import { Census, entryKeys, SyncedCells } from './cells.js';
 import { syncOption } from './estimator.js';
 import { failPolicyOption, type FailPolicy } from './fail-policy.js';
 import type { LoanRequest } from './loan.js';
 import { Room } from './room.js';
-import { nameOption, type RedisSync } from './sync.js';
-
-/** Longest lease: an hour, as the sync's other periods. */
-const MAX_LEASE_MS = 3_600_000;
+import { leaseMsOption, nameOption, type RedisSync } from './sync.js';
 
 /**
  * Tokens on loan plus tokens in a key's Redis bucket never pass `burst + LOAN_PERIODS × rate ×
@@ -76,7 +73,8 @@ export interface SyncedLimiterOptions {
    * How long a loan of tokens lasts without a successful sync: an integer in (`syncMs`,
    * 3,600,000]. A node drops what it holds when its loan runs out; Redis writes the loan off then,
    * so a crashed node's tokens come back to nobody and hold nothing up. Defaults to the sync's
-   * `staleAfterMs`, when the fail policy takes over.
+   * `staleAfterMs`, when the fail policy takes over, but never less than `syncMs + timeoutMs`, a
+   * lease that syncs on time always renew.
    */
   leaseMs?: number;
   /** What to do while Redis is unreachable; see {@link FailPolicy}. Defaults to `'local'`. */
@@ -188,7 +186,7 @@ export class SyncedLimiter implements RequestLimiter {
     const o = optionsObject(options);
     this.#sync = syncOption(o.sync);
     const name = nameOption('name', o.name);
-    this.leaseMs = integerOption('leaseMs', o.leaseMs, this.#sync.syncMs + 1, MAX_LEASE_MS, this.#sync.staleAfterMs);
+    this.leaseMs = leaseMsOption(o.leaseMs, this.#sync);
     this.failPolicy = failPolicyOption(o.failPolicy);
     this.#bucket = this.#parse('The "limit" option', o.limit);
     if (o.keys !== undefined) {

@@ -29,7 +29,7 @@ export interface RedisSyncOptions {
   timeoutMs?: number;
   /**
    * How old the last successful sync may be before structures apply their fail policy: an integer
-   * in [1, 3,600,000]. Defaults to `timeoutMs + syncMs`.
+   * in [1, 3,600,000]. Defaults to `timeoutMs + syncMs` (at most 3,600,000).
    */
   staleAfterMs?: number;
   /** Prefix of every key. Defaults to `'keepcount'`. */
@@ -175,7 +175,8 @@ export class RedisSync extends EventEmitter {
     this.#send = o.sendCommand;
     this.syncMs = integerOption('syncMs', o.syncMs, 1, MAX_MS, 100);
     this.timeoutMs = integerOption('timeoutMs', o.timeoutMs, 1, MAX_MS, 1000);
-    this.staleAfterMs = integerOption('staleAfterMs', o.staleAfterMs, 1, MAX_MS, this.timeoutMs + this.syncMs);
+    const staleAfterMs = Math.min(this.timeoutMs + this.syncMs, MAX_MS);
+    this.staleAfterMs = integerOption('staleAfterMs', o.staleAfterMs, 1, MAX_MS, staleAfterMs);
     this.prefix = nameOption('prefix', o.prefix ?? 'keepcount');
     this.nodeId = nameOption('nodeId', o.nodeId ?? randomUUID());
     if (o.cluster !== undefined && typeof o.cluster !== 'boolean') {
@@ -474,6 +475,21 @@ export class RedisSync extends EventEmitter {
 
 function timeoutError(ms: number): Error {
   return withCode(new Error(`Redis sync timed out after ${ms} ms`), 'ERR_KEEPCOUNT_SYNC');
+}
+
+/** Longest `leaseMs` of a synced structure: an hour. */
+const MAX_LEASE_MS = 3_600_000;
+
+/**
+ * A synced structure's `leaseMs` on `sync`: given, an integer in (`syncMs`, 3,600,000]; else the
+ * sync's `staleAfterMs`, but never below `syncMs + timeoutMs`. A lease of `staleAfterMs` alone
+ * could be at or below `syncMs` (a `staleAfterMs` of 200 with syncs every 200 ms), which the
+ * option itself refuses: such a lease runs out between two syncs that come on time, and the other
+ * nodes drop a live node's slots or loans over and over.
+ */
+export function leaseMsOption(value: unknown, sync: RedisSync): number {
+  const fallback = Math.min(Math.max(sync.staleAfterMs, sync.syncMs + sync.timeoutMs), MAX_LEASE_MS);
+  return integerOption('leaseMs', value, sync.syncMs + 1, MAX_LEASE_MS, fallback);
 }
 
 /** A key component: a non-empty string without `{` or `}`, which would move the hash tag. */
