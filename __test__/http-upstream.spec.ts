@@ -156,25 +156,48 @@ test(title('withDeadline rejects with TimeoutError even when the call ignores th
   t.is(await withDeadline(1000, async (signal) => signal.aborted), false);
 });
 
-test(title('withDeadline rejects, never throws, for a bad signal option or one whose getter throws'), async (t) => {
-  /** The promise withDeadline returns, asserting that it returned one rather than throwing. */
-  const called = (options: { signal?: AbortSignal }): Promise<unknown> => {
-    let returned: Promise<unknown> = Promise.resolve();
-    t.notThrows(() => {
-      returned = withDeadline(1000, async () => 'called', options);
+test(
+  title('withDeadline rejects, never throws, for a bad call, options, signal option or one whose getter throws'),
+  async (t) => {
+    /** The promise withDeadline returns, asserting that it returned one rather than throwing. */
+    const called = (options: { signal?: AbortSignal }): Promise<unknown> => {
+      let returned: Promise<unknown> = Promise.resolve();
+      t.notThrows(() => {
+        returned = withDeadline(1000, async () => 'called', options);
+      });
+      return returned;
+    };
+    await rejectsShape(t, called({ signal: 'abort' as unknown as AbortSignal }), {
+      instanceOf: TypeError,
+      code: 'ERR_INVALID_ARG_TYPE',
+      message: 'The "signal" option must be an AbortSignal. Received type string ("abort")',
     });
-    return returned;
-  };
-  await rejectsShape(t, called({ signal: 'abort' as unknown as AbortSignal }), {
-    instanceOf: TypeError,
-    code: 'ERR_INVALID_ARG_TYPE',
-    message: 'The "signal" option must be an AbortSignal. Received type string ("abort")',
-  });
-  const getterError = new Error('no signal');
-  const throwing = {
-    get signal(): AbortSignal {
-      throw getterError;
-    },
-  };
-  t.is(await t.throwsAsync(called(throwing)), getterError);
-});
+    const getterError = new Error('no signal');
+    const throwing = {
+      get signal(): AbortSignal {
+        throw getterError;
+      },
+    };
+    t.is(await t.throwsAsync(called(throwing)), getterError);
+    // A call that is no function, options that are no object: refused as every other argument.
+    for (const call of [5, undefined, 'fetch']) {
+      const returned = withDeadline(1000, call as never);
+      await rejectsShape(t, returned, {
+        instanceOf: TypeError,
+        code: 'ERR_INVALID_ARG_TYPE',
+        message: /^The "call" argument must be of type function/,
+      });
+    }
+    for (const options of [5, null, 'signal']) {
+      await rejectsShape(
+        t,
+        withDeadline(1000, async () => 'called', options as never),
+        {
+          instanceOf: TypeError,
+          code: 'ERR_INVALID_ARG_TYPE',
+          message: /^The "options" argument must be of type object/,
+        },
+      );
+    }
+  },
+);

@@ -358,8 +358,9 @@ export function withDeadline<T>(
   let signal: AbortSignal;
   // Every bad argument rejects, none throws: a caller's `.catch` or `try { await }` sees them all.
   try {
+    if (typeof call !== 'function') throw invalidType('The "call" argument', 'of type function', call);
+    const caller: unknown = optionsObject(options).signal;
     signal = timeoutSignal(ms);
-    const caller: unknown = options?.signal;
     if (caller !== undefined) {
       if (!(caller instanceof AbortSignal)) throw invalidType('The "signal" option', 'an AbortSignal', caller);
       signal = AbortSignal.any([signal, caller]);
