@@ -10,7 +10,9 @@
 //! slot with a compare-and-swap, subtracts the contribution from the total counter by counter
 //! (each contribution counter is taken with an atomic `swap(0)`, so it is subtracted once even if
 //! two survivors sweep), and frees the slot. No process waits for another; a sweeper that dies
-//! mid-sweep is replaced by the next survivor that sees it dead.
+//! mid-sweep is replaced by the next survivor that sees it dead, which settles every counter (see
+//! Exactness): the dead sweeper may have swapped a contribution counter to zero without taking it
+//! from the total, and nothing records which.
 //!
 //! **Recovery time**: the next `reclaim` after the death. The Node binding calls it every
 //! [`RECLAIM_INTERVAL`] from each process holding the segment, and every open calls it.
@@ -37,7 +39,8 @@
 //! word (`state << 62 | sweeper pid << 32 | owner pid`, state 0 free, 1 held, 2 being swept,
 //! 3 unsettled), the owner's PID namespace (Linux: the inode of `/proc/self/ns/pid`; 1
 //! elsewhere), then the journal: changes begun, changes ended, the latest change's key hash, and
-//! whether changes overlapped (two spare words follow). A process judges only slots of its own
+//! whether changes overlapped (1) or a sweep of the slot was cut short (2) (two spare words
+//! follow). A process judges only slots of its own
 //! namespace: containers with separate PID namespaces cannot tell each other's processes apart,
 //! so each recovers its own processes' slots. A pid reused by a new process before a survivor
 //! looks delays recovery until that process exits too.

@@ -25,8 +25,13 @@ pub(super) const ENDED: usize = 3;
 pub(super) const PENDING: usize = 4;
 /// Nonzero once a change began with another of the same slot in flight (threads sharing one
 /// handle): [`PENDING`] then need not name every change in flight, so a sweep settles every
-/// counter. Never cleared while the slot is held.
+/// counter. Never cleared while the slot is held. [`INTERRUPTED`] once a sweep of the slot died.
 pub(super) const OVERLAP: usize = 5;
+
+/// [`OVERLAP`]'s value once a sweeper of the slot died mid-sweep: it may have swapped a counter's
+/// contribution to zero and died before taking it from the total, which no journal records, so
+/// every counter is settled whatever the dead holder had in flight.
+pub(super) const INTERRUPTED: u64 = 2;
 
 /// Tries to find one counter quiet enough to settle before a sweep leaves it to the next reclaim.
 pub const SETTLE_ATTEMPTS: u32 = 4096;
@@ -108,9 +113,15 @@ impl Holder<'_> {
             // AcqRel: one survivor wins the slot; the loser moves on.
             if words[OWNER]
                 .compare_exchange(seen, mine, Ordering::AcqRel, Ordering::Relaxed)
-                .is_ok()
-                && self.sweep(slot, mine)
+                .is_err()
             {
+                continue;
+            }
+            if state(seen) == SWEEPING {
+                // Before the sweep: a kill of this one too still leaves the mark.
+                words[OVERLAP].store(INTERRUPTED, Ordering::SeqCst);
+            }
+            if self.sweep(slot, mine) {
                 freed += 1;
             }
         }
@@ -159,16 +170,18 @@ impl Holder<'_> {
     }
 
     /// Settles the change slot `slot`'s holder (dead, its contribution taken back) left in
-    /// flight, if any (module docs, "Exactness"); false if some counter stayed busy.
+    /// flight, if any (module docs, "Exactness"), and every counter after an interrupted sweep
+    /// ([`INTERRUPTED`]); false if some counter stayed busy.
     fn settle(&self, slot: usize) -> bool {
         let journal = self.segment.slot_words(slot);
         let begun = journal[BEGUN].load(Ordering::SeqCst);
         let ended = journal[ENDED].load(Ordering::SeqCst);
-        if begun == ended {
+        let overlap = journal[OVERLAP].load(Ordering::SeqCst);
+        if begun == ended && overlap != INTERRUPTED {
             return true;
         }
         let settle = |index: usize| settle_counter(self, slot, index);
-        if begun.wrapping_sub(ended) == 1 && journal[OVERLAP].load(Ordering::SeqCst) == 0 {
+        if begun.wrapping_sub(ended) == 1 && overlap == 0 {
             let key = KeyHash::from_u64(journal[PENDING].load(Ordering::SeqCst));
             let mut indexes = Vec::with_capacity(self.total.shape().hashes());
             self.total

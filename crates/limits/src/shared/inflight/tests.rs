@@ -1,6 +1,6 @@
 //! Settling by hand-made kills: slot states written as a process killed mid-change leaves them.
 
-use super::slots::{FREE, UNSETTLED, state, sweeper};
+use super::slots::{FREE, SWEEPING, UNSETTLED, state, sweeper};
 use super::*;
 use std::path::PathBuf;
 
@@ -147,4 +147,41 @@ fn a_busy_counter_leaves_the_slot_unsettled_until_a_later_reclaim() {
         FREE
     );
     drop(busy);
+}
+
+#[test]
+fn a_sweep_cut_in_two_by_a_kill_is_settled_on_every_counter() {
+    let dir = Dir::new("swept");
+    let here = dir.open();
+    let (a, b) = (here.hash_key("a"), here.hash_key("b"));
+    here.incr_hash(a, 1);
+    let victim = dir.open();
+    victim.incr_hash(a, 3);
+    victim.incr_hash(b, 2);
+    let slot = victim.slot;
+    let words = victim.segment.slot_words(slot);
+    // The holder died idle; its sweeper swapped `b`'s contribution to zero in every row and was
+    // killed before taking it from the total (and before reaching `a`'s).
+    let own = victim.segment.sketch(1 + slot);
+    victim.total.rows().for_each_index(b, |index| {
+        own[index].swap(0, Ordering::SeqCst);
+    });
+    words[OWNER].store(
+        owner_word(SWEEPING, dead_pid(), dead_pid()),
+        Ordering::SeqCst,
+    );
+    std::mem::forget(victim);
+    let words = here.segment.slot_words(slot);
+    assert_eq!(here.reclaim(), 1);
+    assert_eq!((here.get_hash(a), here.get_hash(b)), (1, 0));
+    let total: i64 = here
+        .total
+        .counters()
+        .iter()
+        .map(|c| c.load(Ordering::SeqCst))
+        .sum();
+    assert_eq!(total, 2, "only this handle's 1 in each of 2 rows");
+    assert_eq!(words[OWNER].load(Ordering::SeqCst), FREE);
+    // The mark went with the slot: the next holder starts clean.
+    assert_eq!(words[OVERLAP].load(Ordering::SeqCst), 0);
 }
