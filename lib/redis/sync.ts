@@ -272,7 +272,9 @@ export class RedisSync extends EventEmitter {
    * keeps counting on this node's slots, for the same reason; close the sync once the server
    * stops taking requests all the same, or the fleet never sees them.
    * Resolves with whether that sync succeeded; every call resolves with it once it is done, so a
-   * second shutdown hook cannot let the process exit before the last push.
+   * second shutdown hook cannot let the process exit before the last push. It waits for the sync
+   * under way first (whose counts were taken before the call), each up to `timeoutMs`: at most
+   * twice `timeoutMs` in all.
    */
   close(): Promise<boolean> {
     this.#closing ??= this.#close();
