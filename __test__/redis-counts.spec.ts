@@ -50,6 +50,60 @@ for (const client of clientNames) {
   });
 }
 
+test.serial(
+  title(
+    'a process under a nodeId another synced with first fails its syncs with ERR_KEEPCOUNT_NODE_ID, never silently',
+  ),
+  async (t) => {
+    // A restart, or a second process, under one id: its sequence numbers start again at 1, below
+    // what Redis holds for the id, so none of its syncs is applied. A sync sent twice (the test
+    // above) stays a success: only a later number than this node's own tells another writer.
+    const server = await startRedis();
+    const connection = await connectClient('ioredis', server.port);
+    const node = (what: 'sketch' | 'limiter') => {
+      const sync = new RedisSync({ sendCommand: connection.send, syncMs: 3_600_000, nodeId: 'host-a' });
+      const errors: (Error & { code?: string })[] = [];
+      sync.on('error', (error: Error) => errors.push(error));
+      const count =
+        what === 'sketch'
+          ? (() => {
+              const sketch = new SyncedEstimator({ sync, name: 'reused', seed: 7 });
+              return () => sketch.incr('k', 5);
+            })()
+          : (() => {
+              const limiter = new SyncedLimiter({ sync, name: 'reused', limit: { perSecond: 10, burst: 10 } });
+              return () => void limiter.check('client');
+            })();
+      return { sync, errors, count };
+    };
+    try {
+      for (const what of ['sketch', 'limiter'] as const) {
+        const first = node(what);
+        for (let i = 0; i < 3; i++) {
+          first.count();
+          t.true(await first.sync.flush(), what);
+        }
+        const second = node(what);
+        second.count();
+        t.false(await second.sync.flush(), `${what}: the second process's sync fails`);
+        t.deepEqual(
+          second.errors.map((error) => error.code),
+          ['ERR_KEEPCOUNT_NODE_ID'],
+          what,
+        );
+        t.regex(second.errors[0]!.message, /node id "host-a"/);
+        first.count();
+        t.true(await first.sync.flush(), `${what}: the first goes on`);
+        t.deepEqual(first.errors, []);
+        await Promise.all([first.sync.close(), second.sync.close()]);
+      }
+    } finally {
+      await connection.close();
+      await server.stop();
+    }
+  },
+);
+
 test.serial(title('ioredis: 3 node processes × 3,000 increments give the exact global total'), async (t) => {
   const server = await startRedis();
   try {

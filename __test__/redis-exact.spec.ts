@@ -10,6 +10,7 @@ const cellsOf = (capacity: number): ExactCells =>
 /** A pull of `cells` (id → the others' count) in `incarnation`. */
 const pull = (cells: Record<number, number>, incarnation = 'i1', version = 1): Pull => ({
   applied: true,
+  idTaken: false,
   version,
   incarnation,
   nodes: 2,

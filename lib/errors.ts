@@ -50,6 +50,10 @@
  *   made with another seed, shape or sketch format sync a structure of the same name: they would
  *   count one key in other cells, so the two groups count apart. Its `key` names this node's entry,
  *   `layout` and `theirs` the two layouts. Once per other layout, until that one stops syncing.
+ * - `ERR_KEEPCOUNT_NODE_ID` (`Error`): emitted, never thrown, on the same `'error'` event when Redis
+ *   holds a later sync of this node's `nodeId` than its own: another process syncs under the same
+ *   id, or this one reuses the id of one that synced before it. The sync fails (nothing of it is
+ *   applied) until the ids differ or the other process's keys expire.
  * - `ERR_KEEPCOUNT_CALLBACK` (`Error`): handed to Express's `next` (never thrown) when a function given
  *   to a keepcount/http middleware (`key`, `skip`, `cost`, `upstream`, `onLimit`) threw or rejected
  *   with a value Express would take for going on (`undefined`, `null`, `0`, `''`, `false`,
@@ -78,6 +82,7 @@ export type ErrorCode =
   | 'ERR_KEEPCOUNT_UNSUPPORTED'
   | 'ERR_KEEPCOUNT_SYNC'
   | 'ERR_KEEPCOUNT_FOREIGN_KEY'
+  | 'ERR_KEEPCOUNT_NODE_ID'
   | 'ERR_KEEPCOUNT_LAYOUT'
   | 'ERR_KEEPCOUNT_CALLBACK'
   | 'ERR_KEEPCOUNT_INTERNAL';

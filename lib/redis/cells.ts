@@ -47,6 +47,8 @@ export function entryKeys(structure: string, part: string, layout: string, kind 
 /** One entry's part of the script's reply. */
 export interface Pull {
   applied: boolean;
+  /** Not applied because Redis holds a later sequence number of this node id (script.ts). */
+  idTaken: boolean;
   version: number;
   incarnation: string;
   nodes: number;

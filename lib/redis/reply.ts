@@ -37,7 +37,9 @@ export function parseReply(reply: unknown, entries: number, loans: number): Sync
   const pulls: Pull[] = [];
   let a = 0;
   for (let k = 0; k < entries; k++) {
-    const applied = number(a) === 1;
+    const status = number(a);
+    const applied = status === 1;
+    const idTaken = status === 2;
     const version = number(a + 1);
     const incarnation = String(reply[a + 2]);
     const nodes = number(a + 3);
@@ -55,7 +57,7 @@ export function parseReply(reply: unknown, entries: number, loans: number): Sync
       if (a >= reply.length) throw unexpected();
       layouts.push(String(reply[a]));
     }
-    pulls.push({ applied, version, incarnation, nodes, cells, others, layouts });
+    pulls.push({ applied, idTaken, version, incarnation, nodes, cells, others, layouts });
   }
   const lent: number[] = [];
   const left: number[] = [];
@@ -129,4 +131,21 @@ export function corruptKeyError(key: string, reason: string, prefix: string): Er
     'ERR_KEEPCOUNT_CORRUPT',
   );
   return Object.assign(error, { key });
+}
+
+/**
+ * A sync that Redis did not apply because it holds a later sequence number of this node's id:
+ * another live process syncs under the same `nodeId`, or this one took the id of a process that
+ * synced before it (a restart). Either way this node's counts would never reach the fleet.
+ */
+export function nodeIdTakenError(nodeId: string): Error {
+  return withCode(
+    new Error(
+      `Redis holds a later sync of node id "${nodeId}" than this node's: another process syncs under the ` +
+        'same nodeId, or this one reuses the id of one that synced before it. Its counts are not applied ' +
+        '(the sync fails); give every process a nodeId of its own and never reuse one (the default, a ' +
+        'random UUID, is)',
+    ),
+    'ERR_KEEPCOUNT_NODE_ID',
+  );
 }

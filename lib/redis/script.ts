@@ -105,14 +105,15 @@
  * none), layout, cell count n, n
  * pairs of cell index and cumulative value; then per bucket entry: sequence number, rate (tokens
  * per ms), burst (the tokens of a new bucket), cap, lease in ms, lifetime in ms (0: none), tokens
- * held, tokens wanted (−1: leaving), the sequence number whose loan it last took in. Reply, per cell entry: applied (0/1), version, incarnation, live nodes, m,
+ * held, tokens wanted (−1: leaving), the sequence number whose loan it last took in. Reply, per cell entry: applied (1; 0 not applied, 2 not applied and Redis holds a later sequence number of this node id: another process uses it), version, incarnation, live nodes, m,
  * then m pairs of cell index and the others' count (global minus this node's, as a string: Redis
  * would truncate a Lua number to a 64-bit integer reply), o and the o other
  * live layouts (at most 16: enough to report a misconfiguration, and a fleet where every node has
  * its own seed does not make every reply as long as the fleet); then per bucket
  * entry the tokens lent and the tokens left in the bucket after lending them, as strings (−1 and 0
  * when the sync was not applied: a stale sequence number, e.g. a client that sent the script again
- * after a dropped connection, whose first run lent what the node then never took in); then f, the
+ * after a dropped connection, whose first run lent what the node then never took in; −2 and 0 when
+ * the bucket holds a later sequence number of this node id); then f, the
  * number of keys of another type deleted, and f pairs of key and the type it held; then c, the
  * number of entries deleted for corrupt values, and c pairs of key (an entry's base, or a bucket)
  * and what failed; last, the server's time in epoch milliseconds (fractional), which nodes fix
@@ -206,6 +207,7 @@ local function cell_entry(k, a)
   end
   if lease > 0 then reap(base, counts, versions, meta, leases, i) end
   local applied = 0
+  if tonumber(seq) < prior then applied = 2 end
   if tonumber(seq) > prior then
     applied = 1
     redis.call('HSET', meta, 's:' .. node, seq)
@@ -276,6 +278,7 @@ local function bucket_entry(k, a)
   local f, flat = {}, redis.call('HGETALL', bucket)
   for j = 1, #flat, 2 do f[flat[j]] = flat[j + 1] end
   local lent, left, last = -1, 0, count(f['s:' .. node] or '0')
+  if seq < last then lent = -2 end
   if seq > last then
     lent = 0
     local lent_out, wanted = 0, want

@@ -12,7 +12,7 @@ import { integerOption, optionsObject } from '../options.js';
 import type { Push, SyncedEntry } from './cells.js';
 import type { LoanRequest } from './loan.js';
 import { ServerClock } from './server-clock.js';
-import { corruptKeyError, foreignKeyError, layoutError, parseReply } from './reply.js';
+import { corruptKeyError, foreignKeyError, layoutError, nodeIdTakenError, parseReply } from './reply.js';
 import { runSyncScript } from './script.js';
 import type { SendCommand } from './send.js';
 
@@ -38,7 +38,9 @@ export interface RedisSyncOptions {
    * This node's id in Redis: unique per process, since the server keeps each node's contribution
    * (its cumulative counts) and last sequence number under it. Never reuse one after a restart:
    * the new process would overwrite the old one's counts with its own and its sequence numbers
-   * would be refused as stale. Defaults to a random UUID.
+   * would be refused as stale. A sync that finds a later sequence number of its id in Redis fails
+   * with `ERR_KEEPCOUNT_NODE_ID` (reported on `'error'`) until the other process's keys expire.
+   * Defaults to a random UUID.
    */
   nodeId?: string;
   /**
@@ -418,6 +420,11 @@ export class RedisSync extends EventEmitter {
       const reply = await Promise.race([runSyncScript(this.#count, keys, args), timeout]);
       const { pulls, lent, left, foreign, corrupt, serverMs } = parseReply(reply, entries.length, loans.length);
       this.#serverClock.heard(serverMs, sentAt, performance.now());
+      // Not one entry of this sync was applied, nor will any later one be while the other
+      // process runs: a failed sync (stale, then the fail policies), not a silent loss.
+      if (pulls.some((pull) => pull.idTaken) || lent.some((tokens) => tokens === -2)) {
+        throw nodeIdTakenError(this.nodeId);
+      }
       let nodes = 1;
       const layouts: Heard = new Map();
       pulls.forEach((pull, k) => {
