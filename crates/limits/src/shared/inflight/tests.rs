@@ -70,6 +70,16 @@ fn counts(inflight: &SharedInflight, key: KeyHash) -> Vec<i64> {
     counts
 }
 
+/// Every counter of the total, added up.
+fn sum(inflight: &SharedInflight) -> i64 {
+    inflight
+        .total
+        .counters()
+        .iter()
+        .map(|c| c.load(Ordering::SeqCst))
+        .sum()
+}
+
 #[test]
 fn a_change_cut_in_two_by_a_kill_is_settled_to_the_contributions() {
     let dir = Dir::new("cut");
@@ -106,13 +116,7 @@ fn overlapping_changes_settle_every_counter() {
     kill_mid_change(victim, a, 1, 0);
     assert_eq!(here.reclaim(), 1);
     assert_eq!((here.get_hash(a), here.get_hash(b)), (2, 0));
-    let total: i64 = here
-        .total
-        .counters()
-        .iter()
-        .map(|c| c.load(Ordering::SeqCst))
-        .sum();
-    assert_eq!(total, 4, "only this handle's 2 in each of 2 rows");
+    assert_eq!(sum(&here), 4, "only this handle's 2 in each of 2 rows");
 }
 
 #[test]
@@ -174,13 +178,7 @@ fn a_sweep_cut_in_two_by_a_kill_is_settled_on_every_counter() {
     let words = here.segment.slot_words(slot);
     assert_eq!(here.reclaim(), 1);
     assert_eq!((here.get_hash(a), here.get_hash(b)), (1, 0));
-    let total: i64 = here
-        .total
-        .counters()
-        .iter()
-        .map(|c| c.load(Ordering::SeqCst))
-        .sum();
-    assert_eq!(total, 2, "only this handle's 1 in each of 2 rows");
+    assert_eq!(sum(&here), 2, "only this handle's 1 in each of 2 rows");
     assert_eq!(words[OWNER].load(Ordering::SeqCst), FREE);
     // The mark went with the slot: the next holder starts clean.
     assert_eq!(words[OVERLAP].load(Ordering::SeqCst), 0);
