@@ -64,7 +64,7 @@ export interface SyncedInflightOptions {
    * others' next sync); a live node whose syncs fail this long is dropped too and pushes its whole
    * count again once it reaches Redis. Defaults to the sync's `staleAfterMs` (`timeoutMs +
    * syncMs`, 1,100 ms by default): the others forget a node about when it calls itself stale; but
-   * never less than `syncMs + timeoutMs`, a lease that syncs on time always renew.
+   * never less than `syncMs + timeoutMs`, so that syncs on time always renew it.
    */
   leaseMs?: number;
   /** Rows of the sketch. Defaults to 4. */

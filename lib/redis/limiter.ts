@@ -73,8 +73,8 @@ export interface SyncedLimiterOptions {
    * How long a loan of tokens lasts without a successful sync: an integer in (`syncMs`,
    * 3,600,000]. A node drops what it holds when its loan runs out; Redis writes the loan off then,
    * so a crashed node's tokens come back to nobody and hold nothing up. Defaults to the sync's
-   * `staleAfterMs`, when the fail policy takes over, but never less than `syncMs + timeoutMs`, a
-   * lease that syncs on time always renew.
+   * `staleAfterMs`, when the fail policy takes over, but never less than `syncMs + timeoutMs`, so
+   * that syncs on time always renew it.
    */
   leaseMs?: number;
   /** What to do while Redis is unreachable; see {@link FailPolicy}. Defaults to `'local'`. */
