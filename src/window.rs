@@ -28,8 +28,9 @@ thread_local! {
     /// The scratches of this thread's environments, one per load of the addon (Node gives each
     /// load an environment of its own): nearly always one, so a scan is the lookup.
     static WINDOWS: RefCell<Vec<Scratch>> = const { RefCell::new(Vec::new()) };
-    /// The environment [`write`] wrote for last and its scratch's element 0: the fast paths' one
-    /// comparison (a `WINDOWS` scan cost ~24 instructions a call more, of ~1,460).
+    /// The environment [`write`] wrote for last and its scratch's element 0, so that the write
+    /// inlined into the fast paths is a comparison and a store; the scan runs when the
+    /// environment changes.
     static LAST: Cell<(sys::napi_env, *mut f64)> = const { Cell::new((ptr::null_mut(), ptr::null_mut())) };
 }
 
