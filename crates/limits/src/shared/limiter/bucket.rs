@@ -63,17 +63,32 @@ impl<C: Clock> SharedLimiter<C> {
     }
 }
 
+/// How far a bucket's refill time may run ahead of a reading before it is taken for another
+/// clock's: a second, far beyond the moment between one process reading the host clock and
+/// another's word reaching it.
+pub(super) const OTHER_CLOCK_NANOS: u64 = 1_000_000_000;
+
 /// A bucket word's refill time and held tokens (units) after refilling to `now`: as the local
 /// limiter's `State::refill`, a reading older than the word's counts no time.
+///
+/// A word more than [`OTHER_CLOCK_NANOS`] ahead was written on another clock: a segment kept
+/// from another boot (in a directory that survives reboots), whose monotonic clock had run
+/// longer. The time since is unknown, and at least a reboot long: the bucket counts as full from
+/// `now`, as a rate's interval from another boot counts as stale. Kept as it was, it would refill
+/// nothing until the new clock caught up (the old boot's uptime): a spent client refused all
+/// along, and an entry never full enough to go to a new key. (A process stopped for over a second
+/// between reading the clock and reaching the word takes it for full too: one burst, once.)
 pub(super) fn refill(word: u128, limit: Limit, now: u64) -> (u64, u128) {
     let last = (word >> LACK_BITS) as u64;
     let lack = u128::from(word as u64);
     // A lack above the capacity is impossible (every word written is encoded below); saturating
     // keeps a damaged word from panicking.
     let tokens = limit.capacity().saturating_sub(lack);
-    match now.saturating_sub(last) {
-        0 => (last, tokens),
-        elapsed => (now, refilled(tokens, limit, elapsed)),
+    match now.checked_sub(last) {
+        Some(0) => (last, tokens),
+        Some(elapsed) => (now, refilled(tokens, limit, elapsed)),
+        None if last - now > OTHER_CLOCK_NANOS => (now, limit.capacity()),
+        None => (last, tokens),
     }
 }
 

@@ -373,3 +373,53 @@ fn hammered_keys_keep_their_bound_while_a_flood_takes_entries_over() {
     let stats = limiter.stats();
     assert!(stats.takeovers > 0, "{stats:?}");
 }
+
+#[test]
+fn a_segment_from_another_boot_counts_its_buckets_full() {
+    // A reboot with the segment's directory kept: the new monotonic clock starts far behind the
+    // times the buckets were written at, and the time between is unknown.
+    let scratch = Scratch::new("reboot");
+    let before = Arc::new(ManualClock::new());
+    before.advance(Duration::from_secs(86_400));
+    let old = open(&scratch, requests(1, 2), 2, &before);
+    for key in [&b"spent"[..], b"half"] {
+        assert!(old.check(key, 1).is_allowed());
+    }
+    assert!(old.check(b"spent", 1).is_allowed());
+    assert!(!old.check(b"spent", 1).is_allowed());
+    drop(old);
+    let after = Arc::new(ManualClock::new());
+    after.advance(Duration::from_secs(30));
+    let new = open(&scratch, requests(1, 2), 2, &after);
+    // Full on the new clock: an entry whose key never comes back may go to a new key...
+    assert!(new.check(b"another", 1).is_allowed());
+    assert_eq!(new.stats().takeovers, 1);
+    // ...and a spent client is not refused for the old boot's uptime.
+    let spent = [
+        new.check(b"spent", 1),
+        new.check(b"spent", 1),
+        new.check(b"spent", 1),
+    ];
+    assert!(spent[0].is_allowed() && spent[1].is_allowed());
+    assert_eq!(spent[2].retry_after(), Some(Duration::from_secs(1)));
+    after.advance(Duration::from_secs(1));
+    assert!(
+        new.check(b"spent", 1).is_allowed(),
+        "refilled on the new clock"
+    );
+}
+
+#[test]
+fn a_word_a_moment_ahead_counts_no_time() {
+    // Another process read the clock a moment after this one and wrote first: no refill, and the
+    // word keeps its time (as the local limiter), up to a second ahead.
+    let limit = Limit::per_second(1, 2);
+    let spent = |last: u64| (u128::from(last) << 64) | limit.units(2);
+    assert_eq!(refill(spent(10 * SEC), limit, 10 * SEC - 5), (10 * SEC, 0));
+    assert_eq!(refill(spent(10 * SEC), limit, 9 * SEC), (10 * SEC, 0));
+    assert_eq!(
+        refill(spent(10 * SEC), limit, 9 * SEC - 1),
+        (9 * SEC - 1, limit.capacity()),
+        "another clock's"
+    );
+}
