@@ -46,7 +46,10 @@
 //! As in pingora's `Rate`, an event racing with a rotation may be counted in either interval. A
 //! process descheduled for longer than an interval in the middle of an update may add to a sketch
 //! that was cleared meanwhile, or (as a stalled claimant) clear counts others made after the
-//! takeover: bounded by what arrives during that stall. The count an `observe` returns while a
+//! takeover: bounded by what arrives during that stall. A claimant killed mid-rotation is a
+//! stalled one that never comes back: nothing tells it from a slow one, so it is taken over an
+//! interval after its claim, and until then writers count into the sketch that ended (reads high
+//! by its counts; after idleness the takeover's baseline swallows what was counted meanwhile). The count an `observe` returns while a
 //! rotation after idleness is under way includes the stale counts of the interval before the
 //! idle spell (its events are carried into the new interval all the same). A claimant killed
 //! mid-carry (or a worker thread terminated mid-carry on the fallback) leaves the counters it had
