@@ -232,6 +232,31 @@ test(title('rates over one buffer on the default clock count together'), (t) => 
   );
 });
 
+test(title('a reading taken just before another thread began the interval is no time passed, not idleness'), (t) => {
+  // Thread y reads its clock at 999.9 ms; thread x reads 1001, ends the interval and starts the
+  // next; then y's call reaches the buffer. Taken for an interval start long past, y's call
+  // cleared the interval that had just ended, marked it stale and moved the start back.
+  const buffer = Rate.createSharedBuffer({ intervalMs: 1000, hashes: 2, slots: 64, seed: 1n });
+  const clock = new ManualClock();
+  const x = Rate.fromSharedBuffer(buffer, { clock });
+  let reading = 0;
+  const y = Rate.fromSharedBuffer(buffer, { clock: { now: () => reading } });
+  clock.advance(500);
+  x.observe('k', 10);
+  clock.advance(501);
+  const ended = (rate: Rate) => rate.rateWith('k', (c) => [c.prevSamples, c.currSamples]);
+  t.deepEqual(ended(x), [10, 0], 'x ended the interval');
+  reading = 999.9;
+  t.is(y.observe('other', 1), 1, "y's event counts in the interval under way");
+  t.deepEqual(ended(x), [10, 0], 'the interval that ended is whole');
+  t.is(x.rate('k'), 10);
+  t.true(x.observeWindow('k', 0).resetMs > 990, 'the interval still started at 1001 ms');
+  // Far ahead (another clock's origin, not a thread a moment behind) still reads as long past.
+  reading = 0;
+  y.observe('other', 1);
+  t.deepEqual(ended(x), [0, 0], 'stale after a start 1001 ms ahead');
+});
+
 test(title('bad buffers and options are refused with the same errors on both backends'), (t) => {
   const estimator = Estimator.createSharedBuffer({ hashes: 2, slots: 64, seed: 5n });
   const rate = Rate.createSharedBuffer({ intervalMs: 250, hashes: 2, slots: 64, seed: 5n });

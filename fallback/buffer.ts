@@ -203,6 +203,17 @@ interface View {
 }
 
 /** The word that finishes the rotation `claimed` claimed (rate.rs `finished`). */
+/** shared.rs `OTHER_CLOCK_NANOS`: how far ahead a start may be and still be this clock's. */
+const OTHER_CLOCK_NS = 1_000_000_000n;
+
+/**
+ * rate.rs `view`'s time since the interval `start` at `now`: a start less than a second ahead is
+ * a reading taken just before another thread began the interval (no time passed), one further
+ * ahead is another clock's origin (long past).
+ */
+const pastSince = (start: bigint, now: bigint): bigint =>
+  now >= start ? now - start : start - now <= OTHER_CLOCK_NS ? 0n : U64_MAX;
+
 const finished = (claimed: bigint): bigint => (claimed & ~(ROTATING | FLAG)) | ((claimed & FLAG) ^ FLAG);
 
 /** The fallback {@link RateCore} over a buffer: `nowMs` is on the clock all its threads share. */
@@ -336,8 +347,7 @@ export class BufferRate implements RateCore {
         current: Number(seen & FLAG) as 0 | 1,
         rotating: (seen & ROTATING) !== 0n,
         stale: (seen & STALE) !== 0n,
-        // A start in the future (another clock's origin) reads as long past.
-        past: now >= start ? now - start : U64_MAX,
+        past: pastSince(start, now),
         word: seen,
       };
       if (view.past < this.intervalNs) return view;

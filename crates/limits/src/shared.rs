@@ -50,6 +50,12 @@ mod rate;
 mod segment;
 
 pub use error::{CorruptReason, SharedError};
+
+/// How far a time stored in shared memory may run ahead of a reading before it is taken for
+/// another clock's (a segment kept from another boot, whose monotonic clock had run longer)
+/// rather than for a reading taken a moment before another process or thread stored it: a
+/// second, far beyond that moment unless the reader was stopped in between.
+pub(crate) const OTHER_CLOCK_NANOS: u64 = 1_000_000_000;
 pub use inflight::{MAX_PROCESSES, RECLAIM_INTERVAL, SETTLE_ATTEMPTS, SharedInflight};
 pub use limiter::{MAX_CAPACITY, SharedLimiter, SharedLimiterStats};
 pub use rate::SharedRate;

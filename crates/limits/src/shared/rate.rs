@@ -61,7 +61,9 @@
 //! for the whole host, so intervals agree across processes. Processes in different Linux time
 //! namespaces see different monotonic clocks and must not share a rate. A segment left from
 //! another boot (in a directory that survives reboots) has an interval start in the future of the
-//! new clock: it is treated as stale and rotated at once.
+//! new clock: it is treated as stale and rotated at once. A start less than a second ahead is a
+//! reading taken a moment before another process or thread began the interval (over a buffer,
+//! the caller reads its clock before the word is loaded), and counts as no time passed.
 
 use crate::clock::{Clock, HostClock};
 #[cfg(test)]
@@ -70,6 +72,7 @@ use crate::estimator::Estimator;
 use crate::hash::KeyHash;
 use crate::rate::RateComponents;
 use crate::shape::Shape;
+use crate::shared::OTHER_CLOCK_NANOS;
 use crate::shared::error::SharedError;
 use crate::shared::layout::{Kind, Layout, RATE_WORD_OFFSET};
 use crate::shared::segment::{Counters, Segment, SharedOptions};
@@ -368,8 +371,16 @@ impl<C: Clock> SharedRate<C> {
                 current: (seen & FLAG) as usize,
                 rotating: seen & ROTATING != 0,
                 stale: seen & STALE != 0,
-                // None: a start in the future, from another boot's clock.
-                past: now.checked_sub(start).unwrap_or(u64::MAX),
+                past: match now.checked_sub(start) {
+                    Some(past) => past,
+                    // A start a moment ahead: a caller's reading (a buffer's clock is read before
+                    // the word is loaded) taken just before another thread began the interval.
+                    // No time passed; taken for long past, it cleared the interval that had just
+                    // ended and marked it stale.
+                    None if start - now <= OTHER_CLOCK_NANOS => 0,
+                    // Far ahead: another boot's clock (or another clock's origin).
+                    None => u64::MAX,
+                },
                 word: seen,
             };
             if view.past < self.interval_nanos {

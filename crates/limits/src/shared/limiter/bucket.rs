@@ -7,6 +7,7 @@
 use super::SharedLimiter;
 use crate::clock::Clock;
 use crate::limiter::{Limit, Quota, Wait, dimension_wait, refilled};
+use crate::shared::OTHER_CLOCK_NANOS;
 use portable_atomic::AtomicU128;
 use std::sync::atomic::Ordering;
 
@@ -62,11 +63,6 @@ impl<C: Clock> SharedLimiter<C> {
         })
     }
 }
-
-/// How far a bucket's refill time may run ahead of a reading before it is taken for another
-/// clock's: a second, far beyond the moment between one process reading the host clock and
-/// another's word reaching it.
-pub(super) const OTHER_CLOCK_NANOS: u64 = 1_000_000_000;
 
 /// A bucket word's refill time and held tokens (units) after refilling to `now`: as the local
 /// limiter's `State::refill`, a reading older than the word's counts no time.
