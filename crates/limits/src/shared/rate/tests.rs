@@ -1,0 +1,154 @@
+//! `SharedRate`'s unit tests: rotations, takeovers of a stalled claimant, idleness, boots.
+
+use super::*;
+use crate::clock::ManualClock;
+
+const SECOND: Duration = Duration::from_secs(1);
+
+fn open<'c>(dir: &std::path::Path, clock: &'c ManualClock) -> SharedRate<&'c ManualClock> {
+    let options = SharedOptions::new().dir(dir);
+    let shape = Shape::new(2, 64).unwrap();
+    SharedRate::with_clock("rate", SECOND, shape, 1, &options, clock).unwrap()
+}
+
+fn scratch(test: &str) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("keepcount-rate-{}-{test}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+#[test]
+fn readers_during_a_rotation_see_the_ended_interval_whole() {
+    let dir = scratch("rotating");
+    let clock = ManualClock::new();
+    clock.advance(SECOND * 10);
+    let rate = open(&dir, &clock);
+    rate.observe(&"k", 3);
+    // A claimant that has not finished: rotating, first sketch still the one counted into.
+    let start = clock.now_nanos() & !LOW_BITS;
+    rate.word().store(start | ROTATING, Ordering::SeqCst);
+    assert_eq!(
+        rate.rate_with(&"k", |p| (p.prev_samples, p.curr_samples)),
+        (3, 0)
+    );
+    // Writers keep counting into the ended interval rather than waiting.
+    assert_eq!(rate.observe(&"k", 1), 4);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn observe_in_interval_counts_and_tells_how_far_into_the_interval() {
+    let dir = scratch("in-interval");
+    let clock = ManualClock::new();
+    clock.advance(SECOND * 10);
+    let rate = open(&dir, &clock);
+    clock.advance(Duration::from_millis(250));
+    let key = rate.hash_key("k");
+    assert_eq!(rate.observe_hash_in_interval(key, 2), (2, 250_000_000));
+    clock.advance(SECOND);
+    // A new interval: the count starts over, and the elapsed part is the one rate_with sees.
+    let (count, past) = rate.observe_hash_in_interval(key, 1);
+    assert_eq!(count, 1);
+    assert!(past < SECOND.as_nanos() as u64);
+    let fraction = rate.rate_with(&"k", |p| p.current_interval_fraction);
+    assert_eq!(past as f64 / 1e9, fraction);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_rotation_stalled_for_an_interval_is_taken_over() {
+    let dir = scratch("stalled");
+    let clock = ManualClock::new();
+    clock.advance(SECOND * 10);
+    let rate = open(&dir, &clock);
+    rate.observe(&"k", 3);
+    let start = clock.now_nanos() & !LOW_BITS;
+    rate.word().store(start | ROTATING, Ordering::SeqCst);
+    clock.advance(SECOND);
+    // The claimant died: this call takes over, clears and finishes.
+    assert_eq!(rate.rate(&"k"), 3.0);
+    let word = rate.word().load(Ordering::SeqCst);
+    assert_eq!(word & (ROTATING | FLAG), FLAG);
+    // The claimant's late finish cannot undo the takeover.
+    rate.rotate(start | ROTATING, None);
+    assert_eq!(rate.word().load(Ordering::SeqCst), word);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A rate in its first interval with "k" counted 3 times and "other" 5 times, then idle for
+/// three intervals, and a claimant that copied the stale sketch and claimed the rotation but
+/// has neither cleared nor finished: (rate, claimed word, baseline, a writer's view of it).
+fn idle_rotation<'c>(
+    dir: &std::path::Path,
+    clock: &'c ManualClock,
+) -> (SharedRate<&'c ManualClock>, u64, Baseline, View) {
+    clock.advance(SECOND * 10);
+    let rate = open(dir, clock);
+    rate.observe(&"k", 3);
+    rate.observe(&"other", 5);
+    clock.advance(SECOND * 3);
+    let baseline = rate.sketches[0].snapshot();
+    let claimed = (clock.now_nanos() & !LOW_BITS) | ROTATING | STALE;
+    rate.word().store(claimed, Ordering::SeqCst);
+    let during = rate.view();
+    assert!(during.rotating && during.stale);
+    (rate, claimed, baseline, during)
+}
+
+fn samples(rate: &SharedRate<&ManualClock>, key: &str) -> (isize, isize) {
+    rate.rate_with(&key, |c| (c.prev_samples, c.curr_samples))
+}
+
+#[test]
+fn a_rotation_after_idleness_carries_the_events_counted_during_it() {
+    let dir = scratch("idle-carry");
+    let clock = ManualClock::new();
+    let (rate, claimed, baseline, during) = idle_rotation(&dir, &clock);
+    let k = rate.hash_key("k");
+    // Counted into the stale sketch, so the count returned includes the old 3 (documented).
+    assert_eq!(rate.count(k, 2, during), 5);
+    assert_eq!(samples(&rate, "k"), (0, 0));
+    rate.rotate(claimed, Some(&baseline));
+    assert_eq!(samples(&rate, "k"), (0, 2));
+    assert_eq!(samples(&rate, "other"), (0, 0));
+    // A writer that read the rotating word and counts after the carry passed its counters
+    // sees the rotation finished and carries them itself.
+    assert_eq!(rate.count(k, 4, during), 4);
+    assert_eq!(samples(&rate, "k"), (0, 6));
+    assert_eq!(rate.observe(&"k", 1), 7);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn stale_counts_a_late_writer_moves_before_the_carry_are_subtracted_by_it() {
+    let dir = scratch("idle-late");
+    let clock = ManualClock::new();
+    let (rate, claimed, baseline, during) = idle_rotation(&dir, &clock);
+    // The claimant has cleared and finished but not carried yet.
+    rate.sketches[1].reset();
+    rate.word().store(finished(claimed), Ordering::SeqCst);
+    // A late writer moves its counters whole, the stale 3 with its 4...
+    assert_eq!(rate.count(rate.hash_key("k"), 4, during), 7);
+    assert_eq!(samples(&rate, "k"), (0, 7));
+    // ...and the carry takes the 3 back: each event once, no stale count.
+    rate.carry(0, &baseline, finished(claimed));
+    assert_eq!(samples(&rate, "k"), (0, 4));
+    assert_eq!(samples(&rate, "other"), (0, 0));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_carry_stops_when_a_later_rotation_has_begun() {
+    let dir = scratch("idle-stopped");
+    let clock = ManualClock::new();
+    let (rate, claimed, baseline, during) = idle_rotation(&dir, &clock);
+    assert_eq!(rate.count(rate.hash_key("k"), 2, during), 5);
+    rate.sketches[1].reset();
+    // The claimant stalled after finishing for a whole interval and the next rotation began:
+    // carrying now would add into a sketch that is no longer current, so it does nothing.
+    rate.word().store(finished(claimed) + 8, Ordering::SeqCst);
+    rate.carry(0, &baseline, finished(claimed));
+    assert_eq!(rate.sketches[1].get("k"), 0);
+    let _ = std::fs::remove_dir_all(&dir);
+}
