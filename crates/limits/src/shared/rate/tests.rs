@@ -1,4 +1,5 @@
-//! `SharedRate`'s unit tests: rotations, takeovers of a stalled claimant, idleness, boots.
+//! `SharedRate`'s unit tests: rotations, a stalled claimant taken over, rotations after idleness
+//! and their carry, and starts ahead of a reading.
 
 use super::*;
 use crate::clock::ManualClock;
@@ -150,5 +151,38 @@ fn a_carry_stops_when_a_later_rotation_has_begun() {
     rate.word().store(finished(claimed) + 8, Ordering::SeqCst);
     rate.carry(0, &baseline, finished(claimed));
     assert_eq!(rate.sketches[1].get("k"), 0);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_start_a_moment_ahead_is_no_time_passed_and_one_far_ahead_is_another_clock() {
+    let dir = scratch("ahead");
+    let ahead = ManualClock::new();
+    ahead.advance(SECOND * 10);
+    let rate = open(&dir, &ahead);
+    rate.observe(&"k", 4);
+    ahead.advance(SECOND);
+    assert_eq!(rate.observe(&"k", 1), 1, "a new interval from 11 s");
+    assert_eq!(samples(&rate, "k"), (4, 1));
+    // A reading of 10.5 s reaching the word after the interval began at 11 s.
+    let behind = ManualClock::new();
+    behind.advance(SECOND * 10 + SECOND / 2);
+    let late = open(&dir, &behind);
+    assert_eq!(
+        late.observe(&"k", 1),
+        2,
+        "counted in the interval under way"
+    );
+    assert_eq!(samples(&rate, "k"), (4, 2), "the ended interval whole");
+    // More than a second ahead: another clock's start, long past.
+    let other = ManualClock::new();
+    other.advance(SECOND * 9);
+    let elsewhere = open(&dir, &other);
+    elsewhere.observe(&"k", 1);
+    assert_eq!(
+        samples(&elsewhere, "k"),
+        (0, 1),
+        "stale, and a new interval"
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }
