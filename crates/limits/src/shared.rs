@@ -50,16 +50,16 @@ mod rate;
 mod segment;
 
 pub use error::{CorruptReason, SharedError};
+pub use inflight::{MAX_PROCESSES, RECLAIM_INTERVAL, SETTLE_ATTEMPTS, SharedInflight};
+pub use limiter::{MAX_CAPACITY, SharedLimiter, SharedLimiterStats};
+pub use rate::SharedRate;
+pub use segment::{Counters, DEFAULT_MODE, MAX_NAME_BYTES, SharedOptions, unlink};
 
 /// How far a time stored in shared memory may run ahead of a reading before it is taken for
 /// another clock's (a segment kept from another boot, whose monotonic clock had run longer)
 /// rather than for a reading taken a moment before another process or thread stored it: a
 /// second, far beyond that moment unless the reader was stopped in between.
 pub(crate) const OTHER_CLOCK_NANOS: u64 = 1_000_000_000;
-pub use inflight::{MAX_PROCESSES, RECLAIM_INTERVAL, SETTLE_ATTEMPTS, SharedInflight};
-pub use limiter::{MAX_CAPACITY, SharedLimiter, SharedLimiterStats};
-pub use rate::SharedRate;
-pub use segment::{Counters, DEFAULT_MODE, MAX_NAME_BYTES, SharedOptions, unlink};
 
 /// Bytes of lent memory that holds a sketch of `shape` ([`lend_estimator`]), or a rate's two
 /// (`rate` true, [`SharedRate::lend`]): the 128-byte header, then 8 bytes per counter.
