@@ -116,6 +116,31 @@ test(title('both stores keep their threshold when heavyHitters settings hold thr
   t.is(await incr('innocent'), 1);
 });
 
+test(title('both stores read a client a flood raised, but never counted, below its limit'), async (t) => {
+  // express-rate-limit's `getKey` reads `get()`, @fastify/rate-limit's `increment: false` reads
+  // `read`: one row of 8 counters under 200 one-request clients reads high for everyone, but with
+  // room in the table a client never counted has sent nothing that could take it over.
+  const flood = { capacity: 1000 };
+  const express = new KeepcountStore({ clock: new ManualClock(), hashes: 1, slots: 8, seed: 1n, heavyHitters: flood });
+  express.init({ windowMs: 60_000, limit: 4 } as never);
+  for (let i = 0; i < 200; i++) express.increment(`flooder-${i}`);
+  t.true(express.get('innocent').totalHits < 4);
+
+  const store = new (keepcountFastifyStore({
+    clock: new ManualClock(),
+    hashes: 1,
+    slots: 8,
+    seed: 1n,
+    heavyHitters: flood,
+  }))({});
+  const call = (method: 'incr' | 'read', key: string) =>
+    new Promise<number>((resolve, reject) =>
+      store[method](key, (error, result) => (error ? reject(error) : resolve(result!.current)), 60_000, 4),
+    );
+  for (let i = 0; i < 200; i++) await call('incr', `flooder-${i}`);
+  t.true((await call('read', 'innocent')) < 4);
+});
+
 test(title('KeepcountStore refuses heavyHitters that are neither a boolean nor settings'), (t) => {
   for (const heavyHitters of [5, 'yes', null]) {
     const store = new KeepcountStore({ heavyHitters: heavyHitters as never });

@@ -68,6 +68,30 @@ test(title('with heavy hitters, a flood that saturates the sketch refuses no cli
   t.is(quota.topTalkers(1)[0]!.upper >= 6, true);
 });
 
+test(title('with heavy hitters, a flood leaves clients it never saw within their limit on every read'), (t) => {
+  // One row of 64 counters under 3,000 one-request addresses: every estimate is far over the
+  // limit, while the table has room. A client never seen has sent nothing, so the reads that count
+  // nothing (`current`, a cost of 0) must not put it over the limit either; they read the sketch
+  // there. Deterministic: no false-failure probability.
+  const quota = new WindowQuota({
+    limit: 10,
+    windowMs: 60_000,
+    clock: new ManualClock(),
+    hashes: 1,
+    slots: 64,
+    seed: 1,
+  });
+  for (let i = 0; i < 3000; i++) quota.consume(`198.18.${i >> 8}.${i & 255}`);
+  t.is(quota.stats()!.overflowEvents, 0);
+  for (let i = 0; i < 100; i++) {
+    const fresh = `203.0.113.${i}`;
+    t.true(quota.current(fresh).count < quota.limit, `${fresh}: current`);
+    t.true(quota.consume(fresh, 0).allowed, `${fresh}: consume(key, 0)`);
+    t.true(quota.count(fresh, 0).count < quota.limit, `${fresh}: count(key, 0)`);
+  }
+  t.is(quota.consume('203.0.113.0').count, 1);
+});
+
 test(title('with heavy hitters, a client over the limit is refused within limit + threshold − 1'), (t) => {
   const clock = new ManualClock();
   for (const threshold of [1, 10, 25]) {

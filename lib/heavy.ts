@@ -41,8 +41,11 @@ export interface KeyCount {
   upper: number;
   /**
    * `'tracked'`: in the exact table, `upper − lower` is the slack (at most `threshold − 1` unless
-   * the summary merged another). `'below-threshold'`: its sketch estimate (`upper`) is below the
-   * threshold. `'overflow'`: its estimate reached the threshold but the table was full.
+   * the summary merged another). `'below-threshold'`: its count is below the threshold; `upper`
+   * is its sketch estimate, or `threshold − 1` when other keys raised that to the threshold while
+   * the table had room (so a flood never reads a key it did not track over `threshold − 1`).
+   * `'overflow'`: its estimate reached the threshold and the table is full (or the summary merged
+   * another, whose counts of the key never met the entry rule here).
    */
   standing: Standing;
 }

@@ -64,8 +64,12 @@ export class Summary {
     const estimate = this.estimate(h1, h2);
     if (estimate < this.threshold) return { lower: 0, upper: estimate, standing: 1 };
     const entry = this.table.entries.get(id);
-    if (entry === undefined) return { lower: 0, upper: estimate, standing: 2 };
-    return { lower: entry.exact, upper: upperOf(entry), standing: 0 };
+    if (entry !== undefined) return { lower: entry.exact, upper: upperOf(entry), standing: 0 };
+    // Room now, so room at each of its increments: other keys raised it (summary.rs `lookup`).
+    if (!this.merged && this.table.entries.size < this.table.capacity) {
+      return { lower: 0, upper: this.threshold - 1, standing: 1 };
+    }
+    return { lower: 0, upper: estimate, standing: 2 };
   }
 
   /** `as_count(get_hash)`: the key's sketch estimate as a bound, exactly (see {@link asCount}). */

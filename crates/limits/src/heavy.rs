@@ -32,7 +32,11 @@
 //!      below `T` even when other keys have since raised its estimate. **The slack is at most
 //!      `T − 1`**, except after a merge, which adds counts that never passed through the entry
 //!      rule (see *Merging*).
-//!    - Any other key: `lower = 0`, `upper = est(k)`; below the threshold that is `< T`.
+//!    - Any other key: `lower = 0`, `upper = est(k)`, or `T − 1` when the estimate reached `T`
+//!      while the table has room: by the same argument every increment of the key read an
+//!      estimate below `T`, so other keys raised it since. Only a full table (or a merge) leaves
+//!      an untracked key with `upper ≥ T`, so a flood of other keys cannot make a key it never
+//!      saw read over a limit above `T − 1` while the table has room.
 //! 3. **No false heavy hitter, no missed one**: a key is tracked only if its estimate reached
 //!    `T`; a key whose true count reached `T` is tracked unless the table was full when it
 //!    crossed (then it is [`Standing::Overflow`], and the increment is counted in

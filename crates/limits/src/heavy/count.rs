@@ -7,12 +7,15 @@ pub enum Standing {
     /// In the exact table: `lower` is every increment since it entered, counted exactly;
     /// `upper - lower` is the slack, the sketch's bound on what came before.
     Tracked,
-    /// Not in the table and its sketch estimate is below the threshold: `upper` is the estimate
-    /// (`< threshold`), `lower` is 0 (a sketch gives no lower bound).
+    /// Not in the table, and its count is below the threshold: `upper` is its sketch estimate,
+    /// or `threshold - 1` when other keys raised the estimate to the threshold since the key's
+    /// last increment (the table has room, so the key never crossed); `lower` is 0 (a sketch
+    /// gives no lower bound).
     BelowThreshold,
-    /// Not in the table although its sketch estimate reached the threshold: the table was full
-    /// when it crossed (or other keys raised its estimate since its last increment). `upper` is
-    /// the estimate, `lower` 0. The summary's [`Stats`](super::Stats) count such increments.
+    /// Not in the table although its sketch estimate reached the threshold, and the table is
+    /// full (it may have been when the key crossed) or the summary merged another (the key's
+    /// counts there never passed the threshold here). `upper` is the estimate, `lower` 0. The
+    /// summary's [`Stats`](super::Stats) count increments that found the table full.
     Overflow,
 }
 

@@ -244,11 +244,27 @@ impl<K: Hash + Eq + Clone> Summary<K> {
                 standing: Standing::BelowThreshold,
             };
         }
-        tracked(&self.table).unwrap_or(Count {
+        if let Some(count) = tracked(&self.table) {
+            return count;
+        }
+        // Untracked at or over the threshold. With room in the table now, it had room at each of
+        // the key's increments (it never shrinks within an interval), so each of them read an
+        // estimate below the threshold, else the key would have entered: other keys raised the
+        // estimate since. Its count is below the threshold then, unless a merge or a raced
+        // rotation brought counts that never passed through `incr_hash` (as for the slack cap).
+        // Without this, a flood of other keys made a key never seen read over a limit.
+        if !self.merged() && self.table.len() < self.settings.capacity() {
+            return Count {
+                lower: 0,
+                upper: estimate.min(self.settings.threshold() - 1),
+                standing: Standing::BelowThreshold,
+            };
+        }
+        Count {
             lower: 0,
             upper: estimate,
             standing: Standing::Overflow,
-        })
+        }
     }
 
     /// The `n` tracked keys with the largest upper bounds (ties: larger lower bound, then
@@ -430,6 +446,46 @@ mod tests {
         );
         assert_eq!(stats.total, 7);
         assert_eq!(s.count(&2).standing, Standing::Overflow);
+    }
+
+    /// One counter for every key, so each increment raises every key's estimate.
+    fn one_counter(threshold: u64, capacity: usize) -> Summary<u64> {
+        Summary::new(Settings::new(Shape::new(1, 1).unwrap(), 3, threshold, capacity).unwrap())
+    }
+
+    #[test]
+    fn a_key_others_raised_reads_below_the_threshold_while_there_is_room() {
+        let s = one_counter(5, 2);
+        for key in 1..=4 {
+            s.incr(&key, 1);
+        }
+        assert_eq!(s.incr(&5, 1).standing, Standing::Tracked);
+        for _ in 0..20 {
+            s.incr(&5, 1);
+        }
+        // Never counted, estimate 25: its count is below the threshold all the same.
+        let unseen = s.count(&99);
+        assert_eq!(
+            (unseen.lower, unseen.upper, unseen.standing),
+            (0, 4, Standing::BelowThreshold)
+        );
+        assert_eq!(s.decr(&1, 1).upper, 4);
+        // Full: a key that crosses now may have, so only the estimate bounds it.
+        assert_eq!(s.incr(&6, 1).standing, Standing::Tracked);
+        let unseen = s.count(&99);
+        assert_eq!((unseen.upper, unseen.standing), (26, Standing::Overflow));
+        // Merged: counts came in that never met the entry rule here.
+        let merged = one_counter(5, 8);
+        merged.incr(&5, 6);
+        let other = one_counter(5, 8);
+        for key in 10..14 {
+            other.incr(&key, 1);
+        }
+        merged.merge(&other).unwrap();
+        assert_eq!(
+            (merged.count(&10).upper, merged.count(&10).standing),
+            (10, Standing::Overflow)
+        );
     }
 
     #[test]
