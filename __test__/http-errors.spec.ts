@@ -7,7 +7,16 @@ import test from 'ava';
 import express from 'express';
 import { createServer } from 'node:http';
 import { Limiter } from '../lib/index.js';
-import { WindowQuota, rateLimit, tokenBucket, upstreamLimit, type Middleware } from '../lib/http/index.js';
+import {
+  WindowQuota,
+  rateLimit,
+  rateLimitHeaders,
+  tokenBucket,
+  upstreamLimit,
+  type Middleware,
+  type RateLimitDecision,
+  type RequestQuota,
+} from '../lib/http/index.js';
 import { title, type ErrorShape } from './helpers.js';
 import { close, get, listen } from './http-client.js';
 
@@ -58,6 +67,32 @@ function failing(): Record<string, { mw: Middleware; error: ErrorShape }> {
       mw: upstreamLimit({ max: 5, perClient: 1, key: () => undefined as unknown as string }),
       error: missing('key', 'of type string'),
     },
+    // A custom quota's decision goes out only as rateLimitHeaders would send it, as on Fastify.
+    '/quota-remaining': {
+      mw: rateLimit({ quota: answering({ remaining: -1 }) }),
+      error: { instanceOf: RangeError, code: 'ERR_OUT_OF_RANGE', message: /"decision\.remaining"/ },
+    },
+    '/quota-policy': {
+      mw: rateLimit({ quota: answering({ policy: 'pü"' }) }),
+      error: { instanceOf: TypeError, code: 'ERR_INVALID_ARG_TYPE', message: /"decision\.policy"/ },
+    },
+  };
+}
+
+/** A custom quota answering every request with a decision of `fields`. */
+function answering(fields: Partial<RateLimitDecision>): RequestQuota {
+  return {
+    consume: (key) => ({
+      allowed: true,
+      policy: 'custom',
+      limit: 10,
+      count: 1,
+      remaining: 9,
+      resetMs: 1000,
+      windowMs: 1000,
+      key,
+      ...fields,
+    }),
   };
 }
 
@@ -82,6 +117,18 @@ test(
     t.is(admitted, 0, 'no failing request reached the handler');
   },
 );
+
+test(title('rateLimitHeaders still refuses a policy the middleware met in a custom quota’s decision'), async (t) => {
+  // The fields remember the last policy made, and the check trusts what they remember: a policy
+  // the middleware formatted unchecked was then sent by rateLimitHeaders too.
+  const bad = answering({ policy: 'pü"' });
+  const limit = rateLimit({ quota: bad });
+  const server = createServer((req, res) => limit(req, res, () => res.end('admitted')));
+  const port = await listen(server);
+  t.teardown(() => close(server));
+  t.is((await get(port, '/')).status, 500);
+  t.throws(() => rateLimitHeaders(bad.consume('k')), { instanceOf: TypeError, code: 'ERR_INVALID_ARG_TYPE' });
+});
 
 test(title('express: a failing key, skip, cost or upstream reaches next(error), never the handler'), async (t) => {
   const cases = failing();

@@ -1,5 +1,5 @@
 import test from 'ava';
-import Fastify from 'fastify';
+import Fastify, { type FastifyReply } from 'fastify';
 import { HeavyHitters, Inflight, Limiter, ManualClock } from '../lib/index.js';
 import { rateLimitHook, tokenBucketHook, upstreamLimitHook, keepcountFastify } from '../lib/http/fastify.js';
 import { UpstreamLimit, WindowQuota } from '../lib/http/index.js';
@@ -81,6 +81,71 @@ test(title('fastify hook: a custom refusal handler answers'), async (t) => {
   t.is(r.status, 429);
   t.deepEqual(JSON.parse(r.body), { retryInMs: 1000 });
   t.is(r.headers['retry-after'], '1');
+});
+
+test(title('fastify hooks: an onLimit that hijacks the reply still sends the refusal’s header fields'), async (t) => {
+  // Answering on reply.raw after reply.hijack() bypasses the reply's headers: the refusal's fields
+  // are on the raw response too, as the node middleware's are on `res`.
+  const app = Fastify();
+  const hijack = (_request: unknown, reply: FastifyReply) => {
+    reply.hijack();
+    reply.raw.writeHead(429, { 'content-type': 'text/plain' });
+    reply.raw.end('slow down\n');
+  };
+  const limiter = new Limiter({ bestEffort: { requests: { perSecond: 1, burst: 1 } } });
+  const clock = new ManualClock();
+  app.get(
+    '/rate',
+    { onRequest: rateLimitHook({ limit: 1, windowMs: 60_000, clock, onLimit: hijack }) },
+    async () => 'ok',
+  );
+  app.get(
+    '/quiet',
+    { onRequest: rateLimitHook({ limit: 0, windowMs: 60_000, clock, headers: false, onLimit: hijack }) },
+    async () => 'ok',
+  );
+  app.get('/bucket', { onRequest: tokenBucketHook({ limiter, onLimit: hijack }) }, async () => 'ok');
+  const port = await start(app);
+  t.teardown(() => app.close());
+
+  t.is((await get(port, '/rate')).status, 200);
+  const rate = await get(port, '/rate');
+  t.is(rate.status, 429);
+  t.is(rate.body, 'slow down\n');
+  t.deepEqual(parseField(rate.headers['ratelimit-policy']), { name: 'default', params: { q: 1, w: 60 } });
+  t.deepEqual(parseField(rate.headers.ratelimit), { name: 'default', params: { r: 0, t: 60 } });
+  t.is(rate.headers['retry-after'], '60');
+  const quiet = await get(port, '/quiet');
+  t.is(quiet.headers['retry-after'], '60');
+  t.is(quiet.headers.ratelimit, undefined);
+  t.is((await get(port, '/bucket')).status, 200);
+  const bucket = await get(port, '/bucket');
+  t.is(bucket.status, 429);
+  t.is(bucket.headers['retry-after'], '1');
+});
+
+test(title('fastify plugin: options that would install no hook are refused at registration'), async (t) => {
+  // @fastify/rate-limit's own shape, a misspelt hook and nothing at all registered cleanly and
+  // protected nothing; the node middleware refuses the same mistakes.
+  for (const options of [{ limit: 2, windowMs: 60_000 }, { ratelimit: { limit: 2, windowMs: 60_000 } }, {}]) {
+    const app = Fastify();
+    await t.throwsAsync(
+      async () => {
+        await app.register(keepcountFastify, options as never);
+        await app.ready();
+      },
+      { instanceOf: TypeError, code: 'ERR_INVALID_ARG_TYPE' },
+      JSON.stringify(options),
+    );
+    await app.close();
+  }
+  // What Fastify's register takes for itself passes through.
+  const app = Fastify();
+  await app.register(keepcountFastify, { prefix: '/api', rateLimit: { limit: 1, windowMs: 60_000 } });
+  app.get('/', async () => 'ok');
+  const port = await start(app);
+  t.teardown(() => app.close());
+  t.deepEqual([(await get(port, '/')).status, (await get(port, '/')).status], [200, 429]);
 });
 
 test(title('fastify hook: 503 above the in-flight threshold, slots released on finish, error and abort'), async (t) => {

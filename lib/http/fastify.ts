@@ -6,6 +6,7 @@
  */
 import type { FastifyPluginCallback, FastifyReply, FastifyRequest } from 'fastify';
 import type { IncomingMessage } from 'node:http';
+import { invalidType } from '../errors.js';
 import type { Ipv6Subnet, TrustProxy } from './client-ip.js';
 import {
   rateLimitHeaders,
@@ -52,6 +53,18 @@ async function refused(reply: FastifyReply): Promise<void> {
   if (!reply.sent) reply.hijack();
 }
 
+/**
+ * Sets a refusal's header `fields` on the reply and on Node's response: an `onLimit` that hijacks
+ * the reply and answers on `reply.raw` sends them too, as the node middleware's refusals do, and
+ * Fastify's own `send` writes the reply's over them. Refusals only: admitted requests keep their
+ * fields on the reply alone, where later hooks read them.
+ */
+function setRefusalFields(reply: FastifyReply, fields: Record<string, string>): void {
+  reply.headers(fields);
+  if (reply.raw.headersSent) return;
+  for (const name in fields) reply.raw.setHeader(name, fields[name]!);
+}
+
 /** Options of {@link rateLimitHook}: as the node middleware's, with Fastify's request and reply. */
 export interface RateLimitHookOptions extends Partial<WindowQuotaOptions> {
   /** A ready quota to count in; replaces `limit`/`windowMs`/... */
@@ -59,6 +72,8 @@ export interface RateLimitHookOptions extends Partial<WindowQuotaOptions> {
   /**
    * Send `RateLimit-Policy` and `RateLimit` on every counted reply. Defaults to `true`; with
    * `false` refusals still get `Retry-After` and nothing else is sent (see the node `rateLimit`).
+   * An admitted request's fields are on the reply (`reply.getHeaders()`), so a route that hijacks
+   * its reply (server-sent events, a raw stream) sends them only if it copies them.
    */
   headers?: boolean;
   /** Which proxies to believe for the default key; see {@link TrustProxy}. Defaults to `false`. */
@@ -80,7 +95,8 @@ export interface RateLimitHookOptions extends Partial<WindowQuotaOptions> {
   /** Requests to let through uncounted and without headers. Defaults to none. */
   skip?: (request: FastifyRequest) => boolean;
   /**
-   * Answers a refused request (headers already set) by sending or hijacking the reply; the request
+   * Answers a refused request (headers already set, on the reply and on `reply.raw`, so a hijacked
+   * reply answered on `reply.raw` sends them too) by sending or hijacking the reply; the request
    * goes no further than the hook either way. Defaults to 429 with a short text body.
    */
   onLimit?: (request: FastifyRequest, reply: FastifyReply, decision: RateLimitDecision) => unknown;
@@ -99,8 +115,13 @@ export function rateLimitHook(options: RateLimitHookOptions): OnRequestHook & Qu
   const hook: OnRequestHook = async (request, reply) => {
     if (skip?.(request) === true) return;
     const decision = quota.consume(key(request));
-    if (headers) reply.headers(rateLimitHeaders(decision));
-    else if (!decision.allowed) reply.header('Retry-After', retryAfterField(decision));
+    if (headers) {
+      const fields = rateLimitHeaders(decision);
+      if (decision.allowed) reply.headers(fields);
+      else setRefusalFields(reply, fields);
+    } else if (!decision.allowed) {
+      setRefusalFields(reply, { 'Retry-After': retryAfterField(decision) });
+    }
     if (decision.allowed) return;
     if (onLimit !== undefined) await onLimit(request, reply, decision);
     else reply.code(429).type('text/plain; charset=utf-8').send('Too Many Requests\n');
@@ -132,8 +153,9 @@ export interface TokenBucketHookOptions {
   /** Requests to let through unchecked. Defaults to none. */
   skip?: (request: FastifyRequest) => boolean;
   /**
-   * Answers a refused request (`Retry-After` already set when waiting helps) by sending or
-   * hijacking the reply; the request goes no further than the hook either way. Defaults to 429.
+   * Answers a refused request (`Retry-After` already set when waiting helps, on the reply and on
+   * `reply.raw`) by sending or hijacking the reply; the request goes no further than the hook
+   * either way. Defaults to 429.
    */
   onLimit?: (request: FastifyRequest, reply: FastifyReply, refusal: TokenBucketRefusal) => unknown;
   /**
@@ -162,7 +184,7 @@ export function tokenBucketHook(options: TokenBucketHookOptions): OnRequestHook 
     const decision = limiter.check(k, cost(request));
     if (decision.allowed) return;
     const after = retryAfter(decision.retryAfterMs);
-    if (after !== undefined) reply.header('Retry-After', after);
+    if (after !== undefined) setRefusalFields(reply, { 'Retry-After': after });
     if (onLimit !== undefined) await onLimit(request, reply, { key: k, retryAfterMs: decision.retryAfterMs });
     else reply.code(429).type('text/plain; charset=utf-8').send('Too Many Requests\n');
     return refused(reply);
@@ -235,6 +257,36 @@ export interface KeepcountFastifyOptions {
   upstreamLimit?: UpstreamLimitHookOptions;
 }
 
+/** The hooks {@link keepcountFastify} installs, by option. */
+const HOOKS: readonly string[] = ['rateLimit', 'tokenBucket', 'upstreamLimit'];
+
+/** What Fastify's `register` takes for itself and passes to the plugin along with its own options. */
+const REGISTER_OPTIONS: readonly string[] = ['prefix', 'logLevel', 'logSerializers'];
+
+/**
+ * Refuses plugin options that would install no hook or name one that does not exist: `{ limit: 100
+ * }` (@fastify/rate-limit's shape) or `{ ratelimit: ... }` would otherwise register cleanly and
+ * protect nothing, where the middleware refuses the same mistake.
+ */
+function checkPluginOptions(options: unknown): void {
+  const expected = 'an object with rateLimit, tokenBucket or upstreamLimit options';
+  if (typeof options !== 'object' || options === null)
+    throw invalidType('The keepcountFastify options', expected, options);
+  const given = options as Record<string, unknown>;
+  for (const name of Object.keys(given)) {
+    if (!HOOKS.includes(name) && !REGISTER_OPTIONS.includes(name)) {
+      throw invalidType(
+        `The "${name}" option of keepcountFastify`,
+        `absent: the plugin takes ${HOOKS.join(', ')}`,
+        given[name],
+      );
+    }
+  }
+  if (HOOKS.every((name) => given[name] === undefined)) {
+    throw invalidType('The keepcountFastify options', expected, options);
+  }
+}
+
 /**
  * A Fastify plugin installing the hooks on the scope that registers it (not encapsulated, as
  * `fastify-plugin` would do, so registering on the root protects every route). What the plugin
@@ -254,6 +306,7 @@ export const keepcountFastify: FastifyPluginCallback<KeepcountFastifyOptions> = 
     done: (error?: Error) => void,
   ) => {
     try {
+      checkPluginOptions(options);
       const made: { close(): void }[] = [];
       if (options.rateLimit !== undefined) {
         const hook = rateLimitHook(options.rateLimit);

@@ -80,7 +80,11 @@ const sfInteger = (n: number): number => Math.min(n, SF_INTEGER_MAX);
  */
 let policyMemo = { policy: '', limit: -1, windowMs: -1, name: '""', value: '' };
 
-/** The `RateLimit-Policy` field value for `decision`. @internal */
+/**
+ * The `RateLimit-Policy` field value for a `decision` {@link checkDecision} passed: that check
+ * trusts the policy remembered here, so an unchecked one would let it pass a bad policy later.
+ * @internal
+ */
 export function policyField(decision: RateLimitDecision): string {
   const memo = policyMemo;
   if (decision.policy === memo.policy && decision.limit === memo.limit && decision.windowMs === memo.windowMs) {
@@ -156,12 +160,12 @@ export function rateLimitHeaders(decision: RateLimitDecision): Record<string, st
 
 /**
  * Throws unless `decision` has every field {@link rateLimitHeaders} reads, of its type and range.
- * Fastify's hook calls that per request, so the fields are tested in one condition and the error
- * worked out only when one fails. The policy's text is tested only when it is not the one
- * {@link policyField} remembers: that one passed {@link policyName} (the middleware's quotas) or
- * this check already.
+ * The middleware and Fastify's hook call it per request (a custom `quota` may answer anything),
+ * so the fields are tested in one condition and the error worked out only when one fails. The
+ * policy's text is tested only when it is not the one {@link policyField} remembers, which it
+ * checked. @internal
  */
-function checkDecision(decision: RateLimitDecision): void {
+export function checkDecision(decision: RateLimitDecision): void {
   if (
     typeof decision !== 'object' ||
     decision === null ||

@@ -11,6 +11,7 @@ import type { Limiter } from '../limiter.js';
 import type { SharedLimiter } from '../shared-limiter.js';
 import type { Ipv6Subnet, TrustProxy } from './client-ip.js';
 import {
+  checkDecision,
   policyField,
   rateLimitField,
   retryAfter,
@@ -210,8 +211,10 @@ export function rateLimit<Req extends IncomingMessage = IncomingMessage, Res ext
     try {
       if (skip?.(req) !== true) {
         decision = quota.consume(key(req));
-        if (headers) setFields(res, decision);
-        else if (!decision.allowed && !res.headersSent) res.setHeader('Retry-After', retryAfterField(decision));
+        if (headers) {
+          checkDecision(decision);
+          setFields(res, decision);
+        } else if (!decision.allowed && !res.headersSent) res.setHeader('Retry-After', retryAfterField(decision));
       }
     } catch (error) {
       return fail(res, next, error);

@@ -13,7 +13,11 @@ import type { RateLimitDecision } from './headers.js';
  * `SyncedWindowQuota`, which counts across machines.
  */
 export interface RequestQuota {
-  /** Counts one request (or `cost`) for `key` and decides on it. Must not throw for a valid key. */
+  /**
+   * Counts one request (or `cost`) for `key` and decides on it. Must not throw for a valid key.
+   * With headers on, the middleware and the hook send a decision only when `rateLimitHeaders`
+   * would take it, and fail the request otherwise (a `remaining` of `-1`, a `resetMs` of `NaN`).
+   */
   consume(key: string, cost?: number): RateLimitDecision;
   /**
    * The `n` keys with the most requests in `window`, most first (see `WindowQuota.topTalkers`).
