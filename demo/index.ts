@@ -148,8 +148,8 @@ function table(rows: Row[]): string {
 
 /**
  * The rate limit's top talkers over its last two windows: every client that reached the
- * heavy-hitter threshold is counted exactly from then on, so the bounds are at most threshold − 1
- * apart.
+ * heavy-hitter threshold is counted exactly from then on, so in each window it was tracked in its
+ * bounds are at most threshold − 1 apart (in a window it was not, its sketch count is added).
  */
 function talkers(limit: RateLimitMiddleware): string {
   const lines = limit.topTalkers(3, 'both').map(({ key, lower, upper }) => {
@@ -157,7 +157,7 @@ function talkers(limit: RateLimitMiddleware): string {
     return `  ${String(key).padEnd(8)} ${count} requests`;
   });
   return [
-    `\ntop talkers of the last two ${protection.windowMs} ms windows (rate limit's exact table; counts exact to within the threshold):`,
+    `\ntop talkers of the last two ${protection.windowMs} ms windows (rate limit's exact table; exact to within the threshold per window):`,
     ...(lines.length > 0 ? lines : ['  (none reached the threshold)']),
   ].join('\n');
 }

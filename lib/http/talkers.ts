@@ -14,7 +14,8 @@ export interface Talkers {
   /**
    * The `n` keys with the most requests in the current interval (`'previous'`: the last complete
    * one; `'both'`: the two added), most first, with bounds on their counts, exact to within the
-   * heavy-hitter threshold.
+   * heavy-hitter threshold in each interval (with `'both'`, up to twice that for a key tracked in
+   * both; one tracked in one only gets the other's sketch count added to its upper bound).
    */
   topTalkers(n: number, window?: TalkersWindow): HeavyTalker[];
 }

@@ -107,7 +107,9 @@ export interface HeavyHitterSettings {
    * Clients counted exactly per window: an integer in [1, 2^24]. When more clients than this reach
    * the threshold in one window, the later ones are judged by the sketch alone, as with
    * `heavyHitters: false` (counted in {@link WindowQuota.stats}'s `overflowEvents`). Defaults to
-   * 2 × `clients` (20,000: at most ~2.6 MB for the two windows' tables).
+   * 2 × `clients` (20,000: ~2.6 MB for the two windows' tables with address keys; an entry holds
+   * its key, so a custom `key` of up to 256 code units can take up to ~1 KB an entry, ~40 MB for
+   * the two, about 2.5 times that on the fallback).
    */
   capacity?: number;
 }
@@ -277,8 +279,8 @@ export class WindowQuota implements Disposable {
 
   /**
    * The `n` clients with the most requests in `window` (defaults to `'current'`; `'previous'` is
-   * the last complete window), most first, with bounds on their counts: exact to within the
-   * threshold. Empty with `heavyHitters: false`, which keeps no keys. A key longer than 256
+   * the last complete window; `'both'`: the two added), most first, with bounds on their counts:
+   * exact to within the threshold in each window (see `Talkers.topTalkers` for `'both'`). Empty with `heavyHitters: false`, which keeps no keys. A key longer than 256
    * code units is listed in its bounded form: first 240 units, `'…'`, 16 hex digits of its SHA-256.
    */
   topTalkers(n: number, window: 'current' | 'previous' | 'both' = 'current'): HeavyTalker[] {
