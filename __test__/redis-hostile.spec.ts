@@ -110,6 +110,82 @@ test.serial(
   },
 );
 
+/** The ERR_KEEPCOUNT_CORRUPT errors among `errors`. */
+const corruptOf = (errors: Error[]): (Error & { key?: string })[] =>
+  errors.filter((e) => (e as { code?: string }).code === 'ERR_KEEPCOUNT_CORRUPT');
+
+test.serial(
+  title('a version of more cells than a pull takes: reported, the entry rebuilt, the pulls go on'),
+  async (t) => {
+    // Before, every pull stopped before that version and reported the one before it, so the next
+    // pull stopped there again: the syncs succeeded, nothing was reported, and a sketch, whose
+    // keys never expire, never saw another node's counts again. keepcount writes versions of at
+    // most 2,048 cells (a push, a reaped node's chunk); a pull takes 4,096.
+    const server = await startRedis();
+    const connection = await connectClient('ioredis', server.port);
+    try {
+      const nodes = [0, 1].map(() => {
+        const sync = new RedisSync({ sendCommand: connection.send, syncMs: BY_HAND });
+        return { sync, errors: errorsOf(sync), sketch: new SyncedEstimator({ sync, name: 'big', seed: 3 }) };
+      });
+      const [a, b] = nodes as [(typeof nodes)[0], (typeof nodes)[0]];
+      t.deepEqual([await a.sync.flush(), await b.sync.flush()], [true, true]);
+      const versions = ((await connection.send(['KEYS', 'keepcount:{big}:e:*:v'])) as string[])[0] as string;
+      const cells = Array.from({ length: 4097 }, (_, i) => ['1', String(i)]).flat();
+      await connection.send(['ZADD', versions, ...cells]);
+      a.sketch.incr('x', 5);
+      b.sketch.incr('x', 7);
+      for (let i = 0; i < 3; i++) t.deepEqual([await a.sync.flush(), await b.sync.flush()], [true, true]);
+      t.deepEqual([a.sketch.get('x'), b.sketch.get('x')], [12, 12]);
+      const reported = corruptOf([...a.errors, ...b.errors]);
+      t.is(reported.length, 1);
+      t.is(reported[0]?.key, versions.slice(0, -':v'.length));
+      t.regex(String(reported[0]?.message), /never writes \(.*version 1 holds more than 4096 cells\)/);
+      for (const node of nodes) await node.sync.close();
+    } finally {
+      await connection.close();
+      await server.stop();
+    }
+  },
+);
+
+test.serial(
+  title('registry members scored past any liveness period: removed and reported once, nodes counted right'),
+  async (t) => {
+    // Before, the script dropped only members scored in the past: 50 ghosts scored 1e18 counted as
+    // live nodes for good, so each node's 'local' share of a quota's limit fell to a fiftieth, and
+    // a layout scored so passed for another layout syncing the structure, for good.
+    const server = await startRedis();
+    const connection = await connectClient('ioredis', server.port);
+    try {
+      const nodes = [0, 1].map(() => {
+        const sync = new RedisSync({ sendCommand: connection.send, syncMs: BY_HAND });
+        return { sync, errors: errorsOf(sync), sketch: new SyncedEstimator({ sync, name: 'reg', seed: 3 }) };
+      });
+      const [a, b] = nodes as [(typeof nodes)[0], (typeof nodes)[0]];
+      t.deepEqual([await a.sync.flush(), await b.sync.flush()], [true, true]);
+      const ghosts = Array.from({ length: 50 }, (_, i) => ['1e18', `ghost${i}`]).flat();
+      await connection.send(['ZADD', 'keepcount:{reg}:e:nodes', ...ghosts, '+inf', 'ghost']);
+      await connection.send(['ZADD', 'keepcount:{reg}:e:layouts', '1e18', 'f3-4x8192-ghost']);
+      for (let i = 0; i < 3; i++) t.deepEqual([await a.sync.flush(), await b.sync.flush()], [true, true]);
+      t.deepEqual([a.sketch.nodes, b.sketch.nodes], [2, 2]);
+      t.is((await connection.send(['ZCARD', 'keepcount:{reg}:e:nodes'])) as number, 2);
+      const errors = [...a.errors, ...b.errors];
+      const reported = corruptOf(errors);
+      t.deepEqual(reported.map((e) => e.key).sort(), ['keepcount:{reg}:e:layouts', 'keepcount:{reg}:e:nodes']);
+      t.regex(String(reported.find((e) => e.key?.endsWith(':nodes'))?.message), /\(51 members scored past/);
+      t.deepEqual(
+        errors.filter((e) => (e as { code?: string }).code !== 'ERR_KEEPCOUNT_CORRUPT'),
+        [],
+      );
+      for (const node of nodes) await node.sync.close();
+    } finally {
+      await connection.close();
+      await server.stop();
+    }
+  },
+);
+
 test.serial(
   title("a 'sync' or 'error' listener that throws: the sync's result stands, the error goes on uncaught"),
   async (t) => {

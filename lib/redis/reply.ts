@@ -120,13 +120,16 @@ export function foreignKeyError(key: string, type: string, prefix: string): Erro
 
 /**
  * An entry (or a bucket) whose keys held values keepcount never writes, of the right Redis type: the
- * script deleted them and handled them as lost (script.ts); `key` names the entry or the bucket.
+ * script deleted them and handled them as lost (script.ts); `key` names the entry or the bucket. Or
+ * a node or layout registry that held members keepcount never scores so far ahead: the script
+ * removed those members; `key` names the registry.
  */
 export function corruptKeyError(key: string, reason: string, prefix: string): Error {
   const error = withCode(
     new Error(
       `Redis key "${key}" (or a key of its entry) held a value keepcount never writes (${reason}): something ` +
-        `else writes under the "${prefix}" prefix. keepcount deleted the entry's keys and rebuilt what they held`,
+        `else writes under the "${prefix}" prefix. keepcount deleted the entry's keys (of a registry, the ` +
+        'members named) and rebuilt what they held',
     ),
     'ERR_KEEPCOUNT_CORRUPT',
   );

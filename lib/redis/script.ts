@@ -37,6 +37,10 @@
  * shorter period): the live node count for the "each node enforces its share" fail policy. A sync
  * drops the nodes a liveness period (its own) past that time: a dead node counts a little longer,
  * and a node of an earlier release, whose score is its last sync's time, counts as it did there.
+ * No node's liveness period passes `MAX_LIVE_MS`, so a member scored later than that from now is
+ * none keepcount wrote (a `ZADD` of someone else's), and would count as live until its score, for
+ * good at +inf, cutting every node's `'local'` share. A sync removes such members, from the layout
+ * registry (below) too, and reports the registry as corrupt (see below), once.
  *
  * Nodes share an entry only if they put every key in the same cells: same sketch format, shape and
  * seed, which a node's layout names (`sketchLayout`). The layout is part of the base, so nodes
@@ -65,11 +69,11 @@
  * the reply, so the node reports it once. No command of the script can then fail on a type, so a
  * sync never stops half applied on one (Redis does not roll back a script's writes on an error).
  * A key of the right type may still hold values keepcount never writes (a count that is no
- * number, a version that names no cell): each entry runs under `pcall`, and one that fails on its
- * values has its keys deleted (a bucket, its hash) and is handled as lost, the next sync
- * rebuilding it; the reply tells the node (an incarnation `corrupt`, so it pushes its whole
- * contribution again; a bucket's loan not applied) and names the key and the failure, and the
- * other entries of the sync go on.
+ * number, a version that names no cell or holds more than a pull takes): each entry runs under
+ * `pcall`, and one that fails on its values has its keys deleted (a bucket, its hash) and is
+ * handled as lost, the next sync rebuilding it; the reply tells the node (an incarnation
+ * `corrupt`, so it pushes its whole contribution again; a bucket's loan not applied) and names the
+ * key and the failure, and the other entries of the sync go on.
  *
  * The script opens with `#!lua` (Redis 7's flags syntax, declaring no flags), so that a Redis at
  * `maxmemory` refuses it whole, before it runs, with `OOM`: the sync fails and is reported and
@@ -81,7 +85,8 @@
  * more are waiting it stops before the first version it cannot finish and reports the version
  * before it, so the next pull resumes there. One version is one node's push, at most MAX_PUSH
  * cells, or one chunk of at most `pull / 2` cells of a reaped node, below `pull`, so every cut pull
- * still advances.
+ * still advances. A version of more than `pull` cells is none keepcount wrote: every pull would
+ * stop before it, for good, while the syncs succeed, so it fails the entry as a corrupt value.
  *
  * A bucket entry (one key of a synced limiter) is one hash, the fleet's token bucket for the key:
  * `t` its tokens and `at` when they were counted (server time), and per node `o:<node>` the tokens
@@ -122,12 +127,20 @@
 import { createHash } from 'node:crypto';
 import type { SendCommand } from './send.js';
 
+/**
+ * The longest liveness period a node sends: its `syncMs`, at most 3,600,000, times the 10 periods
+ * (`LIVE_PERIODS`) the registry keeps it (sync.ts). keepcount scores no node registry member past
+ * now plus this, and no layout registry member past now.
+ */
+const MAX_LIVE_MS = 10 * 3_600_000;
+
 export const SYNC_SCRIPT = `#!lua
 local node, live, pull, entries = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local a, out, foreign, corrupt = 5, {}, {}, {}
 local MAX_LAYOUTS = 16
+local MAX_LIVE = ${MAX_LIVE_MS}
 local function number(x) return string.format('%.17g', x) end
 local function count(x)
   local value = tonumber(x)
@@ -145,6 +158,21 @@ local function own(key, kind)
     foreign[#foreign + 1] = found
   end
   return false
+end
+-- Names in the reply a key holding values keepcount never writes (of the right Redis type), for the
+-- node to report once: an entry that fails on them (its keys are deleted and rebuilt as after a
+-- loss, and the other entries of the sync go on), or a registry (trim).
+local function corrupted(key, e)
+  if type(e) == 'table' then e = e.err end
+  corrupt[#corrupt + 1] = key
+  corrupt[#corrupt + 1] = string.sub(tostring(e), 1, 200)
+end
+-- A registry member scored past the longest liveness period from now is none keepcount wrote: it
+-- would count as a live node (or name a layout) until that score, for good at +inf. It goes, and
+-- the node reports it once.
+local function trim(registry)
+  local removed = redis.call('ZREMRANGEBYSCORE', registry, '(' .. (now + MAX_LIVE), '+inf')
+  if removed > 0 then corrupted(registry, removed .. ' members scored past ' .. MAX_LIVE .. ' ms from now, removed') end
 end
 local function incarnation(counts, versions, meta, mine, prior, leases, intact)
   local i = redis.call('HGET', meta, 'i')
@@ -189,6 +217,14 @@ local function cell_entry(k, a)
   local counts, versions, meta, mine, leases = base .. ':c', base .. ':v', base .. ':m', base .. ':n:' .. node, base .. ':l'
   for _, key in ipairs({counts, meta, mine}) do own(key, 'hash') end
   for _, key in ipairs({versions, registry, layouts}) do own(key, 'zset') end
+  trim(registry)
+  redis.call('ZADD', registry, now + live, node)
+  redis.call('ZREMRANGEBYSCORE', registry, '-inf', '(' .. (now - live))
+  if redis.call('PTTL', registry) < 2 * live then redis.call('PEXPIRE', registry, 2 * live) end
+  trim(layouts)
+  redis.call('ZADD', layouts, now, layout)
+  redis.call('ZREMRANGEBYSCORE', layouts, '-inf', now - live)
+  redis.call('PEXPIRE', layouts, live)
   local intact = true
   if lease > 0 and own(leases, 'zset') then
     for _, other in ipairs(redis.call('ZRANGE', leases, 0, -1)) do
@@ -236,12 +272,6 @@ local function cell_entry(k, a)
       end
     end
   end
-  redis.call('ZADD', registry, now + live, node)
-  redis.call('ZREMRANGEBYSCORE', registry, '-inf', '(' .. (now - live))
-  if redis.call('PTTL', registry) < 2 * live then redis.call('PEXPIRE', registry, 2 * live) end
-  redis.call('ZADD', layouts, now, layout)
-  redis.call('ZREMRANGEBYSCORE', layouts, '-inf', now - live)
-  redis.call('PEXPIRE', layouts, live)
   local changed = redis.call('ZRANGEBYSCORE', versions, '(' .. since, '+inf', 'WITHSCORES', 'LIMIT', 0, pull + 1)
   local version = count(redis.call('HGET', meta, 'v') or '0')
   local last = #changed
@@ -250,6 +280,7 @@ local function cell_entry(k, a)
     version = tonumber(cut) - 1
     last = 2 * pull
     while last > 0 and changed[last] == cut do last = last - 2 end
+    if last == 0 then error('version ' .. cut .. ' holds more than ' .. pull .. ' cells') end
   end
   local told = i .. '/' .. (redis.call('HGET', meta, 'l:' .. node) or '')
   res[#res + 1] = applied
@@ -311,13 +342,6 @@ local function bucket_entry(k, a)
     if ttl > 0 then redis.call('PEXPIRE', bucket, ttl) else redis.call('PERSIST', bucket) end
   end
   return {number(lent), number(left)}
-end
--- An entry whose keys hold values keepcount never writes (of the right Redis type) fails on them:
--- its keys are deleted and rebuilt as after a loss, and the other entries of the sync go on.
-local function corrupted(key, e)
-  if type(e) == 'table' then e = e.err end
-  corrupt[#corrupt + 1] = key
-  corrupt[#corrupt + 1] = string.sub(tostring(e), 1, 200)
 end
 for k = 1, 3 * entries, 3 do
   local n = tonumber(ARGV[a + 6])

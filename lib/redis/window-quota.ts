@@ -51,8 +51,9 @@ export interface SyncedWindowQuotaOptions {
 export interface SyncedHeavyHitterSettings {
   /**
    * The fleet-wide estimate at which a node begins counting a client exactly: an integer in [1,
-   * `limit`]. The bound grows by up to `nodes × (threshold − 1)`. Defaults to `ceil(limit / 16)`
-   * (at least 1): 25% over the limit at most with 4 nodes, the sync's lag aside.
+   * `limit`]. The bound grows by up to `nodes × (threshold − 1)`, and so does what the `'local'`
+   * fail policy admits (`threshold − 1` a node). Defaults to `ceil(limit / 16)` (at least 1): 25%
+   * over the limit at most with 4 nodes, the sync's lag aside.
    */
   threshold?: number;
   /**
@@ -318,8 +319,11 @@ export class SyncedWindowQuota implements RequestQuota {
   }
 
   /**
-   * This node's own count of `key` for the `'local'` fail policy: exact if it counts it exactly.
-   * Called right after `key` was counted (its id is the rate's last).
+   * This node's own count of `key` for the `'local'` fail policy: exact if it counts it exactly,
+   * which leaves out up to `threshold − 1` it saw before tracking it (the fail policy's bound says
+   * so). Adding its sketch count at that moment instead would let a flood that fills the sketch
+   * refuse the client while Redis is away. Called right after `key` was counted (its id is the
+   * rate's last).
    */
   #local(key: string): number {
     const mine = this.#exact === undefined ? undefined : this.#rate.exactCells(true)!.local(this.#rate.lastKeyId());
