@@ -1,5 +1,6 @@
 import test from 'ava';
 import { Worker } from 'node:worker_threads';
+import { describeLoadError } from '../lib/backend.js';
 import { backend, sleep } from '../lib/index.js';
 import { fixture, runFixture, title } from './helpers.js';
 
@@ -13,7 +14,7 @@ test(title('runs the backend KEEPCOUNT_BACKEND asks for'), (t) => {
 });
 
 test(
-  title('unset KEEPCOUNT_BACKEND picks native if it loads, else warns once per process, workers included'),
+  title('unset KEEPCOUNT_BACKEND picks native if it loads, else warns once, workers started after included'),
   async (t) => {
     const child = await runFixture('load-backend.ts', {
       env: { KEEPCOUNT_BACKEND: undefined, KEEPCOUNT_SILENCE_FALLBACK: undefined },
@@ -64,6 +65,60 @@ test(
     t.deepEqual(warnings(child.stderr), []);
   },
 );
+
+/**
+ * What napi's generated loader throws when no candidate loads: its attempts' messages (in order: a
+ * local build, the platform package, the WASI package and loader) rebuilt as a `cause` chain, the
+ * last attempt outermost, without their codes.
+ */
+function napiLoadError(attempts: string[]): Error {
+  const error = new Error('Cannot find native binding. npm has a bug related to optional dependencies (…).');
+  error.cause = attempts.reduce<Error | null>((previous, message) => {
+    const attempt = new Error(message);
+    attempt.cause = previous;
+    return attempt;
+  }, null);
+  return error;
+}
+
+const DLOPEN = '/app/node_modules/keepcount-linux-x64-gnu/keepcount.linux-x64-gnu.node: file too short';
+const missing = (name: string) =>
+  `Cannot find module '${name}'\nRequire stack:\n- /app/node_modules/keepcount/binding.js`;
+const INSTALLED = /^the optional package keepcount-[a-z0-9-]+ is installed but failed to load: /;
+
+test(title('a platform package that is not installed is named as not installed'), (t) => {
+  const error = napiLoadError([
+    missing('./keepcount.linux-x64-gnu.node'),
+    missing('keepcount-linux-x64-gnu'),
+    missing('keepcount-wasm32-wasi'),
+  ]);
+  t.regex(
+    describeLoadError(error, () => false),
+    /^no prebuilt binary for [a-z0-9]+-[a-z0-9]+: the optional package keepcount-[a-z0-9-]+ is not installed$/,
+  );
+});
+
+test(title('an installed platform package whose binary fails to load says so, with the reason'), (t) => {
+  const error = napiLoadError([missing('./keepcount.linux-x64-gnu.node'), DLOPEN, missing('keepcount-wasm32-wasi')]);
+  const described = describeLoadError(error, () => true);
+  t.regex(described, INSTALLED);
+  t.true(described.endsWith(`: ${DLOPEN}`), described);
+});
+
+test(title('an ERR_DLOPEN_FAILED anywhere in the cause chain is a binary that failed to load'), (t) => {
+  const dlopen = Object.assign(new Error(`${DLOPEN}\nmore`), { code: 'ERR_DLOPEN_FAILED' });
+  const error = new Error('Cannot find native binding.', { cause: new Error('outer', { cause: dlopen }) });
+  const described = describeLoadError(error, () => false);
+  t.regex(described, INSTALLED);
+  t.true(described.endsWith(`: ${DLOPEN}`), described);
+});
+
+test(title('any other load error is described by its first line'), (t) => {
+  t.is(
+    describeLoadError(new Error('Native binding package version mismatch\nsecond line')),
+    'Native binding package version mismatch',
+  );
+});
 
 function runWorker(pending: boolean): Promise<{
   worker: Worker;

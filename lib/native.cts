@@ -16,9 +16,10 @@
  *
  * Importing this module throws when the binding cannot load; `lib/backend.ts` decides what then.
  *
- * A `.cts` file, so both builds emit it as CommonJS (`dist/{esm,cjs}/lib/native.cjs`): the backend
- * loader `require`s it synchronously, and a `require` of an ES module needs Node >= 20.19, where
- * older Node 20 releases would silently fall back.
+ * A `.cts` file, so it is CommonJS wherever lib/ runs (`dist/cjs/lib/native.cjs`, and beside ES
+ * modules under tsx in the tests and benches): the backend loader `require`s it synchronously, and
+ * a `require` of an ES module needs Node >= 20.19, where older Node 20 releases would silently fall
+ * back.
  *
  * @module
  */

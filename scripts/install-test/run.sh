@@ -2,11 +2,15 @@
 # Install test: keepcount as users get it. Packs the main package and this platform's binding
 # package, installs the tarballs into fresh projects outside the repository (no Rust toolchain on
 # PATH), and loads keepcount and keepcount/http from JavaScript (require, import) and from
-# TypeScript (type-checked with tsc against the "require" and the "import" declarations):
+# TypeScript (type-checked with tsc against the "require" and the "import" declarations, and with
+# a value typed by one passed where the other's type is expected):
 #   1. with the platform package: every consumer must run on the native backend, silently;
 #   2. without it (npm --omit=optional, as on a platform with no prebuilt binary): every consumer
 #      must run on the fallback, with one warning line on stderr that
 #      KEEPCOUNT_SILENCE_FALLBACK=1 removes.
+# In both, a caught import() of an entry that fails to load (keepcount/metrics without prom-client,
+# a KEEPCOUNT_BACKEND that cannot be met) must leave the process running; and a project on Express 4
+# must install keepcount (its peer range) and rate-limit with it.
 # It also checks what the tarballs hold. Reuses the addon, binding.js and dist/ that `npm run build`
 # produced (builds them if missing; --build rebuilds). Set KEEP=1 to keep the temporary directory,
 # and KEEPCOUNT_CONSUMER_NODE_DIR to a directory holding another node/npm for the consumers (CI
@@ -15,8 +19,8 @@ set -euo pipefail
 
 repo=$(cd "$(dirname "$0")/../.." && pwd)
 here="$repo/scripts/install-test"
-# Main tarball bound: dist/ (both builds, with declarations), the README and the generated loader
-# are ~301 kB packed today (keepcount/redis, shared limiters and buffers grew it from ~60 kB, the
+# Main tarball bound: dist/ (the CommonJS build with declarations, the ES module entries), the
+# README and the generated loader are ~302 kB packed today (keepcount/redis, shared limiters and buffers grew it from ~60 kB, the
 # synced heavy hitters and the README's performance notes from ~213 kB); 400 kB leaves room to grow
 # and still catches sources, tests, benchmark results or a .node (1.4 MB) sneaking in.
 max_main_bytes=400000
@@ -121,10 +125,18 @@ const required = [
   'dist/esm/package.json', 'dist/cjs/package.json',
   'dist/esm/lib/index.js', 'dist/esm/lib/index.d.ts', 'dist/cjs/lib/index.js', 'dist/cjs/lib/index.d.ts',
   'dist/esm/lib/http/index.js', 'dist/esm/lib/http/index.d.ts', 'dist/cjs/lib/http/index.js', 'dist/cjs/lib/http/index.d.ts',
-  'dist/esm/lib/native.cjs', 'dist/cjs/lib/native.cjs',
+  'dist/cjs/lib/native.cjs',
 ];
 const missing = required.filter((f) => !files.includes(f));
 check(missing.length === 0, `main tarball holds the entries, declarations and loader${missing.length ? '; missing: ' + missing.join(', ') : ''}`);
+// dist/esm is the ES module entries of "exports" and nothing else (scripts/build-ts.mjs): no build
+// of the sources that nothing loads.
+const { exports } = JSON.parse(fs.readFileSync('package.json', 'utf8'));
+const esm = ['dist/esm/package.json', ...Object.values(exports).flatMap((e) => Object.values(e.import ?? {}))]
+  .map((f) => f.replace(/^\.\//, ''))
+  .sort();
+const shipped = files.filter((f) => f.startsWith('dist/esm/')).sort();
+check(JSON.stringify(shipped) === JSON.stringify(esm), `main tarball's dist/esm holds exactly the ${esm.length} files of the "import" entries${JSON.stringify(shipped) === JSON.stringify(esm) ? '' : ': ' + shipped.join(', ')}`);
 check(main.size < Number(maxBytes), `main tarball ${main.filename}: ${(main.size / 1000).toFixed(1)} kB packed (bound ${maxBytes / 1000} kB), ${(main.unpackedSize / 1000).toFixed(1)} kB unpacked, ${files.length} files`);
 const pfiles = platform.files.map((f) => f.path).sort();
 const expected = [addon, 'LICENSE', 'README.md', 'package.json'].sort();
@@ -148,7 +160,7 @@ install() {
   mkdir -p "$dir"
   cp "$here"/exercise.cjs "$here"/exercise.d.cts "$here"/smoke.cjs "$here"/smoke.mjs "$here"/dual.mjs \
     "$here"/ts-consumer.cts "$here"/ts-consumer.mts "$here"/tsconfig.json "$here"/ts-node10.ts \
-    "$here"/tsconfig.node10.json "$dir/" || return 1
+    "$here"/tsconfig.node10.json "$here"/ts-quota.cts "$here"/caught-import.mjs "$here"/express4.cjs "$dir/" || return 1
   printf '{ "name": "keepcount-consumer", "version": "1.0.0", "private": true }\n' >"$dir/package.json"
   (cd "$dir" && env PATH="$consumer_path" npm install --no-audit --no-fund --loglevel=error "$@" \
     "typescript@$ts_version" "@types/node@$types_node_version")
@@ -175,6 +187,22 @@ run_consumers() {
       echo "$entry stderr: $(lines_of "$entry.stderr") line(s)"
     done
   ) >"$dir.log" 2>&1
+}
+
+# caught_import <dir> <code> <specifier> [VAR=value...]: a caught import() of an entry that fails to
+# load with <code>; the process must carry on (exit 0, its timer fires).
+caught_import() {
+  local dir=$1 code=$2 specifier=$3 out
+  shift 3
+  out=$(cd "$dir" && env -u KEEPCOUNT_BACKEND -u KEEPCOUNT_SILENCE_FALLBACK PATH="$consumer_path" "$@" \
+    node caught-import.mjs "$specifier" 2>"$dir/caught-import.stderr") || true
+  if [[ $out == "caught $code"$'\n'alive ]]; then
+    pass "a caught import('$specifier')${*:+ with $*} fails with $code and the process carries on"
+  else
+    printf '%s\n' "$out" | sed 's/^/  stdout: /'
+    sed 's/^/  stderr: /' "$dir/caught-import.stderr"
+    fail "a caught import('$specifier')${*:+ with $*} did not leave the process running"
+  fi
 }
 
 digests=()
@@ -219,6 +247,8 @@ if install "$work/native" "$main_tgz" "$platform_tgz" >"$work/native-install.log
       fail "the ESM entry does not load the native backend without require(esm)"
     fi
   fi
+  caught_import "$work/native" MODULE_NOT_FOUND keepcount/metrics
+  caught_import "$work/native" ERR_KEEPCOUNT_BACKEND keepcount KEEPCOUNT_BACKEND=bogus
 else
   cat "$work/native-install.log"
   fail "npm install of the main and platform tarballs"
@@ -244,6 +274,18 @@ if install "$work/fallback" "$main_tgz" --omit=optional >"$work/fallback-install
     node -e 'try { require("keepcount"); console.log("loaded") } catch (e) { console.log(e.code) }' 2>&1) || true
   [[ $forced == ERR_KEEPCOUNT_BACKEND ]] && pass "KEEPCOUNT_BACKEND=native fails with ERR_KEEPCOUNT_BACKEND" ||
     fail "KEEPCOUNT_BACKEND=native without a binary gave: $forced"
+  caught_import "$work/fallback" MODULE_NOT_FOUND keepcount/metrics KEEPCOUNT_SILENCE_FALLBACK=1
+  caught_import "$work/fallback" ERR_KEEPCOUNT_BACKEND keepcount KEEPCOUNT_BACKEND=native
+  # Express 4 from the registry beside the installed keepcount: npm refuses it (ERESOLVE) if the
+  # optional peer range leaves Express 4 out.
+  if (cd "$work/fallback" && env PATH="$consumer_path" npm install --no-audit --no-fund --loglevel=error \
+    --omit=optional express@4 >"$work/express4-install.log" 2>&1 &&
+    env PATH="$consumer_path" KEEPCOUNT_SILENCE_FALLBACK=1 node express4.cjs >"$work/express4.log" 2>&1); then
+    pass "$(cat "$work/express4.log")"
+  else
+    sed 's/^/  /' "$work/express4-install.log" "$work/express4.log" 2>/dev/null | tail -20
+    fail "a project on Express 4 cannot install or use keepcount"
+  fi
 else
   cat "$work/fallback-install.log"
   fail "npm install of the main tarball alone"

@@ -1,9 +1,10 @@
 // TypeScript consumer, ES module: type-checked against keepcount's "import" declarations.
-import { backend, Estimator, Limiter, timeout, type BackendName, type LimiterDecision } from 'keepcount';
+import { backend, Estimator, Limiter, Rate, timeout, type BackendName, type LimiterDecision } from 'keepcount';
 import * as keepcount from 'keepcount';
 import { WindowQuota, type RateLimitDecision } from 'keepcount/http';
 import * as http from 'keepcount/http';
 import exercise from './exercise.cjs';
+import { quotaFor } from './ts-quota.cjs';
 
 const name: BackendName = backend;
 const estimator = new Estimator({ slots: 64 });
@@ -16,7 +17,11 @@ function rejectsBadKeys(): void {
 void rejectsBadKeys;
 const decision: LimiterDecision = new Limiter({ bestEffort: { requests: { perSecond: 1, burst: 1 } } }).check('k');
 const refused: RateLimitDecision = new WindowQuota({ limit: 1, windowMs: 1000 }).consume('ip');
+// An import-typed Rate into a require-typed function, and its require-typed WindowQuota back.
+const mixed: WindowQuota = quotaFor(new Rate({ intervalMs: 1000 }));
 const late: string = await timeout(Promise.resolve('x'), 10);
 
 const digest = await exercise(keepcount, http, 'ts-import');
-console.log(`ts-import backend=${name} sketch=${digest} (${count}, ${decision.allowed}, ${refused.allowed}, ${late})`);
+console.log(
+  `ts-import backend=${name} sketch=${digest} (${count}, ${decision.allowed}, ${refused.allowed}, ${mixed.consume('ip').allowed}, ${late})`,
+);
