@@ -216,7 +216,7 @@ mod tests {
             Failure::from(ShapeError::ZeroSlots).class,
             Class::RangeError
         );
-        let mismatch = Failure::from(MergeError::Seed { ours: 1, theirs: 2 });
+        let mismatch = Failure::from(MergeError::Seed);
         assert_eq!(mismatch.code, "ERR_KEEPCOUNT_MISMATCH");
         assert_eq!(
             Failure::from(SharedError::Unsupported).code,

@@ -8,6 +8,17 @@
 //! One deliberate difference from pingora-limits: pingora's `Guard::incr` adds `value` again but
 //! its drop subtracts `value` only once, leaking every extra increment. keepcount's guard
 //! remembers everything it added and releases all of it on drop.
+//!
+//! # At the `i64` bounds
+//! Counts of 2^63 in flight are no real workload, but a caller can pass `isize::MAX`. The guard
+//! keeps its total exact: a [`Guard::incr`] that would take it past the `i64` bounds is refused
+//! (adds nothing). The sketch's counters, though, saturate at the bounds (see [`Estimator`]),
+//! and the guard records what it asked for, not what a saturated counter absorbed: once a key's
+//! count has been held at a bound, dropping its guards no longer restores the count exactly
+//! (`isize::MAX` and then 1 on one key read `-1` after both guards drop). pingora's counters
+//! wrap instead, which its drop undoes exactly. Recording what each row absorbed would cost
+//! every guard per-row state and a branch on drop, and would still not be exact while adds race
+//! at a bound (see `Estimator`), so keepcount leaves the bounds out of the guarantee.
 
 use crate::estimator::Estimator;
 use crate::hash::{KeyHash, random_seed};
@@ -169,7 +180,8 @@ impl fmt::Debug for Inflight {
 
 /// Holds a key's in-flight count up; dropping it releases **everything** this guard added
 /// (the first `value` and every [`Guard::incr`]). pingora-limits' guard releases only the first
-/// `value`; this difference is deliberate.
+/// `value`; this difference is deliberate. The exception is a count that reached the `i64`
+/// bounds, where counters saturate: see the [module documentation](self#at-the-i64-bounds).
 ///
 /// ```
 /// use keepcount_limits::inflight::Inflight;
@@ -195,6 +207,10 @@ impl Guard {
     /// Adds the guard's `value` to its key again and returns the new estimate, like pingora's.
     /// The extra amount is released on drop too.
     ///
+    /// If the guard's total ([`held`](Guard::held)) would pass the `i64` bounds, nothing is
+    /// added and the current estimate is returned: a wrapped total would release the wrong
+    /// amount on drop (pingora's guard has no total).
+    ///
     /// ```
     /// use keepcount_limits::inflight::Inflight;
     /// let inflight = Inflight::new();
@@ -203,10 +219,22 @@ impl Guard {
     /// ```
     pub fn incr(&self) -> isize {
         // isize is at most 64 bits on every supported target: lossless.
-        // Relaxed: only the drop reads `added`, through `&mut self`, which already happens
-        // after every `incr` on this guard.
-        self.added.fetch_add(self.value as i64, Ordering::Relaxed);
-        self.estimator.incr_hash(self.key, self.value)
+        let value = self.value as i64;
+        // Reserve the amount in the total before adding it, so the total never exceeds what
+        // the sketch was asked for. A compare-and-swap, not a fetch_add: a wrapped total must
+        // never be stored, even briefly, since a concurrent `incr` would build on it. The loop
+        // retries only when another thread's `incr` on this same guard got in between.
+        // Relaxed both ways: only the drop reads `added`, through `&mut self`, which already
+        // happens after every `incr` on this guard.
+        let reserved = self
+            .added
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |added| {
+                added.checked_add(value)
+            });
+        match reserved {
+            Ok(_) => self.estimator.incr_hash(self.key, self.value),
+            Err(_) => self.get(),
+        }
     }
 
     /// The estimated in-flight count of the guard's key.
@@ -222,7 +250,7 @@ impl Guard {
     }
 
     /// What this guard will release when dropped: its `value` times one plus the number of
-    /// [`incr`](Guard::incr) calls (wrapping).
+    /// [`incr`](Guard::incr) calls that were not refused at the `i64` bounds.
     ///
     /// ```
     /// use keepcount_limits::inflight::Inflight;
@@ -284,6 +312,35 @@ mod tests {
         assert_eq!(guard.incr(), 4);
         assert_eq!(guard.incr(), 6);
         assert_eq!(guard.held(), 6);
+        drop(guard);
+        assert_eq!(inflight.get("a"), 0);
+    }
+
+    #[test]
+    fn incr_refuses_to_take_the_guard_total_past_the_bound() {
+        let inflight = Inflight::with_seed(1);
+        let (guard, count) = inflight.incr("a", isize::MAX);
+        assert_eq!(count, isize::MAX);
+        assert_eq!(guard.incr(), isize::MAX);
+        assert_eq!(guard.held(), isize::MAX);
+        drop(guard);
+        assert_eq!(inflight.get("a"), 0);
+
+        let (guard, _) = inflight.incr("b", isize::MIN);
+        assert_eq!(guard.incr(), isize::MIN);
+        assert_eq!(guard.held(), isize::MIN);
+        drop(guard);
+        assert_eq!(inflight.get("b"), 0);
+    }
+
+    #[test]
+    fn incr_up_to_the_bound_is_still_released() {
+        let inflight = Inflight::with_seed(1);
+        let (guard, _) = inflight.incr("a", isize::MAX / 2);
+        assert_eq!(guard.incr(), isize::MAX / 2 * 2);
+        // The third would pass i64::MAX: refused, and the total stays exact.
+        assert_eq!(guard.incr(), isize::MAX / 2 * 2);
+        assert_eq!(guard.held(), isize::MAX / 2 * 2);
         drop(guard);
         assert_eq!(inflight.get("a"), 0);
     }

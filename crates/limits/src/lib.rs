@@ -12,7 +12,8 @@
 //! # Why this crate rather than pingora-limits
 //! - **No panics** from any public API: invalid sizes are clamped (pingora-compatible
 //!   constructors) or refused (`try_new`, `with_seed`, `with_clock`); sub-millisecond and zero
-//!   `Rate` intervals work; counters wrap instead of overflowing.
+//!   `Rate` intervals work; counters saturate at the `i64` bounds instead of overflowing (see
+//!   [`Estimator`](estimator::Estimator) for adds racing at a bound).
 //! - **One stable, keyed hash, and independent rows** ([`hash`], [`Rows`]): rapidhash V3 keyed
 //!   by a seed you may set, computed once per key; each row then takes its own column through a
 //!   strongly universal function of the hash drawn from the seed, so the count-min error bound
@@ -23,7 +24,8 @@
 //! - **Testable time**: everything time-based reads a [`clock::Clock`]; tests use
 //!   [`clock::ManualClock`] instead of sleeping.
 //! - **`Guard` releases everything it added**, including [`Guard::incr`](inflight::Guard::incr)
-//!   (pingora's releases only the first increment).
+//!   (pingora's releases only the first increment), short of counts held at the `i64` bounds
+//!   (see [`inflight`]).
 //!
 //! # Performance
 //! `Estimator::incr` with a `u32` key, 20M events over 1M keys (`cargo bench -p keepcount-limits

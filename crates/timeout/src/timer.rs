@@ -52,6 +52,15 @@ type TimerTree = BTreeMap<u64, Arc<Timer>>;
 /// starts its own clock thread on the first registration, and dropping the last handle on it
 /// (the manager and its sinks) stops that thread within a tick.
 ///
+/// **Keep the manager alive while you await its stubs.** A [`TimerStub`] does not hold its
+/// manager: once the manager and its sinks are dropped, its pending timers never fire, and
+/// awaiting their stubs waits forever (wrap that in another timeout if the manager may go away).
+/// This is pingora's behaviour too, where a `TimerManager::new()` has no clock thread at all. The
+/// process-wide manager behind [`timeout`](crate::timeout) and [`sleep`](crate::sleep) is never
+/// dropped. Stubs do not hold the manager because that would put one shared reference count in
+/// every registration and drop (the contention the per-thread trees avoid), and firing pending
+/// timers when the manager drops would break "never fires early".
+///
 /// ```
 /// use keepcount_timeout::timer::TimerManager;
 /// use std::time::Duration;
@@ -430,6 +439,23 @@ mod tests {
             assert!(start.elapsed() < Duration::from_millis(20) + SLACK);
             assert!(manager.shared.watchdog.looks_alive(manager.now_ms()));
         });
+    }
+
+    #[test]
+    fn stubs_of_a_dropped_manager_never_fire() {
+        let manager = TimerManager::new();
+        // Long enough not to fire before the drop even if this thread is preempted meanwhile.
+        let stub = manager.register_timer(Duration::from_millis(200));
+        drop(manager);
+        // Well past the deadline and its tick: a live manager would have fired it by now.
+        std::thread::sleep(Duration::from_millis(400));
+        assert!(!stub.0.has_fired());
+        let waited = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .build()
+            .expect("runtime")
+            .block_on(async { tokio::time::timeout(Duration::from_millis(50), stub.poll()).await });
+        assert!(waited.is_err(), "the stub of a dropped manager completed");
     }
 
     #[test]

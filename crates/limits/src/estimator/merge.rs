@@ -37,10 +37,7 @@ impl<S: CounterStore> Estimator<S> {
             });
         }
         if self.seed() != other.seed() {
-            return Err(MergeError::Seed {
-                ours: self.seed(),
-                theirs: other.seed(),
-            });
+            return Err(MergeError::Seed);
         }
         for (ours, theirs) in self.store.counters().iter().zip(other.store.counters()) {
             // Relaxed: element-wise sums, nothing else is published.
@@ -56,7 +53,7 @@ impl<S: CounterStore> Estimator<S> {
 /// use keepcount_limits::estimator::{Estimator, MergeError};
 /// let a = Estimator::with_seed(4, 64, 1).unwrap();
 /// let err = a.merge(&Estimator::with_seed(4, 64, 2).unwrap()).unwrap_err();
-/// assert!(matches!(err, MergeError::Seed { ours: 1, theirs: 2 }));
+/// assert_eq!(err, MergeError::Seed);
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
@@ -69,12 +66,10 @@ pub enum MergeError {
         theirs: Shape,
     },
     /// The sketches have different seeds, so a key uses different counters in each.
-    Seed {
-        /// This sketch's seed.
-        ours: u64,
-        /// The other sketch's seed.
-        theirs: u64,
-    },
+    ///
+    /// The seeds themselves are not carried: a seed is the secret that keeps keys' counters
+    /// apart (it resists hash flooding), and errors end up in logs and HTTP responses.
+    Seed,
 }
 
 impl fmt::Display for MergeError {
@@ -88,9 +83,8 @@ impl fmt::Display for MergeError {
                 theirs.hashes(),
                 theirs.slots()
             ),
-            Self::Seed { ours, theirs } => write!(
-                f,
-                "cannot merge sketches with different seeds: {ours:#018x} and {theirs:#018x}"
+            Self::Seed => f.write_str(
+                "cannot merge sketches with different seeds (seeds are secret: neither is shown)",
             ),
         }
     }
@@ -117,6 +111,23 @@ mod tests {
             .merge(&Estimator::with_seed(4, 64, 2).unwrap())
             .unwrap_err();
         assert!(seed.to_string().contains("different seeds"));
+    }
+
+    #[test]
+    fn a_seed_mismatch_shows_neither_seed() {
+        let (ours, theirs) = (0x5ec2_e75e_ed00_0001_u64, 0x07e1_5eed_0000_0002_u64);
+        let err = Estimator::with_seed(4, 64, ours)
+            .unwrap()
+            .merge(&Estimator::with_seed(4, 64, theirs).unwrap())
+            .unwrap_err();
+        let shown = [err.to_string(), format!("{err:?}")];
+        for seed in [ours, theirs] {
+            for form in [format!("{seed}"), format!("{seed:x}"), format!("{seed:X}")] {
+                for text in &shown {
+                    assert!(!text.contains(&form), "{text:?} shows seed {form}");
+                }
+            }
+        }
     }
 
     #[test]

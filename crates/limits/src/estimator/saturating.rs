@@ -7,8 +7,12 @@ use std::sync::atomic::{AtomicI64, Ordering};
 /// Adds `value` to `counter`, saturating at the `i64` bounds; returns the new value.
 ///
 /// The common case is one wrapping `fetch_add`. When that overflowed, it is undone (a wrapping
-/// subtraction restores the counter exactly, whatever other threads added meanwhile) and redone
-/// as a saturating compare-and-swap loop; other threads may read the wrapped value in between.
+/// subtraction takes back exactly this add, whatever other threads added meanwhile) and redone
+/// as a saturating compare-and-swap loop. In between, the counter holds the wrapped value: other
+/// threads may read it, and another thread's `fetch_add` landing there sees no overflow of its
+/// own, so the counter can stay wrapped. `Estimator`'s documentation states this limit; only a
+/// compare-and-swap on every add would close it, and a load checked before the `fetch_add` would
+/// only narrow it, at the cost of a second access to a contended line.
 #[inline(always)]
 pub(crate) fn add_saturating(counter: &AtomicI64, value: i64) -> i64 {
     // Relaxed: the add itself is atomic (no lost updates) and returns this counter's value;

@@ -44,6 +44,10 @@ impl Timer {
 /// Dropping the stub is how a timeout is cancelled: it costs one reference-count decrement, and
 /// the shared timer is freed once it fired and every stub is gone.
 ///
+/// The stub does not keep its [`TimerManager`](super::TimerManager) alive: if the manager (and
+/// its sinks) are dropped before the timer fires, it never fires and [`poll`](Self::poll) waits
+/// forever, as with pingora's.
+///
 /// ```
 /// use keepcount_timeout::timer::TimerManager;
 /// use std::time::{Duration, Instant};
@@ -66,7 +70,8 @@ impl std::fmt::Debug for TimerStub {
 }
 
 impl TimerStub {
-    /// Waits until the timer fires; returns at once if it already has.
+    /// Waits until the timer fires; returns at once if it already has. Never returns if the
+    /// manager was dropped before the timer fired (see the type's documentation).
     ///
     /// # Thread safety
     /// The future is `Send + Sync`, so it can be boxed as `dyn Future + Send + Sync` like

@@ -47,10 +47,7 @@ impl<K: Hash + Eq + Clone> Summary<K> {
             }));
         }
         if ours.seed() != theirs.seed() {
-            return Err(MergeError::Sketch(estimator::MergeError::Seed {
-                ours: ours.seed(),
-                theirs: theirs.seed(),
-            }));
+            return Err(MergeError::Sketch(estimator::MergeError::Seed));
         }
         let theirs = other.table.entries();
         let their_overflow = other.table.overflow();
@@ -210,7 +207,7 @@ mod tests {
             Summary::<u64>::new(Settings::new(Shape::new(4, 1024).unwrap(), 4, 2, 4).unwrap());
         assert!(matches!(
             a.merge(&other_seed),
-            Err(MergeError::Sketch(estimator::MergeError::Seed { .. }))
+            Err(MergeError::Sketch(estimator::MergeError::Seed))
         ));
         let other_shape =
             Summary::<u64>::new(Settings::new(Shape::new(4, 512).unwrap(), 3, 2, 4).unwrap());
