@@ -6,7 +6,7 @@ import Fastify from 'fastify';
 import { createServer } from 'node:http';
 import { mock } from 'node:test';
 import { ManualClock } from '../lib/index.js';
-import { KeepcountFastifyStore, keepcountFastifyStore, KeepcountStore } from '../lib/http/index.js';
+import { KeepcountFastifyStore, keepcountFastifyStore, KeepcountStore, type FastifyStore } from '../lib/http/index.js';
 import { prng, title } from './helpers.js';
 import { close, eventually, get, listen } from './http-client.js';
 
@@ -89,6 +89,12 @@ test(title('KeepcountStore counts exactly from the threshold on: refused by limi
   t.is(firstOverOf(new KeepcountStore({ clock: new ManualClock(), seed: 1n, heavyHitters: { threshold: 1 } })), 101);
 });
 
+/** The Fastify store's `incr` or `read` of `key` in a 60 s window with `max` 4: the count it reports. */
+const callStore = (store: FastifyStore, method: 'incr' | 'read', key: string) =>
+  new Promise<number>((resolve, reject) =>
+    store[method](key, (error, result) => (error ? reject(error) : resolve(result!.current)), 60_000, 4),
+  );
+
 test(title('both stores keep their threshold when heavyHitters settings hold threshold: undefined'), async (t) => {
   // Settings spread from optional config carry `threshold: undefined`; that must mean "the store's
   // default", not a threshold no client reaches. One row of 8 counters flooded by 200 one-request
@@ -108,12 +114,8 @@ test(title('both stores keep their threshold when heavyHitters settings hold thr
     seed: 1n,
     heavyHitters: flood,
   }))({});
-  const incr = (key: string) =>
-    new Promise<number>((resolve, reject) =>
-      store.incr(key, (error, result) => (error ? reject(error) : resolve(result!.current)), 60_000, 4),
-    );
-  for (let i = 0; i < 200; i++) await incr(`flooder-${i}`);
-  t.is(await incr('innocent'), 1);
+  for (let i = 0; i < 200; i++) await callStore(store, 'incr', `flooder-${i}`);
+  t.is(await callStore(store, 'incr', 'innocent'), 1);
 });
 
 test(title('both stores read a client a flood raised, but never counted, below its limit'), async (t) => {
@@ -133,12 +135,8 @@ test(title('both stores read a client a flood raised, but never counted, below i
     seed: 1n,
     heavyHitters: flood,
   }))({});
-  const call = (method: 'incr' | 'read', key: string) =>
-    new Promise<number>((resolve, reject) =>
-      store[method](key, (error, result) => (error ? reject(error) : resolve(result!.current)), 60_000, 4),
-    );
-  for (let i = 0; i < 200; i++) await call('incr', `flooder-${i}`);
-  t.true((await call('read', 'innocent')) < 4);
+  for (let i = 0; i < 200; i++) await callStore(store, 'incr', `flooder-${i}`);
+  t.true((await callStore(store, 'read', 'innocent')) < 4);
 });
 
 test(title('KeepcountStore refuses heavyHitters that are neither a boolean nor settings'), (t) => {

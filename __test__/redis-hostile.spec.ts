@@ -3,7 +3,7 @@
  * that keepcount never writes into its keys (the syncs must go on, the entries rebuilt and
  * reported), and `'sync'`/`'error'` listeners that throw (the sync's result must stand).
  */
-import test from 'ava';
+import test, { type ExecutionContext } from 'ava';
 import { KeyHasher } from '../lib/redis/hasher.js';
 import { RedisSync, SyncedEstimator, SyncedLimiter } from '../lib/redis/index.js';
 import { runFixture, title } from './helpers.js';
@@ -114,6 +114,21 @@ test.serial(
 const corruptOf = (errors: Error[]): (Error & { key?: string })[] =>
   errors.filter((e) => (e as { code?: string }).code === 'ERR_KEEPCOUNT_CORRUPT');
 
+/** Two nodes syncing one `SyncedEstimator` by hand on `connection`, each with the errors it reported. */
+function estimatorNodes(connection: Connection, name: string) {
+  const node = () => {
+    const sync = new RedisSync({ sendCommand: connection.send, syncMs: BY_HAND });
+    return { sync, errors: errorsOf(sync), sketch: new SyncedEstimator({ sync, name, seed: 3 }) };
+  };
+  const nodes = [node(), node()] as const;
+  /** Flushes both nodes `times` times, each flush succeeding. */
+  const flush = async (t: ExecutionContext, times: number) => {
+    for (let i = 0; i < times; i++)
+      t.deepEqual([await nodes[0].sync.flush(), await nodes[1].sync.flush()], [true, true]);
+  };
+  return { nodes, flush };
+}
+
 test.serial(
   title('a version of more cells than a pull takes: reported, the entry rebuilt, the pulls go on'),
   async (t) => {
@@ -124,18 +139,15 @@ test.serial(
     const server = await startRedis();
     const connection = await connectClient('ioredis', server.port);
     try {
-      const nodes = [0, 1].map(() => {
-        const sync = new RedisSync({ sendCommand: connection.send, syncMs: BY_HAND });
-        return { sync, errors: errorsOf(sync), sketch: new SyncedEstimator({ sync, name: 'big', seed: 3 }) };
-      });
-      const [a, b] = nodes as [(typeof nodes)[0], (typeof nodes)[0]];
-      t.deepEqual([await a.sync.flush(), await b.sync.flush()], [true, true]);
+      const { nodes, flush } = estimatorNodes(connection, 'big');
+      const [a, b] = nodes;
+      await flush(t, 1);
       const versions = ((await connection.send(['KEYS', 'keepcount:{big}:e:*:v'])) as string[])[0] as string;
       const cells = Array.from({ length: 4097 }, (_, i) => ['1', String(i)]).flat();
       await connection.send(['ZADD', versions, ...cells]);
       a.sketch.incr('x', 5);
       b.sketch.incr('x', 7);
-      for (let i = 0; i < 3; i++) t.deepEqual([await a.sync.flush(), await b.sync.flush()], [true, true]);
+      await flush(t, 3);
       t.deepEqual([a.sketch.get('x'), b.sketch.get('x')], [12, 12]);
       const reported = corruptOf([...a.errors, ...b.errors]);
       t.is(reported.length, 1);
@@ -158,16 +170,13 @@ test.serial(
     const server = await startRedis();
     const connection = await connectClient('ioredis', server.port);
     try {
-      const nodes = [0, 1].map(() => {
-        const sync = new RedisSync({ sendCommand: connection.send, syncMs: BY_HAND });
-        return { sync, errors: errorsOf(sync), sketch: new SyncedEstimator({ sync, name: 'reg', seed: 3 }) };
-      });
-      const [a, b] = nodes as [(typeof nodes)[0], (typeof nodes)[0]];
-      t.deepEqual([await a.sync.flush(), await b.sync.flush()], [true, true]);
+      const { nodes, flush } = estimatorNodes(connection, 'reg');
+      const [a, b] = nodes;
+      await flush(t, 1);
       const ghosts = Array.from({ length: 50 }, (_, i) => ['1e18', `ghost${i}`]).flat();
       await connection.send(['ZADD', 'keepcount:{reg}:e:nodes', ...ghosts, '+inf', 'ghost']);
       await connection.send(['ZADD', 'keepcount:{reg}:e:layouts', '1e18', 'f3-4x8192-ghost']);
-      for (let i = 0; i < 3; i++) t.deepEqual([await a.sync.flush(), await b.sync.flush()], [true, true]);
+      await flush(t, 3);
       t.deepEqual([a.sketch.nodes, b.sketch.nodes], [2, 2]);
       t.is((await connection.send(['ZCARD', 'keepcount:{reg}:e:nodes'])) as number, 2);
       const errors = [...a.errors, ...b.errors];
