@@ -19,9 +19,10 @@ export interface UpstreamLimitOptions {
    * Calls one client may have in flight per upstream at once: an integer >= 1, counted for the
    * clients that {@link UpstreamLimit.acquire} and {@link UpstreamLimit.enter} are given: exactly,
    * in this process, unless `clientInflight` is given. Defaults to none. Without it, one client
-   * that opens `max` slow connections (a body sent a byte at a time, a response read as slowly)
-   * holds every slot of the upstream until the server's `requestTimeout`, and everyone else gets
-   * 503. A slot from `acquire` that is never
+   * that opens `max` slow connections holds every slot of the upstream, and everyone else gets
+   * 503: until the server's `requestTimeout` for a body sent a byte at a time, and for an answer
+   * read slowly until the client leaves (`requestTimeout` ends once the request has arrived; only
+   * a write deadline in the handler bounds it). A slot from `acquire` that is never
    * released keeps its client counted for good: the guard's garbage-collection net gives back only
    * the upstream's count.
    */
