@@ -152,7 +152,9 @@ interface Account {
  *     burst + rate × t + slack,  slack = burst + 2 × rate × syncMs
  *
  * whatever the node count (`n` nodes each borrowing `burst / n` add `burst`, with `n` as each last
- * saw it in Redis: nodes that have not yet seen the others can borrow more), the round trips and
+ * saw it in Redis: nodes that have not yet seen the others can borrow more, up to `burst × (1 +
+ * 1/2 + … + 1/N)` for N nodes starting together; and a node killed in debt never pays it, since a
+ * debt stays with its node id: up to `burst / nodes` a key per kill, README says more), the round trips and
  * the clock offsets between nodes (the refill runs on Redis's clock). Waiting out a loan's lease on
  * the node's clock from before the request was sent, the node drops its tokens before Redis
  * writes them off. The fleet admits less than the rate when `burst < rate × syncMs` (the bucket
