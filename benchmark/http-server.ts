@@ -19,6 +19,7 @@ import Fastify from 'fastify';
 import type { Limiter as LimiterType } from '../lib/index.js';
 import type { Middleware } from '../lib/http/index.js';
 import { keepcount, keepcountHttp } from './package.js';
+import { unnamed } from './unnamed.js';
 
 const { Estimator, Limiter } = keepcount;
 const { KeepcountStore, WindowQuota, clientIp, ipKey, keepcountFastifyStore, rateLimit, tokenBucket, upstreamLimit } =
@@ -51,22 +52,17 @@ function nodeServer(chain: Middleware[]): Setup {
   };
   const handler: RequestListener = (req, res) => {
     let i = 0;
-    // `(0, …)`: the function is made per request, and one bound to a name where it is made gets
-    // wrapped in `__name()` (an Object.defineProperty) by the esbuild keepNames tsx compiles with:
-    // ~1.5 µs a request here, in the bare server and every node:http setup alike, which pulled
-    // their ratios towards 1 and which no built code (what users run) pays.
-    const next =
-      (0,
-      (error?: unknown): void => {
-        if (error !== undefined) {
-          res.statusCode = 500;
-          res.end();
-        } else if (i < chain.length) {
-          chain[i++]!(req, res, next);
-        } else {
-          hello(req, res);
-        }
-      });
+    // Made per request: not wrapped by tsx's keepNames (unnamed.ts).
+    const next = unnamed((error?: unknown): void => {
+      if (error !== undefined) {
+        res.statusCode = 500;
+        res.end();
+      } else if (i < chain.length) {
+        chain[i++]!(req, res, next);
+      } else {
+        hello(req, res);
+      }
+    });
     next();
   };
   return () => listen(createServer(handler));

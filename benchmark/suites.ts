@@ -14,6 +14,7 @@ import type { LoadedBackend } from './backends.js';
 import { stream, type Keys } from './data.js';
 import { asyncCase, assert, HUGE, label, ref, SEED, syncCase, type Case, type Suite, type Variant } from './case.js';
 import { shared } from './shared-suite.js';
+import { unnamed } from './unnamed.js';
 
 /**
  * The rate suite's case for one reading of the host clock as the fallback's `Rate` takes it: part
@@ -292,9 +293,8 @@ function timeouts(backends: LoadedBackend[]): Suite {
   const signalTimeout = <T>(p: Promise<T>, ms: number): Promise<T> => {
     const signal = AbortSignal.timeout(ms);
     return new Promise<T>((resolve, reject) => {
-      // `(0, …)`: made per call, a function bound to a name where it is made pays esbuild's
-      // keepNames `__name()` wrapper under tsx, ~0.4 µs a call that built code never pays.
-      const onAbort = (0, (): void => reject(signal.reason));
+      // Made per call: not wrapped by tsx's keepNames (unnamed.ts).
+      const onAbort = unnamed((): void => reject(signal.reason));
       signal.addEventListener('abort', onAbort, { once: true });
       p.then(
         (value) => {
