@@ -89,6 +89,21 @@ test(title('KeepcountStore counts exactly from the threshold on: refused by limi
   t.is(firstOverOf(new KeepcountStore({ clock: new ManualClock(), seed: 1n, heavyHitters: { threshold: 1 } })), 101);
 });
 
+/**
+ * Both stores on one row of 8 counters with `heavyHitters`, limit 4 a minute, after 200 clients sent
+ * one request each: a sketch that reads high for everyone.
+ */
+async function floodedStores(heavyHitters: object): Promise<{ express: KeepcountStore; store: FastifyStore }> {
+  const express = new KeepcountStore({ clock: new ManualClock(), hashes: 1, slots: 8, seed: 1n, heavyHitters });
+  express.init({ windowMs: 60_000, limit: 4 } as never);
+  for (let i = 0; i < 200; i++) express.increment(`flooder-${i}`);
+  const store = new (keepcountFastifyStore({ clock: new ManualClock(), hashes: 1, slots: 8, seed: 1n, heavyHitters }))(
+    {},
+  );
+  for (let i = 0; i < 200; i++) await callStore(store, 'incr', `flooder-${i}`);
+  return { express, store };
+}
+
 /** The Fastify store's `incr` or `read` of `key` in a 60 s window with `max` 4: the count it reports. */
 const callStore = (store: FastifyStore, method: 'incr' | 'read', key: string) =>
   new Promise<number>((resolve, reject) =>
@@ -100,21 +115,10 @@ test(title('both stores keep their threshold when heavyHitters settings hold thr
   // default", not a threshold no client reaches. One row of 8 counters flooded by 200 one-request
   // clients reads high for everyone: only the exact table keeps an innocent client at its count.
   const flood = { capacity: 1000, threshold: undefined };
-  const express = new KeepcountStore({ clock: new ManualClock(), hashes: 1, slots: 8, seed: 1n, heavyHitters: flood });
-  express.init({ windowMs: 60_000, limit: 4 } as never);
-  for (let i = 0; i < 200; i++) express.increment(`flooder-${i}`);
+  const { express, store } = await floodedStores(flood);
   t.is(express.increment('innocent').totalHits, 1);
   t.true(express.topTalkers(10).length > 0, 'clients are counted exactly');
   t.is(firstOverOf(new KeepcountStore({ clock: new ManualClock(), seed: 1n, heavyHitters: flood })), 125);
-
-  const store = new (keepcountFastifyStore({
-    clock: new ManualClock(),
-    hashes: 1,
-    slots: 8,
-    seed: 1n,
-    heavyHitters: flood,
-  }))({});
-  for (let i = 0; i < 200; i++) await callStore(store, 'incr', `flooder-${i}`);
   t.is(await callStore(store, 'incr', 'innocent'), 1);
 });
 
@@ -122,20 +126,8 @@ test(title('both stores read a client a flood raised, but never counted, below i
   // express-rate-limit's `getKey` reads `get()`, @fastify/rate-limit's `increment: false` reads
   // `read`: one row of 8 counters under 200 one-request clients reads high for everyone, but with
   // room in the table a client never counted has sent nothing that could take it over.
-  const flood = { capacity: 1000 };
-  const express = new KeepcountStore({ clock: new ManualClock(), hashes: 1, slots: 8, seed: 1n, heavyHitters: flood });
-  express.init({ windowMs: 60_000, limit: 4 } as never);
-  for (let i = 0; i < 200; i++) express.increment(`flooder-${i}`);
+  const { express, store } = await floodedStores({ capacity: 1000 });
   t.true(express.get('innocent').totalHits < 4);
-
-  const store = new (keepcountFastifyStore({
-    clock: new ManualClock(),
-    hashes: 1,
-    slots: 8,
-    seed: 1n,
-    heavyHitters: flood,
-  }))({});
-  for (let i = 0; i < 200; i++) await callStore(store, 'incr', `flooder-${i}`);
   t.true((await callStore(store, 'read', 'innocent')) < 4);
 });
 
