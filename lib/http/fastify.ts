@@ -264,9 +264,9 @@ const HOOKS: readonly string[] = ['rateLimit', 'tokenBucket', 'upstreamLimit'];
 const REGISTER_OPTIONS: readonly string[] = ['prefix', 'logLevel', 'logSerializers'];
 
 /**
- * Refuses plugin options that would install no hook or name one that does not exist: `{ limit: 100
- * }` (@fastify/rate-limit's shape) or `{ ratelimit: ... }` would otherwise register cleanly and
- * protect nothing, where the middleware refuses the same mistake.
+ * Refuses plugin options that would install no hook or name one that does not exist:
+ * `{ limit: 100 }` (@fastify/rate-limit's shape) or `{ ratelimit: ... }` would otherwise register
+ * cleanly and protect nothing, where the middleware refuses the same mistake.
  */
 function checkPluginOptions(options: unknown): void {
   const expected = 'an object with rateLimit, tokenBucket or upstreamLimit options';
