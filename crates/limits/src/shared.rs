@@ -47,6 +47,8 @@ mod inflight;
 mod layout;
 mod limiter;
 mod rate;
+#[cfg(test)]
+mod scratch;
 mod segment;
 
 pub use error::{CorruptReason, SharedError};

@@ -2,33 +2,28 @@
 
 use super::slots::{FREE, SWEEPING, UNSETTLED, state, sweeper};
 use super::*;
-use std::path::PathBuf;
+use crate::shared::scratch::Scratch;
 
-/// A scratch directory for one test's segment, removed when dropped.
-struct Dir(PathBuf);
+/// A scratch directory for one test's segment.
+struct Dir(Scratch);
 
 impl Dir {
     fn new(test: &str) -> Self {
-        let path =
-            std::env::temp_dir().join(format!("keepcount-inflight-{}-{test}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&path);
-        std::fs::create_dir_all(&path).unwrap();
-        Self(path)
+        Self(Scratch::new("inflight", test))
     }
 
     fn try_open(&self) -> Result<SharedInflight, SharedError> {
-        let options = SharedOptions::new().dir(&self.0);
-        SharedInflight::open("inflight", Shape::new(2, 64).unwrap(), 7, 4, &options)
+        SharedInflight::open(
+            "inflight",
+            Shape::new(2, 64).unwrap(),
+            7,
+            4,
+            &self.0.options(),
+        )
     }
 
     fn open(&self) -> SharedInflight {
         self.try_open().unwrap()
-    }
-}
-
-impl Drop for Dir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
     }
 }
 

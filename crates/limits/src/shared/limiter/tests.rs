@@ -5,32 +5,11 @@ use super::*;
 use crate::clock::ManualClock;
 use crate::limiter::{Limit, Limiter};
 use crate::shared::layout::{ENTRY_BYTES, TABLE_OFFSET};
+use crate::shared::scratch::Scratch;
 use std::sync::Arc;
 use std::time::Duration;
 
 const SEC: u64 = 1_000_000_000;
-
-/// A scratch directory removed when dropped.
-struct Scratch(std::path::PathBuf);
-
-impl Scratch {
-    fn new(test: &str) -> Self {
-        let dir =
-            std::env::temp_dir().join(format!("keepcount-slimiter-{test}-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        Self(dir)
-    }
-
-    fn options(&self) -> SharedOptions {
-        SharedOptions::new().dir(&self.0)
-    }
-}
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
 
 fn requests(rate: u64, burst: u64) -> Quota {
     Quota::new(Some(Limit::per_second(rate, burst)), None)
@@ -69,7 +48,7 @@ fn open_with(
 
 #[test]
 fn decides_as_the_local_limiter_does() {
-    let scratch = Scratch::new("same");
+    let scratch = Scratch::new("slimiter", "same");
     let clock = Arc::new(ManualClock::new());
     let quota = Quota::new(
         Some(Limit::per_second(3, 5)),
@@ -99,7 +78,7 @@ fn decides_as_the_local_limiter_does() {
 
 #[test]
 fn a_new_key_starts_full_and_keys_are_apart() {
-    let scratch = Scratch::new("apart");
+    let scratch = Scratch::new("slimiter", "apart");
     let clock = Arc::new(ManualClock::new());
     let limiter = open(&scratch, requests(1, 2), 8, &clock);
     for key in [&b"x"[..], b"y"] {
@@ -115,7 +94,7 @@ fn a_new_key_starts_full_and_keys_are_apart() {
 
 #[test]
 fn a_full_table_sends_new_keys_to_the_best_effort_bucket() {
-    let scratch = Scratch::new("full");
+    let scratch = Scratch::new("slimiter", "full");
     let clock = Arc::new(ManualClock::new());
     let limiter = open_with(&scratch, requests(1, 100), requests(0, 3), 2, 7, &clock);
     let admitted = (0..10u8)
@@ -138,7 +117,7 @@ fn a_full_table_sends_new_keys_to_the_best_effort_bucket() {
 
 #[test]
 fn two_opens_share_buckets() {
-    let scratch = Scratch::new("share");
+    let scratch = Scratch::new("slimiter", "share");
     let clock = Arc::new(ManualClock::new());
     let a = open(&scratch, requests(1, 3), 8, &clock);
     let b = open(&scratch, requests(1, 3), 8, &clock);
@@ -154,7 +133,7 @@ fn two_opens_share_buckets() {
 #[test]
 fn refusal_in_the_second_dimension_gives_the_first_back() {
     let quota = Quota::new(Some(Limit::per_second(1, 5)), Some(Limit::per_second(1, 2)));
-    let scratch = Scratch::new("both");
+    let scratch = Scratch::new("slimiter", "both");
     let clock = Arc::new(ManualClock::new());
     let limiter = open(&scratch, quota, 8, &clock);
     assert!(limiter.check(b"k", 2).is_allowed());
@@ -183,7 +162,7 @@ fn refusal_in_the_second_dimension_gives_the_first_back() {
 
 #[test]
 fn bad_configurations_are_refused() {
-    let scratch = Scratch::new("bad");
+    let scratch = Scratch::new("slimiter", "bad");
     let options = scratch.options();
     let q = requests(1, 1);
     for capacity in [0, MAX_CAPACITY + 1] {
@@ -201,7 +180,7 @@ fn bad_configurations_are_refused() {
 
 #[test]
 fn reopening_with_another_quota_names_the_field() {
-    let scratch = Scratch::new("mismatch");
+    let scratch = Scratch::new("slimiter", "mismatch");
     let options = scratch.options();
     let q = requests(1, 1);
     let _a = SharedLimiter::open("m", q, q, 10, 1, &options).unwrap();
@@ -243,7 +222,7 @@ fn with_one_best_effort_token(
 
 #[test]
 fn a_full_table_gives_new_keys_the_entries_of_full_buckets_and_never_a_spent_one() {
-    let scratch = Scratch::new("takeover");
+    let scratch = Scratch::new("slimiter", "takeover");
     let clock = Arc::new(ManualClock::new());
     // Two tokens a key, one back a second: a key checked once is full again after a second.
     let limiter = with_one_best_effort_token(&scratch, requests(1, 2), 64, 7, &clock);
@@ -321,7 +300,7 @@ fn new_keys_find_a_full_bucket_in_their_reach_at_any_load() {
     // falsely with probability below 1.2 × 10^-3 over its 12 cases, less where the table is fuller.
     for (capacity, seed) in [(1537, 1), (1537, 2), (3072, 3), (3072, 4)] {
         for (part, rate) in [(10, 1.0 / 6000.0), (4, 1.0 / 700.0), (2, 1.0 / 70.0)] {
-            let scratch = Scratch::new(&format!("reach-{capacity}-{seed}-{part}"));
+            let scratch = Scratch::new("slimiter", &format!("reach-{capacity}-{seed}-{part}"));
             let clock = Arc::new(ManualClock::new());
             let limiter =
                 with_one_best_effort_token(&scratch, requests(1, 2), capacity, seed, &clock);
@@ -359,7 +338,7 @@ fn poisson_quantiles_are_the_tails_bounds() {
 
 #[test]
 fn hammered_keys_keep_their_bound_while_a_flood_takes_entries_over() {
-    let scratch = Scratch::new("threads");
+    let scratch = Scratch::new("slimiter", "threads");
     // 1,000 a second, burst 20: a flooding key checked once is full again a millisecond later,
     // while a hammered key never is. A hammered key sent to the tiny best-effort bucket would
     // fall far below its bound.
@@ -404,7 +383,7 @@ fn hammered_keys_keep_their_bound_while_a_flood_takes_entries_over() {
 fn a_segment_from_another_boot_counts_its_buckets_full() {
     // A reboot with the segment's directory kept: the new monotonic clock starts far behind the
     // times the buckets were written at, and the time between is unknown.
-    let scratch = Scratch::new("reboot");
+    let scratch = Scratch::new("slimiter", "reboot");
     let before = Arc::new(ManualClock::new());
     before.advance(Duration::from_secs(86_400));
     let old = open(&scratch, requests(1, 2), 2, &before);

@@ -3,25 +3,18 @@
 
 use super::*;
 use crate::clock::ManualClock;
+use crate::shared::scratch::Scratch;
 
 const SECOND: Duration = Duration::from_secs(1);
 
-fn open<'c>(dir: &std::path::Path, clock: &'c ManualClock) -> SharedRate<&'c ManualClock> {
-    let options = SharedOptions::new().dir(dir);
+fn open<'c>(dir: &Scratch, clock: &'c ManualClock) -> SharedRate<&'c ManualClock> {
     let shape = Shape::new(2, 64).unwrap();
-    SharedRate::with_clock("rate", SECOND, shape, 1, &options, clock).unwrap()
-}
-
-fn scratch(test: &str) -> std::path::PathBuf {
-    let dir = std::env::temp_dir().join(format!("keepcount-rate-{}-{test}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
+    SharedRate::with_clock("rate", SECOND, shape, 1, &dir.options(), clock).unwrap()
 }
 
 #[test]
 fn readers_during_a_rotation_see_the_ended_interval_whole() {
-    let dir = scratch("rotating");
+    let dir = Scratch::new("rate", "rotating");
     let clock = ManualClock::new();
     clock.advance(SECOND * 10);
     let rate = open(&dir, &clock);
@@ -35,12 +28,11 @@ fn readers_during_a_rotation_see_the_ended_interval_whole() {
     );
     // Writers keep counting into the ended interval rather than waiting.
     assert_eq!(rate.observe(&"k", 1), 4);
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
 fn observe_in_interval_counts_and_tells_how_far_into_the_interval() {
-    let dir = scratch("in-interval");
+    let dir = Scratch::new("rate", "in-interval");
     let clock = ManualClock::new();
     clock.advance(SECOND * 10);
     let rate = open(&dir, &clock);
@@ -54,12 +46,11 @@ fn observe_in_interval_counts_and_tells_how_far_into_the_interval() {
     assert!(past < SECOND.as_nanos() as u64);
     let fraction = rate.rate_with(&"k", |p| p.current_interval_fraction);
     assert_eq!(past as f64 / 1e9, fraction);
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
 fn a_rotation_stalled_for_an_interval_is_taken_over() {
-    let dir = scratch("stalled");
+    let dir = Scratch::new("rate", "stalled");
     let clock = ManualClock::new();
     clock.advance(SECOND * 10);
     let rate = open(&dir, &clock);
@@ -74,14 +65,13 @@ fn a_rotation_stalled_for_an_interval_is_taken_over() {
     // The claimant's late finish cannot undo the takeover.
     rate.rotate(start | ROTATING, None);
     assert_eq!(rate.word().load(Ordering::SeqCst), word);
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// A rate in its first interval with "k" counted 3 times and "other" 5 times, then idle for
 /// three intervals, and a claimant that copied the stale sketch and claimed the rotation but
 /// has neither cleared nor finished: (rate, claimed word, baseline, a writer's view of it).
 fn idle_rotation<'c>(
-    dir: &std::path::Path,
+    dir: &Scratch,
     clock: &'c ManualClock,
 ) -> (SharedRate<&'c ManualClock>, u64, Baseline, View) {
     clock.advance(SECOND * 10);
@@ -103,7 +93,7 @@ fn samples(rate: &SharedRate<&ManualClock>, key: &str) -> (isize, isize) {
 
 #[test]
 fn a_rotation_after_idleness_carries_the_events_counted_during_it() {
-    let dir = scratch("idle-carry");
+    let dir = Scratch::new("rate", "idle-carry");
     let clock = ManualClock::new();
     let (rate, claimed, baseline, during) = idle_rotation(&dir, &clock);
     let k = rate.hash_key("k");
@@ -118,12 +108,11 @@ fn a_rotation_after_idleness_carries_the_events_counted_during_it() {
     assert_eq!(rate.count(k, 4, during), 4);
     assert_eq!(samples(&rate, "k"), (0, 6));
     assert_eq!(rate.observe(&"k", 1), 7);
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
 fn stale_counts_a_late_writer_moves_before_the_carry_are_subtracted_by_it() {
-    let dir = scratch("idle-late");
+    let dir = Scratch::new("rate", "idle-late");
     let clock = ManualClock::new();
     let (rate, claimed, baseline, during) = idle_rotation(&dir, &clock);
     // The claimant has cleared and finished but not carried yet.
@@ -136,12 +125,11 @@ fn stale_counts_a_late_writer_moves_before_the_carry_are_subtracted_by_it() {
     rate.carry(0, &baseline, finished(claimed));
     assert_eq!(samples(&rate, "k"), (0, 4));
     assert_eq!(samples(&rate, "other"), (0, 0));
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
 fn a_carry_stops_when_a_later_rotation_has_begun() {
-    let dir = scratch("idle-stopped");
+    let dir = Scratch::new("rate", "idle-stopped");
     let clock = ManualClock::new();
     let (rate, claimed, baseline, during) = idle_rotation(&dir, &clock);
     assert_eq!(rate.count(rate.hash_key("k"), 2, during), 5);
@@ -151,12 +139,11 @@ fn a_carry_stops_when_a_later_rotation_has_begun() {
     rate.word().store(finished(claimed) + 8, Ordering::SeqCst);
     rate.carry(0, &baseline, finished(claimed));
     assert_eq!(rate.sketches[1].get("k"), 0);
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
 fn a_start_a_moment_ahead_is_no_time_passed_and_one_far_ahead_is_another_clock() {
-    let dir = scratch("ahead");
+    let dir = Scratch::new("rate", "ahead");
     let ahead = ManualClock::new();
     ahead.advance(SECOND * 10);
     let rate = open(&dir, &ahead);
@@ -184,5 +171,4 @@ fn a_start_a_moment_ahead_is_no_time_passed_and_one_far_ahead_is_another_clock()
         (0, 1),
         "stale, and a new interval"
     );
-    let _ = std::fs::remove_dir_all(&dir);
 }
