@@ -29,7 +29,7 @@ test(title('exact cells count tracked keys, add the others’ pulled counts, and
   t.is(cells.peek(30), undefined);
   t.deepEqual(cells.take(10), { cells: [10, 20], values: ['3', '1'] });
   t.true(cells.settled);
-  cells.apply(pull({ 10: 4, 30: 9 }), 1);
+  cells.apply(pull({ 10: 4, 30: 9 }), 1, 0);
   t.is(cells.peek(10), 7, 'its own 3 and the others’ 4');
   t.is(cells.peek(20), 1);
   t.is(cells.local(10), 3);
@@ -53,12 +53,12 @@ test(title('a key begun late already holds the others’ counts; a new incarnati
   const cells = cellsOf(4);
   cells.add(1, 2, 'a', 2);
   cells.take(10);
-  cells.apply(pull({ 5: 6 }), 1);
+  cells.apply(pull({ 5: 6 }), 1, 0);
   t.is(cells.peek(5), 6, 'counted elsewhere, not here yet');
   t.is(cells.add(5, 1, 'e', 7), 7);
   cells.take(10);
   // Redis lost the entry: the others' counts go, this node's all go out again.
-  cells.apply(pull({}, 'i2'), 2);
+  cells.apply(pull({}, 'i2'), 2, 0);
   t.is(cells.since, 0);
   t.is(cells.peek(5), 1);
   t.deepEqual(cells.take(10), { cells: [1, 5], values: ['2', '1'] });
@@ -68,7 +68,7 @@ test(title('the others’ counts of untracked keys are capped, and an ended wind
   const cells = cellsOf(1);
   cells.add(1, 1, 'a', 1);
   // Room for 4 × capacity cells in all: the tracked key and 3 others.
-  cells.apply(pull({ 1: 1, 2: 2, 3: 3, 4: 4, 5: 5, 6: 6 }), 1);
+  cells.apply(pull({ 1: 1, 2: 2, 3: 3, 4: 4, 5: 5, 6: 6 }), 1, 0);
   t.is(cells.peek(1), 2, 'a tracked key’s count is always kept');
   t.deepEqual(
     [2, 3, 4, 5, 6].map((id) => cells.peek(id)),
@@ -77,7 +77,7 @@ test(title('the others’ counts of untracked keys are capped, and an ended wind
   // (The table is full, so peek of an untracked key says nothing: track more to read them.)
   const roomy = cellsOf(2);
   roomy.add(1, 1, 'a', 1);
-  roomy.apply(pull({ 2: 2, 3: 3, 4: 4, 5: 5, 6: 6, 7: 7, 8: 8, 9: 9, 10: 10 }), 1);
+  roomy.apply(pull({ 2: 2, 3: 3, 4: 4, 5: 5, 6: 6, 7: 7, 8: 8, 9: 9, 10: 10 }), 1, 0);
   t.deepEqual(
     [2, 3, 4, 5, 6, 7, 8, 9, 10].map((id) => roomy.peek(id)),
     [2, 3, 4, 5, 6, 7, 8, 0, 0],

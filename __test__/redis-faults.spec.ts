@@ -160,7 +160,12 @@ test.serial(
       // SyncedLimiter: a key's bucket. 10 tokens that never refill; the bucket starts over full.
       const sync = new RedisSync({ sendCommand: connection.send, syncMs: BY_HAND });
       const errors = errorsOf(sync);
-      const limiter = new SyncedLimiter({ sync, name: 'foreign-bucket', limit: { perSecond: 0, burst: 10 } });
+      const limiter = new SyncedLimiter({
+        sync,
+        name: 'foreign-bucket',
+        limit: { perSecond: 0, burst: 10 },
+        creditAfterMs: 0,
+      });
       t.true(await sync.flush());
       for (let i = 0; i < 10; i++) limiter.check('k');
       t.true(await sync.flush());
@@ -379,7 +384,12 @@ for (const client of clientNames) {
       const connection = await connectClient(client, server.port);
       const sync = new RedisSync({ sendCommand: connection.send, syncMs: BY_HAND, timeoutMs: 60_000 });
       const quota = new SyncedWindowQuota({ sync, name: 'sigstop-q', seed: 7, limit: 100, windowMs: 3_600_000 });
-      const limiter = new SyncedLimiter({ sync, name: 'sigstop-l', limit: { perSecond: 100, burst: 100 } });
+      const limiter = new SyncedLimiter({
+        sync,
+        name: 'sigstop-l',
+        limit: { perSecond: 100, burst: 100 },
+        creditAfterMs: 0,
+      });
       const inflight = new SyncedInflight({ sync, name: 'sigstop-i', seed: 7 });
       const chain = [
         rateLimit({ quota, key: () => 'client' }),
@@ -481,7 +491,12 @@ test.serial(
         const sync = new RedisSync({ sendCommand: connection.send, syncMs: BY_HAND, timeoutMs: 2000 });
         sync.on('error', () => undefined);
         // 10 tokens that never refill: a loan lost for good is a token never admitted.
-        const limiter = new SyncedLimiter({ sync, name: 'cut-reply', limit: { perSecond: 0, burst: 10 } });
+        const limiter = new SyncedLimiter({
+          sync,
+          name: 'cut-reply',
+          limit: { perSecond: 0, burst: 10 },
+          creditAfterMs: 0,
+        });
         let admitted = 0;
         const check = (n: number): void => {
           for (let i = 0; i < n; i++) if (limiter.check('k').allowed) admitted++;
@@ -518,7 +533,12 @@ test.serial(
         const sync = new RedisSync({ sendCommand: connection.send, syncMs: BY_HAND, timeoutMs: 100 });
         sync.on('error', () => undefined);
         // 10 tokens that never refill: whatever is lost stays lost, whatever is admitted twice shows.
-        const limiter = new SyncedLimiter({ sync, name: 'late-loan', limit: { perSecond: 0, burst: 10 } });
+        const limiter = new SyncedLimiter({
+          sync,
+          name: 'late-loan',
+          limit: { perSecond: 0, burst: 10 },
+          creditAfterMs: 0,
+        });
         let admitted = 0;
         const check = (): void => {
           if (limiter.check('k').allowed) admitted++;

@@ -72,7 +72,12 @@ test.serial(
         });
         const [a, b] = nodes as [(typeof nodes)[0], (typeof nodes)[0]];
         // 10 tokens that never refill.
-        const limiter = new SyncedLimiter({ sync: a.sync, name: `${name}-l`, limit: { perSecond: 0, burst: 10 } });
+        const limiter = new SyncedLimiter({
+          sync: a.sync,
+          name: `${name}-l`,
+          limit: { perSecond: 0, burst: 10 },
+          creditAfterMs: 0,
+        });
         const round = async (): Promise<boolean[]> => [
           await a.sync.flush(),
           await b.sync.flush(),

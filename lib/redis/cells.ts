@@ -68,6 +68,9 @@ export interface Pull {
 export class Census {
   /** The registry's count at the last sync, or `undefined` before the first. */
   #counted: number | undefined;
+  /** `performance.now()` when the first count came in, and when the sync of the last one was sent. */
+  #firstHeardAt = NaN;
+  #lastSentAt = NaN;
   readonly #fallback: () => number;
 
   constructor(fallback: () => number) {
@@ -79,14 +82,29 @@ export class Census {
     return this.#counted !== undefined;
   }
 
+  /**
+   * Whether the last count came from a sync sent at least `ms` after this node first heard a
+   * count, so after its own first registration (with `ms` 0: whether any sync counted). Nodes that
+   * start together, each registering at its first sync, count 1, 2, …, N in turn; a sync period
+   * later each counts them all, while they keep their period.
+   */
+  countedAfter(ms: number): boolean {
+    return this.counted && (ms === 0 || this.#lastSentAt - this.#firstHeardAt >= ms);
+  }
+
   /** Live nodes syncing the structure, at least 1. */
   get nodes(): number {
     return this.#counted ?? this.#fallback();
   }
 
-  /** Takes in a pull's count (this node included, so at least 1 but for a malformed reply). */
-  count(nodes: number): void {
+  /**
+   * Takes in a pull's count (this node included, so at least 1 but for a malformed reply), from a
+   * sync sent at `sentAt` (`performance.now()`).
+   */
+  count(nodes: number, sentAt: number): void {
+    if (this.#counted === undefined) this.#firstHeardAt = performance.now();
     this.#counted = Math.max(1, nodes);
+    this.#lastSentAt = sentAt;
   }
 }
 
@@ -109,8 +127,8 @@ export interface SyncedEntry {
   /** Up to `max` changed cells to push now; {@link restore} marks them again if the push fails. */
   take(max: number): Push;
   restore(push: Push): void;
-  /** Takes in the pull of sync `seq`. */
-  apply(pull: Pull, seq: number): void;
+  /** Takes in the pull of sync `seq`, sent at `sentAt` (`performance.now()`). */
+  apply(pull: Pull, seq: number, sentAt: number): void;
 }
 
 export class SyncedCells implements SyncedEntry {
@@ -208,9 +226,9 @@ export class SyncedCells implements SyncedEntry {
    * the others had and marks all of this node's counts to push again, so the fleet rebuilds the
    * global sketch from the nodes' own.
    */
-  apply(pull: Pull, seq: number): void {
+  apply(pull: Pull, seq: number, sentAt: number): void {
     if (pull.applied) this.acked = seq;
-    this.census.count(pull.nodes);
+    this.census.count(pull.nodes, sentAt);
     if (this.#incarnation !== undefined && this.#incarnation !== pull.incarnation) {
       this.others.fill(0);
       this.since = 0;

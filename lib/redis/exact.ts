@@ -188,9 +188,9 @@ export class ExactCells implements SyncedEntry {
    * node's again. A pulled count of a key this node does not track is kept while the cells number
    * under {@link CELLS_PER_CAPACITY} × `capacity`.
    */
-  apply(pull: Pull, seq: number): void {
+  apply(pull: Pull, seq: number, sentAt: number): void {
     if (pull.applied) this.acked = seq;
-    this.census.count(pull.nodes);
+    this.census.count(pull.nodes, sentAt);
     if (this.#incarnation !== undefined && this.#incarnation !== pull.incarnation) {
       this.since = 0;
       for (const [id, cell] of this.#cells) {

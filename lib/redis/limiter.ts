@@ -3,7 +3,7 @@ import { invalidType, outOfRange } from '../errors.js';
 import type { RequestLimiter } from '../http/quota.js';
 import { storedKey } from '../long-key.js';
 import { limitSpec, type LimiterDecision, type RateLimit } from '../quotas.js';
-import { iterableArgument, optionsObject } from '../options.js';
+import { integerOption, iterableArgument, optionsObject } from '../options.js';
 import { Census, entryKeys, SyncedCells } from './cells.js';
 import { syncOption } from './estimator.js';
 import { failPolicyOption, type FailPolicy } from './fail-policy.js';
@@ -79,6 +79,15 @@ export interface SyncedLimiterOptions {
   leaseMs?: number;
   /** What to do while Redis is unreachable; see {@link FailPolicy}. Defaults to `'local'`. */
   failPolicy?: FailPolicy;
+  /**
+   * How long after its first sync a node waits before it lends itself credit (see the class doc):
+   * an integer in [0, 3,600,000]. Defaults to the sync's `syncMs`, by when every node that started
+   * with it has registered, so the nodes' credit together stays within one `burst`. With 0, credit
+   * comes with the first sync, and nodes that start together may borrow up to `burst × (1 + 1/2 +
+   * … + 1/N)` until their next sync: for a fleet whose nodes never start within a sync period of
+   * each other.
+   */
+  creditAfterMs?: number;
 }
 
 /** A bucket's parameters as the script takes them. */
@@ -128,7 +137,11 @@ interface Account {
  * them (`left / nodes`, refilled at the rate since), so a node alone admits a burst as its bucket
  * would. A key with no loan yet may take up to `burst / nodes` on credit, so its first requests
  * are not refused while a loan is on its way. Debts are paid from the next loans, and a node's
- * credit never passes `burst / nodes`. A node that has never synced admits nothing. Pass it to
+ * credit never passes `burst / nodes`. A node lends itself credit only from `creditAfterMs` (a sync
+ * period) after its first sync, once its node count includes every node that started with it:
+ * before, nodes started together counted 1, 2, …, N and borrowed up to `burst × (1 + 1/2 + … +
+ * 1/N)` (measured: 270 admitted of a bucket of 100 that never refills, 8 nodes; now 100). A node
+ * that has never synced admits nothing; await `sync.ready()` before serving. Pass it to
  * `tokenBucket` (or `tokenBucketHook`) as `limiter`. Keys are strings; one dimension: a check
  * takes its `cost` in tokens.
  *
@@ -152,9 +165,9 @@ interface Account {
  *     burst + rate × t + slack,  slack = burst + 2 × rate × syncMs
  *
  * whatever the node count (`n` nodes each borrowing `burst / n` add `burst`, with `n` as each last
- * saw it in Redis: nodes that have not yet seen the others can borrow more, up to `burst × (1 +
- * 1/2 + … + 1/N)` for N nodes starting together; and a node killed in debt never pays it, since a
- * debt stays with its node id: up to `burst / nodes` a key per kill, README says more), the round trips and
+ * saw it in Redis, which by `creditAfterMs` counts every node that started with it while the nodes
+ * keep their sync period; but a node killed in debt never pays it, since a debt stays with its node
+ * id: up to `burst / nodes` a key per kill, README says more), the round trips and
  * the clock offsets between nodes (the refill runs on Redis's clock). Waiting out a loan's lease on
  * the node's clock from before the request was sent, the node drops its tokens before Redis
  * writes them off. The fleet admits less than the rate when `burst < rate × syncMs` (the bucket
@@ -169,6 +182,8 @@ export class SyncedLimiter implements RequestLimiter {
   readonly leaseMs: number;
   /** What a stale node does. */
   readonly failPolicy: FailPolicy;
+  /** Milliseconds after its first sync from which this node lends itself credit. */
+  readonly creditAfterMs: number;
   readonly #sync: RedisSync;
   readonly #base: string;
   readonly #bucket: Bucket;
@@ -190,6 +205,7 @@ export class SyncedLimiter implements RequestLimiter {
     const name = nameOption('name', o.name);
     this.leaseMs = leaseMsOption(o.leaseMs, this.#sync);
     this.failPolicy = failPolicyOption(o.failPolicy);
+    this.creditAfterMs = integerOption('creditAfterMs', o.creditAfterMs, 0, 3_600_000, this.#sync.syncMs);
     this.#bucket = this.#parse('The "limit" option', o.limit);
     if (o.keys !== undefined) {
       const pairs = iterableArgument('The "keys" option', 'an iterable of [key, RateLimit] pairs', o.keys);
@@ -232,16 +248,18 @@ export class SyncedLimiter implements RequestLimiter {
     const now = performance.now();
     if (this.#sync.stale) return this.#stale(account, cost, now);
     // A loan past its lease is void (Redis writes it off); a debt is not. A key with no loan yet
-    // may borrow its node's share of the burst, only on a limiter that knows its node count (one
-    // that has never synced takes none); a key with a loan, its node's share of what the bucket
-    // had left after it, refilled since: so a sudden burst is admitted as far as the bucket goes,
-    // rather than only as far as the last period's demand was lent.
+    // may borrow its node's share of the burst; a key with a loan, its node's share of what the
+    // bucket had left after it, refilled since: so a sudden burst is admitted as far as the bucket
+    // goes, rather than only as far as the last period's demand was lent. Either only once the
+    // node count includes every node that started with this one (Census.countedAfter): a node
+    // that has synced once takes none.
+    const expired = now > account.expiresAt;
+    if (expired) account.held = Math.min(0, account.held);
     let credit = 0;
-    if (now > account.expiresAt) {
-      account.held = Math.min(0, account.held);
-      if (this.#presence.census.counted) credit = bucket.burst / this.nodes;
-    } else {
-      credit = Math.min(bucket.burst, account.spare + bucket.rate * (now - account.spareAt)) / this.nodes;
+    if (this.ready()) {
+      credit = expired
+        ? bucket.burst / this.nodes
+        : Math.min(bucket.burst, account.spare + bucket.rate * (now - account.spareAt)) / this.nodes;
     }
     if (account.held - cost >= -credit) {
       account.held -= cost;
@@ -263,6 +281,14 @@ export class SyncedLimiter implements RequestLimiter {
   /** @internal The presence entry, for the node count. */
   entries(): SyncedCells[] {
     return [this.#presence];
+  }
+
+  /**
+   * @internal Whether this node lends itself credit: once its node count includes every node that
+   * started with it (see {@link check}), or once closed (it takes no more checks).
+   */
+  ready(): boolean {
+    return this.#closed || this.#presence.census.countedAfter(this.creditAfterMs);
   }
 
   /**

@@ -7,6 +7,7 @@
  */
 import { EventEmitter } from 'node:events';
 import { randomUUID } from 'node:crypto';
+import { setTimeout as delay } from 'node:timers/promises';
 import { invalidType, outOfRange, withCode, type KeepcountError } from '../errors.js';
 import { integerOption, optionsObject } from '../options.js';
 import type { Push, SyncedEntry } from './cells.js';
@@ -57,6 +58,8 @@ export interface RedisSyncOptions {
 export interface SyncSource {
   entries(): SyncedEntry[];
   loans?(): LoanRequest[];
+  /** Whether the structure is ready to serve ({@link RedisSync.ready}); ready if absent. */
+  ready?(): boolean;
 }
 
 /**
@@ -267,6 +270,24 @@ export class RedisSync extends EventEmitter {
   }
 
   /**
+   * Resolves once every structure on this sync is ready to serve: a sync has succeeded, and each
+   * `SyncedLimiter` has counted the nodes that started with this one, which takes a sync sent a
+   * sync period after its first (before that it lends itself no credit: see `SyncedLimiter`).
+   * Await it before serving. A failed sync is tried again every `syncMs`, so it waits as long as
+   * Redis cannot be reached; rejects with `ERR_KEEPCOUNT_CLOSED` if the sync is closed first.
+   */
+  async ready(): Promise<void> {
+    for (;;) {
+      if (this.#closing !== undefined) {
+        throw withCode(new Error('This RedisSync was closed before it was ready'), 'ERR_KEEPCOUNT_CLOSED');
+      }
+      if ((await this.flush()) && [...this.#sources].every((source) => source.ready?.() ?? true)) return;
+      // Referenced, unlike the sync's own timer: the caller is waiting on it.
+      await delay(this.syncMs);
+    }
+  }
+
+  /**
    * Stops the timer after one last sync; structures keep answering from their local state, but
    * counts on its synced sketches and rates throw `ERR_KEEPCOUNT_CLOSED` from the call on, since
    * nothing would push them. A quota's `consume` does not: it decides on this node's counts by its
@@ -429,7 +450,7 @@ export class RedisSync extends EventEmitter {
       const layouts: Heard = new Map();
       pulls.forEach((pull, k) => {
         const entry = entries[k] as SyncedEntry;
-        entry.apply(pull, Number(seq));
+        entry.apply(pull, Number(seq), sentAt);
         nodes = Math.max(nodes, pull.nodes);
         this.#stats.cellsPulled += pull.cells.length;
         layouts.set(entry.keys.layouts, { entry, others: new Set(pull.layouts) });
