@@ -251,8 +251,8 @@ export class SyncedLimiter implements RequestLimiter {
     // may borrow its node's share of the burst; a key with a loan, its node's share of what the
     // bucket had left after it, refilled since: so a sudden burst is admitted as far as the bucket
     // goes, rather than only as far as the last period's demand was lent. Either only once the
-    // node count includes every node that started with this one (Census.countedAfter): a node
-    // that has synced once takes none.
+    // node count includes every node that started with this one (`creditAfterMs` after the first
+    // sync): before, it takes none.
     const expired = now > account.expiresAt;
     if (expired) account.held = Math.min(0, account.held);
     let credit = 0;
