@@ -14,6 +14,7 @@ import { close, get, listen } from './http-client.js';
 import { clientNames, connectClient, type Connection } from './redis-clients.js';
 import { startReplyCutter } from './redis-proxy.js';
 import { startRedis, type RedisServer } from '../tools/redis-server.js';
+import { HOURLY } from './redis-refill.js';
 
 const sleep = (ms: number): Promise<void> => new Promise((resolve) => setTimeout(resolve, ms));
 
@@ -163,7 +164,7 @@ test.serial(
       const limiter = new SyncedLimiter({
         sync,
         name: 'foreign-bucket',
-        limit: { perSecond: 0, burst: 10 },
+        limit: { ...HOURLY, burst: 10 },
         creditAfterMs: 0,
       });
       t.true(await sync.flush());
@@ -519,6 +520,52 @@ test.serial(
         await cutter.close();
         await server.stop();
       }
+    }
+  },
+);
+
+test.serial(
+  title("a closed limiter's leave survives a failed sync and a lost reply: its debt is paid, once"),
+  async (t) => {
+    const server = await startRedis();
+    const connection = await connectClient('ioredis', server.port);
+    try {
+      // The link fails the next call outright ('fail') or runs it and loses the reply ('lose').
+      let fault: 'fail' | 'lose' | undefined;
+      const send = async (args: string[]): Promise<unknown> => {
+        const now = fault;
+        fault = undefined;
+        if (now === 'fail') throw new Error('connection reset');
+        const reply = await connection.send(args);
+        if (now === 'lose') throw new Error('reply lost');
+        return reply;
+      };
+      const tokens = async (name: string): Promise<number> =>
+        Number(await connection.send(['HGET', `keepcount:{${name}}:b:k`, 't']));
+      for (const [name, faults] of [
+        ['leave-fail', ['fail']],
+        ['leave-lose', ['lose']],
+        ['leave-both', ['lose', 'fail', 'lose']],
+      ] as const) {
+        const sync = new RedisSync({ sendCommand: send, syncMs: BY_HAND });
+        sync.on('error', () => undefined);
+        // 100 tokens, one more an hour: a debt forgiven or paid twice shows for good.
+        const limiter = new SyncedLimiter({ sync, name, limit: { ...HOURLY, burst: 100 }, creditAfterMs: 0 });
+        t.true(await sync.flush());
+        let admitted = 0;
+        for (let i = 0; i < 60; i++) if (limiter.check('k').allowed) admitted++;
+        t.is(admitted, 60, 'on credit: the node owes 60');
+        limiter.close();
+        for (const next of faults) {
+          fault = next;
+          t.false(await sync.flush(), `${name}: the leave's sync fails (${next})`);
+        }
+        t.true(await sync.close(), `${name}: the leave goes with the last sync`);
+        t.is(await tokens(name), 40, `${name}: the bucket paid the debt of 60, once`);
+      }
+    } finally {
+      await connection.close();
+      await server.stop();
     }
   },
 );

@@ -9,6 +9,7 @@ import { RedisSync, SyncedEstimator, SyncedLimiter } from '../lib/redis/index.js
 import { runFixture, title } from './helpers.js';
 import { connectClient, type Connection } from './redis-clients.js';
 import { startRedis } from '../tools/redis-server.js';
+import { HOURLY } from './redis-refill.js';
 
 /** A sync whose timer never fires within a test: the spec flushes by hand, in an order it chooses. */
 const BY_HAND = 60_000;
@@ -75,7 +76,7 @@ test.serial(
         const limiter = new SyncedLimiter({
           sync: a.sync,
           name: `${name}-l`,
-          limit: { perSecond: 0, burst: 10 },
+          limit: { ...HOURLY, burst: 10 },
           creditAfterMs: 0,
         });
         const round = async (): Promise<boolean[]> => [

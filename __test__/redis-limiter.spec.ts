@@ -12,6 +12,7 @@ import { close, get, listen } from './http-client.js';
 import { clientNames, connectClient } from './redis-clients.js';
 import { sleep, syncsAfterNow, until } from './waits.js';
 import { startRedis } from '../tools/redis-server.js';
+import { HOURLY } from './redis-refill.js';
 
 interface NodeResult {
   admitted: number[];
@@ -128,7 +129,7 @@ async function startTogether(
   const { name, nodes, burst, syncMs, creditAfterMs, ms } = options;
   const fleet = Array.from({ length: nodes }, () => {
     const sync = new RedisSync({ sendCommand: send, syncMs });
-    const limit = { perSecond: 0, burst };
+    const limit = { ...HOURLY, burst };
     return {
       sync,
       limiter: new SyncedLimiter({ sync, name, limit, ...(creditAfterMs === undefined ? {} : { creditAfterMs }) }),
@@ -153,7 +154,7 @@ test.serial(
     const server = await startRedis();
     const connection = await connectClient('ioredis', server.port);
     try {
-      // 100 tokens that never refill: the bound over any window is burst + the nodes' credit,
+      // 100 tokens, one more an hour: the bound over any window is burst + the nodes' credit,
       // 200. Nodes counting 1, 2, …, 8 would lend themselves 100 × (1 + 1/2 + … + 1/8) ≈ 272 at
       // once, never paid back: the bucket has 100 to pay debts with.
       const job = { nodes: 8, burst: 100, syncMs: 200, ms: 1_000 };
@@ -179,12 +180,59 @@ test.serial(
   },
 );
 
+test.serial(
+  title('nodes restarted one after another: an allowance is spent once; a refilling bucket records their credit'),
+  async (t) => {
+    const server = await startRedis();
+    const connection = await connectClient('ioredis', server.port);
+    try {
+      const burst = 100;
+      const starts = 4;
+      const runs: Record<string, number> = {};
+      for (const [name, limit] of [
+        ['restart-allowance', { perSecond: 0, burst }],
+        ['restart-hourly', { ...HOURLY, burst }],
+      ] as const) {
+        let admitted = 0;
+        // Each start a process of its own as far as Redis knows (its own node id), closed cleanly:
+        // it gives back what it holds and pays what it owes, the bucket going below zero if need be.
+        for (let start = 0; start < starts; start++) {
+          const sync = new RedisSync({ sendCommand: connection.send, syncMs: 3_600_000 });
+          const limiter = new SyncedLimiter({ sync, name, limit, creditAfterMs: 0 });
+          t.true(await sync.flush());
+          for (let round = 0; round < 5; round++) {
+            for (let i = 0; i < 200; i++) if (limiter.check('k').allowed) admitted++;
+            t.true(await sync.flush());
+          }
+          limiter.close();
+          t.true(await sync.close());
+        }
+        runs[name] = admitted;
+      }
+      const tokens = Number(await connection.send(['HGET', 'keepcount:{restart-hourly}:b:k', 't']));
+      t.log(
+        `${starts} starts, burst ${burst}: ${JSON.stringify(runs)}; the refilling bucket holds ${tokens.toFixed(1)}`,
+      );
+      // Before, each start took `burst / nodes` of an allowance again on credit: 208 here.
+      t.is(runs['restart-allowance'], burst, 'an allowance: every token once, whatever the starts');
+      // A bucket that refills lends each start up to `burst / nodes` blind (README): more than
+      // the burst, at most one more burst a start, and owed to the bucket, which refills from below zero.
+      const hourly = runs['restart-hourly'] as number;
+      t.true(hourly > burst && hourly <= burst * (1 + starts), `refilling: ${hourly}`);
+      t.is(Math.round(tokens), burst - hourly, 'the bucket holds every admission as spent');
+    } finally {
+      await connection.close();
+      await server.stop();
+    }
+  },
+);
+
 test.serial(title('sync.ready() waits until a limiter lends itself credit; on a closed sync it rejects'), async (t) => {
   const server = await startRedis();
   const connection = await connectClient('ioredis', server.port);
   try {
     const sync = new RedisSync({ sendCommand: connection.send, syncMs: 100 });
-    const limiter = new SyncedLimiter({ sync, name: 'ready', limit: { perSecond: 0, burst: 10 } });
+    const limiter = new SyncedLimiter({ sync, name: 'ready', limit: { ...HOURLY, burst: 10 } });
     t.true(await sync.flush());
     t.false(limiter.check('early').allowed, 'synced once: no credit yet, and no loan');
     const started = performance.now();
@@ -365,9 +413,9 @@ test.serial(title('a lone node admits a sudden burst as far as its bucket goes, 
   const connection = await connectClient('ioredis', server.port);
   try {
     const sync = new RedisSync({ sendCommand: connection.send, syncMs: 3_600_000 });
-    // 10 tokens that never refill: the node sees the key's traffic at one request a sync, and has
+    // 10 tokens, one more an hour: the node sees the key's traffic at one request a sync, and has
     // been lent one token a sync, when twenty come at once.
-    const limiter = new SyncedLimiter({ sync, name: 'burst', limit: { perSecond: 0, burst: 10 }, creditAfterMs: 0 });
+    const limiter = new SyncedLimiter({ sync, name: 'burst', limit: { ...HOURLY, burst: 10 }, creditAfterMs: 0 });
     let admitted = 0;
     const check = (n: number): void => {
       for (let i = 0; i < n; i++) if (limiter.check('k').allowed) admitted++;
@@ -458,8 +506,8 @@ test.serial(
     const connection = await connectClient('ioredis', server.port);
     try {
       const sync = new RedisSync({ sendCommand: connection.send, syncMs: 3_600_000 });
-      // 10 tokens per key that never refill: a client made room for would come back to 10 more on credit.
-      const limiter = new SyncedLimiter({ sync, name: 'churn', limit: { perSecond: 0, burst: 10 }, creditAfterMs: 0 });
+      // 10 tokens per key, one more an hour: a client made room for would come back to 10 more on credit.
+      const limiter = new SyncedLimiter({ sync, name: 'churn', limit: { ...HOURLY, burst: 10 }, creditAfterMs: 0 });
       // The limiter's sync periods begin when a sync asks for loans, inside flush(): these
       // readings bound those instants, so that the shares below are bounds too.
       const firstAsked = performance.now();
@@ -512,8 +560,8 @@ test.serial(
     const connection = await connectClient('ioredis', server.port);
     try {
       const sync = new RedisSync({ sendCommand: connection.send, syncMs: 3_600_000 });
-      // 10 tokens that never refill: a loan given back twice is an eleventh admission.
-      const limiter = new SyncedLimiter({ sync, name: 'again', limit: { perSecond: 0, burst: 10 }, creditAfterMs: 0 });
+      // 10 tokens, one more an hour: a loan given back twice is an eleventh admission.
+      const limiter = new SyncedLimiter({ sync, name: 'again', limit: { ...HOURLY, burst: 10 }, creditAfterMs: 0 });
       let admitted = 0;
       const check = (): void => {
         if (limiter.check('k').allowed) admitted++;
@@ -593,10 +641,10 @@ test.serial(
 test.serial(title('tokenBucket on two real servers with a SyncedLimiter holds one bucket for both'), async (t) => {
   const server = await startRedis();
   const connections = await Promise.all(clientNames.map((name) => connectClient(name, server.port)));
-  // Two "machines", one per client library: the same limiter name, 10 tokens that never refill.
+  // Two "machines", one per client library: the same limiter name, 10 tokens, one more an hour.
   const machines = connections.map((connection) => {
     const sync = new RedisSync({ sendCommand: connection.send, syncMs: 20 });
-    const limiter = new SyncedLimiter({ sync, name: 'api', limit: { perSecond: 0, burst: 10 } });
+    const limiter = new SyncedLimiter({ sync, name: 'api', limit: { ...HOURLY, burst: 10 } });
     const middleware = tokenBucket({ limiter, key: () => 'client' });
     return { sync, http: createServer((req, res) => middleware(req, res, () => res.end('ok'))) };
   });

@@ -136,7 +136,8 @@ interface Account {
  * says how many tokens the bucket had left, and a node may run ahead of its loan by its share of
  * them (`left / nodes`, refilled at the rate since), so a node alone admits a burst as its bucket
  * would. A key with no loan yet may take up to `burst / nodes` on credit, so its first requests
- * are not refused while a loan is on its way. Debts are paid from the next loans, and a node's
+ * are not refused while a loan is on its way; not on an allowance (rate 0), which would never pay
+ * back what a node started after another left owing takes again. Debts are paid from the next loans, and a node's
  * credit never passes `burst / nodes`. A node lends itself credit only from `creditAfterMs` (a sync
  * period) after its first sync, once its node count includes every node that started with it:
  * before, nodes started together counted 1, 2, …, N and borrowed up to `burst × (1 + 1/2 + … +
@@ -166,8 +167,10 @@ interface Account {
  *
  * whatever the node count (`n` nodes each borrowing `burst / n` add `burst`, with `n` as each last
  * saw it in Redis, which by `creditAfterMs` counts every node that started with it while the nodes
- * keep their sync period; but a node killed in debt never pays it, since a debt stays with its node
- * id: up to `burst / nodes` a key per kill, README says more), the round trips and
+ * keep their sync period; but a node that starts may take `burst / nodes` a key again from a
+ * bucket earlier nodes left owing, which the refill pays back, and a node killed in debt never
+ * pays it, since a debt stays with its node id: up to `burst / nodes` a key per kill, README says
+ * more), the round trips and
  * the clock offsets between nodes (the refill runs on Redis's clock). Waiting out a loan's lease on
  * the node's clock from before the request was sent, the node drops its tokens before Redis
  * writes them off. The fleet admits less than the rate when `burst < rate × syncMs` (the bucket
@@ -256,17 +259,20 @@ export class SyncedLimiter implements RequestLimiter {
     const expired = now > account.expiresAt;
     if (expired) account.held = Math.min(0, account.held);
     let credit = 0;
+    // A key with no loan borrows blind, whatever its bucket holds: a node started after another
+    // left owing takes that credit again, which a refill pays back, but an allowance (rate 0)
+    // never would, so an allowance lends none (8 restarts took 100 tokens each from a spent one).
     if (this.ready()) {
-      credit = expired
-        ? bucket.burst / this.nodes
-        : Math.min(bucket.burst, account.spare + bucket.rate * (now - account.spareAt)) / this.nodes;
+      if (!expired) credit = Math.min(bucket.burst, account.spare + bucket.rate * (now - account.spareAt)) / this.nodes;
+      else if (bucket.rate > 0) credit = bucket.burst / this.nodes;
     }
     if (account.held - cost >= -credit) {
       account.held -= cost;
       return ALLOWED;
     }
     account.short = true;
-    if (bucket.rate === 0) return refusal(Infinity);
+    // An allowance refills never, but a key with no loan yet may get one at the next sync.
+    if (bucket.rate === 0) return refusal(expired ? this.#sync.syncMs : Infinity);
     return refusal(Math.max(this.#sync.syncMs, (cost - account.held - credit) / bucket.rate));
   }
 
@@ -307,11 +313,13 @@ export class SyncedLimiter implements RequestLimiter {
    */
   loans(): LoanRequest[] {
     if (this.#closed) {
-      const leaving = [...this.#accounts.values()].map((account) => this.#request(account, true));
-      this.#accounts.clear();
+      // Every key leaves, each account kept until Redis applied its leave (see #request): a leave
+      // whose sync failed goes again with the next. Before, all were dropped with the first
+      // sync after close(), so if it failed, what the node admitted on credit never reached
+      // Redis and its tokens were written off only at the lease, and sync.close() said true.
       this.#room.clear();
-      this.#sync.remove(this);
-      return leaving;
+      if (this.#accounts.size === 0) this.#sync.remove(this);
+      return [...this.#accounts.values()].map((account) => this.#request(account, true));
     }
     const now = performance.now();
     this.#room.startPeriod(now);
@@ -334,8 +342,9 @@ export class SyncedLimiter implements RequestLimiter {
   }
 
   /**
-   * Gives back every key's tokens at the next sync (`await sync.flush()` or `sync.close()`), so
-   * the other nodes get the whole quota at once, and stops syncing. Later checks refuse.
+   * Gives back every key's tokens, and pays what each owes, at the next sync that succeeds
+   * (`await sync.flush()` or `sync.close()`), so the other nodes get the whole quota at once, then
+   * stops syncing. Later checks refuse.
    */
   close(): void {
     this.#closed = true;
@@ -370,6 +379,12 @@ export class SyncedLimiter implements RequestLimiter {
       want,
       got: account.got,
       lent: (tokens, left, sentAt, seq) => {
+        // A closed limiter's leave, applied (−1: by an earlier run of the same script), or found
+        // applied by the one before whose reply was lost (script.ts): the account is done.
+        if (leave) {
+          this.#accounts.delete(account.key);
+          return;
+        }
         // Not applied (see LoanRequest.lent): `got` stays, so the next sync's request names the
         // loan this node last took in, and Redis returns the one it made since.
         if (leaving || tokens < 0) return;

@@ -97,7 +97,9 @@
  * minus everything on loan (so tokens in the bucket plus tokens held by nodes never pass `cap`),
  * then lends the node `min(want, tokens × want / all wants)`: a share in proportion to demand,
  * Doorman's proportional share. A node that leaves (want −1) gives its tokens back, or pays its debt from the bucket (which
- * may go below zero). Loans of nodes whose lease ran out are written off: their tokens are never
+ * may go below zero), once: a leave sent again after the node gave up on the reply to one applied
+ * (its last request here later than the loan it last took in, and no lease field left) changes
+ * nothing. Loans of nodes whose lease ran out are written off: their tokens are never
  * returned (the node dropped them itself by then), and a debt stays with the node, which reports it
  * when it comes back. A node also says which sync's loan it last took in (`got`): when its last
  * sync here is later, the node gave up on that reply (a timeout) and never took the loan, so the
@@ -310,6 +312,13 @@ local function bucket_entry(k, a)
   for j = 1, #flat, 2 do f[flat[j]] = flat[j + 1] end
   local lent, left, last = -1, 0, count(f['s:' .. node] or '0')
   if seq < last then lent = -2 end
+  -- A leave sent again after the node gave up on the reply to one Redis applied: its last request
+  -- here, later than any loan it took in, left (its lease field is gone; only a leave removes it
+  -- and keeps s:). Applied again, it would give its tokens back, or pay its debt, twice.
+  if seq > last and want < 0 and last > got and f['x:' .. node] == nil then
+    redis.call('HSET', bucket, 's:' .. node, seq)
+    return {'0', number(count(f.t or burst))}
+  end
   if seq > last then
     lent = 0
     local lent_out, wanted = 0, want
