@@ -10,6 +10,7 @@ import { KeyHasher } from '../lib/redis/hasher.js';
 import {
   RedisSync,
   SyncedEstimator,
+  SyncedInflight,
   SyncedLimiter,
   SyncedRate,
   SyncedWindowQuota,
@@ -55,9 +56,9 @@ test.serial(
     'a process under a nodeId another synced with first fails its syncs with ERR_KEEPCOUNT_NODE_ID, never silently',
   ),
   async (t) => {
-    // A restart, or a second process, under one id: its sequence numbers start again at 1, below
-    // what Redis holds for the id, so none of its syncs is applied. A sync sent twice (the test
-    // above) stays a success: only a later number than this node's own tells another writer.
+    // A restart, or a second process, under one id: Redis keeps the id's record for the process
+    // that wrote it, so none of the second's syncs is applied, however many it makes. A sync sent
+    // twice (the test above) stays a success: it is the same process's.
     const server = await startRedis();
     const connection = await connectClient('ioredis', server.port);
     const node = (what: 'sketch' | 'limiter') => {
@@ -85,18 +86,68 @@ test.serial(
         }
         const second = node(what);
         second.count();
-        t.false(await second.sync.flush(), `${what}: the second process's sync fails`);
+        // More syncs than the first made: before, the one whose number equalled the first's last
+        // passed for a replay (a success that applied nothing), and the ones after took the
+        // first's record over, its counts replaced by the second's.
+        for (let i = 0; i < 6; i++) t.false(await second.sync.flush(), `${what}: the second process's sync ${i} fails`);
         t.deepEqual(
           second.errors.map((error) => error.code),
-          ['ERR_KEEPCOUNT_NODE_ID'],
+          Array(6).fill('ERR_KEEPCOUNT_NODE_ID'),
           what,
         );
+        if (what === 'sketch') {
+          const observer = new RedisSync({ sendCommand: connection.send, syncMs: 3_600_000 });
+          const sketch = new SyncedEstimator({ sync: observer, name: 'reused', seed: 7 });
+          t.true(await observer.flush());
+          t.is(sketch.get('k'), 15, "the first process's counts stand");
+          await observer.close();
+        }
         t.regex(second.errors[0]!.message, /node id "host-a"/);
         first.count();
         t.true(await first.sync.flush(), `${what}: the first goes on`);
         t.deepEqual(first.errors, []);
         await Promise.all([first.sync.close(), second.sync.close()]);
       }
+    } finally {
+      await connection.close();
+      await server.stop();
+    }
+  },
+);
+
+test.serial(
+  title("a restart under a fixed nodeId forgets the dead process's slots once their lease runs out, alone"),
+  async (t) => {
+    // No other node syncs the counter (none would reap the old record): the restart forgets it.
+    const server = await startRedis();
+    const connection = await connectClient('ioredis', server.port);
+    try {
+      const process = (send: SendCommand) => {
+        const sync = new RedisSync({ sendCommand: send, syncMs: 50, nodeId: 'host-a' });
+        const errors: (Error & { code?: string })[] = [];
+        sync.on('error', (error: Error) => errors.push(error));
+        return { sync, errors, slots: new SyncedInflight({ sync, name: 'restarted', seed: 7, leaseMs: 300 }) };
+      };
+      let dead = false;
+      const first = process((args) => (dead ? Promise.reject(new Error('gone')) : connection.send(args)));
+      for (let i = 0; i < 5; i++) first.slots.enter('old');
+      first.slots.enter('pay');
+      // Syncs on its timer as well: more of them than the restart will need to catch up.
+      await until(() => first.sync.stats.syncs >= 10, 'the first process syncs 10 times');
+      dead = true;
+      const diedAt = performance.now();
+      const second = process(connection.send);
+      second.slots.enter('pay');
+      second.slots.enter('pay');
+      await until(() => second.sync.flush(), "the restart's sync is applied");
+      t.true(performance.now() - diedAt >= 250, "not before the first process's lease ran out");
+      t.true(second.errors.length > 0 && second.errors.every((error) => error.code === 'ERR_KEEPCOUNT_NODE_ID'));
+      const observer = new RedisSync({ sendCommand: connection.send, syncMs: 50 });
+      const slots = new SyncedInflight({ sync: observer, name: 'restarted', seed: 7, leaseMs: 300 });
+      t.true(await observer.flush());
+      // Before, the restart took the record over once its numbers caught up: old read 5 for good.
+      t.deepEqual([slots.get('old'), slots.get('pay')], [0, 2]);
+      await Promise.all([first.sync.close(), second.sync.close(), observer.close()]);
     } finally {
       await connection.close();
       await server.stop();

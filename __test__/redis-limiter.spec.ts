@@ -684,7 +684,7 @@ test(title('bad SyncedLimiter options and checks are refused with keepcount erro
   throwsShape(t, () => new SyncedLimiter({ sync, name: 'a', limit: { perSecond: 1, burst: 1 }, leaseMs: 50 }), {
     instanceOf: RangeError,
     code: 'ERR_OUT_OF_RANGE',
-    message: 'The "leaseMs" option must be an integer in [101, 3600000]. Received 50',
+    message: 'The "leaseMs" option must be an integer in [101, 7200000]. Received 50',
   });
   throwsShape(
     t,

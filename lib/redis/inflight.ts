@@ -60,7 +60,7 @@ export interface SyncedInflightOptions {
   seed: bigint | number;
   /**
    * How long a node's slots count for the others after its last successful sync: an integer in
-   * (`syncMs`, 3,600,000]. A crashed node's slots leave the global count within this (plus the
+   * (`syncMs`, 7,200,000]. A crashed node's slots leave the global count within this (plus the
    * others' next sync); a live node whose syncs fail this long is dropped too and pushes its whole
    * count again once it reaches Redis. Defaults to the sync's `staleAfterMs` (`timeoutMs +
    * syncMs`, 1,100 ms by default): the others forget a node about when it calls itself stale; but

@@ -71,7 +71,7 @@ export interface SyncedLimiterOptions {
   keys?: Iterable<readonly [string, RateLimit]>;
   /**
    * How long a loan of tokens lasts without a successful sync: an integer in (`syncMs`,
-   * 3,600,000]. A node drops what it holds when its loan runs out; Redis writes the loan off then,
+   * 7,200,000]. A node drops what it holds when its loan runs out; Redis writes the loan off then,
    * so a crashed node's tokens come back to nobody and hold nothing up. Defaults to the sync's
    * `staleAfterMs`, when the fail policy takes over, but never less than `syncMs + timeoutMs`, so
    * that syncs on time always renew it.

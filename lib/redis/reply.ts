@@ -137,14 +137,15 @@ export function corruptKeyError(key: string, reason: string, prefix: string): Er
 }
 
 /**
- * A sync that Redis did not apply because it holds a later sequence number of this node's id:
- * another live process syncs under the same `nodeId`, or this one took the id of a process that
- * synced before it (a restart). Either way this node's counts would never reach the fleet.
+ * A sync that Redis did not apply because it holds this node's id for another process: another
+ * live process syncs under the same `nodeId`, or this one took the id of a process that synced
+ * before it (a restart), whose record stands until Redis forgets it. Either way this node's counts
+ * would not reach the fleet.
  */
 export function nodeIdTakenError(nodeId: string): Error {
   return withCode(
     new Error(
-      `Redis holds a later sync of node id "${nodeId}" than this node's: another process syncs under the ` +
+      `Redis holds node id "${nodeId}" for another process: another process syncs under the ` +
         'same nodeId, or this one reuses the id of one that synced before it. Its counts are not applied ' +
         '(the sync fails); give every process a nodeId of its own and never reuse one (the default, a ' +
         'random UUID, is)',

@@ -14,7 +14,11 @@
  * - `B:m` hash: `v` the version counter, `i` the incarnation (the server time when the entry was
  *   made: a restart that lost the data makes a new one, and nodes push their whole contribution
  *   again; see below for a loss of some keys), `s:<node>` the last sequence number applied from each node and `l:<node>` the one
- *   that began the node's record (part of the incarnation the node is told). A sequence number
+ *   that began the node's record (part of the incarnation the node is told), `p:<node>` the
+ *   token of the process that wrote it (a process that restarts under a fixed node id counts its
+ *   sequence numbers from 1 again: its syncs are refused until the old record's lease runs out,
+ *   when it is forgotten as another node's would be, or for good on an entry without a lease,
+ *   rather than taken over once the numbers catch up). A sequence number
  *   at or below `s:<node>` is a stale flush (one that a timeout gave up on and that arrived after
  *   a newer one) and is not applied, so an older cumulative value never overwrites a newer one.
  *   A node also sends the last sequence number Redis acknowledged applying for it: `s:<node>`
@@ -91,8 +95,9 @@
  * A bucket entry (one key of a synced limiter) is one hash, the fleet's token bucket for the key:
  * `t` its tokens and `at` when they were counted (server time), and per node `o:<node>` the tokens
  * on loan to it (negative: what it borrowed on credit), `w:<node>` what it last asked for,
- * `x:<node>` its lease expiry, `s:<node>` its last sequence number and `l:<node>` what that sync
- * lent it. A node reports what it holds
+ * `x:<node>` its lease expiry, `s:<node>` its last sequence number, `l:<node>` what that sync
+ * lent it and `p:<node>` the token of the process that sent it (another process's sync under the
+ * same node id is refused until that lease runs out). A node reports what it holds
  * and asks for more; the script refills the bucket at `rate` up to `burst`, and never above `cap`
  * minus everything on loan (so tokens in the bucket plus tokens held by nodes never pass `cap`),
  * then lends the node `min(want, tokens × want / all wants)`: a share in proportion to demand,
@@ -107,7 +112,7 @@
  *
  * KEYS: per cell entry its base, its registry and its layout registry, then one key per bucket
  * entry. ARGV: node id, registry lifetime (ms, also how long a layout stays live), pull limit,
- * number of cell entries; then per cell entry: sequence number, the last sequence number Redis
+ * number of cell entries, the process's token (a random id per RedisSync); then per cell entry: sequence number, the last sequence number Redis
  * acknowledged applying (0: none), version last seen, lifetime in ms (0: none), lease in ms (0:
  * none), layout, cell count n, n
  * pairs of cell index and cumulative value; then per bucket entry: sequence number, rate (tokens
@@ -137,10 +142,10 @@ import type { SendCommand } from './send.js';
 const MAX_LIVE_MS = 10 * 3_600_000;
 
 export const SYNC_SCRIPT = `#!lua
-local node, live, pull, entries = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
+local node, live, pull, entries, process = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4]), ARGV[5]
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local a, out, foreign, corrupt = 5, {}, {}, {}
+local a, out, foreign, corrupt = 6, {}, {}, {}
 local MAX_LAYOUTS = 16
 local MAX_LIVE = ${MAX_LIVE_MS}
 local function number(x) return string.format('%.17g', x) end
@@ -190,25 +195,27 @@ local function incarnation(counts, versions, meta, mine, prior, leases, intact)
   if leases then redis.call('ZADD', leases, '+inf', '') end
   return i
 end
+-- Takes node \`who\`'s contribution out of the entry and forgets its record: a node whose lease ran out.
+local function forget(base, counts, versions, meta, leases, i, who)
+  local theirs = base .. ':n:' .. who
+  local held = {}
+  if redis.call('HGET', theirs, 'i') == i then held = redis.call('HGETALL', theirs) end
+  local version, chunk = 0, 0
+  for j = 1, #held, 2 do
+    if held[j] ~= 'i' and held[j + 1] ~= '0' then
+      if chunk == 0 then version = redis.call('HINCRBY', meta, 'v', 1) end
+      chunk = (chunk + 1) % (pull / 2)
+      redis.call('HINCRBY', counts, held[j], string.format('%d', -count(held[j + 1])))
+      redis.call('ZADD', versions, version, held[j])
+    end
+  end
+  redis.call('DEL', theirs)
+  redis.call('HDEL', meta, 's:' .. who, 'l:' .. who, 'p:' .. who)
+  redis.call('ZREM', leases, who)
+end
 local function reap(base, counts, versions, meta, leases, i)
   for _, other in ipairs(redis.call('ZRANGEBYSCORE', leases, '-inf', '(' .. now)) do
-    if other ~= node then
-      local theirs = base .. ':n:' .. other
-      local held = {}
-      if redis.call('HGET', theirs, 'i') == i then held = redis.call('HGETALL', theirs) end
-      local version, chunk = 0, 0
-      for j = 1, #held, 2 do
-        if held[j] ~= 'i' and held[j + 1] ~= '0' then
-          if chunk == 0 then version = redis.call('HINCRBY', meta, 'v', 1) end
-          chunk = (chunk + 1) % (pull / 2)
-          redis.call('HINCRBY', counts, held[j], string.format('%d', -count(held[j + 1])))
-          redis.call('ZADD', versions, version, held[j])
-        end
-      end
-      redis.call('DEL', theirs)
-      redis.call('HDEL', meta, 's:' .. other, 'l:' .. other)
-      redis.call('ZREM', leases, other)
-    end
+    if other ~= node then forget(base, counts, versions, meta, leases, i, other) end
   end
 end
 local function cell_entry(k, a)
@@ -233,7 +240,7 @@ local function cell_entry(k, a)
       if other ~= '' and not own(base .. ':n:' .. other, 'hash') then
         intact = false
         redis.call('ZREM', leases, other)
-        redis.call('HDEL', meta, 's:' .. other, 'l:' .. other)
+        redis.call('HDEL', meta, 's:' .. other, 'l:' .. other, 'p:' .. other)
       end
     end
   end
@@ -244,11 +251,20 @@ local function cell_entry(k, a)
     redis.call('HSET', mine, 'i', i)
   end
   if lease > 0 then reap(base, counts, versions, meta, leases, i) end
+  -- Another process synced under this node id: its record stays its own (this sync is refused)
+  -- until its lease runs out, when this process forgets it as another node would. Sequence numbers
+  -- alone let a restart that had synced as often as the old process take its record over.
+  local owner = redis.call('HGET', meta, 'p:' .. node)
+  if owner and owner ~= process and lease > 0 and count(redis.call('ZSCORE', leases, node) or '0') < now then
+    forget(base, counts, versions, meta, leases, i, node)
+    redis.call('HSET', mine, 'i', i)
+    owner, prior = false, 0
+  end
   local applied = 0
-  if tonumber(seq) < prior then applied = 2 end
-  if tonumber(seq) > prior then
+  if (owner and owner ~= process) or tonumber(seq) < prior then applied = 2 end
+  if applied == 0 and tonumber(seq) > prior then
     applied = 1
-    redis.call('HSET', meta, 's:' .. node, seq)
+    redis.call('HSET', meta, 's:' .. node, seq, 'p:' .. node, process)
     if prior < acked then redis.call('HSET', meta, 'l:' .. node, seq) end
     redis.call('HSETNX', meta, 'l:' .. node, seq)
     if lease > 0 then redis.call('ZADD', leases, now + lease, node) end
@@ -311,12 +327,21 @@ local function bucket_entry(k, a)
   local f, flat = {}, redis.call('HGETALL', bucket)
   for j = 1, #flat, 2 do f[flat[j]] = flat[j + 1] end
   local lent, left, last = -1, 0, count(f['s:' .. node] or '0')
+  -- Another process synced this bucket under this node id: taken, until its lease runs out (or
+  -- it left), when its fields go as another node's would.
+  local owner = f['p:' .. node]
+  if owner and owner ~= process then
+    if count(f['x:' .. node] or '0') >= now then return {'-2', '0'} end
+    redis.call('HDEL', bucket, 'o:' .. node, 'w:' .. node, 'x:' .. node, 's:' .. node, 'l:' .. node, 'p:' .. node)
+    f['o:' .. node], f['w:' .. node], f['x:' .. node], f['s:' .. node], f['l:' .. node] = nil, nil, nil, nil, nil
+    last = 0
+  end
   if seq < last then lent = -2 end
   -- A leave sent again after the node gave up on the reply to one Redis applied: its last request
   -- here, later than any loan it took in, left (its lease field is gone; only a leave removes it
   -- and keeps s:). Applied again, it would give its tokens back, or pay its debt, twice.
   if seq > last and want < 0 and last > got and f['x:' .. node] == nil then
-    redis.call('HSET', bucket, 's:' .. node, seq)
+    redis.call('HSET', bucket, 's:' .. node, seq, 'p:' .. node, process)
     return {'0', number(count(f.t or burst))}
   end
   if seq > last then
@@ -326,7 +351,7 @@ local function bucket_entry(k, a)
       local other = string.sub(field, 3)
       if string.sub(field, 1, 2) == 'x:' and other ~= node then
         if count(value) < now then
-          redis.call('HDEL', bucket, 'o:' .. other, 'w:' .. other, 'x:' .. other, 's:' .. other, 'l:' .. other)
+          redis.call('HDEL', bucket, 'o:' .. other, 'w:' .. other, 'x:' .. other, 's:' .. other, 'l:' .. other, 'p:' .. other)
         else
           lent_out = lent_out + count(f['o:' .. other] or '0')
           wanted = wanted + count(f['w:' .. other] or '0')
@@ -346,7 +371,7 @@ local function bucket_entry(k, a)
     else
       redis.call('HDEL', bucket, 'o:' .. node, 'w:' .. node, 'x:' .. node, 'l:' .. node)
     end
-    redis.call('HSET', bucket, 't', number(tokens), 'at', now, 's:' .. node, seq)
+    redis.call('HSET', bucket, 't', number(tokens), 'at', now, 's:' .. node, seq, 'p:' .. node, process)
     left = tokens
     if ttl > 0 then redis.call('PEXPIRE', bucket, ttl) else redis.call('PERSIST', bucket) end
   end

@@ -150,6 +150,11 @@ export class RedisSync extends EventEmitter {
   /** The kind and name of every structure ever added, closed ones included: see {@link add}. */
   readonly #claimed = new Set<string>();
   readonly #timer: NodeJS.Timeout;
+  /**
+   * Tells this process's syncs from another's under the same `nodeId` (a restart given a fixed
+   * id): Redis keeps a node's record for the process that wrote it, whatever the sequence numbers.
+   */
+  readonly #process = randomUUID();
   #seq = 0;
   #lastSuccess = performance.now();
   /** Redis's clock, which synced windows are fixed on. */
@@ -423,7 +428,13 @@ export class RedisSync extends EventEmitter {
     const pushes = entries.map((entry) => entry.take(MAX_PUSH));
     try {
       const keys: string[] = [];
-      const args = [this.nodeId, String(this.syncMs * LIVE_PERIODS), String(MAX_PULL), String(entries.length)];
+      const args = [
+        this.nodeId,
+        String(this.syncMs * LIVE_PERIODS),
+        String(MAX_PULL),
+        String(entries.length),
+        this.#process,
+      ];
       entries.forEach((entry, k) => {
         const push = pushes[k] as Push;
         keys.push(entry.keys.base, entry.keys.registry, entry.keys.layouts);
@@ -507,11 +518,15 @@ function timeoutError(ms: number): Error {
   return withCode(new Error(`Redis sync timed out after ${ms} ms`), 'ERR_KEEPCOUNT_SYNC');
 }
 
-/** Longest `leaseMs` of a synced structure: an hour. */
-const MAX_LEASE_MS = 3_600_000;
+/**
+ * Longest `leaseMs` of a synced structure: two hours, twice the longest `syncMs`, so that a lease
+ * can outlast a sync period whatever it is (at one hour the option had no valid value, an
+ * integer in [3,600,001, 3,600,000], with `syncMs` at its most).
+ */
+const MAX_LEASE_MS = 7_200_000;
 
 /**
- * A synced structure's `leaseMs` on `sync`: given, an integer in (`syncMs`, 3,600,000]; else the
+ * A synced structure's `leaseMs` on `sync`: given, an integer in (`syncMs`, 7,200,000]; else the
  * sync's `staleAfterMs`, but never below `syncMs + timeoutMs`. A lease of `staleAfterMs` alone
  * could be at or below `syncMs` (a `staleAfterMs` of 200 with syncs every 200 ms), which the
  * option itself refuses: such a lease runs out between two syncs that come on time, and the other
