@@ -5,7 +5,7 @@
  */
 import test, { type ExecutionContext } from 'ava';
 import { KeyHasher } from '../lib/redis/hasher.js';
-import { RedisSync, SyncedEstimator, SyncedLimiter } from '../lib/redis/index.js';
+import { RedisSync, SyncedEstimator, SyncedInflight, SyncedLimiter } from '../lib/redis/index.js';
 import { runFixture, title } from './helpers.js';
 import { connectClient, type Connection } from './redis-clients.js';
 import { startRedis } from '../tools/redis-server.js';
@@ -231,6 +231,35 @@ test.serial(
         uncaught: ['bug in the error listener'],
       });
     } finally {
+      await server.stop();
+    }
+  },
+);
+
+test.serial(
+  title("a node's count driven past 2^63 saturates: the syncs go on and the fleet keeps its counts"),
+  async (t) => {
+    // Before, the script refused the pushed value as corrupt and every sync of that node deleted
+    // the counter's whole fleet-wide state: the other node's slots of other keys vanished.
+    const server = await startRedis();
+    const connection = await connectClient('ioredis', server.port);
+    try {
+      const nodes = [0, 1].map(() => {
+        const sync = new RedisSync({ sendCommand: connection.send, syncMs: BY_HAND });
+        return { sync, errors: errorsOf(sync), slots: new SyncedInflight({ sync, name: 'huge', seed: 3 }) };
+      });
+      const [a, b] = nodes as [(typeof nodes)[0], (typeof nodes)[0]];
+      b.slots.enter('other', 7);
+      for (let i = 0; i < 1100; i++) a.slots.enter('huge', Number.MAX_SAFE_INTEGER);
+      for (let round = 0; round < 2; round++) {
+        t.deepEqual([await a.sync.flush(), await b.sync.flush()], [true, true]);
+      }
+      t.deepEqual([a.slots.get('other'), b.slots.get('other')], [7, 7], "the other node's slots stand");
+      t.deepEqual([a.slots.get('huge'), b.slots.get('huge')], [Number.MAX_SAFE_INTEGER, Number.MAX_SAFE_INTEGER]);
+      t.deepEqual([...a.errors, ...b.errors], []);
+      await Promise.all(nodes.map(({ sync }) => sync.close()));
+    } finally {
+      await connection.close();
       await server.stop();
     }
   },

@@ -131,6 +131,17 @@ export interface SyncedEntry {
   apply(pull: Pull, seq: number, sentAt: number): void;
 }
 
+/**
+ * The most a node's contribution to one cell holds, either sign: 2^53 − 1, exact as a double in
+ * JavaScript and in Redis's Lua, and the sum of up to 1,023 nodes' within Redis's 64-bit integers.
+ * Past it a cell saturates, as a local sketch does at ±2^63; before, a node that passed 2^63 sent a
+ * value the script refused as corrupt, and every one of its syncs deleted the fleet's whole entry.
+ */
+const MAX_CONTRIBUTION = Number.MAX_SAFE_INTEGER;
+
+/** `value` saturated at ±{@link MAX_CONTRIBUTION}. */
+export const saturated = (value: number): number => Math.min(MAX_CONTRIBUTION, Math.max(-MAX_CONTRIBUTION, value));
+
 export class SyncedCells implements SyncedEntry {
   /** This node's cumulative count per counter. */
   readonly mine: Float64Array;
@@ -174,7 +185,7 @@ export class SyncedCells implements SyncedEntry {
     let estimate = Infinity;
     for (let r = 0; r < indexes.length; r++) {
       const i = indexes[r] as number;
-      const v = (this.mine[i] as number) + value;
+      const v = saturated((this.mine[i] as number) + value);
       this.mine[i] = v;
       this.#mark(i);
       estimate = Math.min(estimate, v + (this.others[i] as number));

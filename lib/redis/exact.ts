@@ -35,7 +35,7 @@
  */
 import type { HeavyTalker } from '../core.js';
 import { storedKey } from '../long-key.js';
-import type { Census, EntryKeys, Pull, Push, SyncedEntry } from './cells.js';
+import { saturated, type Census, type EntryKeys, type Pull, type Push, type SyncedEntry } from './cells.js';
 
 /**
  * How many keys a node keeps counts of in a window, its tracked keys included, as a multiple of
@@ -109,7 +109,7 @@ export class ExactCells implements SyncedEntry {
       }
       cell.key = storedKey(key);
     }
-    const mine = Math.max(0, (cell.mine as number) + value);
+    const mine = saturated(Math.max(0, (cell.mine as number) + value));
     cell.mine = mine;
     cell.estimate = estimate;
     if (!cell.dirty) {
