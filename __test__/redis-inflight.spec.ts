@@ -112,6 +112,37 @@ test.serial(
   },
 );
 
+test.serial(
+  title(
+    "a flood of distinct keys entered and left costs a sync nothing: a slot taken after it goes with A's next sync",
+  ),
+  async (t) => {
+    const server = await startRedis();
+    const connection = await connectClient('ioredis', server.port);
+    try {
+      const [a, b] = [0, 1].map(() => {
+        const sync = new RedisSync({ sendCommand: connection.send, syncMs: 3_600_000 });
+        return { sync, slots: new SyncedInflight({ sync, name: 'flooded', seed: 5 }) };
+      }) as [{ sync: RedisSync; slots: SyncedInflight }, { sync: RedisSync; slots: SyncedInflight }];
+      // 40,000 clients each in and out (thousands of counters changed and back), then 10 slots
+      // taken: one push has room for 2,048 counters, which before went to the flood's, first come.
+      for (let i = 0; i < 40_000; i++) {
+        a.slots.enter(`client-${i}`);
+        a.slots.leave(`client-${i}`);
+      }
+      a.slots.enter('victim', 10);
+      t.true(await a.sync.flush());
+      t.true(await b.sync.flush());
+      t.is(b.slots.get('victim'), 10, "B sees A's slots after one sync of each");
+      t.true(a.sync.stats.cellsPushed <= 2 * 4, `A pushed ${a.sync.stats.cellsPushed} cells: the victim's`);
+      await Promise.all([a.sync.close(), b.sync.close()]);
+    } finally {
+      await connection.close();
+      await server.stop();
+    }
+  },
+);
+
 test.serial(title('upstreamLimit on two real servers with a SyncedInflight caps the upstream globally'), async (t) => {
   const server = await startRedis();
   const connections = await Promise.all([0, 1].map(() => connectClient('ioredis', server.port)));

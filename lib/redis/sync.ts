@@ -106,7 +106,8 @@ const MAX_MS = 3_600_000;
  * Most cells one entry pushes in one sync, and most it pulls (twice that, so that a pull cut short
  * still holds one whole push: see script.ts). The script does about six Redis operations per cell,
  * so this keeps one sync to a few milliseconds of the server's time; a node that changes more cells
- * per sync period pushes them over the next syncs (its staleness grows, nothing is lost).
+ * per sync period pushes them over the next syncs, oldest first (nothing is lost, but a change
+ * waits a sync per 2,048 ahead of it, which `staleness` does not count).
  */
 const MAX_PUSH = 2048;
 const MAX_PULL = 2 * MAX_PUSH;
