@@ -155,6 +155,50 @@ test.serial(
   },
 );
 
+test.serial(
+  title('a SyncedLimiter restarted under its nodeId is refused, applying nothing, until the lease runs out'),
+  async (t) => {
+    const server = await startRedis();
+    const connection = await connectClient('ioredis', server.port);
+    try {
+      const bucket = 'keepcount:{restarted-l}:b:k';
+      const process = (send: SendCommand) => {
+        const sync = new RedisSync({ sendCommand: send, syncMs: 50, nodeId: 'host-a' });
+        const errors: (Error & { code?: string })[] = [];
+        sync.on('error', (error: Error) => errors.push(error));
+        const limit = { perSecond: 100, burst: 100 };
+        return { sync, errors, limiter: new SyncedLimiter({ sync, name: 'restarted-l', limit, leaseMs: 300 }) };
+      };
+      let dead = false;
+      const first = process((args) => (dead ? Promise.reject(new Error('gone')) : connection.send(args)));
+      await first.sync.ready();
+      first.limiter.check('k');
+      await until(() => first.sync.stats.syncs >= 6, 'the first process syncs a few times');
+      dead = true;
+      const diedAt = performance.now();
+      const owner = await connection.send(['HGET', bucket, 'p:host-a']);
+      const second = process(connection.send);
+      for (let i = 0; i < 20; i++) second.limiter.check('k');
+      t.false(await second.sync.flush(), 'within the lease: refused');
+      t.is(await connection.send(['HGET', bucket, 'p:host-a']), owner, 'nothing of the refused sync applied');
+      // Before, the limiter's node count had no lease: refused for good, ready() never resolved.
+      let ready = false;
+      second.sync.ready().then(
+        () => (ready = true),
+        () => undefined,
+      );
+      await until(() => ready, 'the restart is ready');
+      t.true(performance.now() - diedAt >= 250, "not before the first process's lease ran out");
+      t.true(second.errors.every((error) => error.code === 'ERR_KEEPCOUNT_NODE_ID'));
+      t.true(second.limiter.check('k').allowed, 'the restart serves');
+      await Promise.all([first.sync.close(), second.sync.close()]);
+    } finally {
+      await connection.close();
+      await server.stop();
+    }
+  },
+);
+
 test.serial(title('ioredis: 3 node processes × 3,000 increments give the exact global total'), async (t) => {
   const server = await startRedis();
   try {

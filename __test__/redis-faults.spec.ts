@@ -525,6 +525,33 @@ test.serial(
 );
 
 test.serial(
+  title('a slot taken in the sync that finds Redis emptied and left before the next leaves no count behind'),
+  async (t) => {
+    const server = await startRedis();
+    const connection = await connectClient('ioredis', server.port);
+    try {
+      const [a, b] = [0, 1].map(() => {
+        const sync = new RedisSync({ sendCommand: connection.send, syncMs: BY_HAND });
+        return { sync, slots: new SyncedInflight({ sync, name: 'emptied', seed: 5 }) };
+      }) as [{ sync: RedisSync; slots: SyncedInflight }, { sync: RedisSync; slots: SyncedInflight }];
+      t.deepEqual([await a.sync.flush(), await b.sync.flush()], [true, true]);
+      await connection.send(['FLUSHALL']);
+      a.slots.enter('x');
+      // This sync starts the entry over and applies x's slot into it; the leave comes before the next.
+      t.true(await a.sync.flush());
+      a.slots.leave('x');
+      for (let round = 0; round < 3; round++) t.deepEqual([await a.sync.flush(), await b.sync.flush()], [true, true]);
+      // Before, A took its slot's counters for pushed at 0 and never sent the leave: B read 1 for good.
+      t.deepEqual([a.slots.get('x'), b.slots.get('x')], [0, 0]);
+      await Promise.all([a.sync.close(), b.sync.close()]);
+    } finally {
+      await connection.close();
+      await server.stop();
+    }
+  },
+);
+
+test.serial(
   title("a closed limiter's leave survives a failed sync and a lost reply: its debt is paid, once"),
   async (t) => {
     const server = await startRedis();

@@ -255,8 +255,18 @@ test.serial(
         t.deepEqual([await a.sync.flush(), await b.sync.flush()], [true, true]);
       }
       t.deepEqual([a.slots.get('other'), b.slots.get('other')], [7, 7], "the other node's slots stand");
-      t.deepEqual([a.slots.get('huge'), b.slots.get('huge')], [Number.MAX_SAFE_INTEGER, Number.MAX_SAFE_INTEGER]);
+      // A's own count goes on past what it pushes (as a local Inflight's, up to ±2^63).
+      t.true((a.slots.get('huge') as number) > Number.MAX_SAFE_INTEGER);
+      t.is(b.slots.get('huge'), Number.MAX_SAFE_INTEGER, 'the fleet sees the push, saturated');
       t.deepEqual([...a.errors, ...b.errors], []);
+      // So an enter and its leave past the saturation pair up: before, each step saturated, and
+      // two enters of 2^53 − 1 and their two leaves ended at −(2^53 − 1).
+      for (const step of [1, 1, -1, -1]) {
+        if (step > 0) a.slots.enter('pair', Number.MAX_SAFE_INTEGER);
+        else a.slots.leave('pair', Number.MAX_SAFE_INTEGER);
+      }
+      t.deepEqual([await a.sync.flush(), await b.sync.flush()], [true, true]);
+      t.deepEqual([a.slots.get('pair'), b.slots.get('pair')], [0, 0]);
       await Promise.all(nodes.map(({ sync }) => sync.close()));
     } finally {
       await connection.close();

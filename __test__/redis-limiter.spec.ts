@@ -245,6 +245,20 @@ test.serial(title('sync.ready() waits until a limiter lends itself credit; on a 
       (error: unknown) => error,
     );
     t.is((rejected as { code?: string } | undefined)?.code, 'ERR_KEEPCOUNT_CLOSED');
+    // With no structure a flush sends nothing: ready() waits for one that reaches Redis (before,
+    // it resolved at once, Redis reachable or not).
+    const empty = new RedisSync({ sendCommand: connection.send, syncMs: 20 });
+    let ready = false;
+    empty.ready().then(
+      () => (ready = true),
+      () => undefined,
+    );
+    await sleep(100);
+    t.false(ready, 'nothing synced yet');
+    new SyncedLimiter({ sync: empty, name: 'late', limit: { ...HOURLY, burst: 10 } });
+    await until(() => ready, 'ready once a structure synced');
+    t.true(empty.synced);
+    await empty.close();
   } finally {
     await connection.close();
     await server.stop();

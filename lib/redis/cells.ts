@@ -132,10 +132,11 @@ export interface SyncedEntry {
 }
 
 /**
- * The most a node's contribution to one cell holds, either sign: 2^53 − 1, exact as a double in
- * JavaScript and in Redis's Lua, and the sum of up to 1,023 nodes' within Redis's 64-bit integers.
- * Past it a cell saturates, as a local sketch does at ±2^63; before, a node that passed 2^63 sent a
- * value the script refused as corrupt, and every one of its syncs deleted the fleet's whole entry.
+ * The most a node pushes for one cell, either sign: 2^53 − 1, exact as a double in JavaScript and
+ * in Redis's Lua, and the sum of up to 1,023 nodes' within Redis's 64-bit integers. Past it the push
+ * saturates (the node's own count goes on, so an `enter` and its `leave` still pair up); before, a
+ * node past 2^63 sent a value the script refused as corrupt, and every one of its syncs deleted
+ * the fleet's whole entry.
  */
 const MAX_CONTRIBUTION = Number.MAX_SAFE_INTEGER;
 
@@ -194,7 +195,7 @@ export class SyncedCells implements SyncedEntry {
     let estimate = Infinity;
     for (let r = 0; r < indexes.length; r++) {
       const i = indexes[r] as number;
-      const v = saturated((this.mine[i] as number) + value);
+      const v = (this.mine[i] as number) + value;
       this.mine[i] = v;
       this.#mark(i);
       estimate = Math.min(estimate, v + (this.others[i] as number));
@@ -227,7 +228,7 @@ export class SyncedCells implements SyncedEntry {
     for (; next < this.#dirty.length && cells.length < max; next++) {
       const i = this.#dirty[next] as number;
       this.#marked[i] = 0;
-      const value = this.mine[i] as number;
+      const value = saturated(this.mine[i] as number);
       if (value === this.#pushed[i]) continue;
       this.#pushed[i] = value;
       cells.push(i);
@@ -261,7 +262,8 @@ export class SyncedCells implements SyncedEntry {
     this.census.count(pull.nodes, sentAt);
     if (this.#incarnation !== undefined && this.#incarnation !== pull.incarnation) {
       this.others.fill(0);
-      this.#pushed.fill(0);
+      // Unknown: Redis may hold what this sync pushed into the new incarnation, or nothing.
+      this.#pushed.fill(NaN);
       this.since = 0;
       for (let i = 0; i < this.mine.length; i++) if (this.mine[i] !== 0) this.#mark(i);
     } else {

@@ -109,7 +109,7 @@ export class ExactCells implements SyncedEntry {
       }
       cell.key = storedKey(key);
     }
-    const mine = saturated(Math.max(0, (cell.mine as number) + value));
+    const mine = Math.max(0, (cell.mine as number) + value);
     cell.mine = mine;
     cell.estimate = estimate;
     if (!cell.dirty) {
@@ -164,7 +164,7 @@ export class ExactCells implements SyncedEntry {
     const values = cells.map((id) => {
       const cell = this.#cells.get(id)!;
       cell.dirty = false;
-      return String(cell.mine);
+      return String(saturated(cell.mine as number));
     });
     return { cells, values };
   }

@@ -222,9 +222,12 @@ export class SyncedLimiter implements RequestLimiter {
       }
     }
     this.#base = `${this.#sync.prefix}:{${name}}`;
-    const presenceTtlMs = this.leaseMs;
+    // Under the limiter's lease, as its loans are: a process restarted under this node id then
+    // takes the id's record over once the old one's lease runs out (without one, never).
+    const leaseMs = this.leaseMs;
     const census = new Census(() => this.#sync.nodes);
-    this.#presence = new SyncedCells(0, entryKeys(this.#base, 'p', PRESENCE_LAYOUT), census, () => presenceTtlMs);
+    const keys = entryKeys(this.#base, 'p', PRESENCE_LAYOUT);
+    this.#presence = new SyncedCells(0, keys, census, () => leaseMs, leaseMs);
     this.#sync.add(this, 'SyncedLimiter', name);
   }
 

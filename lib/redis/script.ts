@@ -377,6 +377,44 @@ local function bucket_entry(k, a)
   end
   return {number(lent), number(left)}
 end
+-- Whether another live process holds this node id's record in an entry or bucket: checked for
+-- every part of the call before any is applied, so that a refused sync applies nothing (before,
+-- its buckets lent while its entries refused, and the node, told the sync failed, asked again).
+-- A record whose lease ran out is not held: the part forgets it when applied. Unreadable values
+-- (another type) hold nothing: the part deals with them.
+local function held_cell(k, a)
+  local owner = redis.call('HGET', KEYS[k] .. ':m', 'p:' .. node)
+  if not owner or owner == process then return false end
+  if tonumber(ARGV[a + 4]) == 0 then return true end
+  return count(redis.call('ZSCORE', KEYS[k] .. ':l', node) or '0') >= now
+end
+local function held_bucket(k)
+  local owner = redis.call('HGET', KEYS[k], 'p:' .. node)
+  return owner ~= false and owner ~= process and count(redis.call('HGET', KEYS[k], 'x:' .. node) or '0') >= now
+end
+local held, b = false, a
+for k = 1, 3 * entries, 3 do
+  local ok, yes = pcall(held_cell, k, b)
+  held = held or (ok and yes)
+  b = b + 7 + 2 * tonumber(ARGV[b + 6])
+end
+for k = 3 * entries + 1, #KEYS do
+  local ok, yes = pcall(held_bucket, k)
+  held = held or (ok and yes)
+end
+if held then
+  for k = 1, 3 * entries, 3 do
+    for _, x in ipairs({2, 0, '', 1, 0, 0}) do out[#out + 1] = x end
+  end
+  for k = 3 * entries + 1, #KEYS do
+    out[#out + 1] = '-2'
+    out[#out + 1] = '0'
+  end
+  out[#out + 1] = 0
+  out[#out + 1] = 0
+  out[#out + 1] = number(tonumber(t[1]) * 1000 + tonumber(t[2]) / 1000)
+  return out
+end
 for k = 1, 3 * entries, 3 do
   local n = tonumber(ARGV[a + 6])
   local ok, res = pcall(cell_entry, k, a)

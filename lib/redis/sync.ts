@@ -276,7 +276,8 @@ export class RedisSync extends EventEmitter {
   }
 
   /**
-   * Resolves once every structure on this sync is ready to serve: a sync has succeeded, and each
+   * Resolves once every structure on this sync is ready to serve (await it after making them: with
+   * none, no sync reaches Redis and it waits for one): a sync has succeeded, and each
    * `SyncedLimiter` has counted the nodes that started with this one, which takes a sync sent a
    * sync period after its first (before that it lends itself no credit: see `SyncedLimiter`).
    * Await it before serving. A failed sync is tried again every `syncMs`, so it waits as long as
@@ -287,7 +288,9 @@ export class RedisSync extends EventEmitter {
       if (this.#closing !== undefined) {
         throw withCode(new Error('This RedisSync was closed before it was ready'), 'ERR_KEEPCOUNT_CLOSED');
       }
-      if ((await this.flush()) && [...this.#sources].every((source) => source.ready?.() ?? true)) return;
+      // `synced`: a sync that reached Redis (with no structure yet, a flush sends nothing).
+      const flushed = (await this.flush()) && this.synced;
+      if (flushed && [...this.#sources].every((source) => source.ready?.() ?? true)) return;
       // Referenced, unlike the sync's own timer: the caller is waiting on it.
       await delay(this.syncMs);
     }
