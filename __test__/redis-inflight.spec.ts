@@ -135,6 +135,18 @@ test.serial(
       t.true(await b.sync.flush());
       t.is(b.slots.get('victim'), 10, "B sees A's slots after one sync of each");
       t.true(a.sync.stats.cellsPushed <= 2 * 4, `A pushed ${a.sync.stats.cellsPushed} cells: the victim's`);
+      t.is(a.sync.stats.backlog, 0);
+      // Slots that stay taken do make a backlog: pushed over the next syncs, shown in stats.backlog
+      // and not as staleness.
+      for (let i = 0; i < 10_000; i++) a.slots.enter(`held-${i}`);
+      t.true(await a.sync.flush());
+      const backlog = a.sync.stats.backlog;
+      t.true(backlog > 2_048, `backlog ${backlog}`);
+      t.false(a.sync.stale);
+      while (a.sync.stats.backlog > 0) t.true(await a.sync.flush());
+      // B pulls at most 4,096 counters a sync: a few syncs of B take them all in.
+      for (let i = 0; i < 10; i++) t.true(await b.sync.flush());
+      t.is(b.slots.get('held-9999'), a.slots.get('held-9999'), 'every slot reached B once the backlog drained');
       await Promise.all([a.sync.close(), b.sync.close()]);
     } finally {
       await connection.close();

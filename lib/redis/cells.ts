@@ -122,8 +122,8 @@ export interface SyncedEntry {
   readonly since: number;
   /** Sequence number of the last sync Redis replied it applied for this entry. */
   readonly acked: number;
-  /** Whether no cell waits to be pushed. */
-  readonly settled: boolean;
+  /** Cells changed and not yet pushed (some may be back at their pushed value). */
+  readonly waiting: number;
   /** Up to `max` changed cells to push now; {@link restore} marks them again if the push fails. */
   take(max: number): Push;
   restore(push: Push): void;
@@ -238,9 +238,9 @@ export class SyncedCells implements SyncedEntry {
     return { cells, values };
   }
 
-  /** Whether no cell waits to be pushed (none changed since the last push that was taken). */
-  get settled(): boolean {
-    return this.#dirty.length === 0;
+  /** Cells changed since the last push that was taken. */
+  get waiting(): number {
+    return this.#dirty.length;
   }
 
   /** Marks the cells of a push that failed, to go (with their values by then) in the next one. */

@@ -169,8 +169,8 @@ export class ExactCells implements SyncedEntry {
     return { cells, values };
   }
 
-  get settled(): boolean {
-    return this.#dirty.length === 0;
+  get waiting(): number {
+    return this.#dirty.length;
   }
 
   restore(push: Push): void {

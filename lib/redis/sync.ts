@@ -98,6 +98,12 @@ export interface SyncStats {
   cellsPulled: number;
   /** Duration of the last successful sync (the round trip and the script), in ms. */
   lastRoundTripMs: number;
+  /**
+   * Counters changed and still waiting for a push after the last successful sync: a push carries
+   * at most 2,048 per structure, and a backlog delays the changes behind it a sync per 2,048
+   * without counting as staleness (see README, "A sync pushes at most 2,048").
+   */
+  backlog: number;
 }
 
 const MAX_MS = 3_600_000;
@@ -175,6 +181,7 @@ export class RedisSync extends EventEmitter {
     cellsPushed: 0,
     cellsPulled: 0,
     lastRoundTripMs: 0,
+    backlog: 0,
   };
 
   constructor(options: RedisSyncOptions) {
@@ -393,6 +400,7 @@ export class RedisSync extends EventEmitter {
       this.#lastSuccess = performance.now();
       this.#stats.syncs++;
       this.#stats.lastRoundTripMs = this.#lastSuccess - started;
+      this.#stats.backlog = entries.reduce((sum, entry) => sum + entry.waiting, 0);
       this.#dropSettled();
       this.#notify('sync');
       return true;
@@ -409,7 +417,7 @@ export class RedisSync extends EventEmitter {
   /** Stops syncing the retired structures with nothing left to push ({@link retire}). */
   #dropSettled(): void {
     for (const source of this.#retiring) {
-      if (source.entries().every((entry) => entry.settled)) {
+      if (source.entries().every((entry) => entry.waiting === 0)) {
         this.#sources.delete(source);
         this.#retiring.delete(source);
       }
