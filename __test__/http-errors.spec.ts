@@ -6,18 +6,20 @@
 import test from 'ava';
 import express from 'express';
 import { createServer } from 'node:http';
-import { Limiter } from '../lib/index.js';
+import { Limiter, Rate } from '../lib/index.js';
 import {
+  UpstreamLimit,
   WindowQuota,
   rateLimit,
   rateLimitHeaders,
+  slotsFor,
   tokenBucket,
   upstreamLimit,
   type Middleware,
   type RateLimitDecision,
   type RequestQuota,
 } from '../lib/http/index.js';
-import { title, type ErrorShape } from './helpers.js';
+import { runFixture, title, type ErrorShape } from './helpers.js';
 import { close, get, listen } from './http-client.js';
 
 /** The error of a per-request function option that returned `undefined` where `expected` is needed. */
@@ -235,4 +237,42 @@ test(title('options are validated with keepcount error codes'), (t) => {
     message:
       'The "clients" option must be small enough that hashes × slots <= 134217728 (it needs 999499918 slots with 1 hashes). Received 1000000',
   });
+});
+
+test(title('options another option makes moot are refused, not dropped'), (t) => {
+  // Before, each of these ran on the quota's limit, the rate's sketch or the UpstreamLimit's max.
+  const quota = new WindowQuota({ limit: 5, windowMs: 1000 });
+  t.throws(() => rateLimit({ quota, limit: 100, windowMs: 1000 }), {
+    instanceOf: TypeError,
+    code: 'ERR_INCOMPATIBLE_OPTION_PAIR',
+    message:
+      'The "quota" option cannot be used with "limit", "windowMs": a quota has its own limit, window and counters',
+  });
+  const rate = new Rate({ intervalMs: 1000 });
+  t.throws(() => rateLimit({ limit: 5, windowMs: 1000, rate, clients: 100_000 }), {
+    instanceOf: TypeError,
+    code: 'ERR_INCOMPATIBLE_OPTION_PAIR',
+    message: /^The "rate" option cannot be used with "clients": a Rate has its own shape, seed and clock/,
+  });
+  t.notThrows(() => rateLimit({ limit: 5, windowMs: 1000, rate }));
+  const limit = new UpstreamLimit({ max: 20 });
+  t.throws(() => upstreamLimit({ limit, max: 2 }), {
+    instanceOf: TypeError,
+    code: 'ERR_INCOMPATIBLE_OPTION_PAIR',
+    message: 'The "limit" option cannot be used with "max": an UpstreamLimit has its own max and counters',
+  });
+  t.true(slotsFor(10_000, 4) === 51_072, 'slotsFor sizes a shared Rate as rateLimit sizes its own');
+  rate.close();
+});
+
+test(title('a framework told to trust a proxy while keepcount was not is warned about, once'), async (t) => {
+  // Before, keepcount silently keyed every client by the proxy's address (one limit for all).
+  for (const mode of ['express', 'fastify', 'express-explicit']) {
+    const run = await runFixture('trust-proxy-warning.ts', { args: [mode] });
+    t.is(run.code, 0, run.stderr);
+    const { statuses, warnings } = JSON.parse(run.stdout) as { statuses: number[]; warnings: { code?: string }[] };
+    t.deepEqual(statuses, [200, 200], mode);
+    const codes = warnings.map((warning) => warning.code).filter((code) => code === 'KEEPCOUNT_TRUST_PROXY');
+    t.deepEqual(codes, mode === 'express-explicit' ? [] : ['KEEPCOUNT_TRUST_PROXY'], mode);
+  }
 });

@@ -5,6 +5,7 @@ import { Estimator, Inflight, Rate } from '../lib/index.js';
 import {
   isDeadlineError,
   rateLimit,
+  slotsFor,
   upstreamLimit,
   UpstreamLimit,
   withDeadline,
@@ -35,7 +36,13 @@ export interface Shared {
 /** The shared counters named `prefix`-rate and `prefix`-inflight, opened or created. */
 export function openShared(prefix: string): Shared {
   return {
-    rate: Rate.openShared(`${prefix}-rate`, { intervalMs: protection.windowMs, seed: SHARED_SEED }),
+    // Sized for rateLimit's default 10,000 clients a window, as its own sketch would be: a Rate's
+    // default 1,024 slots is a sketch a flood of 2,048 addresses fills.
+    rate: Rate.openShared(`${prefix}-rate`, {
+      intervalMs: protection.windowMs,
+      seed: SHARED_SEED,
+      slots: slotsFor(10_000, 4),
+    }),
     inflight: Inflight.openShared(`${prefix}-inflight`, { seed: SHARED_SEED }),
   };
 }

@@ -33,7 +33,7 @@ export { type QuotaTalkers, type Talkers, type TalkersWindow, type UpstreamTalke
 /** The bounded form of long client keys, under the names this entry has always exported. */
 export { MAX_STORED_KEY_LENGTH as MAX_TALKER_KEY_LENGTH, storedKey as talkerKey } from '../long-key.js';
 export type { RequestLimiter, RequestQuota } from './quota.js';
-export { WindowQuota, type HeavyHitterSettings, type WindowQuotaOptions } from './window-quota.js';
+export { slotsFor, WindowQuota, type HeavyHitterSettings, type WindowQuotaOptions } from './window-quota.js';
 export { KeepcountStore, type ClientRateLimitInfo, type KeepcountStoreOptions } from './stores/express-rate-limit.js';
 export {
   KeepcountFastifyStore,

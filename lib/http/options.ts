@@ -9,7 +9,7 @@
  */
 import type { IncomingMessage } from 'node:http';
 import { types } from 'node:util';
-import { invalidType } from '../errors.js';
+import { invalidType, withCode } from '../errors.js';
 import { optionsObject } from '../options.js';
 import {
   clientIp,
@@ -160,7 +160,37 @@ function clientKey<R>(
 ): (request: R) => string {
   const trust = trustProxyOption(options.trustProxy);
   const subnet = ipv6SubnetOption(options.ipv6Subnet);
-  return (request) => prefixKey(clientIp(raw(request), trust), subnet);
+  let checked = options.trustProxy !== undefined;
+  return (request) => {
+    const req = raw(request);
+    if (!checked) checked = warnIfFrameworkTrustsProxy(request, req);
+    return prefixKey(clientIp(req, trust), subnet);
+  };
+}
+
+/** Whether {@link warnIfFrameworkTrustsProxy} warned: once a process. */
+let warnedTrustProxy = false;
+
+/**
+ * Warns once a process when the app told its framework to trust a proxy (Express's `trust proxy`,
+ * Fastify's `trustProxy`: the framework's `ip` is not the socket's on a forwarded request) and
+ * keepcount was given no `trustProxy`: keepcount does not read the framework's setting, so behind
+ * the proxy every client would share the proxy's address and one limit. Before, nothing said so.
+ * Returns whether the check is done: on the first request with an `X-Forwarded-For`.
+ */
+function warnIfFrameworkTrustsProxy(request: unknown, req: IncomingMessage): boolean {
+  if (warnedTrustProxy) return true;
+  if (req.headers?.['x-forwarded-for'] === undefined) return false;
+  const ip = (request as { ip?: unknown }).ip ?? (req as { ip?: unknown }).ip;
+  if (typeof ip !== 'string' || ip === req.socket?.remoteAddress) return true;
+  warnedTrustProxy = true;
+  process.emitWarning(
+    'The framework reads client addresses from X-Forwarded-For (Express\'s "trust proxy", Fastify\'s ' +
+      '"trustProxy"), but keepcount keys clients by the socket\'s address unless given its own "trustProxy" ' +
+      'option (the number of proxies in front, e.g. 1): behind a proxy every client would share one limit',
+    { type: 'KeepcountWarning', code: 'KEEPCOUNT_TRUST_PROXY' },
+  );
+  return true;
 }
 
 /** Parses the options of `rateLimit`/`rateLimitHook`. */
@@ -186,6 +216,36 @@ function headersOption(value: unknown): boolean {
   return value;
 }
 
+/**
+ * Refuses options that `given` makes moot, which would otherwise be dropped without a word (a
+ * `quota` with a `limit` ran on the quota's limit): `what` says why they go unused.
+ */
+function refuseMoot(given: string, options: Record<string, unknown>, moot: readonly string[], what: string): void {
+  const passed = moot.filter((name) => options[name] !== undefined);
+  if (passed.length > 0) {
+    const names = passed.map((name) => `"${name}"`).join(', ');
+    const message = `The "${given}" option cannot be used with ${names}: ${what}`;
+    throw withCode(new TypeError(message), 'ERR_INCOMPATIBLE_OPTION_PAIR');
+  }
+}
+
+/** What `rateLimit` builds its quota from, all moot with a `quota`. */
+const QUOTA_OPTIONS = [
+  'limit',
+  'windowMs',
+  'policy',
+  'clients',
+  'hashes',
+  'slots',
+  'seed',
+  'clock',
+  'heavyHitters',
+  'rate',
+];
+
+/** What sizes, seeds and times `rateLimit`'s own sketch, all moot with a `rate`. */
+const SKETCH_OPTIONS = ['clients', 'hashes', 'slots', 'seed', 'clock'];
+
 /** The quota `options` name, or a new one from their `limit`/`windowMs`/... */
 function windowQuota(options: Partial<RateLimitInput<never, AnyFunction>>): RequestQuota {
   const { quota, limit, windowMs, policy, clients, hashes, slots, seed, clock, heavyHitters, rate } = options;
@@ -193,7 +253,16 @@ function windowQuota(options: Partial<RateLimitInput<never, AnyFunction>>): Requ
     if (typeof quota !== 'object' || quota === null || typeof quota.consume !== 'function') {
       throw invalidType('The "quota" option', 'a WindowQuota or an object with a consume() method', quota);
     }
+    refuseMoot('quota', options, QUOTA_OPTIONS, 'a quota has its own limit, window and counters');
     return quota;
+  }
+  if (rate !== undefined) {
+    refuseMoot(
+      'rate',
+      options,
+      SKETCH_OPTIONS,
+      'a Rate has its own shape, seed and clock (size a shared one with slotsFor)',
+    );
   }
   return new WindowQuota({
     limit: numberOption('limit', limit),
@@ -257,6 +326,8 @@ function upstreamLimit(options: Partial<UpstreamLimitInput<never, AnyFunction>>)
   const { limit, max, inflight, perClient, clientInflight } = options;
   if (limit !== undefined) {
     if (!(limit instanceof UpstreamLimit)) throw invalidType('The "limit" option', 'an UpstreamLimit', limit);
+    const moot = ['max', 'inflight', 'perClient', 'clientInflight'];
+    refuseMoot('limit', options, moot, 'an UpstreamLimit has its own max and counters');
     return limit;
   }
   return new UpstreamLimit({ max: numberOption('max', max), inflight, perClient, clientInflight });
