@@ -324,6 +324,14 @@ test(title('rejects bad options with class, code and message'), (t) => {
       'The "bestEffort.requests" option must be an object with either perSecond, or amount and periodMs. Received an instance of Object',
     ),
   );
+  // A quota one level too deep: no word of the SyncedLimiter's one dimension (limitSpec is shared).
+  throwsShape(
+    t,
+    make({ bestEffort: { requests: { requests: { perSecond: 1, burst: 1 } } } }),
+    typeError(
+      'The "bestEffort.requests" option must be an object with either perSecond, or amount and periodMs. Received an instance of Object',
+    ),
+  );
   throwsShape(
     t,
     make({ bestEffort: { units: { perSecond: 1, amount: 1, periodMs: 1, burst: 1 } } }),

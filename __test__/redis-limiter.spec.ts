@@ -695,6 +695,46 @@ test(title('bad SyncedLimiter options and checks are refused with keepcount erro
     code: 'ERR_INVALID_ARG_TYPE',
     message: 'The "limit.burst" option must be of type number. Received undefined',
   });
+  // A Limiter's quota of dimensions, given where a SyncedLimiter takes its one dimension.
+  const oneDimension =
+    "(a SyncedLimiter has one dimension: { perSecond, burst } or { amount, periodMs, burst }, not a Limiter's " +
+    '{ requests: …, units: … })';
+  throwsShape(
+    t,
+    () => new SyncedLimiter({ sync, name: 'a', limit: { requests: { perSecond: 50, burst: 100 } } as never }),
+    {
+      instanceOf: TypeError,
+      code: 'ERR_INVALID_ARG_TYPE',
+      message:
+        'The "limit" option must be an object with either perSecond, or amount and periodMs. Received an instance ' +
+        `of Object ${oneDimension}`,
+    },
+  );
+  throwsShape(
+    t,
+    () =>
+      new SyncedLimiter({
+        sync,
+        name: 'a',
+        limit: { perSecond: 1, burst: 1 },
+        keys: [['k', { units: { amount: 1, periodMs: 1000, burst: 1 } }]] as never,
+      }),
+    {
+      instanceOf: TypeError,
+      code: 'ERR_INVALID_ARG_TYPE',
+      message:
+        'The "keys[0][1]" option must be an object with either perSecond, or amount and periodMs. Received an ' +
+        `instance of Object ${oneDimension}`,
+    },
+  );
+  // Nothing that looks like a quota: no hint.
+  throwsShape(t, () => new SyncedLimiter({ sync, name: 'a', limit: { burst: 1 } as never }), {
+    instanceOf: TypeError,
+    code: 'ERR_INVALID_ARG_TYPE',
+    message:
+      'The "limit" option must be an object with either perSecond, or amount and periodMs. Received an instance of ' +
+      'Object',
+  });
   throwsShape(t, () => new SyncedLimiter({ sync, name: 'a', limit: { perSecond: 1, burst: 1 }, leaseMs: 50 }), {
     instanceOf: RangeError,
     code: 'ERR_OUT_OF_RANGE',

@@ -129,10 +129,15 @@ test(title('opening with another quota, capacity or seed is ERR_KEEPCOUNT_MISMAT
   }
   using first = Limiter.openShared('m', { quota, capacity: 100, seed: SEED, dir });
   t.deepEqual(first.quota, { requests: { amount: 10, periodMs: 1000, burst: 20 } });
+  // Every mismatch says how to go on, naming the call that removes the segment as it was opened.
+  const fix =
+    'every process must open it with the same options; to change them, call ' +
+    `Limiter.unlink('m', { dir: '${dir}' }) once no process has it open (or use a new name)`;
+  // Quotas as the limiter's `quota` reports them, in milliseconds (they were in nanoseconds).
   const mismatch = (field: string, existing: string, requested: string) => ({
     instanceOf: Error,
     code: 'ERR_KEEPCOUNT_MISMATCH',
-    message: `Cannot open the shared segment: ${join(dir, 'keepcount.m')} was created with ${field} ${existing}, not ${requested} as requested`,
+    message: `Cannot open the shared segment: ${join(dir, 'keepcount.m')} was created with ${field} ${existing}, not ${requested} as requested: ${fix}`,
   });
   throwsShape(
     t,
@@ -140,8 +145,8 @@ test(title('opening with another quota, capacity or seed is ERR_KEEPCOUNT_MISMAT
       Limiter.openShared('m', { quota: { requests: { perSecond: 10, burst: 21 } }, capacity: 100, seed: SEED, dir }),
     mismatch(
       'quota',
-      '(requests 10 per 1000000000 ns, burst 20; units unlimited)',
-      '(requests 10 per 1000000000 ns, burst 21; units unlimited)',
+      '{ requests: { amount: 10, periodMs: 1000, burst: 20 } }',
+      '{ requests: { amount: 10, periodMs: 1000, burst: 21 } }',
     ),
   );
   throwsShape(
@@ -156,8 +161,8 @@ test(title('opening with another quota, capacity or seed is ERR_KEEPCOUNT_MISMAT
       }),
     mismatch(
       'bestEffort',
-      '(requests 10 per 1000000000 ns, burst 20; units unlimited)',
-      '(requests unlimited; units 1 per 1000000000 ns, burst 1)',
+      '{ requests: { amount: 10, periodMs: 1000, burst: 20 } }',
+      '{ units: { amount: 1, periodMs: 1000, burst: 1 } }',
     ),
   );
   throwsShape(
@@ -168,7 +173,7 @@ test(title('opening with another quota, capacity or seed is ERR_KEEPCOUNT_MISMAT
   throwsShape(t, () => Limiter.openShared('m', { quota, capacity: 100, seed: 1, dir }), {
     instanceOf: Error,
     code: 'ERR_KEEPCOUNT_MISMATCH',
-    message: `Cannot open the shared segment: ${join(dir, 'keepcount.m')} was created with another seed than the one requested (seeds are secret: neither is shown)`,
+    message: `Cannot open the shared segment: ${join(dir, 'keepcount.m')} was created with another seed than the one requested (seeds are secret: neither is shown): ${fix}`,
   });
 });
 

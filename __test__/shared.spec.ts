@@ -93,33 +93,69 @@ test(title('opening with another shape, seed or kind is ERR_KEEPCOUNT_MISMATCH n
   }
   using e = Estimator.openShared('m', { hashes: 4, slots: 1024, seed: 1n, dir });
   e.incr('a');
-  const mismatch = (field: string, existing: string, requested: string, name = 'm') => ({
+  // Every mismatch says how to go on, naming the call that removes the segment as it was opened.
+  const fix = (opener: string, name = 'm') =>
+    `to change them, call ${opener}.unlink('${name}', { dir: '${dir}' }) once no process has it open (or use a new name)`;
+  const mismatch = (what: string, opener: string, name = 'm') => ({
     instanceOf: Error,
     code: 'ERR_KEEPCOUNT_MISMATCH',
-    message: `Cannot open the shared segment: ${join(dir, `keepcount.${name}`)} was created with ${field} ${existing}, not ${requested} as requested`,
+    message:
+      `Cannot open the shared segment: ${join(dir, `keepcount.${name}`)} was created with ${what} as requested: ` +
+      `every process must open it with the same options; ${fix(opener, name)}`,
   });
   // Never the seeds themselves: they are secret, and messages end up in logs.
   throwsShape(t, () => Estimator.openShared('m', { hashes: 4, slots: 1024, seed: 2n, dir }), {
     instanceOf: Error,
     code: 'ERR_KEEPCOUNT_MISMATCH',
-    message: `Cannot open the shared segment: ${join(dir, 'keepcount.m')} was created with another seed than the one requested (seeds are secret: neither is shown)`,
+    message:
+      `Cannot open the shared segment: ${join(dir, 'keepcount.m')} was created with another seed than the one ` +
+      'requested (seeds are secret: neither is shown): every process must open it with the same options; ' +
+      fix('Estimator'),
   });
   throwsShape(
     t,
     () => Estimator.openShared('m', { hashes: 4, slots: 512, seed: 1n, dir }),
-    mismatch('slots', '1024', '512'),
+    mismatch('slots 1024, not 512', 'Estimator'),
   );
-  throwsShape(
-    t,
-    () => Rate.openShared('m', { intervalMs: 1000, hashes: 4, slots: 1024, seed: 1n, dir }),
-    mismatch('kind', 'estimator', 'rate'),
-  );
+  throwsShape(t, () => Rate.openShared('m', { intervalMs: 1000, hashes: 4, slots: 1024, seed: 1n, dir }), {
+    instanceOf: Error,
+    code: 'ERR_KEEPCOUNT_MISMATCH',
+    message:
+      `Cannot open the shared segment: ${join(dir, 'keepcount.m')} was created by Estimator.openShared, not ` +
+      'Rate.openShared as requested: every process must open it with the same class and options; ' +
+      fix('Rate'),
+  });
   using r = Rate.openShared('r', { intervalMs: 1000, seed: 1n, dir });
   r.observe('a');
+  // The interval as the option gives it, in milliseconds (it was in nanoseconds).
   throwsShape(
     t,
-    () => Rate.openShared('r', { intervalMs: 2000, seed: 1n, dir }),
-    mismatch('interval', '1000000000 ns', '2000000000 ns', 'r'),
+    () => Rate.openShared('r', { intervalMs: 60_000, seed: 1n, dir }),
+    mismatch('intervalMs 1000, not 60000', 'Rate', 'r'),
+  );
+});
+
+test(title('a mismatch in the default directory names the unlink call without a dir'), (t) => {
+  if (backend === 'fallback') {
+    throwsShape(t, () => Rate.unlink('m'), unsupported('Rate.unlink'));
+    return;
+  }
+  // The platform's directory is the host's: a name of this process's own, removed afterwards.
+  const name = `keepcount-test-${process.pid}-mismatch`;
+  t.teardown(() => Rate.unlink(name));
+  using r = Rate.openShared(name, { intervalMs: 1000, seed: SEED });
+  r.observe('a');
+  const error = t.throws(() => Rate.openShared(name, { intervalMs: 60_000, seed: SEED }), {
+    instanceOf: Error,
+    code: 'ERR_KEEPCOUNT_MISMATCH',
+  });
+  t.regex(
+    error.message,
+    new RegExp(
+      `^Cannot open the shared segment: .*keepcount\\.${name} was created with intervalMs 1000, not 60000 as ` +
+        'requested: every process must open it with the same options; to change them, call ' +
+        `Rate\\.unlink\\('${name}'\\) once no process has it open \\(or use a new name\\)$`,
+    ),
   );
 });
 
@@ -179,17 +215,17 @@ test(title('a segment another keepcount version left (after an upgrade) is a mis
   // Version 2 wrote a consistent header: its checksum over its own version.
   bytes.writeUInt32LE(crc32(bytes, 60), 60);
   writeFileSync(path, bytes);
-  const older = {
+  const older = (opener: string) => ({
     instanceOf: Error,
     code: 'ERR_KEEPCOUNT_MISMATCH',
     message:
       `Cannot open the shared segment: ${path} was made by another version of keepcount, with segment layout 2 ` +
       'where this one reads layout 4. A segment outlives its processes: once no process of that version has it ' +
-      'open, unlink it to start afresh (or open another name)',
-  };
-  throwsShape(t, () => Rate.openShared('older', { intervalMs: 1000, seed: SEED, dir }), older);
+      `open, call ${opener}.unlink('older', { dir: '${dir}' }) to start afresh (or use a new name)`,
+  });
+  throwsShape(t, () => Rate.openShared('older', { intervalMs: 1000, seed: SEED, dir }), older('Rate'));
   // Whatever else the caller asks for: the version comes first.
-  throwsShape(t, () => Inflight.openShared('older', { seed: SEED, dir }), older);
+  throwsShape(t, () => Inflight.openShared('older', { seed: SEED, dir }), older('Inflight'));
   Rate.unlink('older', { dir });
   using fresh = Rate.openShared('older', { intervalMs: 1000, seed: SEED, dir });
   t.is(fresh.observe('a'), 1);
@@ -356,7 +392,10 @@ test(title('a shared Inflight with every process slot held is ERR_KEEPCOUNT_FULL
   throwsShape(t, () => Inflight.openShared('one', { seed: SEED, dir, processes: 2 }), {
     instanceOf: Error,
     code: 'ERR_KEEPCOUNT_MISMATCH',
-    message: `Cannot open the shared segment: ${join(dir, 'keepcount.one')} was created with processes 1, not 2 as requested`,
+    message:
+      `Cannot open the shared segment: ${join(dir, 'keepcount.one')} was created with processes 1, not 2 as ` +
+      'requested: every process must open it with the same options; to change them, call ' +
+      `Inflight.unlink('one', { dir: '${dir}' }) once no process has it open (or use a new name)`,
   });
   throwsShape(t, () => Inflight.openShared('one', { seed: SEED, dir, processes: 0 }), {
     instanceOf: RangeError,

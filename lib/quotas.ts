@@ -5,7 +5,7 @@
  * @module
  */
 import type { LimitSpec, QuotaSpec } from './core.js';
-import { invalidType, outOfRange } from './errors.js';
+import { describe, invalidType, outOfRange, withCode } from './errors.js';
 
 /**
  * The answer to `Limiter.check`. When refused, nothing was taken from any bucket, and
@@ -96,13 +96,24 @@ export function quotaSpec(what: string, quota: unknown): QuotaSpec {
   return spec;
 }
 
-/** A {@link RateLimit} option, checked: `what` names it in errors (keepcount/redis' `SyncedLimiter` too). */
-export function limitSpec(what: string, limit: unknown): LimitSpec {
+/**
+ * A {@link RateLimit} option, checked: `what` names it in errors (keepcount/redis' `SyncedLimiter`
+ * too). `nested`, if given, ends the error for an object with neither form that looks like a
+ * {@link Quota} (`requests`, `units` or another object-valued property): what the caller takes
+ * instead.
+ */
+export function limitSpec(what: string, limit: unknown, nested?: string): LimitSpec {
   if (typeof limit !== 'object' || limit === null) throw invalidType(what, 'of type object', limit);
   const l = limit as { perSecond?: unknown; amount?: unknown; periodMs?: unknown; burst?: unknown };
   const perSecond = l.perSecond !== undefined;
-  if (perSecond === (l.amount !== undefined || l.periodMs !== undefined)) {
-    throw invalidType(what, 'an object with either perSecond, or amount and periodMs', limit);
+  const period = l.amount !== undefined || l.periodMs !== undefined;
+  if (perSecond === period) {
+    const expected = 'an object with either perSecond, or amount and periodMs';
+    if (nested === undefined || perSecond || !looksLikeQuota(limit)) throw invalidType(what, expected, limit);
+    throw withCode(
+      new TypeError(`${what} must be ${expected}. Received ${describe(limit)} ${nested}`),
+      'ERR_INVALID_ARG_TYPE',
+    );
   }
   const burst = count(field(what, 'burst'), l.burst);
   if (perSecond) return { amount: count(field(what, 'perSecond'), l.perSecond), periodNs: 1e9, burst };
@@ -114,6 +125,13 @@ export function limitSpec(what: string, limit: unknown): LimitSpec {
     throw outOfRange(periodWhat, 'a number of milliseconds of at least 1 ns and at most 2^53 - 1 ns', l.periodMs);
   }
   return { amount, periodNs, burst };
+}
+
+/** Whether `limit`, with neither form of a {@link RateLimit}, looks like a {@link Quota}. */
+function looksLikeQuota(limit: object): boolean {
+  const q = limit as Quota;
+  if (q.requests !== undefined || q.units !== undefined) return true;
+  return Object.values(limit).some((value) => typeof value === 'object' && value !== null);
 }
 
 function count(what: string, value: unknown): number {

@@ -92,10 +92,17 @@ function corrupt(check: string, detail: string): KeepcountError {
   );
 }
 
-/** The `ERR_KEEPCOUNT_MISMATCH` error naming the first field that differs. */
+/** What to do about an option that differs from the buffer's. */
+const SAME_OPTIONS = "every thread must pass the options it was created with, or leave them out to take the buffer's";
+
+/**
+ * The `ERR_KEEPCOUNT_MISMATCH` error naming the first field that differs: the kind, or an option
+ * of `fromSharedBuffer` (then with what to do).
+ */
 function mismatch(field: string, existing: string, requested: string): KeepcountError {
+  const fix = field === 'kind' ? '' : `: ${SAME_OPTIONS}`;
   return withCode(
-    new Error(`The shared buffer was created with ${field} ${existing}, not ${requested} as requested`),
+    new Error(`The shared buffer was created with ${field} ${existing}, not ${requested} as requested${fix}`),
     'ERR_KEEPCOUNT_MISMATCH',
   );
 }
@@ -181,7 +188,8 @@ export function readBuffer(buffer: unknown, expected: Partial<BufferLayout> & { 
     // Not the seeds themselves: messages end up in logs, and the seed is what keeps keys apart.
     throw withCode(
       new Error(
-        'The shared buffer was created with another seed than the one requested (seeds are secret: neither is shown)',
+        'The shared buffer was created with another seed than the one requested (seeds are secret: neither is ' +
+          `shown): ${SAME_OPTIONS}`,
       ),
       'ERR_KEEPCOUNT_MISMATCH',
     );
@@ -191,7 +199,7 @@ export function readBuffer(buffer: unknown, expected: Partial<BufferLayout> & { 
       throw corrupt('layout', `interval ${intervalNs} ns is not a whole number of milliseconds`);
     }
     if (expected.intervalMs !== undefined && intervalNanos(expected.intervalMs) !== intervalNs) {
-      throw mismatch('interval', `${intervalNs} ns`, `${intervalNanos(expected.intervalMs)} ns`);
+      throw mismatch('intervalMs', `${found.intervalMs}`, `${expected.intervalMs}`);
     }
   }
   return found;

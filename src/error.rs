@@ -19,7 +19,7 @@ pub(crate) type Result<T> = std::result::Result<T, Failure>;
 
 /// Which JavaScript error class a failure is thrown as.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Class {
+pub(crate) enum Class {
     Error,
     TypeError,
     RangeError,
@@ -28,9 +28,9 @@ enum Class {
 /// A failure to report to JavaScript: its class, stable `code` and message.
 #[derive(Debug)]
 pub(crate) struct Failure {
-    class: Class,
-    code: &'static str,
-    message: String,
+    pub(crate) class: Class,
+    pub(crate) code: &'static str,
+    pub(crate) message: String,
 }
 
 impl Failure {

@@ -28,6 +28,7 @@ mod held;
 mod keys;
 pub mod limiter;
 mod memory;
+mod mismatch;
 pub mod rate;
 mod raw;
 pub mod shared;

@@ -27,7 +27,7 @@ use napi_derive::napi;
 use std::ffi::CStr;
 
 /// Where segments live and with which mode: `dir` `None` for the platform default.
-fn options(dir: Option<String>, mode: u32) -> SharedOptions {
+fn options(dir: Option<&str>, mode: u32) -> SharedOptions {
     let options = SharedOptions::new().mode(mode);
     match dir {
         Some(dir) => options.dir(dir),
@@ -39,7 +39,7 @@ fn options(dir: Option<String>, mode: u32) -> SharedOptions {
 /// it open keep their counts; the next open starts afresh. No error if it does not exist.
 #[napi(catch_unwind)]
 pub fn unlink_shared(env: &Env, name: String, dir: Option<String>) -> Result<()> {
-    shared::unlink(&name, &options(dir, shared::DEFAULT_MODE))
+    shared::unlink(&name, &options(dir.as_deref(), shared::DEFAULT_MODE))
         .map_err(|err| map_error(env, err.into()))
 }
 

@@ -486,7 +486,12 @@ export class SyncedLimiter implements RequestLimiter {
   }
 
   #parse(what: string, limit: unknown): Bucket {
-    const spec = limitSpec(what, limit);
+    const spec = limitSpec(
+      what,
+      limit,
+      "(a SyncedLimiter has one dimension: { perSecond, burst } or { amount, periodMs, burst }, not a Limiter's " +
+        '{ requests: …, units: … })',
+    );
     const rate = (spec.amount * 1e6) / spec.periodNs;
     const cap = spec.burst + LOAN_PERIODS * rate * this.#sync.syncMs;
     const ttlMs = rate === 0 ? 0 : Math.ceil(this.leaseMs + spec.burst / rate);

@@ -8,6 +8,7 @@ use crate::error::{Result as Outcome, map_error};
 use crate::estimator::{Estimator, sketch_fast_paths};
 use crate::held::Held;
 use crate::keys;
+use crate::mismatch::Opener;
 use crate::raw::{Callback, Slab};
 use keepcount_limits::estimator::Estimator as Sketch;
 use keepcount_limits::shared::{self, Counters};
@@ -65,7 +66,13 @@ impl SharedEstimator {
         (|| -> Outcome<Self> {
             let shape = args::shape(hashes, slots)?;
             let seed = args::seed(&seed)?;
-            let sketch = shared::open_estimator(&name, shape, seed, &options(dir, mode))?;
+            let opener = Opener {
+                class: "Estimator",
+                name: &name,
+                dir: dir.as_deref(),
+            };
+            let sketch = shared::open_estimator(&name, shape, seed, &options(opener.dir, mode))
+                .map_err(|err| opener.failure(err))?;
             let bytes = sketch.memory_bytes();
             // Shapes are within 2^27: both fit in u32.
             Ok(Self {

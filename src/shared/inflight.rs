@@ -7,6 +7,7 @@ use crate::error::{Result as Outcome, map_error};
 use crate::estimator::sketch_fast_paths;
 use crate::held::Held;
 use crate::keys;
+use crate::mismatch::Opener;
 use crate::raw::{Callback, Slab};
 use keepcount_limits::shared::SharedInflight as Inflight;
 use napi::bindgen_prelude::{BigInt, ObjectFinalize, Unknown};
@@ -56,7 +57,14 @@ impl SharedInflight {
         (|| -> Outcome<Self> {
             let shape = args::shape(hashes, slots)?;
             let seed = args::seed(&seed)?;
-            let inflight = Inflight::open(&name, shape, seed, processes, &options(dir, mode))?;
+            let opener = Opener {
+                class: "Inflight",
+                name: &name,
+                dir: dir.as_deref(),
+            };
+            let inflight =
+                Inflight::open(&name, shape, seed, processes, &options(opener.dir, mode))
+                    .map_err(|err| opener.failure(err))?;
             // The total and this process's contribution are the sketches it touches.
             let bytes = 2 * shape.counters() * size_of::<i64>();
             Ok(Self {

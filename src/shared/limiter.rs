@@ -6,6 +6,7 @@ use crate::args;
 use crate::error::{Result as Outcome, map_error};
 use crate::held::Held;
 use crate::limiter::{self, QuotaSpec};
+use crate::mismatch::Opener;
 use crate::raw::{self, Callback, Slab};
 use keepcount_limits::shared::SharedLimiter as Buckets;
 use napi::bindgen_prelude::{BigInt, ObjectFinalize, Unknown};
@@ -67,14 +68,20 @@ impl SharedLimiter {
         mode: u32,
     ) -> Result<Self> {
         (|| -> Outcome<Self> {
+            let opener = Opener {
+                class: "Limiter",
+                name: &name,
+                dir: dir.as_deref(),
+            };
             let limiter = Buckets::open(
                 &name,
                 limiter::quota(&quota)?,
                 limiter::quota(&best_effort)?,
                 capacity,
                 args::seed(&seed)?,
-                &options(dir, mode),
-            )?;
+                &options(opener.dir, mode),
+            )
+            .map_err(|err| opener.failure(err))?;
             // Report the mapping's size, as the sketches do: what the table can reach.
             let bytes = limiter.memory_bytes();
             Ok(Self {

@@ -6,6 +6,7 @@ use crate::args;
 use crate::error::{Result as Outcome, map_error};
 use crate::held::Held;
 use crate::keys;
+use crate::mismatch::Opener;
 use crate::rate::RateSample;
 use crate::raw::{self, Callback, Slab};
 use crate::window;
@@ -64,13 +65,19 @@ impl SharedRate {
                 MAX_INTERVAL_MS,
             )?;
             let shape = args::shape(hashes, slots)?;
+            let opener = Opener {
+                class: "Rate",
+                name: &name,
+                dir: dir.as_deref(),
+            };
             let sketches = Sketches::open(
                 &name,
                 Duration::from_millis(interval_ms),
                 shape,
                 args::seed(&seed)?,
-                &options(dir, mode),
-            )?;
+                &options(opener.dir, mode),
+            )
+            .map_err(|err| opener.failure(err))?;
             let bytes = 2 * shape.counters() * size_of::<i64>();
             Ok(Self {
                 sketches: Held::new(env, &SHARED_RATES, sketches, bytes)?,

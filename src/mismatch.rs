@@ -1,0 +1,286 @@
+//! The mismatch error of a shared segment opened with other options than it was created with,
+//! in the words of the JavaScript call that opened it: the crate shows values as Rust users give
+//! them (an interval in nanoseconds), where `openShared` took `intervalMs`, and the fix (which
+//! `unlink` call) depends on the class and options the segment was opened with.
+
+use crate::error::{Class, Failure};
+use keepcount_limits::shared::SharedError;
+use std::borrow::Cow;
+
+/// The package call that opened a shared segment, for the fix its mismatch errors name: `class`
+/// is the JavaScript class (`Rate` for `Rate.openShared`), `name` and `dir` are as it was given.
+pub(crate) struct Opener<'a> {
+    pub(crate) class: &'static str,
+    pub(crate) name: &'a str,
+    pub(crate) dir: Option<&'a str>,
+}
+
+impl Opener<'_> {
+    /// The failure for `err`, met opening the segment. A mismatch names the field as the option
+    /// `openShared` takes it (`intervalMs`, in milliseconds) and says how to go on; every other
+    /// error is as `From<SharedError>` makes it.
+    pub(crate) fn failure(&self, err: SharedError) -> Failure {
+        let SharedError::Mismatch {
+            path,
+            field,
+            existing,
+            requested,
+        } = &err
+        else {
+            return err.into();
+        };
+        let path = path.display();
+        let unlink = self.unlink_call();
+        let fix = format!(
+            "to change them, call {unlink} once no process has it open (or use a new name)"
+        );
+        let classes = (class_of_kind(existing), class_of_kind(requested));
+        let message = match (*field, classes) {
+            ("layout version", _) => format!(
+                "{path} was made by another version of keepcount, with segment layout {existing} \
+                 where this one reads layout {requested}. A segment outlives its processes: once \
+                 no process of that version has it open, call {unlink} to start afresh (or use a \
+                 new name)"
+            ),
+            ("kind", (Some(existing), Some(requested))) => format!(
+                "{path} was created by {existing}.openShared, not {requested}.openShared as \
+                 requested: every process must open it with the same class and options; {fix}"
+            ),
+            // The seed is secret: never in a message (messages end up in logs).
+            ("seed", _) => format!(
+                "{path} was created with another seed than the one requested (seeds are secret: \
+                 neither is shown): every process must open it with the same options; {fix}"
+            ),
+            _ => {
+                let (field, existing, requested) = option_values(field, existing, requested);
+                format!(
+                    "{path} was created with {field} {existing}, not {requested} as requested: \
+                     every process must open it with the same options; {fix}"
+                )
+            }
+        };
+        Failure {
+            class: Class::Error,
+            code: "ERR_KEEPCOUNT_MISMATCH",
+            message: format!("Cannot open the shared segment: {message}"),
+        }
+    }
+
+    /// The call that removes the segment, as the user would write it: `Rate.unlink('name')`,
+    /// with `{ dir: '…' }` if the segment is not in the default directory.
+    fn unlink_call(&self) -> String {
+        let name = js_string(self.name);
+        match self.dir {
+            Some(dir) => format!(
+                "{}.unlink({name}, {{ dir: {} }})",
+                self.class,
+                js_string(dir)
+            ),
+            None => format!("{}.unlink({name})", self.class),
+        }
+    }
+}
+
+/// The JavaScript class that opens segments of the crate's `kind` (`Layout`'s kind names).
+fn class_of_kind(kind: &str) -> Option<&'static str> {
+    match kind {
+        "estimator" => Some("Estimator"),
+        "rate" => Some("Rate"),
+        "in-flight" => Some("Inflight"),
+        "limiter" => Some("Limiter"),
+        _ => None,
+    }
+}
+
+/// A mismatched `field` and its two values as `openShared` takes them: the interval as
+/// `intervalMs` in milliseconds, quotas as the limiter's `quota` reports them. Values the crate
+/// shows in a way this does not know are left as they are.
+fn option_values<'a>(
+    field: &'a str,
+    existing: &'a str,
+    requested: &'a str,
+) -> (&'a str, Cow<'a, str>, Cow<'a, str>) {
+    let convert =
+        |name, value: fn(&str) -> Option<String>| match (value(existing), value(requested)) {
+            (Some(existing), Some(requested)) => Some((name, existing.into(), requested.into())),
+            _ => None,
+        };
+    let converted = match field {
+        "interval" => convert("intervalMs", |ns| {
+            Some(millis(ns.strip_suffix(" ns")?.parse().ok()?))
+        }),
+        "quota" | "bestEffort" => convert(field, js_quota),
+        _ => None,
+    };
+    converted.unwrap_or((field, existing.into(), requested.into()))
+}
+
+/// `nanos` in milliseconds as JavaScript prints the number.
+fn millis(nanos: u64) -> String {
+    if nanos.is_multiple_of(1_000_000) {
+        (nanos / 1_000_000).to_string()
+    } else {
+        // Below 2^64 ns: Rust prints the f64 without an exponent, as JavaScript does below 1e21.
+        (nanos as f64 / 1e6).to_string()
+    }
+}
+
+/// A quota as the crate's mismatch shows it (`(requests 10 per 1000000000 ns, burst 20; units
+/// unlimited)`) as `Limiter`'s `quota` reports it: `{ requests: { amount: 10, periodMs: 1000,
+/// burst: 20 } }`.
+fn js_quota(quota: &str) -> Option<String> {
+    let inner = quota.strip_prefix("(requests ")?.strip_suffix(')')?;
+    let (requests, units) = inner.split_once("; units ")?;
+    let mut dimensions = Vec::new();
+    for (name, limit) in [("requests", requests), ("units", units)] {
+        if limit == "unlimited" {
+            continue;
+        }
+        let (amount, rest) = limit.split_once(" per ")?;
+        let (period, burst) = rest.split_once(" ns, burst ")?;
+        let (amount, period, burst) = (
+            amount.parse::<u64>().ok()?,
+            period.parse::<u64>().ok()?,
+            burst.parse::<u64>().ok()?,
+        );
+        let period = millis(period);
+        dimensions.push(format!(
+            "{name}: {{ amount: {amount}, periodMs: {period}, burst: {burst} }}"
+        ));
+    }
+    Some(if dimensions.is_empty() {
+        "{}".into()
+    } else {
+        format!("{{ {} }}", dimensions.join(", "))
+    })
+}
+
+/// `text` as a single-quoted JavaScript string literal.
+fn js_string(text: &str) -> String {
+    let mut quoted = String::with_capacity(text.len() + 2);
+    quoted.push('\'');
+    for c in text.chars() {
+        match c {
+            '\'' | '\\' => {
+                quoted.push('\\');
+                quoted.push(c);
+            }
+            '\n' => quoted.push_str("\\n"),
+            '\r' => quoted.push_str("\\r"),
+            '\t' => quoted.push_str("\\t"),
+            c if c.is_control() || c == '\u{2028}' || c == '\u{2029}' => {
+                for unit in c.encode_utf16(&mut [0; 2]) {
+                    quoted.push_str(&format!("\\u{unit:04x}"));
+                }
+            }
+            c => quoted.push(c),
+        }
+    }
+    quoted.push('\'');
+    quoted
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn mismatch(field: &'static str, existing: &str, requested: &str) -> SharedError {
+        SharedError::Mismatch {
+            path: "/dev/shm/keepcount.api".into(),
+            field,
+            existing: existing.into(),
+            requested: requested.into(),
+        }
+    }
+
+    #[test]
+    fn a_mismatch_speaks_the_options_of_open_shared_and_names_the_unlink() {
+        let rate = Opener {
+            class: "Rate",
+            name: "api",
+            dir: None,
+        };
+        let failure = rate.failure(mismatch("interval", "1000000000 ns", "60000000000 ns"));
+        assert_eq!(
+            (failure.class, failure.code),
+            (Class::Error, "ERR_KEEPCOUNT_MISMATCH")
+        );
+        assert_eq!(
+            failure.message,
+            "Cannot open the shared segment: /dev/shm/keepcount.api was created with intervalMs \
+             1000, not 60000 as requested: every process must open it with the same options; to \
+             change them, call Rate.unlink('api') once no process has it open (or use a new name)"
+        );
+        let limiter = Opener {
+            class: "Limiter",
+            name: "api",
+            dir: Some("/run/it's"),
+        };
+        let failure = limiter.failure(mismatch(
+            "quota",
+            "(requests 10 per 1000000000 ns, burst 20; units 5 per 1500000 ns, burst 5)",
+            "(requests unlimited; units unlimited)",
+        ));
+        assert_eq!(
+            failure.message,
+            "Cannot open the shared segment: /dev/shm/keepcount.api was created with quota \
+             { requests: { amount: 10, periodMs: 1000, burst: 20 }, units: { amount: 5, periodMs: \
+             1.5, burst: 5 } }, not {} as requested: every process must open it with the same \
+             options; to change them, call Limiter.unlink('api', { dir: '/run/it\\'s' }) once no \
+             process has it open (or use a new name)"
+        );
+        let kind = rate.failure(mismatch("kind", "in-flight", "rate"));
+        assert!(
+            kind.message.contains(
+                "keepcount.api was created by Inflight.openShared, not Rate.openShared as \
+                 requested: every process must open it with the same class and options; to change \
+                 them, call Rate.unlink('api')"
+            ),
+            "{}",
+            kind.message
+        );
+        let seed = rate.failure(mismatch("seed", "", ""));
+        assert!(
+            seed.message
+                .contains("(seeds are secret: neither is shown): every process")
+        );
+        let layout = rate.failure(mismatch("layout version", "2", "4"));
+        assert!(layout.message.ends_with(
+            "once no process of that version has it open, call Rate.unlink('api') to start \
+             afresh (or use a new name)"
+        ));
+        // Values shown in a way this does not know stay as the crate shows them.
+        let odd = rate.failure(mismatch("interval", "1 s", "2 s"));
+        assert!(
+            odd.message
+                .contains("was created with interval 1 s, not 2 s as requested")
+        );
+        let odd = rate.failure(mismatch(
+            "quota",
+            "(requests a lot)",
+            "(requests unlimited; units unlimited)",
+        ));
+        assert!(
+            odd.message
+                .contains("with quota (requests a lot), not (requests unlimited; units")
+        );
+        // Other errors are as `From<SharedError>` makes them.
+        assert_eq!(
+            rate.failure(SharedError::Unsupported).code,
+            "ERR_KEEPCOUNT_UNSUPPORTED"
+        );
+    }
+
+    #[test]
+    fn js_strings_escape_what_a_literal_cannot_hold() {
+        assert_eq!(
+            js_string("a'b\\c\nd\u{7}\u{2028}é"),
+            "'a\\'b\\\\c\\nd\\u0007\\u2028é'"
+        );
+        assert_eq!(millis(250_000), "0.25");
+        assert_eq!(
+            millis(u64::MAX / 1_000_000 * 1_000_000),
+            (u64::MAX / 1_000_000).to_string()
+        );
+    }
+}
