@@ -105,7 +105,7 @@ test(title('without a clock, intervals turn on the host clock, which the native 
   t.true(first.resetMs >= 1 && first.resetMs <= 100, `resetMs ${first.resetMs}`);
   await hostClockPassed(made, 150);
   // At least one interval later: this call starts the next interval, so all of it is left.
-  t.deepEqual(heavy.incrWindow('k'), { count: 1, resetMs: 100 });
+  t.deepEqual(heavy.incrWindow('k'), { count: 1, resetMs: 100, tracked: false });
   const left = heavy.intervalRemainingMs();
   t.true(left >= 1 && left <= 100, `intervalRemainingMs ${left}`);
   // Counting on the host clock takes no clock call from JavaScript on the native backend; the
@@ -128,15 +128,22 @@ test(title('incrWindow counts as incr and tells what is left of the interval, fr
   const heavy = small(clock);
   const twin = small();
   const before = reads;
+  // `tracked` says what a read of the key's standing would (the twin's, on a clock of its own).
+  let entered = false;
   for (let i = 1; i <= 50; i++) {
-    t.deepEqual(heavy.incrWindow('flood'), { count: twin.incr('flood'), resetMs: 1000 });
+    const got = heavy.incrWindow('flood');
+    entered ||= got.tracked;
+    const count = twin.incr('flood');
+    t.deepEqual(got, { count, resetMs: 1000, tracked: twin.count('flood').standing === 'tracked' });
   }
+  t.true(entered, 'the flood entered the table');
   t.is(reads - before, 50);
   manual.advance(400);
-  t.deepEqual(heavy.incrWindow('flood', 3), { count: heavy.count('flood').lower, resetMs: 600 });
+  t.deepEqual(heavy.incrWindow('flood', 3), { count: heavy.count('flood').lower, resetMs: 600, tracked: true });
   // An ended interval is replaced by the call: a whole interval is left, and the key starts afresh.
   manual.advance(600);
-  t.deepEqual(heavy.incrWindow('flood'), { count: 1, resetMs: 1000 });
+  const fresh = heavy.incrWindow('flood');
+  t.deepEqual(fresh, { count: 1, resetMs: 1000, tracked: heavy.count('flood').standing === 'tracked' });
   t.is(heavy.intervalRemainingMs(), 1000);
   throwsShape(t, () => heavy.incrWindow('flood', 0), {
     instanceOf: RangeError,

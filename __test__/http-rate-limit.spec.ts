@@ -49,6 +49,40 @@ for (const [name, serve] of Object.entries(frameworks)) {
     },
   );
 
+  test(
+    title(`${name}: with the default heavy hitters, RateLimit's r only falls in a window and is 0 by the 429`),
+    async (t) => {
+      // limit 100, threshold 25: r once read 76 at the 24th request and 99 at the 25th, when the
+      // client entered the exact table, then fell to 0 at the 124th. One client alone: its upper
+      // bound is its true count, so r is 100 − n; requests up to limit + threshold − 1 pass.
+      const clock = new ManualClock();
+      const server = serve([rateLimit({ limit: 100, windowMs: 60_000, clock })], ok);
+      const port = await listen(server);
+      t.teardown(() => close(server));
+
+      const seen: string[] = [];
+      let last = Infinity;
+      let firstRefusal: number | undefined;
+      for (let n = 1; n <= 130; n++) {
+        const reply = await get(port);
+        const { r } = parseField(reply.headers.ratelimit).params as { r: number };
+        seen.push(`${n}:${reply.status} r=${r}`);
+        t.true(r <= last, `r rose from ${last} to ${r} at request ${n}`);
+        last = r;
+        if (reply.status === 429) firstRefusal ??= n;
+        if (firstRefusal !== undefined) t.is(r, 0, `r=${r} at request ${n}, after the first 429`);
+      }
+      t.is(firstRefusal, 125);
+      t.deepEqual(
+        seen,
+        Array.from({ length: 130 }, (_, i) => `${i + 1}:${i < 124 ? 200 : 429} r=${Math.max(0, 99 - i)}`),
+      );
+
+      clock.advance(60_000);
+      t.is(parseField((await get(port)).headers.ratelimit).params.r, 99, 'a new window starts afresh');
+    },
+  );
+
   test(title(`${name}: headers: false sends no RateLimit fields, and Retry-After on refusals only`), async (t) => {
     const clock = new ManualClock();
     const server = serve([rateLimit({ limit: 1, windowMs: 60_000, clock, headers: false })], ok);

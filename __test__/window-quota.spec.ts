@@ -107,6 +107,55 @@ test(title('with heavy hitters, a client over the limit is refused within limit 
   }
 });
 
+test(title('with heavy hitters, remaining only falls within a window and is 0 by the first refusal'), (t) => {
+  // remaining was once limit − the exact count, which starts when the client enters the table: at
+  // limit 100 (threshold 25) r read 76 at the 24th request, 99 at the 25th, 0 at the 124th. Now it
+  // is limit − the upper bound, which for one client alone is its true count. A read of cost 0
+  // between requests says the same. The next window starts afresh.
+  const clock = new ManualClock();
+  for (const given of [undefined, 1, 10, 100]) {
+    const heavyHitters = given === undefined ? true : { threshold: given };
+    const quota = new WindowQuota({ limit: 100, windowMs: 1000, clock, heavyHitters });
+    const threshold = given ?? 25;
+    const sent: string[] = [];
+    for (let i = 1; i <= 130; i++) {
+      const { allowed, remaining } = quota.consume('client');
+      sent.push(`${i}:${allowed ? 'ok' : 'refused'} r=${remaining}`);
+      t.is(quota.consume('client', 0).remaining, remaining, `threshold ${threshold}: a read at request ${i}`);
+    }
+    const expected = Array.from({ length: 130 }, (_, i) => {
+      const n = i + 1;
+      return `${n}:${n <= 100 + threshold - 1 ? 'ok' : 'refused'} r=${Math.max(0, 100 - n)}`;
+    });
+    t.deepEqual(sent, expected, `threshold ${threshold}`);
+    clock.advance(1000);
+    t.like(quota.consume('client'), { allowed: true, remaining: 99 });
+  }
+});
+
+test(title("with heavy hitters, remaining only falls while a flood raises the client's estimate"), (t) => {
+  // One row of 64 counters, and 20 new addresses between two requests of each client: the flood
+  // raises the clients' estimates, so they read over their true counts before entering the table
+  // (and enter early). r must still only fall and reach 0 by the first refusal, and no request
+  // within the limit be refused. Any seed: these hold whatever the collisions.
+  const quota = new WindowQuota({ limit: 100, windowMs: 60_000, clock: new ManualClock(), hashes: 1, slots: 64 });
+  const clients = ['203.0.113.1', '203.0.113.2', '203.0.113.3'];
+  const last = clients.map(() => Infinity);
+  let flooder = 0;
+  for (let i = 1; i <= 130; i++) {
+    for (let f = 0; f < 20; f++, flooder++) quota.consume(`198.18.${flooder >> 8}.${flooder & 255}`);
+    for (const [c, client] of clients.entries()) {
+      const { allowed, remaining } = quota.consume(client);
+      t.true(remaining <= last[c]!, `${client}: r rose from ${last[c]} to ${remaining} at request ${i}`);
+      last[c] = remaining;
+      if (i <= 100) t.true(allowed, `${client}: refused at request ${i}`);
+      else if (!allowed) t.is(remaining, 0, `${client}: refused at request ${i} with r=${remaining}`);
+    }
+  }
+  t.is(quota.stats()!.overflowEvents, 0);
+  for (const client of clients) t.false(quota.consume(client).allowed);
+});
+
 test(
   title('when more clients cross the threshold than the table holds, the rest are judged by the sketch and counted'),
   (t) => {

@@ -99,13 +99,12 @@ export function proxy(
 ): { server: Server; inflight: UpstreamLimit; limit: RateLimitMiddleware } {
   const shared = counters !== undefined && 'rate' in counters ? counters : undefined;
   const inflight = new UpstreamLimit({ max: protection.maxInflight, inflight: shared?.inflight });
-  const limit = rateLimit({
-    limit: protection.limit,
-    windowMs: protection.windowMs,
-    rate: shared?.rate,
-    quota: counters !== undefined && 'quota' in counters ? counters.quota : undefined,
-    key: (req) => String(req.headers['x-client'] ?? 'anonymous'),
-  });
+  const key = (req: IncomingMessage): string => String(req.headers['x-client'] ?? 'anonymous');
+  // A synced quota brings its own limit and window (rateLimit refuses both given).
+  const limit =
+    counters !== undefined && 'quota' in counters
+      ? rateLimit({ quota: counters.quota, key })
+      : rateLimit({ limit: protection.limit, windowMs: protection.windowMs, rate: shared?.rate, key });
   const chain = [limit, upstreamLimit({ limit: inflight, upstream: () => 'origin' })];
   const forward = async (req: IncomingMessage, res: ServerResponse): Promise<void> => {
     // The client going away aborts the upstream call too.

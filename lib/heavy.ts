@@ -165,14 +165,17 @@ export class HeavyHitters {
    * {@link incr}, also telling how long the current interval still runs: the `count` {@link incr}
    * returns and `resetMs`, {@link intervalRemainingMs} at the same instant. One clock read for
    * both, where `incr` then `intervalRemainingMs` take two: what a fixed-window quota reports on
-   * every request.
+   * every request. `tracked`: whether `key` is in the table after this increment (`count` is then
+   * its exact count since it entered, else its sketch estimate), which a quota reports its
+   * headers' `remaining` from without a second look-up.
    */
-  incrWindow(key: Key, value = 1): { count: number; resetMs: number } {
+  incrWindow(key: Key, value = 1): { count: number; resetMs: number; tracked: boolean } {
     const k = tableKey(key);
     const v = valueArgument(value);
     const now = this.#elapsed();
     const r = this.#core.incrInWindow(k, v, now, this.#window);
-    return { count: r >= 0 ? r : -1 - r, resetMs: this.intervalMs - this.#window[0]! };
+    const resetMs = this.intervalMs - this.#window[0]!;
+    return r >= 0 ? { count: r, resetMs, tracked: true } : { count: -1 - r, resetMs, tracked: false };
   }
 
   /**

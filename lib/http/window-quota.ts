@@ -138,6 +138,15 @@ export const CAPACITY_PER_CLIENT = 2;
  *   When more than `capacity` clients reach the threshold in one window (a flood from that many
  *   addresses), the later ones are judged by their sketch estimate, which can refuse an innocent
  *   client as `heavyHitters: false` would; {@link stats} counts those requests (`overflowEvents`).
+ *
+ *   A decision's `remaining` (the headers' `r`) is `limit` less the client's upper bound: for a
+ *   tracked client its exact count plus `threshold − 1` (the most it can have sent before it
+ *   entered), else its sketch estimate. Not `limit` less the exact count, which leaves out the
+ *   requests before entry: `r` then jumped back up to about `limit` the moment a client entered,
+ *   mid-window (76 then 99 at the 24th and 25th of 100 requests), and a client pacing itself by
+ *   the header saw its quota refill. The bound only grows within a window, so `r` only falls,
+ *   never overstates what is left, and is 0 by the first refusal; a client over the limit may
+ *   still be admitted with `r=0`, up to `limit + threshold − 1` requests as above.
  * - With `heavyHitters: false`, counts are count-min sketch estimates: never low, but a key that
  *   collides with other keys in every row reads high and can be refused early. The sketch is sized
  *   from the `clients` you expect per window ({@link slotsFor}): with that many keys, a wrong
@@ -218,9 +227,14 @@ export class WindowQuota implements Disposable {
     }
   }
 
-  /** Counts one request (or `cost`) for `key` and decides on it. */
+  /**
+   * Counts one request (or `cost`) for `key` and decides on it. The decision's `count` is what is
+   * compared with `limit` ({@link count}'s); its `remaining` (the headers' `r`) is `limit` less an
+   * upper bound of the key's count in the window, at least 0. The two differ only for a client
+   * counted exactly: see `remaining` in {@link WindowQuota}.
+   */
   consume(key: string, cost = 1): RateLimitDecision {
-    const { count, resetMs } = this.count(key, cost);
+    const { count, resetMs, upper } = this.#counted(key, cost);
     const allowed = count <= this.limit;
     if (allowed) this.#allowed++;
     else this.#refused++;
@@ -229,7 +243,7 @@ export class WindowQuota implements Disposable {
       policy: this.policy,
       limit: this.limit,
       count,
-      remaining: Math.max(0, this.limit - count),
+      remaining: Math.max(0, this.limit - upper),
       resetMs,
       windowMs: this.windowMs,
       key,
@@ -245,7 +259,10 @@ export class WindowQuota implements Disposable {
     quotaArgument('cost', cost, 0);
     const counts = this.#counts;
     if (!(counts instanceof HeavyHitters)) return counts.observeWindow(key, cost);
-    if (cost > 0) return counts.incrWindow(storedKey(key), cost);
+    if (cost > 0) {
+      const { count, resetMs } = counts.incrWindow(storedKey(key), cost);
+      return { count, resetMs };
+    }
     return { count: this.#heavyCount(counts, key), resetMs: counts.intervalRemainingMs() };
   }
 
@@ -341,6 +358,29 @@ export class WindowQuota implements Disposable {
   #heavyCount(counts: HeavyHitters, key: string): number {
     const c = counts.count(storedKey(key));
     return c.standing === 'tracked' ? c.lower : c.upper;
+  }
+
+  /**
+   * {@link count} for {@link consume}, with `upper`: a count `key` has certainly not exceeded in
+   * the window, which `remaining` is reported from: for a tracked key its exact count plus
+   * `threshold − 1` (what it can have sent before it entered), else `count` itself, an estimate.
+   */
+  #counted(key: string, cost: number): { count: number; resetMs: number; upper: number } {
+    quotaArgument('cost', cost, 0);
+    const counts = this.#counts;
+    if (!(counts instanceof HeavyHitters)) {
+      const { count, resetMs } = counts.observeWindow(key, cost);
+      return { count, resetMs, upper: count };
+    }
+    const slack = counts.threshold - 1;
+    if (cost === 0) {
+      const c = counts.count(storedKey(key));
+      const tracked = c.standing === 'tracked';
+      const count = tracked ? c.lower : c.upper;
+      return { count, resetMs: counts.intervalRemainingMs(), upper: tracked ? count + slack : count };
+    }
+    const { count, resetMs, tracked } = counts.incrWindow(storedKey(key), cost);
+    return { count, resetMs, upper: tracked ? count + slack : count };
   }
 }
 
