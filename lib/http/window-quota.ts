@@ -256,14 +256,8 @@ export class WindowQuota implements Disposable {
    * For callers that decide themselves, as the express-rate-limit and Fastify stores' packages do.
    */
   count(key: string, cost = 1): { count: number; resetMs: number } {
-    quotaArgument('cost', cost, 0);
-    const counts = this.#counts;
-    if (!(counts instanceof HeavyHitters)) return counts.observeWindow(key, cost);
-    if (cost > 0) {
-      const { count, resetMs } = counts.incrWindow(storedKey(key), cost);
-      return { count, resetMs };
-    }
-    return { count: this.#heavyCount(counts, key), resetMs: counts.intervalRemainingMs() };
+    const { count, resetMs } = this.#counted(key, cost);
+    return { count, resetMs };
   }
 
   /** Adds `delta` (possibly negative: a refund) to `key`'s count in the current window. */
