@@ -251,17 +251,17 @@ local function cell_entry(k, a)
     redis.call('HSET', mine, 'i', i)
   end
   if lease > 0 then reap(base, counts, versions, meta, leases, i) end
-  -- Another process synced under this node id: its record stays its own (this sync is refused)
-  -- until its lease runs out, when this process forgets it as another node would. Sequence numbers
+  -- Another process synced under this node id and its lease ran out (a live one's record refused
+  -- the whole call: held_cell): this process forgets it as another node would. Sequence numbers
   -- alone let a restart that had synced as often as the old process take its record over.
   local owner = redis.call('HGET', meta, 'p:' .. node)
-  if owner and owner ~= process and lease > 0 and count(redis.call('ZSCORE', leases, node) or '0') < now then
+  if owner and owner ~= process then
     forget(base, counts, versions, meta, leases, i, node)
     redis.call('HSET', mine, 'i', i)
-    owner, prior = false, 0
+    prior = 0
   end
   local applied = 0
-  if (owner and owner ~= process) or tonumber(seq) < prior then applied = 2 end
+  if tonumber(seq) < prior then applied = 2 end
   if applied == 0 and tonumber(seq) > prior then
     applied = 1
     redis.call('HSET', meta, 's:' .. node, seq, 'p:' .. node, process)
@@ -327,11 +327,10 @@ local function bucket_entry(k, a)
   local f, flat = {}, redis.call('HGETALL', bucket)
   for j = 1, #flat, 2 do f[flat[j]] = flat[j + 1] end
   local lent, left, last = -1, 0, count(f['s:' .. node] or '0')
-  -- Another process synced this bucket under this node id: taken, until its lease runs out (or
-  -- it left), when its fields go as another node's would.
+  -- Another process synced this bucket under this node id and its lease ran out, or it left (a
+  -- live one's refused the whole call: held_bucket): its fields go as another node's would.
   local owner = f['p:' .. node]
   if owner and owner ~= process then
-    if count(f['x:' .. node] or '0') >= now then return {'-2', '0'} end
     redis.call('HDEL', bucket, 'o:' .. node, 'w:' .. node, 'x:' .. node, 's:' .. node, 'l:' .. node, 'p:' .. node)
     f['o:' .. node], f['w:' .. node], f['x:' .. node], f['s:' .. node], f['l:' .. node] = nil, nil, nil, nil, nil
     last = 0
