@@ -185,6 +185,35 @@ test(
   },
 );
 
+test.serial(
+  title('remaining only falls while two nodes begin counting a client exactly, and is 0 by the first refusal'),
+  async (t) => {
+    const f = await fleet(2);
+    try {
+      // A sketch big enough that the client is alone in its counters: the estimate is its count.
+      // Threshold ceil(100 / 16) = 7: each node begins counting it exactly at its 7th request.
+      const [a, b] = quotas(f, { heavyHitters: true, limit: 100, hashes: 4, slots: 1024 });
+      // Each node's r, as far as it knows: a node that has not yet heard of the other's requests
+      // reads more left than one that has, as it would with any lag.
+      const last = [100, 100];
+      let refused = false;
+      for (let i = 1; i <= 130; i++) {
+        const node = i % 2;
+        const { allowed, remaining } = [a, b][node]!.consume('client');
+        // Before, r was limit − the exact count from the moment the node began it: 95, then 99.
+        t.true(remaining <= last[node]!, `node ${node}: r rose from ${last[node]} to ${remaining} at request ${i}`);
+        if (!allowed && !refused) t.is(remaining, 0, `r at the first refusal (request ${i})`);
+        refused ||= !allowed;
+        last[node] = remaining;
+        if (i % 10 === 0) await syncAll(t, f);
+      }
+      t.true(refused, 'the client went over the limit');
+    } finally {
+      await stop(f);
+    }
+  },
+);
+
 test.serial(title('past its capacity a node judges later clients by the sketch, and counts them'), async (t) => {
   const f = await fleet(1);
   try {
