@@ -214,6 +214,40 @@ test.serial(
   },
 );
 
+test.serial(
+  title('a client gets at most the limit more per node whose table is full, as README bounds it'),
+  async (t) => {
+    const limit = 100;
+    const threshold = 7;
+    /** What a client alternating between two nodes gets, with `fillers` clients in node B's table of 50. */
+    async function admitted(fillers: number): Promise<number> {
+      const f = await fleet(2);
+      try {
+        const options = { seed: 7, limit, windowMs: 60_000, clock, heavyHitters: { threshold, capacity: 50 } };
+        const [a, b] = f.syncs.map((sync) => new SyncedWindowQuota({ sync, name: 'q', ...options }));
+        for (let i = 0; i < fillers; i++) for (let j = 0; j < threshold; j++) b!.consume(`filler-${i}`);
+        await syncAll(t, f);
+        let count = 0;
+        // A sync after every request: no lag, so the bound's lag term is 0.
+        for (let i = 0; i < 400; i++) {
+          if ([a, b][i % 2]!.consume('client').allowed) count++;
+          await syncAll(t, f, 1);
+        }
+        return count;
+      } finally {
+        await stop(f);
+      }
+    }
+    const withRoom = await admitted(49);
+    t.true(withRoom <= limit + 2 * (threshold - 1), `with room: ${withRoom}`);
+    // B judges the client by the sketch and counts none of it exactly; A decides on the exact sum,
+    // which leaves B's requests out. README's bound for one full node: up to `limit` more.
+    const full = await admitted(50);
+    t.true(full > withRoom, `a full table lets more through: ${full} against ${withRoom}`);
+    t.true(full <= 2 * limit + 2 * (threshold - 1), `one full table: ${full}`);
+  },
+);
+
 test.serial(title('past its capacity a node judges later clients by the sketch, and counts them'), async (t) => {
   const f = await fleet(1);
   try {

@@ -27,9 +27,11 @@
  * when its own estimate, its own count included, reaches it). So a quota that refuses only when
  * that sum passes its limit never refuses a client within it, however full the sketch is, and
  * admits at most `nodes × (threshold − 1)` more than the sketch alone would, plus what the others
- * counted and this node has not pulled yet (the sync's lag, as for the sketch). Two keys share an
- * id with probability 2^-52 per pair (`n` tracked keys: at most `n² / 2^53`); their counts then
- * add up.
+ * counted and this node has not pulled yet (the sync's lag, as for the sketch), while every node
+ * has room: a node whose table is full judges the keys it cannot track on the sketch and counts
+ * none of their requests here, so each such node may admit a key up to the limit more (README).
+ * Two keys share an id with probability 2^-52 per pair (`n` tracked keys: at most `n² / 2^53`);
+ * their counts then add up.
  *
  * @module
  */

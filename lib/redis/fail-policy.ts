@@ -6,10 +6,11 @@ import { invalidType } from '../errors.js';
  * stopped or slow):
  * - `'local'`: each node admits at most its share of the limit on its own, the limit divided by the
  *   node count last seen in Redis (a `SyncedWindowQuota`: `limit / nodes` of its own requests per
- *   window, and it still refuses what the last known global count refuses; a `SyncedLimiter`: a
- *   bucket of `rate / nodes` and `burst / nodes` per key). The fleet stays within about the limit
- *   when every node is cut off; a quota with `heavyHitters` admits up to `threshold − 1` more per
- *   node, since a node's exact count of a client leaves out what it saw before counting it exactly.
+ *   window, at least 1 when `limit` is, and it still refuses what the last known global count
+ *   refuses; a `SyncedLimiter`: a bucket of `rate / nodes` and `burst / nodes` per key). The fleet
+ *   stays within about the limit (up to `nodes` a window when `limit < nodes`) when every node is
+ *   cut off; a quota with `heavyHitters` admits up to `threshold − 1` more per node, since a
+ *   node's exact count of a client leaves out what it saw before counting it exactly.
  * - `'open'`: a `SyncedWindowQuota` decides on the last known global count plus this node's own
  *   (the fleet can admit up to `nodes × limit` in a window); a `SyncedLimiter` admits everything.
  * - `'closed'`: refuses every request until a sync succeeds.
