@@ -1,13 +1,15 @@
 import test from 'ava';
 import { createServer } from 'node:http';
 import { Registry } from 'prom-client';
-import { Inflight } from '../lib/index.js';
-import { rateLimit, UpstreamLimit, WindowQuota } from '../lib/http/index.js';
+import { backend, HeavyHitters, Inflight, Limiter } from '../lib/index.js';
+import { rateLimit, tokenBucket, UpstreamLimit, WindowQuota } from '../lib/http/index.js';
+import { tokenBucketHook } from '../lib/http/fastify.js';
 import { KeepcountMetrics } from '../lib/metrics.js';
-import { SyncedWindowQuota } from '../lib/redis/index.js';
+import { SyncedLimiter, SyncedWindowQuota } from '../lib/redis/index.js';
 import { recordingSync } from './recording-sync.js';
 import { close, get, listen } from './http-client.js';
 import { throwsShape, title } from './helpers.js';
+import { scratch } from './shared-workers.js';
 
 /** The value of the sample `name{labels}` in Prometheus text, or undefined. */
 function sample(text: string, name: string, labels: string): number | undefined {
@@ -44,6 +46,75 @@ test(
     // A second scrape adds only what happened since.
     const again = await registry.metrics();
     t.is(sample(again, 'keepcount_decisions_total', 'policy="api",outcome="allowed"'), 11);
+  },
+);
+
+test(title('a tokenBucket middleware exports its decisions and the top talkers of its talkers table'), async (t) => {
+  const registry = new Registry();
+  const limiter = new Limiter({ bestEffort: { requests: { perSecond: 0, burst: 2 } } });
+  const talkers = new HeavyHitters({ intervalMs: 60_000, threshold: 1, capacity: 8, seed: 3n });
+  const limit = tokenBucket({ limiter, talkers, key: (req) => String(req.headers['x-client']) });
+  new KeepcountMetrics({ registry, topTalkers: 1 }).addLimiter('buckets', limit);
+  const server = createServer((req, res) => limit(req, res, () => res.end('ok')));
+  const port = await listen(server);
+  try {
+    // One best-effort bucket of 2 for everyone: the first two requests pass, the rest are refused.
+    for (let i = 0; i < 4; i++) await get(port, '/', { 'x-client': 'flooder' });
+    await get(port, '/', { 'x-client': 'polite' });
+  } finally {
+    await close(server);
+  }
+  const text = await registry.metrics();
+  t.is(sample(text, 'keepcount_decisions_total', 'policy="buckets",outcome="allowed"'), 2);
+  t.is(sample(text, 'keepcount_decisions_total', 'policy="buckets",outcome="refused"'), 3);
+  t.is(sample(text, 'keepcount_top_talker_requests', 'policy="buckets",client="flooder",bound="lower"'), 4);
+  t.is(text.match(/^keepcount_top_talker_requests\{/gm)?.length, 2, 'one client × two bounds');
+  t.is(sample(text, 'keepcount_tracked_clients', 'policy="buckets"'), 2);
+  t.is(sample(text, 'keepcount_overflow_requests', 'policy="buckets"'), 0);
+});
+
+test(
+  title('local, shared and synced limiters export the decisions of their checks; a bad one is a TypeError'),
+  async (t) => {
+    const registry = new Registry();
+    const metrics = new KeepcountMetrics({ registry });
+    const quota = { requests: { perSecond: 0, burst: 1 } };
+    const local = new Limiter({ bestEffort: quota });
+    // Never synced: a key with no loan yet is refused until one comes in (README, SyncedLimiter).
+    const synced = new SyncedLimiter({ sync: recordingSync([]), name: 'm', limit: { perSecond: 10, burst: 10 } });
+    const hooked = new Limiter({ bestEffort: quota });
+    metrics
+      .addLimiter('local', local)
+      .addLimiter('synced', tokenBucket({ limiter: synced }))
+      .addLimiter('hook', tokenBucketHook({ limiter: hooked }));
+    for (let i = 0; i < 3; i++) local.check('k');
+    hooked.check('k');
+    t.throws(() => local.check('k', -1), { instanceOf: RangeError }, 'a check that throws counts as neither');
+    synced.check('k');
+    const text = await registry.metrics();
+    t.is(sample(text, 'keepcount_decisions_total', 'policy="local",outcome="allowed"'), 1);
+    t.is(sample(text, 'keepcount_decisions_total', 'policy="local",outcome="refused"'), 2);
+    t.is(sample(text, 'keepcount_decisions_total', 'policy="synced",outcome="allowed"'), 0);
+    t.is(sample(text, 'keepcount_decisions_total', 'policy="synced",outcome="refused"'), 1);
+    t.is(sample(text, 'keepcount_decisions_total', 'policy="hook",outcome="allowed"'), 1);
+    t.is(sample(text, 'keepcount_tracked_clients', 'policy="local"'), undefined, 'no talkers, no gauges');
+    if (backend === 'native') {
+      const shared = Limiter.openShared('metrics', { quota, seed: 1n, dir: scratch(t) });
+      metrics.addLimiter('shared', shared);
+      shared.check('k');
+      shared.check('k');
+      const after = await registry.metrics();
+      t.is(sample(after, 'keepcount_decisions_total', 'policy="shared",outcome="allowed"'), 1);
+      t.is(sample(after, 'keepcount_decisions_total', 'policy="shared",outcome="refused"'), 1);
+      shared.close();
+    }
+    for (const bad of [{}, tokenBucket({ limiter: { check: () => ({ allowed: true as const }) } }), undefined]) {
+      throwsShape(t, () => metrics.addLimiter('x', bad as never), {
+        instanceOf: TypeError,
+        code: 'ERR_INVALID_ARG_TYPE',
+        message: /The "limiter" argument must be a Limiter, a shared Limiter, a SyncedLimiter or a tokenBucket/,
+      });
+    }
   },
 );
 

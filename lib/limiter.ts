@@ -9,7 +9,15 @@ import { packQuotas, type Key, type LimiterCore, type QuotaSpec } from './core.j
 import { Stopwatch, type Clock } from './clock.js';
 import { describe, invalidType, outOfRange, withCode } from './errors.js';
 import { tableKey } from './keys.js';
-import { ALLOWED, quotaInfo, quotaSpec, type LimiterDecision, type Quota, type QuotaInfo } from './quotas.js';
+import {
+  decide,
+  quotaInfo,
+  quotaSpec,
+  type Decisions,
+  type LimiterDecision,
+  type Quota,
+  type QuotaInfo,
+} from './quotas.js';
 import { SharedLimiter, type SharedLimiterOptions } from './shared-limiter.js';
 import { sharedBackend, sharedDir, sharedName, type SharedPlacement } from './shared.js';
 import { iterableArgument, optionsObject } from './options.js';
@@ -68,6 +76,8 @@ export class Limiter implements Disposable {
   readonly #stopwatch: Stopwatch | undefined;
   #bestEffort: QuotaInfo;
   #overall: QuotaInfo | undefined;
+  /** Checks allowed and refused, for {@link decisions}. */
+  readonly #decisions: Decisions = { allowed: 0, refused: 0 };
 
   constructor(options: LimiterOptions) {
     if (typeof options !== 'object' || options === null) {
@@ -133,8 +143,15 @@ export class Limiter implements Disposable {
     // The clock first, then the core: a clock that closes this limiter swaps the core out, and the
     // call must go to the closed one (ERR_KEEPCOUNT_CLOSED), not to the freed one.
     const now = this.#elapsed();
-    const wait = this.#core.check(k, cost, now);
-    return wait === 0 ? ALLOWED : { allowed: false, retryAfterMs: wait };
+    return decide(this.#decisions, this.#core.check(k, cost, now));
+  }
+
+  /**
+   * How many {@link check} calls this object allowed and refused since it was made (a check that
+   * threw counts as neither): what keepcount/metrics exports as `decisions_total`.
+   */
+  decisions(): Decisions {
+    return { ...this.#decisions };
   }
 
   /**

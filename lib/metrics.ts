@@ -22,7 +22,11 @@
  */
 import { Counter, Gauge, register as defaultRegistry, type Registry } from 'prom-client';
 import { invalidType, outOfRange, withCode } from './errors.js';
-import type { QuotaTalkers } from './http/talkers.js';
+import type { LimiterTalkers, QuotaTalkers } from './http/talkers.js';
+import { HeavyHitters } from './heavy.js';
+import { Limiter } from './limiter.js';
+import { SharedLimiter } from './shared-limiter.js';
+import { SyncedLimiter } from './redis/limiter.js';
 import { UpstreamLimit } from './http/upstream.js';
 import { WindowQuota } from './http/window-quota.js';
 import type { HeavyTalker } from './core.js';
@@ -45,7 +49,7 @@ export interface KeepcountMetricsOptions {
   topTalkers?: number;
 }
 
-/** Anything with decision counters: a `WindowQuota` or an `UpstreamLimit`. */
+/** Anything with decision counters: a quota, an upstream limit or a token-bucket limiter. */
 interface Decider {
   decisions(): { allowed: number; refused: number };
 }
@@ -67,14 +71,16 @@ function exported(quota: WindowQuota | SyncedWindowQuota): ExportedQuota {
 }
 
 /**
- * Exports, for every quota and upstream limit added:
+ * Exports, for every quota, token-bucket limiter and upstream limit added:
  * - `keepcount_decisions_total{policy, outcome}`: requests allowed and refused (on this node, for
- *   a keepcount/redis `SyncedWindowQuota`);
+ *   a keepcount/redis `SyncedWindowQuota` or `SyncedLimiter`; in this process, for a shared
+ *   `Limiter`);
  * - `keepcount_top_talker_requests{policy, client, bound}`: the current window's top talkers, the
  *   lower (exact since the client entered the table) and upper bounds of their counts;
  * - `keepcount_tracked_clients{policy}` and `keepcount_overflow_requests{policy}`: clients counted
  *   exactly in the current window, and requests of clients that found the table full (judged by the
- *   sketch alone, so possibly refused wrongly: alert on it);
+ *   sketch alone, so possibly refused wrongly: alert on it); for a `tokenBucket` middleware given
+ *   `talkers`, the same three of its talkers table;
  * - `keepcount_inflight{upstream, key}`: in-flight calls per listed upstream key.
  */
 export class KeepcountMetrics {
@@ -208,6 +214,37 @@ export class KeepcountMetrics {
     }
     this.#add(policy, q);
     this.#quotas.set(policy, exported(q));
+    return this;
+  }
+
+  /**
+   * Exports a token-bucket limiter (a `Limiter`, a shared one from `Limiter.openShared`, or a
+   * keepcount/redis `SyncedLimiter`), or a `tokenBucket` middleware or hook on one, as policy
+   * `policy`: its decisions, and, for a middleware given `talkers`, the top talkers, tracked clients
+   * and overflow of that table (a limiter keeps no counts to list).
+   */
+  addLimiter(policy: string, limiter: Limiter | SharedLimiter | SyncedLimiter | LimiterTalkers): this {
+    const given =
+      limiter instanceof Limiter || limiter instanceof SharedLimiter || limiter instanceof SyncedLimiter
+        ? { limiter, talkers: undefined }
+        : (limiter as Partial<LimiterTalkers> | undefined);
+    const l = given?.limiter;
+    if (!(l instanceof Limiter || l instanceof SharedLimiter || l instanceof SyncedLimiter)) {
+      throw invalidType(
+        'The "limiter" argument',
+        'a Limiter, a shared Limiter, a SyncedLimiter or a tokenBucket middleware on one',
+        limiter,
+      );
+    }
+    this.#add(policy, l);
+    const talkers = given?.talkers;
+    if (talkers instanceof HeavyHitters) {
+      this.#quotas.set(policy, {
+        decisions: () => l.decisions(),
+        topTalkers: (n) => talkers.top(n),
+        heavy: () => talkers.stats(),
+      });
+    }
     return this;
   }
 

@@ -19,6 +19,25 @@ export type LimiterDecision = { readonly allowed: true } | { readonly allowed: f
 /** The one admitted decision, shared. */
 export const ALLOWED: LimiterDecision = Object.freeze({ allowed: true });
 
+/** Checks a limiter allowed and refused: what keepcount/metrics exports as `decisions_total`. */
+export interface Decisions {
+  allowed: number;
+  refused: number;
+}
+
+/**
+ * The decision for a check whose buckets said to wait `waitMs` (0: admitted), counted in `tally`:
+ * where the local and the shared `Limiter` turn their core's answer into a decision.
+ */
+export function decide(tally: Decisions, waitMs: number): LimiterDecision {
+  if (waitMs === 0) {
+    tally.allowed++;
+    return ALLOWED;
+  }
+  tally.refused++;
+  return { allowed: false, retryAfterMs: waitMs };
+}
+
 /** Largest period: 2^53 − 1 ns (about 104 days), so every period is a safe integer of nanoseconds. */
 const MAX_PERIOD_NS = Number.MAX_SAFE_INTEGER;
 

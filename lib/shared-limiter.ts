@@ -9,7 +9,15 @@ import type { Key, QuotaSpec, SharedLimiterCore, SharedLimiterStats } from './co
 import { invalidType, outOfRange } from './errors.js';
 import { validateKey } from './keys.js';
 import { integerOption, optionsObject } from './options.js';
-import { ALLOWED, quotaInfo, quotaSpec, type LimiterDecision, type Quota, type QuotaInfo } from './quotas.js';
+import {
+  decide,
+  quotaInfo,
+  quotaSpec,
+  type Decisions,
+  type LimiterDecision,
+  type Quota,
+  type QuotaInfo,
+} from './quotas.js';
 import { sharedBackend, sharedDir, sharedMode, sharedName, sharedSeed, type SharedCreation } from './shared.js';
 
 export type { SharedLimiterStats } from './core.js';
@@ -54,6 +62,8 @@ export class SharedLimiter {
   /** The quota of the bucket keys beyond the capacity share. */
   readonly bestEffort: QuotaInfo;
   #core: SharedLimiterCore;
+  /** This process's checks allowed and refused, for {@link decisions}. */
+  readonly #decisions: Decisions = { allowed: 0, refused: 0 };
 
   private constructor(core: SharedLimiterCore, quota: QuotaSpec, bestEffort: QuotaSpec) {
     this.#core = core;
@@ -85,8 +95,16 @@ export class SharedLimiter {
     const k = validateKey(key);
     if (typeof cost !== 'number') throw invalidType('The "cost" argument', 'of type number', cost);
     if (!Number.isSafeInteger(cost) || cost < 0) throw outOfRange('The "cost" argument', 'a safe integer >= 0', cost);
-    const wait = this.#core.check(k, cost);
-    return wait === 0 ? ALLOWED : { allowed: false, retryAfterMs: wait };
+    return decide(this.#decisions, this.#core.check(k, cost));
+  }
+
+  /**
+   * How many {@link check} calls made through this object were allowed and refused since it opened
+   * the segment (a check that threw counts as neither): this process's, not the host's, as
+   * keepcount/metrics exports them in `decisions_total` from each worker.
+   */
+  decisions(): Decisions {
+    return { ...this.#decisions };
   }
 
   /**

@@ -23,9 +23,9 @@ import {
   countTalker,
   withLimit,
   withQuota,
-  withTalkers,
+  withLimiter,
+  type LimiterTalkers,
   type QuotaTalkers,
-  type Talkers,
   type UpstreamTalkers,
 } from './talkers.js';
 import type { HeavyHitters } from '../heavy.js';
@@ -175,7 +175,7 @@ export interface TokenBucketHookOptions {
  * app.get('/upload', { onRequest: tokenBucketHook({ limiter }) }, handler);
  * ```
  */
-export function tokenBucketHook(options: TokenBucketHookOptions): OnRequestHook & Talkers {
+export function tokenBucketHook(options: TokenBucketHookOptions): OnRequestHook & LimiterTalkers {
   const { limiter, key, cost, skip, onLimit, talkers } = tokenBucketConfig(options, raw);
   const hook: OnRequestHook = async (request, reply) => {
     if (skip?.(request) === true) return;
@@ -189,7 +189,7 @@ export function tokenBucketHook(options: TokenBucketHookOptions): OnRequestHook 
     else reply.code(429).type('text/plain; charset=utf-8').send('Too Many Requests\n');
     return refused(reply);
   };
-  return withTalkers(hook, talkers);
+  return withLimiter(hook, limiter, talkers);
 }
 
 /** Options of {@link upstreamLimitHook}. */

@@ -29,7 +29,13 @@ export {
   type TokenBucketOptions,
   type UpstreamLimitMiddlewareOptions,
 } from './node.js';
-export { type QuotaTalkers, type Talkers, type TalkersWindow, type UpstreamTalkers } from './talkers.js';
+export {
+  type LimiterTalkers,
+  type QuotaTalkers,
+  type Talkers,
+  type TalkersWindow,
+  type UpstreamTalkers,
+} from './talkers.js';
 /** The bounded form of long client keys, under the names this entry has always exported. */
 export { MAX_STORED_KEY_LENGTH as MAX_TALKER_KEY_LENGTH, storedKey as talkerKey } from '../long-key.js';
 export type { RequestLimiter, RequestQuota } from './quota.js';

@@ -25,9 +25,9 @@ import {
   countTalker,
   withLimit,
   withQuota,
-  withTalkers,
+  withLimiter,
+  type LimiterTalkers,
   type QuotaTalkers,
-  type Talkers,
   type UpstreamTalkers,
 } from './talkers.js';
 import type { HeavyHitters } from '../heavy.js';
@@ -287,7 +287,7 @@ export interface TokenBucketOptions<
  */
 export function tokenBucket<Req extends IncomingMessage = IncomingMessage, Res extends ServerResponse = ServerResponse>(
   options: TokenBucketOptions<Req, Res>,
-): Middleware<Req, Res> & Talkers {
+): Middleware<Req, Res> & LimiterTalkers {
   const { limiter, key, cost, skip, onLimit = tooMany, talkers } = tokenBucketConfig(options, (req: Req) => req);
   const middleware: Middleware<Req, Res> = (req, res, next) => {
     let refusal: TokenBucketRefusal | undefined;
@@ -309,7 +309,7 @@ export function tokenBucket<Req extends IncomingMessage = IncomingMessage, Res e
     const refused = refusal;
     refuse(res, next, () => onLimit(req, res, refused));
   };
-  return withTalkers(middleware, talkers);
+  return withLimiter(middleware, limiter, talkers);
 }
 
 /** Options of {@link upstreamLimit}. */

@@ -3,7 +3,7 @@ import type { HeavyTalker } from '../core.js';
 import { invalidType } from '../errors.js';
 import { HeavyHitters } from '../heavy.js';
 import { storedKey } from '../long-key.js';
-import type { RequestQuota } from './quota.js';
+import type { RequestLimiter, RequestQuota } from './quota.js';
 import type { UpstreamLimit } from './upstream.js';
 
 /** Which interval a top-talkers query reads. */
@@ -47,6 +47,26 @@ export function withLimit<F extends object>(
   talkers: HeavyHitters | undefined,
 ): F & UpstreamTalkers {
   return Object.assign(withTalkers(handler, talkers), { limit });
+}
+
+/** A token-bucket middleware's extras: the limiter it checks with and its top talkers. */
+export interface LimiterTalkers extends Talkers {
+  /** The limiter the middleware checks requests with (shared with every middleware given it). */
+  readonly limiter: RequestLimiter;
+  /** The table every request is counted in for {@link topTalkers}, when the middleware was given one. */
+  readonly talkers: HeavyHitters | undefined;
+}
+
+/**
+ * `handler` with the {@link LimiterTalkers} of `limiter` and `talkers` attached, so that
+ * keepcount/metrics can export a `tokenBucket` middleware as it does a `rateLimit` one.
+ */
+export function withLimiter<F extends object>(
+  handler: F,
+  limiter: RequestLimiter,
+  talkers: HeavyHitters | undefined,
+): F & LimiterTalkers {
+  return Object.assign(withTalkers(handler, talkers), { limiter, talkers });
 }
 
 /**

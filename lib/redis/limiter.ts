@@ -2,7 +2,7 @@
 import { invalidType, outOfRange } from '../errors.js';
 import type { RequestLimiter } from '../http/quota.js';
 import { storedKey } from '../long-key.js';
-import { limitSpec, type LimiterDecision, type RateLimit } from '../quotas.js';
+import { ALLOWED, limitSpec, type Decisions, type LimiterDecision, type RateLimit } from '../quotas.js';
 import { integerOption, iterableArgument, optionsObject } from '../options.js';
 import { Census, entryKeys, SyncedCells } from './cells.js';
 import { syncOption } from './estimator.js';
@@ -201,6 +201,8 @@ export class SyncedLimiter implements RequestLimiter {
   /** Registers the node in the limiter's registry, whose count is the limiter's {@link nodes}. */
   readonly #presence: SyncedCells;
   #closed = false;
+  /** This node's checks allowed and refused, for {@link decisions}. */
+  readonly #decisions: Decisions = { allowed: 0, refused: 0 };
 
   constructor(options: SyncedLimiterOptions) {
     const o = optionsObject(options);
@@ -239,6 +241,23 @@ export class SyncedLimiter implements RequestLimiter {
    * bucket never refills.
    */
   check(key: string, cost = 1): LimiterDecision {
+    const decision = this.#decide(key, cost);
+    if (decision.allowed) this.#decisions.allowed++;
+    else this.#decisions.refused++;
+    return decision;
+  }
+
+  /**
+   * How many {@link check} calls this node allowed and refused since it was made (a check that
+   * threw counts as neither; a closed limiter's refusals count): what keepcount/metrics exports as
+   * `decisions_total` from each node.
+   */
+  decisions(): Decisions {
+    return { ...this.#decisions };
+  }
+
+  /** {@link check}'s decision, uncounted. */
+  #decide(key: string, cost: number): LimiterDecision {
     if (typeof key !== 'string') throw invalidType('The "key" argument', 'of type string', key);
     if (typeof cost !== 'number') throw invalidType('The "cost" argument', 'of type number', cost);
     if (!Number.isSafeInteger(cost) || cost < 0) throw outOfRange('The "cost" argument', 'a safe integer >= 0', cost);
@@ -498,8 +517,6 @@ export class SyncedLimiter implements RequestLimiter {
     return { rate, burst: spec.burst, cap, ttlMs };
   }
 }
-
-const ALLOWED: LimiterDecision = Object.freeze({ allowed: true });
 
 function refusal(retryAfterMs: number): LimiterDecision {
   return { allowed: false, retryAfterMs };
