@@ -242,6 +242,7 @@ test(title('options are validated with keepcount error codes'), (t) => {
 test(title('options another option makes moot are refused, not dropped'), (t) => {
   // Before, each of these ran on the quota's limit, the rate's sketch or the UpstreamLimit's max.
   const quota = new WindowQuota({ limit: 5, windowMs: 1000 });
+  // @ts-expect-error the types refuse the pair too (option-types.spec.ts)
   t.throws(() => rateLimit({ quota, limit: 100, windowMs: 1000 }), {
     instanceOf: TypeError,
     code: 'ERR_INCOMPATIBLE_OPTION_PAIR',
@@ -249,6 +250,7 @@ test(title('options another option makes moot are refused, not dropped'), (t) =>
       'The "quota" option cannot be used with "limit", "windowMs": a quota has its own limit, window and counters',
   });
   const rate = new Rate({ intervalMs: 1000 });
+  // @ts-expect-error the types refuse the pair too
   t.throws(() => rateLimit({ limit: 5, windowMs: 1000, rate, clients: 100_000 }), {
     instanceOf: TypeError,
     code: 'ERR_INCOMPATIBLE_OPTION_PAIR',
@@ -256,6 +258,7 @@ test(title('options another option makes moot are refused, not dropped'), (t) =>
   });
   t.notThrows(() => rateLimit({ limit: 5, windowMs: 1000, rate }));
   const limit = new UpstreamLimit({ max: 20 });
+  // @ts-expect-error the types refuse the pair too
   t.throws(() => upstreamLimit({ limit, max: 2 }), {
     instanceOf: TypeError,
     code: 'ERR_INCOMPATIBLE_OPTION_PAIR',

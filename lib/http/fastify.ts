@@ -18,7 +18,13 @@ import {
 import type { Limiter } from '../limiter.js';
 import type { SharedLimiter } from '../shared-limiter.js';
 import { onExchangeEnd } from './exchange.js';
-import { rateLimitConfig, tokenBucketConfig, upstreamLimitConfig } from './options.js';
+import {
+  rateLimitConfig,
+  tokenBucketConfig,
+  upstreamLimitConfig,
+  type QuotaSource,
+  type UpstreamLimitSource,
+} from './options.js';
 import {
   countTalker,
   withLimit,
@@ -29,9 +35,9 @@ import {
   type UpstreamTalkers,
 } from './talkers.js';
 import type { HeavyHitters } from '../heavy.js';
-import type { RequestLimiter, RequestQuota } from './quota.js';
-import type { WindowQuota, WindowQuotaOptions } from './window-quota.js';
-import type { UpstreamLimit, UpstreamLimitOptions, UpstreamSlot } from './upstream.js';
+import type { RequestLimiter } from './quota.js';
+import type { WindowQuota } from './window-quota.js';
+import type { UpstreamSlot } from './upstream.js';
 
 /** Where Node's request is in Fastify's. */
 const raw = (request: FastifyRequest): IncomingMessage => request.raw;
@@ -65,10 +71,15 @@ function setRefusalFields(reply: FastifyReply, fields: Record<string, string>): 
   for (const name in fields) reply.raw.setHeader(name, fields[name]!);
 }
 
-/** Options of {@link rateLimitHook}: as the node middleware's, with Fastify's request and reply. */
-export interface RateLimitHookOptions extends Partial<WindowQuotaOptions> {
-  /** A ready quota to count in; replaces `limit`/`windowMs`/... */
-  quota?: RequestQuota;
+/**
+ * Options of {@link rateLimitHook}: as the node middleware's, with Fastify's request and reply. A
+ * union, so that options the parser refuses together (`ERR_INCOMPATIBLE_OPTION_PAIR`) fail to
+ * compile too.
+ */
+export type RateLimitHookOptions = QuotaSource & RateLimitHookRules;
+
+/** The rules of {@link RateLimitHookOptions}, whichever quota they count in. */
+interface RateLimitHookRules {
   /**
    * Send `RateLimit-Policy` and `RateLimit` on every counted reply. Defaults to `true`; with
    * `false` refusals still get `Retry-After` and nothing else is sent (see the node `rateLimit`).
@@ -192,10 +203,15 @@ export function tokenBucketHook(options: TokenBucketHookOptions): OnRequestHook 
   return withLimiter(hook, limiter, talkers);
 }
 
-/** Options of {@link upstreamLimitHook}. */
-export interface UpstreamLimitHookOptions extends Partial<UpstreamLimitOptions> {
-  /** A ready limit to count in; replaces `max`, `inflight`, `perClient` and `clientInflight`. */
-  limit?: UpstreamLimit;
+/**
+ * Options of {@link upstreamLimitHook}: as the node middleware's, with Fastify's request and reply.
+ * A union, so that options the parser refuses together (`ERR_INCOMPATIBLE_OPTION_PAIR`) fail to
+ * compile too.
+ */
+export type UpstreamLimitHookOptions = UpstreamLimitSource & UpstreamLimitHookRules;
+
+/** The rules of {@link UpstreamLimitHookOptions}, whichever limit they count in. */
+interface UpstreamLimitHookRules {
   /**
    * The upstream a request goes to: a string (anything else fails the request with a `TypeError`).
    * Defaults to `'default'`.

@@ -20,7 +20,13 @@ import {
   type TokenBucketRefusal,
 } from './headers.js';
 import { onExchangeEnd } from './exchange.js';
-import { rateLimitConfig, tokenBucketConfig, upstreamLimitConfig } from './options.js';
+import {
+  rateLimitConfig,
+  tokenBucketConfig,
+  upstreamLimitConfig,
+  type QuotaSource,
+  type UpstreamLimitSource,
+} from './options.js';
 import {
   countTalker,
   withLimit,
@@ -31,9 +37,8 @@ import {
   type UpstreamTalkers,
 } from './talkers.js';
 import type { HeavyHitters } from '../heavy.js';
-import type { RequestLimiter, RequestQuota } from './quota.js';
-import type { WindowQuotaOptions } from './window-quota.js';
-import type { UpstreamLimit, UpstreamLimitOptions, UpstreamSlot } from './upstream.js';
+import type { RequestLimiter } from './quota.js';
+import type { UpstreamSlot } from './upstream.js';
 
 /**
  * A middleware's `next`: called with no argument to go on, with an error to fail the request.
@@ -145,15 +150,17 @@ export type RateLimitMiddleware<
 > = Middleware<Req, Res> & QuotaTalkers;
 
 /**
- * Options of {@link rateLimit}: a {@link WindowQuotaOptions} quota (or a ready `WindowQuota`, or
- * keepcount/redis' `SyncedWindowQuota` for a limit across machines) and the rules.
+ * Options of {@link rateLimit}: a `WindowQuotaOptions` quota (or a ready `WindowQuota`, or
+ * keepcount/redis' `SyncedWindowQuota` for a limit across machines) and the rules. A union, so
+ * that options the parser refuses together (`ERR_INCOMPATIBLE_OPTION_PAIR`) fail to compile too.
  */
-export interface RateLimitOptions<
+export type RateLimitOptions<
   Req extends IncomingMessage = IncomingMessage,
   Res extends ServerResponse = ServerResponse,
-> extends Partial<WindowQuotaOptions> {
-  /** A ready quota to count in (e.g. shared by several routes); replaces `limit`/`windowMs`/... */
-  quota?: RequestQuota;
+> = QuotaSource & RateLimitRules<Req, Res>;
+
+/** The rules of {@link RateLimitOptions}, whichever quota they count in. */
+interface RateLimitRules<Req extends IncomingMessage, Res extends ServerResponse> {
   /**
    * Send `RateLimit-Policy` and `RateLimit` on every counted response. Defaults to `true`. With
    * `false` refusals still get `Retry-After` and nothing else is sent: for servers whose clients do
@@ -312,16 +319,18 @@ export function tokenBucket<Req extends IncomingMessage = IncomingMessage, Res e
   return withLimiter(middleware, limiter, talkers);
 }
 
-/** Options of {@link upstreamLimit}. */
-export interface UpstreamLimitMiddlewareOptions<
+/**
+ * Options of {@link upstreamLimit}: an `UpstreamLimitOptions` limit (or a ready `UpstreamLimit`)
+ * and the rules. A union, so that options the parser refuses together
+ * (`ERR_INCOMPATIBLE_OPTION_PAIR`) fail to compile too.
+ */
+export type UpstreamLimitMiddlewareOptions<
   Req extends IncomingMessage = IncomingMessage,
   Res extends ServerResponse = ServerResponse,
-> extends Partial<UpstreamLimitOptions> {
-  /**
-   * A ready limit to count in (e.g. shared with other routes); replaces `max`, `inflight`,
-   * `perClient` and `clientInflight`.
-   */
-  limit?: UpstreamLimit;
+> = UpstreamLimitSource & UpstreamLimitRules<Req, Res>;
+
+/** The rules of {@link UpstreamLimitMiddlewareOptions}, whichever limit they count in. */
+interface UpstreamLimitRules<Req extends IncomingMessage, Res extends ServerResponse> {
   /**
    * The upstream a request goes to: a string (anything else fails the request with a `TypeError`).
    * Defaults to `'default'`: one limit for the route.

@@ -31,16 +31,41 @@ export type RawRequest<R> = (request: R) => IncomingMessage;
 /** Any function: the shape refusal handlers are checked against. */
 type AnyFunction = (...args: never[]) => unknown;
 
+/**
+ * `A`'s options or `B`'s, never some of each: the parsers refuse such a pair with
+ * `ERR_INCOMPATIBLE_OPTION_PAIR` ({@link refuseMoot}) rather than drop one side, and with the other
+ * side's options typed `?: undefined` tsc and editors refuse it too, naming the option that
+ * clashes. `undefined`, not `never`: the parsers read an option given as `undefined` as not given,
+ * and `never` would refuse that under `exactOptionalPropertyTypes`.
+ */
+type Exclusive<A, B> = (A & { [K in keyof B]?: undefined }) | (B & { [K in keyof A]?: undefined });
+
+/** A ready quota: it has its own limit, window and counters. */
+interface GivenQuota {
+  /**
+   * A ready quota to count in (e.g. shared by several routes): a `WindowQuota`, or keepcount/redis'
+   * `SyncedWindowQuota` for a limit across machines. Not with `limit`, `windowMs` or any other
+   * option a new quota is made from.
+   */
+  quota: RequestQuota;
+}
+
+/** The options of a new quota: a `rate` brings its own sketch, so not with {@link SKETCH_OPTIONS}. */
+type NewQuota = Partial<Omit<WindowQuotaOptions, 'rate' | SketchOption>> &
+  Exclusive<Required<Pick<WindowQuotaOptions, 'rate'>>, Partial<Pick<WindowQuotaOptions, SketchOption>>>;
+
+/** Where `rateLimit` and `rateLimitHook` count: a ready `quota`, or the options of a new one. */
+export type QuotaSource = Exclusive<GivenQuota, NewQuota>;
+
 /** The options `rateLimit` and `rateLimitHook` share, over their request type and refusal handler. */
-export interface RateLimitInput<R, H extends AnyFunction> extends Partial<WindowQuotaOptions> {
-  quota?: RequestQuota;
+export type RateLimitInput<R, H extends AnyFunction> = QuotaSource & {
   headers?: boolean;
   trustProxy?: TrustProxy;
   ipv6Subnet?: Ipv6Subnet;
   key?: (request: R) => string;
   skip?: (request: R) => boolean;
   onLimit?: H;
-}
+};
 
 /** A parsed {@link RateLimitInput}: the adapter supplies only the default `onLimit`. */
 export interface RateLimitConfig<R, H> {
@@ -74,16 +99,27 @@ export interface TokenBucketConfig<R, H> {
   talkers: HeavyHitters | undefined;
 }
 
+/** A ready upstream limit: it has its own max and counters. */
+interface GivenLimit {
+  /**
+   * A ready limit to count in (e.g. shared with other routes). Not with `max`, `inflight`,
+   * `perClient` or `clientInflight`, the options a new limit is made from.
+   */
+  limit: UpstreamLimit;
+}
+
+/** Where `upstreamLimit` and `upstreamLimitHook` count: a ready `limit`, or the options of a new one. */
+export type UpstreamLimitSource = Exclusive<GivenLimit, Partial<UpstreamLimitOptions>>;
+
 /** The options `upstreamLimit` and `upstreamLimitHook` share. */
-export interface UpstreamLimitInput<R, H extends AnyFunction> extends Partial<UpstreamLimitOptions> {
-  limit?: UpstreamLimit;
+export type UpstreamLimitInput<R, H extends AnyFunction> = UpstreamLimitSource & {
   upstream?: (request: R) => string;
   trustProxy?: TrustProxy;
   ipv6Subnet?: Ipv6Subnet;
   key?: (request: R) => string;
   onLimit?: H;
   talkers?: HeavyHitters;
-}
+};
 
 /** A parsed {@link UpstreamLimitInput}. */
 export interface UpstreamLimitConfig<R, H> {
@@ -230,7 +266,7 @@ function refuseMoot(given: string, options: Record<string, unknown>, moot: reado
 }
 
 /** What `rateLimit` builds its quota from, all moot with a `quota`. */
-const QUOTA_OPTIONS = [
+const QUOTA_OPTIONS: readonly (keyof WindowQuotaOptions)[] = [
   'limit',
   'windowMs',
   'policy',
@@ -244,7 +280,10 @@ const QUOTA_OPTIONS = [
 ];
 
 /** What sizes, seeds and times `rateLimit`'s own sketch, all moot with a `rate`. */
-const SKETCH_OPTIONS = ['clients', 'hashes', 'slots', 'seed', 'clock'];
+const SKETCH_OPTIONS = ['clients', 'hashes', 'slots', 'seed', 'clock'] as const;
+
+/** One of {@link SKETCH_OPTIONS}: the list the parser refuses beside a `rate` is the one its type does. */
+type SketchOption = (typeof SKETCH_OPTIONS)[number];
 
 /** The quota `options` name, or a new one from their `limit`/`windowMs`/... */
 function windowQuota(options: Partial<RateLimitInput<never, AnyFunction>>): RequestQuota {
@@ -326,7 +365,7 @@ function upstreamLimit(options: Partial<UpstreamLimitInput<never, AnyFunction>>)
   const { limit, max, inflight, perClient, clientInflight } = options;
   if (limit !== undefined) {
     if (!(limit instanceof UpstreamLimit)) throw invalidType('The "limit" option', 'an UpstreamLimit', limit);
-    const moot = ['max', 'inflight', 'perClient', 'clientInflight'];
+    const moot: readonly (keyof UpstreamLimitOptions)[] = ['max', 'inflight', 'perClient', 'clientInflight'];
     refuseMoot('limit', options, moot, 'an UpstreamLimit has its own max and counters');
     return limit;
   }
