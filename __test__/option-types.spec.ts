@@ -105,6 +105,30 @@ test(title('an UpstreamLimit beside any option of a new one is refused by the ty
   for (const [name, make] of Object.entries(cases)) throwsShape(t, make, pair('limit', name, LIMIT));
 });
 
+test(
+  title('options a new quota or limit lacks, and options only another makes sense with, are refused by both'),
+  (t) => {
+    const rate = new Rate({ intervalMs: 1000 });
+    const clientInflight = new Inflight();
+    t.teardown(() => {
+      rate.close();
+      clientInflight.close();
+    });
+    const refused = (make: () => unknown, message: RegExp): void =>
+      throwsShape(t, make, { instanceOf: TypeError, code: 'ERR_INVALID_ARG_TYPE', message });
+    // @ts-expect-error a new quota without its limit
+    refused(() => rateLimit({ windowMs: 1000 }), /The "limit" option must be of type number/);
+    // @ts-expect-error a new quota without its window
+    refused(() => rateLimit({ limit: 5 }), /The "windowMs" option must be of type number/);
+    // @ts-expect-error a rate keeps no heavy hitters
+    refused(() => rateLimit({ ...window, rate, heavyHitters: true }), /The "heavyHitters" option must be false/);
+    // @ts-expect-error a new upstream limit without its max
+    refused(() => upstreamLimit({ upstream: () => 'a' }), /The "max" option must be of type number/);
+    // @ts-expect-error clientInflight counts what perClient caps: not without it
+    refused(() => upstreamLimit({ max: 2, clientInflight }), /The "clientInflight" option must be given only with/);
+  },
+);
+
 test(title('the Fastify hooks and plugin refuse the same pairs, in their types and at run time'), async (t) => {
   const quota = new WindowQuota(window);
   const rate = new Rate({ intervalMs: 1000 });

@@ -23,6 +23,7 @@ import { UpstreamLimit, type UpstreamLimitOptions } from './upstream.js';
 import type { RequestLimiter, RequestQuota } from './quota.js';
 import { WindowQuota, type WindowQuotaOptions } from './window-quota.js';
 import type { HeavyHitters } from '../heavy.js';
+import type { Rate } from '../rate.js';
 import { talkersOption } from './talkers.js';
 
 /** Where an adapter's request object keeps Node's request (Fastify: `request.raw`). */
@@ -50,9 +51,17 @@ interface GivenQuota {
   quota: RequestQuota;
 }
 
-/** The options of a new quota: a `rate` brings its own sketch, so not with {@link SKETCH_OPTIONS}. */
-type NewQuota = Partial<Omit<WindowQuotaOptions, 'rate' | SketchOption>> &
-  Exclusive<Required<Pick<WindowQuotaOptions, 'rate'>>, Partial<Pick<WindowQuotaOptions, SketchOption>>>;
+/**
+ * The options of a new quota: `limit` and `windowMs` (the parser requires them), and either a
+ * `rate`, which brings its own sketch (so not with {@link SKETCH_OPTIONS}) and keeps no heavy
+ * hitters, or the options of a sketch of the quota's own.
+ */
+type NewQuota = Pick<WindowQuotaOptions, 'limit' | 'windowMs'> &
+  Partial<Omit<WindowQuotaOptions, 'limit' | 'windowMs' | 'rate' | 'heavyHitters' | SketchOption>> &
+  (
+    | ({ rate: Rate; heavyHitters?: false } & { [K in SketchOption]?: undefined })
+    | (Partial<Pick<WindowQuotaOptions, SketchOption | 'heavyHitters'>> & { rate?: undefined })
+  );
 
 /** Where `rateLimit` and `rateLimitHook` count: a ready `quota`, or the options of a new one. */
 export type QuotaSource = Exclusive<GivenQuota, NewQuota>;
@@ -109,7 +118,14 @@ interface GivenLimit {
 }
 
 /** Where `upstreamLimit` and `upstreamLimitHook` count: a ready `limit`, or the options of a new one. */
-export type UpstreamLimitSource = Exclusive<GivenLimit, Partial<UpstreamLimitOptions>>;
+export type UpstreamLimitSource = Exclusive<GivenLimit, NewUpstreamLimit>;
+
+/** The options of a new upstream limit: `max` (the parser requires it); `clientInflight` only with `perClient`. */
+type NewUpstreamLimit = Omit<UpstreamLimitOptions, 'perClient' | 'clientInflight'> &
+  (
+    | (Pick<UpstreamLimitOptions, 'clientInflight'> & Required<Pick<UpstreamLimitOptions, 'perClient'>>)
+    | { perClient?: undefined; clientInflight?: undefined }
+  );
 
 /** The options `upstreamLimit` and `upstreamLimitHook` share. */
 export type UpstreamLimitInput<R, H extends AnyFunction> = UpstreamLimitSource & {
