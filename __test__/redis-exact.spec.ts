@@ -12,6 +12,7 @@ const pull = (cells: Record<number, number>, incarnation = 'i1', version = 1): P
   applied: true,
   idTaken: false,
   version,
+  head: version,
   incarnation,
   nodes: 2,
   cells: Object.keys(cells).map(Number),

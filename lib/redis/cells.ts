@@ -49,7 +49,13 @@ export interface Pull {
   applied: boolean;
   /** Not applied because Redis holds a later sequence number of this node id (script.ts). */
   idTaken: boolean;
+  /** The version pulled up to: the next pull asks for the cells changed after it. */
   version: number;
+  /**
+   * The entry's newest version in Redis: past `version` when the pull was cut short (more changed
+   * cells wait than one pull carries: script.ts).
+   */
+  head: number;
   incarnation: string;
   nodes: number;
   cells: number[];
@@ -109,6 +115,47 @@ export class Census {
 }
 
 /**
+ * How far an entry's pulls have got in its incarnation: {@link SyncedCells}' and `ExactCells`'.
+ * A pull carries at most 4,096 changed cells, oldest version first (script.ts), so a node that
+ * joins a busy entry, or pulls one from version 0 again after Redis lost it, holds the others'
+ * counts only some syncs later: {@link caughtUp} says when (what `RedisSync.ready()` waits for).
+ */
+export abstract class PulledEntry {
+  /** Version of the last pull: the next pull asks only for cells changed after it. */
+  since = 0;
+  /**
+   * Whether this node has pulled, in the entry's incarnation, every version Redis held at its first
+   * pull of it: the others' counts as of this node's joining (or of Redis losing the entry). Not
+   * whether a pull reached the newest version: under a flood that changes more cells a sync than a
+   * pull carries, none may ever, and `ready()` would wait for good.
+   */
+  caughtUp = false;
+  /** Whether the last pull was cut short: changes wait in Redis past {@link since} (`stats.behind`). */
+  behind = false;
+  #incarnation: string | undefined;
+  /** The entry's newest version at the incarnation's first pull here: caught up once {@link since} reaches it. */
+  #joined = 0;
+
+  /**
+   * Moves {@link since} to where `pull` got; returns whether it found a new incarnation (Redis lost
+   * the entry, or this node's record in it), which this node pulls from version 0 again.
+   */
+  protected pulled(pull: Pull): boolean {
+    const { head } = pull;
+    const renewed = this.#incarnation !== undefined && this.#incarnation !== pull.incarnation;
+    if (this.#incarnation === undefined || renewed) {
+      this.#joined = head;
+      this.caughtUp = false;
+    }
+    this.#incarnation = pull.incarnation;
+    this.since = renewed ? 0 : pull.version;
+    this.caughtUp ||= this.since >= this.#joined;
+    this.behind = this.since < head;
+    return renewed;
+  }
+}
+
+/**
  * One entry of the sync (script.ts) as the sync sees it: where it lives, what to push and what to
  * do with a pull. A sketch's counters ({@link SyncedCells}) or a quota's exact counts (`exact.ts`).
  */
@@ -120,6 +167,10 @@ export interface SyncedEntry {
   readonly leaseMs: number;
   /** Version of the last pull. */
   readonly since: number;
+  /** Whether it holds what the others had counted when its incarnation began here ({@link PulledEntry}). */
+  readonly caughtUp: boolean;
+  /** Whether its last pull was cut short: more of the others' changes wait in Redis. */
+  readonly behind: boolean;
   /** Sequence number of the last sync Redis replied it applied for this entry. */
   readonly acked: number;
   /** Cells changed and not yet pushed (some may be back at their pushed value). */
@@ -143,7 +194,7 @@ const MAX_CONTRIBUTION = Number.MAX_SAFE_INTEGER;
 /** `value` saturated at ±{@link MAX_CONTRIBUTION}. */
 export const saturated = (value: number): number => Math.min(MAX_CONTRIBUTION, Math.max(-MAX_CONTRIBUTION, value));
 
-export class SyncedCells implements SyncedEntry {
+export class SyncedCells extends PulledEntry implements SyncedEntry {
   /** This node's cumulative count per counter. */
   readonly mine: Float64Array;
   /** Every other node's count per counter, as of the last pull. */
@@ -157,14 +208,11 @@ export class SyncedCells implements SyncedEntry {
    * the contribution stays until overwritten). See script.ts.
    */
   readonly leaseMs: number;
-  /** Version of the last pull: the next pull asks only for cells changed after it. */
-  since = 0;
   /**
    * Sequence number of the last sync Redis replied it applied for this entry: Redis remembering
    * less for this node means it went back in time (script.ts).
    */
   acked = 0;
-  #incarnation: string | undefined;
   readonly #marked: Uint8Array;
   #dirty: number[] = [];
   /**
@@ -180,6 +228,7 @@ export class SyncedCells implements SyncedEntry {
   readonly census: Census;
 
   constructor(counters: number, keys: EntryKeys, census: Census, ttlMs: () => number = () => 0, leaseMs = 0) {
+    super();
     this.census = census;
     this.mine = new Float64Array(counters);
     this.others = new Float64Array(counters);
@@ -260,16 +309,12 @@ export class SyncedCells implements SyncedEntry {
   apply(pull: Pull, seq: number, sentAt: number): void {
     if (pull.applied) this.acked = seq;
     this.census.count(pull.nodes, sentAt);
-    if (this.#incarnation !== undefined && this.#incarnation !== pull.incarnation) {
+    if (this.pulled(pull)) {
       this.others.fill(0);
       // Unknown: Redis may hold what this sync pushed into the new incarnation, or nothing.
       this.#pushed.fill(NaN);
-      this.since = 0;
       for (let i = 0; i < this.mine.length; i++) if (this.mine[i] !== 0) this.#mark(i);
-    } else {
-      this.since = pull.version;
     }
-    this.#incarnation = pull.incarnation;
     for (let j = 0; j < pull.cells.length; j++) this.others[pull.cells[j] as number] = pull.others[j] as number;
   }
 

@@ -37,7 +37,15 @@
  */
 import type { HeavyTalker } from '../core.js';
 import { storedKey } from '../long-key.js';
-import { saturated, type Census, type EntryKeys, type Pull, type Push, type SyncedEntry } from './cells.js';
+import {
+  PulledEntry,
+  saturated,
+  type Census,
+  type EntryKeys,
+  type Pull,
+  type Push,
+  type SyncedEntry,
+} from './cells.js';
 
 /**
  * How many keys a node keeps counts of in a window, its tracked keys included, as a multiple of
@@ -64,12 +72,11 @@ interface Cell {
 }
 
 /** One window's exact counts on this node: the keys it tracks and the others' counts of them. */
-export class ExactCells implements SyncedEntry {
+export class ExactCells extends PulledEntry implements SyncedEntry {
   readonly keys: EntryKeys;
   readonly ttlMs: () => number;
   readonly leaseMs = 0;
   readonly census: Census;
-  since = 0;
   acked = 0;
   /** Most keys tracked in the window. */
   readonly capacity: number;
@@ -81,9 +88,9 @@ export class ExactCells implements SyncedEntry {
   readonly #cells = new Map<number, Cell>();
   /** Ids whose count changed since the last push taken, oldest change first. */
   #dirty: number[] = [];
-  #incarnation: string | undefined;
 
   constructor(capacity: number, keys: EntryKeys, census: Census, ttlMs: () => number) {
+    super();
     this.capacity = capacity;
     this.keys = keys;
     this.census = census;
@@ -193,8 +200,7 @@ export class ExactCells implements SyncedEntry {
   apply(pull: Pull, seq: number, sentAt: number): void {
     if (pull.applied) this.acked = seq;
     this.census.count(pull.nodes, sentAt);
-    if (this.#incarnation !== undefined && this.#incarnation !== pull.incarnation) {
-      this.since = 0;
+    if (this.pulled(pull)) {
       for (const [id, cell] of this.#cells) {
         if (cell.mine === undefined) {
           this.#cells.delete(id);
@@ -206,10 +212,7 @@ export class ExactCells implements SyncedEntry {
           }
         }
       }
-    } else {
-      this.since = pull.version;
     }
-    this.#incarnation = pull.incarnation;
     const room = CELLS_PER_CAPACITY * this.capacity;
     for (let j = 0; j < pull.cells.length; j++) {
       const id = pull.cells[j] as number;

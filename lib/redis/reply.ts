@@ -41,10 +41,11 @@ export function parseReply(reply: unknown, entries: number, loans: number): Sync
     const applied = status === 1;
     const idTaken = status === 2;
     const version = number(a + 1);
-    const incarnation = String(reply[a + 2]);
-    const nodes = number(a + 3);
-    const m = number(a + 4);
-    a += 5;
+    const head = number(a + 2);
+    const incarnation = String(reply[a + 3]);
+    const nodes = number(a + 4);
+    const m = number(a + 5);
+    a += 6;
     const cells: number[] = [];
     const others: number[] = [];
     for (let j = 0; j < m; j++, a += 2) {
@@ -57,7 +58,7 @@ export function parseReply(reply: unknown, entries: number, loans: number): Sync
       if (a >= reply.length) throw unexpected();
       layouts.push(String(reply[a]));
     }
-    pulls.push({ applied, idTaken, version, incarnation, nodes, cells, others, layouts });
+    pulls.push({ applied, idTaken, version, head, incarnation, nodes, cells, others, layouts });
   }
   const lent: number[] = [];
   const left: number[] = [];

@@ -87,9 +87,12 @@
 
  * A pull returns at most `pull` cells per entry, in version order, and only whole versions: when
  * more are waiting it stops before the first version it cannot finish and reports the version
- * before it, so the next pull resumes there. One version is one node's push, at most MAX_PUSH
- * cells, or one chunk of at most `pull / 2` cells of a reaped node, below `pull`, so every cut pull
- * still advances. A version of more than `pull` cells is none keepcount wrote: every pull would
+ * before it, so the next pull resumes there, and the entry's newest version beside it: a node
+ * that joins a busy entry (or pulls one from version 0 again) holds what the others had counted
+ * once its pulls pass the newest version its first one reported, a sync per `pull` changed cells,
+ * whatever they changed meanwhile (cells.ts `PulledEntry`). One version is one node's push, at
+ * most MAX_PUSH cells, or one chunk of at most `pull / 2` cells of a reaped node, below `pull`, so
+ * every cut pull still advances. A version of more than `pull` cells is none keepcount wrote: every pull would
  * stop before it, for good, while the syncs succeed, so it fails the entry as a corrupt value.
  *
  * A bucket entry (one key of a synced limiter) is one hash, the fleet's token bucket for the key:
@@ -117,7 +120,10 @@
  * none), layout, cell count n, n
  * pairs of cell index and cumulative value; then per bucket entry: sequence number, rate (tokens
  * per ms), burst (the tokens of a new bucket), cap, lease in ms, lifetime in ms (0: none), tokens
- * held, tokens wanted (−1: leaving), the sequence number whose loan it last took in. Reply, per cell entry: applied (1; 0 not applied, 2 not applied and Redis holds a later sequence number of this node id: another process uses it), version, incarnation, live nodes, m,
+ * held, tokens wanted (−1: leaving), the sequence number whose loan it last took in. Reply, per
+ * cell entry: applied (1; 0 not applied, 2 not applied and Redis holds a later sequence number of
+ * this node id: another process uses it), version, the entry's newest version (past version when
+ * the pull was cut short: more versions wait), incarnation, live nodes, m,
  * then m pairs of cell index and the others' count (global minus this node's, as a string: Redis
  * would truncate a Lua number to a 64-bit integer reply), o and the o other
  * live layouts (at most 16: enough to report a misconfiguration, and a fleet where every node has
@@ -292,7 +298,7 @@ local function cell_entry(k, a)
   end
   local changed = redis.call('ZRANGEBYSCORE', versions, '(' .. since, '+inf', 'WITHSCORES', 'LIMIT', 0, pull + 1)
   local version = count(redis.call('HGET', meta, 'v') or '0')
-  local last = #changed
+  local head, last = version, #changed
   if last > 2 * pull then
     local cut = changed[last]
     version = tonumber(cut) - 1
@@ -303,6 +309,7 @@ local function cell_entry(k, a)
   local told = i .. '/' .. (redis.call('HGET', meta, 'l:' .. node) or '')
   res[#res + 1] = applied
   res[#res + 1] = version
+  res[#res + 1] = head
   res[#res + 1] = told
   res[#res + 1] = redis.call('ZCARD', registry)
   res[#res + 1] = last / 2
@@ -403,7 +410,7 @@ for k = 3 * entries + 1, #KEYS do
 end
 if held then
   for k = 1, 3 * entries, 3 do
-    for _, x in ipairs({2, 0, '', 1, 0, 0}) do out[#out + 1] = x end
+    for _, x in ipairs({2, 0, 0, '', 1, 0, 0}) do out[#out + 1] = x end
   end
   for k = 3 * entries + 1, #KEYS do
     out[#out + 1] = '-2'
@@ -422,7 +429,7 @@ for k = 1, 3 * entries, 3 do
     corrupted(base, res)
     redis.call('DEL', base .. ':c', base .. ':v', base .. ':m', base .. ':n:' .. node, base .. ':l')
     local nodes = redis.pcall('ZCARD', KEYS[k + 1])
-    res = {0, 0, 'corrupt', type(nodes) == 'number' and nodes or 1, 0, 0}
+    res = {0, 0, 0, 'corrupt', type(nodes) == 'number' and nodes or 1, 0, 0}
   end
   for _, x in ipairs(res) do out[#out + 1] = x end
   a = a + 7 + 2 * n

@@ -104,6 +104,15 @@ export interface SyncStats {
    * without counting as staleness (see README, "A sync pushes at most 2,048").
    */
   backlog: number;
+  /**
+   * Entries (a sketch, a window of a rate or quota, a window's exact counts) whose pull at the last
+   * successful sync was cut short: a pull carries at most 4,096 changed cells, so more of the
+   * others' changes wait in Redis and reach this node a sync per 4,096 later. A node that joined a
+   * busy fleet is behind for its first syncs ({@link RedisSync.ready} waits for them); a flood that
+   * changes more cells of an entry per sync keeps every node behind while it lasts. Like
+   * {@link backlog}, not staleness (see README, "A sync pushes at most 2,048").
+   */
+  behind: number;
 }
 
 const MAX_MS = 3_600_000;
@@ -174,6 +183,13 @@ export class RedisSync extends EventEmitter {
    * reported once, not every sync (and again if it goes away and comes back).
    */
   #heard: Heard = new Map();
+  /**
+   * The structures whose every entry had caught up ({@link SyncedEntry.caughtUp}) at the last
+   * successful sync that carried them: what {@link ready} waits for. Judged on the entries that
+   * sync carried, not on those of now: a window that began since has not pulled yet, and with
+   * windows shorter than a sync, `ready()` would never find every current one pulled.
+   */
+  readonly #caughtUp = new WeakSet<SyncSource>();
   readonly #stats: SyncStats = {
     syncs: 0,
     failures: 0,
@@ -182,6 +198,7 @@ export class RedisSync extends EventEmitter {
     cellsPulled: 0,
     lastRoundTripMs: 0,
     backlog: 0,
+    behind: 0,
   };
 
   constructor(options: RedisSyncOptions) {
@@ -284,11 +301,16 @@ export class RedisSync extends EventEmitter {
 
   /**
    * Resolves once every structure on this sync is ready to serve (await it after making them: with
-   * none, no sync reaches Redis and it waits for one): a sync has succeeded, and each
-   * `SyncedLimiter` has counted the nodes that started with this one, which takes a sync sent a
-   * sync period after its first (before that it lends itself no credit: see `SyncedLimiter`).
-   * Await it before serving. A failed sync is tried again every `syncMs`, so it waits as long as
-   * Redis cannot be reached; rejects with `ERR_KEEPCOUNT_CLOSED` if the sync is closed first.
+   * none, no sync reaches Redis and it waits for one): a sync has succeeded; every entry it
+   * carried (a sketch, each window of a rate or quota) holds what the others had counted in it
+   * when this node first pulled it, a sync per 4,096 changed cells, as a pull carries no more
+   * (after one sync, a node joining a busy window admitted a client the others had brought to its
+   * limit); and each `SyncedLimiter` has counted the nodes that started with this one, which takes
+   * a sync sent a sync period after its first (before that it lends itself no credit: see
+   * `SyncedLimiter`). What the others change meanwhile comes in as for any node: a flood that
+   * outruns the pulls delays that ({@link SyncStats.behind}), not this. Await it before serving.
+   * A failed sync is tried again every `syncMs`, so it waits as long as Redis cannot be reached;
+   * rejects with `ERR_KEEPCOUNT_CLOSED` if the sync is closed first.
    */
   async ready(): Promise<void> {
     for (;;) {
@@ -297,7 +319,8 @@ export class RedisSync extends EventEmitter {
       }
       // `synced`: a sync that reached Redis (with no structure yet, a flush sends nothing).
       const flushed = (await this.flush()) && this.synced;
-      if (flushed && [...this.#sources].every((source) => source.ready?.() ?? true)) return;
+      const ready = (source: SyncSource) => this.#caughtUp.has(source) && (source.ready?.() ?? true);
+      if (flushed && [...this.#sources].every(ready)) return;
       // Referenced, unlike the sync's own timer: the caller is waiting on it.
       await delay(this.syncMs);
     }
@@ -352,7 +375,8 @@ export class RedisSync extends EventEmitter {
   async #sync(): Promise<boolean> {
     let timer: NodeJS.Timeout | undefined;
     try {
-      const entries = [...this.#sources].flatMap((source) => source.entries());
+      const carried = [...this.#sources].map((source) => ({ source, entries: source.entries() }));
+      const entries = carried.flatMap((c) => c.entries);
       const loans = [...this.#sources].flatMap((source) => source.loans?.() ?? []);
       if (entries.length === 0 && loans.length === 0) {
         this.#lastSuccess = performance.now();
@@ -401,6 +425,11 @@ export class RedisSync extends EventEmitter {
       this.#stats.syncs++;
       this.#stats.lastRoundTripMs = this.#lastSuccess - started;
       this.#stats.backlog = entries.reduce((sum, entry) => sum + entry.waiting, 0);
+      this.#stats.behind = entries.filter((entry) => entry.behind).length;
+      for (const c of carried) {
+        if (c.entries.every((entry) => entry.caughtUp)) this.#caughtUp.add(c.source);
+        else this.#caughtUp.delete(c.source);
+      }
       this.#dropSettled();
       this.#notify('sync');
       return true;

@@ -1,0 +1,167 @@
+/**
+ * keepcount/redis, a node that joins a busy fleet, against a real redis-server: a pull carries at
+ * most 4,096 changed cells, oldest first, so a new node takes a few syncs to hold what the others
+ * counted. `sync.ready()` waits for them; `stats.behind` tells the entries still pulling, without
+ * counting as staleness.
+ */
+import test from 'ava';
+import { RedisSync, SyncedEstimator, SyncedInflight, SyncedRate, SyncedWindowQuota } from '../lib/redis/index.js';
+import { title } from './helpers.js';
+import { connectClient, type Connection } from './redis-clients.js';
+import { startRedis, type RedisServer } from '../tools/redis-server.js';
+
+/** One window for a whole test: a clock that never moves. */
+const windowMs = 60_000;
+const start = 4_000_000 * windowMs + 5;
+const clock = { now: () => start };
+
+interface Pair {
+  server: RedisServer;
+  connections: Connection[];
+}
+
+async function pair(): Promise<Pair> {
+  const server = await startRedis();
+  const connections = [await connectClient('ioredis', server.port), await connectClient('ioredis', server.port)];
+  return { server, connections };
+}
+
+async function stop({ server, connections }: Pair, ...syncs: RedisSync[]): Promise<void> {
+  for (const sync of syncs) await sync.close();
+  for (const connection of connections) await connection.close();
+  await server.stop();
+}
+
+/** Flushes `sync` until nothing of what it counted waits to be pushed. */
+async function pushAll(t: { true(value: boolean): void }, sync: RedisSync): Promise<void> {
+  do t.true(await sync.flush());
+  while (sync.stats.backlog > 0);
+}
+
+test.serial(
+  title(
+    'a node that joins a busy window is ready only once it holds the others’ counts: a client at the limit is refused',
+  ),
+  async (t) => {
+    const p = await pair();
+    // A syncs only when flushed; B every 20 ms, the pace of ready()'s own syncs.
+    const syncA = new RedisSync({ sendCommand: p.connections[0]!.send, syncMs: 3_600_000 });
+    const syncB = new RedisSync({ sendCommand: p.connections[1]!.send, syncMs: 20 });
+    try {
+      const options = { name: 'q', seed: 7, limit: 100, windowMs, clock };
+      const a = new SyncedWindowQuota({ sync: syncA, ...options });
+      // 3,000 clients change about 11,000 counters, then the heavy client reaches the limit: its
+      // counters change last, so they come last in a pull.
+      for (let i = 0; i < 3000; i++) a.consume(`flood-${i}`);
+      for (let i = 0; i < 100; i++) a.consume('heavy');
+      await pushAll(t, syncA);
+      t.true(syncA.stats.cellsPushed > 2 * 4096, `A pushed ${syncA.stats.cellsPushed} cells`);
+      const b = new SyncedWindowQuota({ sync: syncB, ...options });
+      await syncB.ready();
+      t.true(syncB.stats.syncs > 1, `B synced ${syncB.stats.syncs} times`);
+      t.true(b.current('heavy').count >= 100, `B counts ${b.current('heavy').count}`);
+      // Before, ready() resolved after B's first pull (4,096 cells, none of them the heavy
+      // client's): B admitted all 100 of its requests again.
+      t.false(b.consume('heavy').allowed);
+      t.is(syncB.stats.behind, 0);
+    } finally {
+      await stop(p, syncA, syncB);
+    }
+  },
+);
+
+test.serial(title('stats.behind counts the entries still pulling a backlog, and staleness does not'), async (t) => {
+  const p = await pair();
+  const syncA = new RedisSync({ sendCommand: p.connections[0]!.send, syncMs: 3_600_000 });
+  const syncB = new RedisSync({ sendCommand: p.connections[1]!.send, syncMs: 3_600_000, staleAfterMs: 1000 });
+  try {
+    const a = new SyncedEstimator({ sync: syncA, name: 'e', seed: 7 });
+    // 6,000 keys change about 17,000 of the sketch's 32,768 counters.
+    for (let i = 0; i < 6000; i++) a.incr(`key-${i}`);
+    a.incr('last', 50);
+    await pushAll(t, syncA);
+    const b = new SyncedEstimator({ sync: syncB, name: 'e', seed: 7 });
+    const idle = new SyncedEstimator({ sync: syncB, name: 'idle', seed: 7 });
+    t.true(await syncB.flush());
+    t.is(syncB.stats.behind, 1, 'one entry of two is cut short');
+    t.is(syncB.stats.cellsPulled, 4096);
+    let syncs = 1;
+    while (syncB.stats.behind > 0) {
+      t.false(syncB.stale);
+      t.true(await syncB.flush());
+      syncs++;
+    }
+    t.true(syncs >= 4 && syncs <= 6, `B caught up in ${syncs} syncs`);
+    t.is(b.get('last'), a.get('last'));
+    t.is(idle.get('last'), 0);
+    // Caught up: ready() syncs once and resolves (with syncMs an hour, a second sync would hang).
+    await syncB.ready();
+    t.is(syncB.stats.syncs, syncs + 1);
+  } finally {
+    await stop(p, syncA, syncB);
+  }
+});
+
+test.serial(title('ready() resolves after one sync when there is nothing to pull'), async (t) => {
+  const p = await pair();
+  // Syncs an hour apart: ready() waiting for a second sync would fail the test on its timeout.
+  const syncA = new RedisSync({ sendCommand: p.connections[0]!.send, syncMs: 3_600_000 });
+  const syncB = new RedisSync({ sendCommand: p.connections[1]!.send, syncMs: 3_600_000 });
+  try {
+    let now = start;
+    const options = { name: 'q', seed: 7, limit: 100, windowMs, clock: { now: () => now }, heavyHitters: true };
+    const a = new SyncedWindowQuota({ sync: syncA, ...options });
+    new SyncedEstimator({ sync: syncA, name: 'e', seed: 7 });
+    new SyncedInflight({ sync: syncA, name: 'i', seed: 7 });
+    await syncA.ready();
+    t.is(syncA.stats.syncs, 1, 'a fresh Redis: every entry is new');
+    for (let i = 0; i < 10_000; i++) a.consume(`flood-${i}`);
+    await pushAll(t, syncA);
+    // Two windows on, the windows B syncs are new: A's counts are in one that ended.
+    now += 2 * windowMs;
+    const b = new SyncedWindowQuota({ sync: syncB, ...options });
+    // Windows of 1 ms: by the time a sync's reply is in, windows newer than it carried have begun.
+    new SyncedRate({ sync: syncB, name: 'r', seed: 7, intervalMs: 1 });
+    await syncB.ready();
+    t.is(syncB.stats.syncs, 1);
+    t.is(syncB.stats.cellsPulled, 0);
+    t.true(b.consume('flood-1').allowed);
+  } finally {
+    await stop(p, syncA, syncB);
+  }
+});
+
+test.serial(
+  title(
+    'under a flood that outruns the pull, ready() still resolves once the node holds what was there when it joined',
+  ),
+  async (t) => {
+    const p = await pair();
+    const syncA = new RedisSync({ sendCommand: p.connections[0]!.send, syncMs: 3_600_000 });
+    const syncB = new RedisSync({ sendCommand: p.connections[1]!.send, syncMs: 3_600_000 });
+    try {
+      const a = new SyncedEstimator({ sync: syncA, name: 'e', seed: 7 });
+      for (let i = 0; i < 4000; i++) a.incr(`early-${i}`);
+      a.incr('early', 50);
+      await pushAll(t, syncA);
+      const b = new SyncedEstimator({ sync: syncB, name: 'e', seed: 7 });
+      // Per sync of B, A changes about 6,000 counters and pushes three versions of 2,048: more
+      // than B's pull of 4,096 carries, so every pull of B is cut short.
+      let key = 0;
+      for (let round = 0; round < 8; round++) {
+        for (let i = 0; i < 1500; i++) a.incr(`flood-${key++}`);
+        for (let i = 0; i < 3; i++) t.true(await syncA.flush());
+        t.true(await syncB.flush());
+        t.is(syncB.stats.behind, 1, `round ${round}`);
+        t.false(syncB.stale);
+      }
+      // B's pulls went past the newest version Redis held at its first: it holds every count
+      // A had made then. With syncMs an hour, a ready() waiting for an uncut pull would hang.
+      await syncB.ready();
+      t.is(syncB.stats.behind, 1);
+      t.true(b.get('early') >= 50, `B counts ${b.get('early')}`);
+    } finally {
+      await stop(p, syncA, syncB);
+    }
+  },
+);
