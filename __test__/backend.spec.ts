@@ -120,6 +120,13 @@ test(title('any other load error is described by its first line'), (t) => {
   );
 });
 
+test(title('a bundle that inlined keepcount, leaving its own adapter behind, is told to keep it external'), (t) => {
+  const bundled = Object.assign(new Error(missing('./native.cjs').replace('binding.js', 'dist/server.js')), {
+    code: 'MODULE_NOT_FOUND',
+  });
+  t.regex(describeLoadError(bundled), /^keepcount's own files are not beside .* --external:keepcount/);
+});
+
 function runWorker(pending: boolean): Promise<{
   worker: Worker;
   message: { backend: string; count: number; bytes: number; windows: { count: number; resetMs: number }[] };

@@ -9,10 +9,12 @@
  *
  * @module
  */
+import { types } from 'node:util';
 import { getEnvironmentData, setEnvironmentData } from 'node:worker_threads';
 import { fallbackBackend } from '../fallback/index.js';
 import type { Backend } from './core.js';
 import { describe, withCode } from './errors.js';
+import { platformPackage } from './binary.js';
 import nodeRequire from './require.cjs';
 
 /**
@@ -27,7 +29,9 @@ const WARNED_KEY = 'keepcount:fallback-warned';
 function warnFallback(reason: unknown): void {
   if (process.env.KEEPCOUNT_SILENCE_FALLBACK === '1') return;
   let flag = getEnvironmentData(WARNED_KEY) as Int32Array | undefined;
-  if (!(flag instanceof Int32Array)) {
+  // isInt32Array, not instanceof: a flag made in another realm (jest runs each test file in its own
+  // `vm` context) is an Int32Array of another global, and each file then printed the line again.
+  if (!types.isInt32Array(flag)) {
     flag = new Int32Array(new SharedArrayBuffer(4));
     setEnvironmentData(WARNED_KEY, flag);
   }
@@ -87,6 +91,13 @@ export function loadBackend(): Backend {
  */
 export function describeLoadError(cause: unknown, installed = platformPackageInstalled): string {
   if (!(cause instanceof Error)) return describe(cause);
+  if (cause.message.startsWith("Cannot find module './native.cjs'")) {
+    // keepcount's own adapter is missing beside this file: a bundler inlined keepcount.
+    return (
+      "keepcount's own files are not beside the code that loads it (bundled? leave keepcount external, " +
+      'e.g. esbuild --external:keepcount or --packages=external)'
+    );
+  }
   if (cause.message.startsWith('Cannot find native binding')) {
     const failure = loadFailure(cause, installed);
     return failure === undefined
@@ -124,17 +135,6 @@ function platformPackageInstalled(): boolean {
   } catch {
     return false;
   }
-}
-
-/** The name of the platform package napi's loader looks for on this machine. */
-function platformPackage(): string {
-  const { platform, arch } = process;
-  if (platform === 'linux') {
-    const report = process.report?.getReport() as { header?: { glibcVersionRuntime?: string } } | undefined;
-    return `keepcount-linux-${arch}-${report?.header?.glibcVersionRuntime === undefined ? 'musl' : 'gnu'}`;
-  }
-  if (platform === 'win32') return `keepcount-win32-${arch}-msvc`;
-  return `keepcount-${platform}-${arch}`;
 }
 
 /** The backend this process uses, chosen when keepcount is first imported. */

@@ -47,9 +47,15 @@ import type {
   TickHandle,
   Ticker,
 } from './core.js';
+import { dirname } from 'node:path';
+import { checkBinaryToLoad } from './binary.js';
 import nodeRequire from './require.cjs';
 
-/** The generated loader sits at the package root: one level above `lib/`, three above `dist/<format>/lib/`. */
+/**
+ * The generated loader sits at the package root: one level above `lib/`, three above
+ * `dist/<format>/lib/`. The binary it would load is checked first: one cut short would kill the
+ * process as it loads (`binary.ts`).
+ */
 function loadBinding(): typeof Binding {
   let path: string;
   try {
@@ -57,6 +63,7 @@ function loadBinding(): typeof Binding {
   } catch {
     path = nodeRequire.resolve('../../../binding.js');
   }
+  checkBinaryToLoad(dirname(path));
   return nodeRequire(path) as typeof Binding;
 }
 

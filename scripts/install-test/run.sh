@@ -249,6 +249,29 @@ if install "$work/native" "$main_tgz" "$platform_tgz" >"$work/native-install.log
   fi
   caught_import "$work/native" MODULE_NOT_FOUND keepcount/metrics
   caught_import "$work/native" ERR_KEEPCOUNT_BACKEND keepcount KEEPCOUNT_BACKEND=bogus
+  # A binary cut short once killed the process with SIGBUS as it loaded (glibc maps its segments
+  # past the file's end), and one for another CPU was reported as "No such file or directory".
+  if [[ $(uname -s) == Linux && -n "$node_file" ]]; then
+    cp "$node_file" "$work/intact.node"
+    broken_binary() {
+      local label=$1 reason=$2 out
+      out=$(cd "$work/native" && env -u KEEPCOUNT_BACKEND -u KEEPCOUNT_SILENCE_FALLBACK PATH="$consumer_path" \
+        node -e 'console.log(require("keepcount").backend)' 2>&1) || true
+      if [[ $out == *"native binding unavailable ("*"$reason"* && $out == *$'\n'fallback ]]; then
+        pass "a $label binary falls back, saying so: $(head -n 1 <<<"$out" | cut -c1-160)…"
+      else
+        printf '%s\n' "$out" | sed 's/^/  /'
+        fail "a $label binary did not fall back with a clear reason"
+      fi
+      cp "$work/intact.node" "$node_file"
+    }
+    head -c 100000 "$work/intact.node" >"$node_file"
+    broken_binary truncated "is truncated: 100000 bytes"
+    # e_machine (offset 18): aarch64 on an x64 machine, x86-64 elsewhere.
+    if [[ $(uname -m) == x86_64 ]]; then machine='\xb7\x00'; else machine='\x3e\x00'; fi
+    printf "$machine" | dd of="$node_file" bs=1 seek=18 conv=notrunc status=none
+    broken_binary foreign-CPU "is built for"
+  fi
 else
   cat "$work/native-install.log"
   fail "npm install of the main and platform tarballs"
