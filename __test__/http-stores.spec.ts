@@ -244,6 +244,29 @@ test.serial(title('KeepcountStore reads Date.now() once per increment, and dates
 });
 
 test.serial(
+  title("KeepcountStore on a clock of its own dates the reset no later than the window's end by Date.now()"),
+  async (t) => {
+    // The quota counts on its clock's milliseconds (a `rate`'s monotonic one, here a ManualClock),
+    // out of step with Date.now()'s: 0.9 ms into one of the quota's, 0.1 ms into one of Date's.
+    // Serial: Date is faked for this test alone.
+    mock.timers.enable({ apis: ['Date'], now: 5_000 });
+    t.teardown(() => mock.timers.reset());
+    const clock = new ManualClock();
+    const store = new KeepcountStore({ clock });
+    store.init({ windowMs: 20, limit: 10 });
+    clock.advance(10.9);
+    const { resetTime } = await store.increment('a');
+    // 9.1 ms later the quota's window has ended, and Date.now(), 9.2 ms past 5,000, reads 5,009.
+    clock.advance(9.1);
+    mock.timers.tick(9);
+    t.is(store.get('a').totalHits, 0, 'a new window');
+    // express-rate-limit takes back a request only while Date.now() < resetTime: with 5,010, a
+    // refund of the last window's request took one of the new window's.
+    t.true(Date.now() >= resetTime!.getTime(), `resetTime ${resetTime!.getTime()} at Date.now() ${Date.now()}`);
+  },
+);
+
+test.serial(
   title('the shared window: at most 2 × limit in any windowMs span, a first window as short as 1 ms'),
   async (t) => {
     // Measures the worst case the shared window has and per-key windows (MemoryStore) do not, on
