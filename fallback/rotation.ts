@@ -1,4 +1,4 @@
-import { READ_WALL_CLOCK, Stopwatch, wallElapsedMs } from '../lib/clock.js';
+import { ForwardTime, READ_WALL_CLOCK, Stopwatch, wallReadingMs } from '../lib/clock.js';
 
 /**
  * The two-slot interval clock of `Rate` and `HeavyHitters` (crates/limits/src/rotation.rs,
@@ -15,6 +15,13 @@ export class Rotation<T extends { reset(): void }> {
    * core's `CallerClock::host` does.
    */
   private readonly host: Stopwatch | undefined;
+  /**
+   * With a wall origin (`wallOriginMs` of `RateCoreConstructor`): `nowMs` is a wall reading from
+   * `originMs`, or {@link READ_WALL_CLOCK} to read `Date.now()` here, as the native core reads the
+   * wall clock itself; time is the readings' forward steps, as `CallerClock::with_wall_origin`
+   * counts them.
+   */
+  private readonly wall: { originMs: number; time: ForwardTime } | undefined;
 
   constructor(
     private readonly intervalMs: number,
@@ -23,14 +30,11 @@ export class Rotation<T extends { reset(): void }> {
     /** The slot holding the previous interval. */
     public previous: T,
     hostClock = false,
-    /**
-     * With a wall origin (`wallOriginMs` of `RateCoreConstructor`): a `nowMs` of
-     * {@link READ_WALL_CLOCK} reads `Date.now()` here, from this origin, as the native core
-     * reads the wall clock itself.
-     */
-    private readonly wallOriginMs: number | undefined = undefined,
+    wallOriginMs?: number,
   ) {
     this.host = hostClock ? new Stopwatch(undefined) : undefined;
+    // The origin is the reading 0.
+    this.wall = wallOriginMs === undefined ? undefined : { originMs: wallOriginMs, time: new ForwardTime(0) };
   }
 
   /**
@@ -38,11 +42,13 @@ export class Rotation<T extends { reset(): void }> {
    * `nowMs` is the caller's reading, ignored with a host clock.
    */
   maybeReset(nowMs: number): number {
+    const wall = this.wall;
     const now =
       this.host !== undefined
         ? Math.floor(this.host.elapsedMs())
-        : nowMs === READ_WALL_CLOCK && this.wallOriginMs !== undefined
-          ? wallElapsedMs(this.wallOriginMs)
+        : wall !== undefined
+          ? // Object.is: the sentinel is NaN, which === never matches.
+            wall.time.advance(Object.is(nowMs, READ_WALL_CLOCK) ? wallReadingMs(wall.originMs, Date.now()) : nowMs)
           : nowMs;
     const past = Math.max(0, now - this.lastReset);
     if (past < this.intervalMs) return past;

@@ -62,12 +62,18 @@ export const hostClock: Clock = {
 /**
  * `Date.now()` as a clock: what express-rate-limit's `MemoryStore` and @fastify/rate-limit's
  * `LocalStore` read, so the keepcount stores read it too and tests that fake `Date` (node:test
- * mock timers, sinon, jest) turn their windows. Wall time: a clock stepped back stalls a window
- * by that much (counted as no time passing), one stepped forward turns it early.
+ * mock timers, sinon, jest) turn their windows. Wall time, counted in its forward steps only
+ * (see {@link ForwardTime}): a clock stepped back (a fake timer set to an earlier date, NTP, a VM
+ * snapshot restored) counts as no time passing, and time counts again from the new reading at
+ * once, as the exact stores' per-key windows recover; one stepped forward turns a window early.
+ * (Measured from the first reading alone, a step back of an hour held the window open an hour,
+ * adding up every client's requests.)
  *
  * A `Rate` or `HeavyHitters` given this very object reads it through {@link Stopwatch.reading}:
  * while `Date.now` is the engine's own, the core reads the same wall clock itself, in the call it
- * makes anyway; a `Date.now` replaced by a fake timer is read here and passed in.
+ * makes anyway; a `Date.now` replaced by a fake timer is read here and passed in. Either way the
+ * core counts the forward steps, so one count of them spans both (a fake timer installed or
+ * removed while the object counts).
  */
 export const dateClock: Clock = { now: () => Date.now() };
 
@@ -80,18 +86,45 @@ const engineDateNow = Function.prototype.toString.call(Date.now).includes('[nati
 
 /**
  * The `nowMs` a core made with a wall origin (`wallOriginMs` of `lib/core.ts`
- * `RateCoreConstructor`) takes as "read the wall clock yourself": whole milliseconds since that
- * origin on `Date.now()`'s clock, as {@link Stopwatch.reading} would have counted them. Readings
- * are never negative, so it cannot be taken for one.
+ * `RateCoreConstructor`) takes as "read the wall clock yourself", as {@link wallReadingMs} reads
+ * it from `Date.now()`. Not a number: every reading is one, so it cannot be taken for one.
  */
-export const READ_WALL_CLOCK = -1;
+export const READ_WALL_CLOCK = Number.NaN;
 
 /**
- * Whole milliseconds from `originMs` to `Date.now()`, never negative, at most 2^53 − 1: a wall
- * reading as {@link Stopwatch.reading} makes it, for the fallback cores given {@link READ_WALL_CLOCK}.
+ * A wall reading as a core made with a wall origin takes it: whole milliseconds from `originMs` to
+ * `nowMs` (a `Date.now()` reading), rounded down, negative when the clock stands behind the origin,
+ * within ±(2^53 − 1). Both finite: {@link Stopwatch.reading} passes these for a `Date.now` a fake
+ * timer replaced, and the fallback cores given {@link READ_WALL_CLOCK} read the engine's.
  */
-export function wallElapsedMs(originMs: number): number {
-  return Math.min(Math.floor(Math.max(0, Date.now() - originMs)), Number.MAX_SAFE_INTEGER);
+export function wallReadingMs(originMs: number, nowMs: number): number {
+  return Math.min(Math.max(Math.floor(nowMs - originMs), -Number.MAX_SAFE_INTEGER), Number.MAX_SAFE_INTEGER);
+}
+
+/**
+ * Time on a clock that can step back (`Date.now()`), counted in its forward steps only: the sum of
+ * the rises from each reading to the next, at most 2^53 − 1. A reading below the one before counts
+ * as no time passing, and time counts again from it at once. The fallback cores count wall readings
+ * with it (the native `CallerClock::with_wall_origin` does the same arithmetic on the same doubles,
+ * so the two agree to the bit), and the express-rate-limit store counts its `Date.now()` with it.
+ */
+export class ForwardTime {
+  /** The last reading. */
+  #last: number;
+  /** The forward steps so far. */
+  #elapsed = 0;
+
+  /** Starts at the reading `startMs`, with no time counted. */
+  constructor(startMs: number) {
+    this.#last = startMs;
+  }
+
+  /** Takes the reading `nowMs`; returns the forward steps from the start to it. */
+  advance(nowMs: number): number {
+    if (nowMs > this.#last) this.#elapsed = Math.min(this.#elapsed + (nowMs - this.#last), Number.MAX_SAFE_INTEGER);
+    this.#last = nowMs;
+    return this.#elapsed;
+  }
 }
 
 /** Returns `clock` if it has a `now()` method. */
@@ -125,19 +158,20 @@ export class Stopwatch {
     this.#clock = clock === undefined ? fallback : validateClock(clock);
     this.#origin = fromOrigin ? 0 : this.#read();
     // Not from the clock's origin: that is for buffers, whose cores take no wall readings.
-    this.wallOriginMs =
-      this.#clock === dateClock && engineDateNow !== undefined && !fromOrigin ? this.#origin : undefined;
+    this.wallOriginMs = this.#clock === dateClock && !fromOrigin ? this.#origin : undefined;
   }
 
   /**
-   * What a core takes as `nowMs`: whole milliseconds since construction (at most 2^53 − 1), or
-   * {@link READ_WALL_CLOCK} when this is {@link dateClock} and `Date.now` is the engine's own, for
-   * a core made with {@link wallOriginMs} to read the same clock itself. `Date.now()` from
-   * JavaScript cost about 70 ns of a Fastify store increment's ~560 (Node 20, November 2026); the
-   * native core's `clock_gettime` about a third of that.
+   * What a core takes as `nowMs`: whole milliseconds since construction (at most 2^53 − 1). For
+   * {@link dateClock}, a wall reading for a core made with {@link wallOriginMs} to count in forward
+   * steps: {@link READ_WALL_CLOCK} while `Date.now` is the engine's own, for the core to read the
+   * same clock itself, else {@link wallReadingMs} of the `Date.now` a fake timer put there.
+   * `Date.now()` from JavaScript cost about 70 ns of a Fastify store increment's ~560 (Node 20,
+   * November 2026); the native core's `clock_gettime` about a third of that.
    */
   reading(): number {
-    if (this.wallOriginMs !== undefined && Date.now === engineDateNow) return READ_WALL_CLOCK;
+    const origin = this.wallOriginMs;
+    if (origin !== undefined) return Date.now === engineDateNow ? READ_WALL_CLOCK : wallReadingMs(origin, this.#read());
     return Math.min(Math.floor(this.elapsedMs()), Number.MAX_SAFE_INTEGER);
   }
 

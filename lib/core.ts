@@ -96,9 +96,10 @@ export interface RateCore {
  * `Stopwatch` counts them on its default clock. For `lib/`'s objects made without a `clock`: the
  * native core then reads the time inside the call it makes anyway, instead of JavaScript making
  * a call of its own for it. With `wallOriginMs` (a caller clock on `Date.now()`, `lib/clock.ts`
- * `dateClock`) a `nowMs` of `READ_WALL_CLOCK` (−1) means "read it yourself": whole milliseconds
- * from `wallOriginMs` to the wall clock's present reading (`Date.now()`'s), never negative, at
- * most 2^53 − 1, as `Stopwatch.reading` counts them; any other `nowMs` is taken as given.
+ * `dateClock`) every `nowMs` is a wall reading, whole milliseconds from `wallOriginMs` to a
+ * `Date.now()` reading within ±(2^53 − 1) (`wallReadingMs`), or `READ_WALL_CLOCK` (NaN) for "read
+ * it yourself": the wall clock's present reading. The core's time is then the readings' forward
+ * steps (`ForwardTime`): a reading below the last counts as no time passing.
  */
 export type RateCoreConstructor = new (
   intervalMs: number,

@@ -98,8 +98,9 @@ pub struct HeavyStats {
 impl HeavyHitters {
     /// Validated like `lib/heavy.ts` does; out-of-range values are a `RangeError`. With
     /// `hostClock` the summaries read the host's monotonic clock themselves and ignore every
-    /// `nowMs` ([`CallerClock::host`]); with `wallOriginMs` (and no `hostClock`) a `nowMs` of −1
-    /// reads the wall clock from that origin ([`CallerClock::with_wall_origin`]).
+    /// `nowMs` ([`CallerClock::host`]); with `wallOriginMs` (and no `hostClock`) each `nowMs` is a
+    /// wall reading from that origin, NaN to read the wall clock here, and time is the readings'
+    /// forward steps ([`CallerClock::with_wall_origin`]).
     #[allow(clippy::too_many_arguments)]
     #[napi(constructor, catch_unwind)]
     pub fn new(

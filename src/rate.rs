@@ -92,8 +92,9 @@ impl Rate {
     /// A rate over intervals of `intervalMs` (an integer in [1, 2^52]) with two sketches of
     /// `hashes × slots` keyed by `seed`; otherwise a `RangeError`. Time starts at 0. With
     /// `hostClock` the rate reads the host's monotonic clock itself and ignores every `nowMs`
-    /// ([`CallerClock::host`]); with `wallOriginMs` (and no `hostClock`) a `nowMs` of −1 reads the
-    /// wall clock from that origin ([`CallerClock::with_wall_origin`]).
+    /// ([`CallerClock::host`]); with `wallOriginMs` (and no `hostClock`) each `nowMs` is a wall
+    /// reading from that origin, NaN to read the wall clock here, and time is the readings' forward
+    /// steps ([`CallerClock::with_wall_origin`]).
     #[napi(constructor, catch_unwind)]
     pub fn new(
         env: &Env,

@@ -3,23 +3,29 @@
  * express-rate-limit's `MemoryStore` and @fastify/rate-limit's `LocalStore` both read `Date.now()`
  * and take any window length.
  */
-import type { Clock } from '../../clock.js';
+import { ForwardTime, type Clock } from '../../clock.js';
 import { invalidType, outOfRange } from '../../errors.js';
 import type { Rate } from '../../rate.js';
 import type { HeavyHitterSettings, WindowQuotaOptions } from '../window-quota.js';
 
 /**
- * `lib/clock.ts`'s `dateClock` remembering its last reading. express-rate-limit wants a `resetTime` date:
+ * `Date.now()` counted in its forward steps, as `lib/clock.ts`'s `dateClock` is (a step back counts
+ * as no time passing), remembering its last reading. express-rate-limit wants a `resetTime` date:
  * `Date.now()` plus what is left of the window. The window was judged at a reading of this very
  * clock a moment before, so the store adds to that reading instead of calling `Date.now()` again:
- * one clock read per request instead of two, and a reset time consistent with the count.
+ * one clock read per request instead of two, and a reset time consistent with the count. After a
+ * step back the window's rest counts from the new reading, so the date is as consistent then.
  */
 export class DateReading implements Clock {
-  /** The last value {@link now} returned (0 before the first). */
-  last = 0;
+  /** The last `Date.now()` reading: {@link now}'s, or before the first, the constructor's. */
+  last = Date.now();
+  /** The forward steps from the constructor's reading. */
+  readonly #time = new ForwardTime(this.last);
 
   now(): number {
-    return (this.last = Date.now());
+    const reading = (this.last = Date.now());
+    // A fake's NaN or infinity goes on as it is, for the quota's stopwatch to refuse by name.
+    return Number.isFinite(reading) ? this.#time.advance(reading) : reading;
   }
 }
 
