@@ -23,7 +23,8 @@
  *
  * @module
  */
-export { RedisSync, type RedisSyncOptions, type SyncStats } from './sync.js';
+export { RedisSync } from './sync.js';
+export type { RedisSyncOptions, SyncStats } from './sync-types.js';
 export { SyncedEstimator, type SyncedEstimatorOptions } from './estimator.js';
 export { SyncedInflight, type SyncedInflightOptions } from './inflight.js';
 export { SyncedLimiter, type SyncedLimiterOptions } from './limiter.js';
