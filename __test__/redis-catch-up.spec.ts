@@ -165,3 +165,35 @@ test.serial(
     }
   },
 );
+
+test.serial(title('under a flood, ready() does not wait for windows that began after the node joined'), async (t) => {
+  const p = await pair();
+  const syncA = new RedisSync({ sendCommand: p.connections[0]!.send, syncMs: 3_600_000 });
+  const syncB = new RedisSync({ sendCommand: p.connections[1]!.send, syncMs: 3_600_000 });
+  try {
+    let now = start;
+    const options = { name: 'q', seed: 7, limit: 100, windowMs: 1000, clock: { now: () => now } };
+    const a = new SyncedWindowQuota({ sync: syncA, ...options });
+    new SyncedWindowQuota({ sync: syncB, ...options });
+    // A window per sync of B, and per sync of B three pushes of 2,048 by A (standing for a
+    // flooding fleet): each window holds more than B's first pull of it carries, so B never
+    // catches up with one before it ends. Before, ready() waited for that, window after window,
+    // as long as the flood lasted. Each round, ready() makes one sync of B (syncMs is an hour).
+    let key = 0;
+    let ready = false;
+    for (let round = 0; round < 10 && !ready; round++) {
+      now += 1000;
+      for (let i = 0; i < 3; i++) {
+        for (let j = 0; j < 1500; j++) a.consume(`flood-${key++}`);
+        t.true(await syncA.flush());
+      }
+      const synced = syncB.stats.syncs;
+      void syncB.ready().then(() => (ready = true));
+      while (syncB.stats.syncs === synced) await new Promise((resolve) => setTimeout(resolve, 1));
+      await new Promise((resolve) => setImmediate(resolve));
+    }
+    t.true(ready, 'ready within 10 windows of the flood');
+  } finally {
+    await stop(p, syncA, syncB);
+  }
+});

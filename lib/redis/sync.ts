@@ -109,12 +109,16 @@ export class RedisSync extends EventEmitter {
    */
   #heard: Heard = new Map();
   /**
-   * The structures whose every entry had caught up ({@link SyncedEntry.caughtUp}) at the last
-   * successful sync that carried them: what {@link ready} waits for. Judged on the entries that
-   * sync carried, not on those of now: a window that began since has not pulled yet, and with
-   * windows shorter than a sync, `ready()` would never find every current one pulled.
+   * The structures that hold what the others had counted when this node joined: every entry the
+   * first successful sync carrying them carried has caught up ({@link SyncedEntry.caughtUp}) or
+   * ended (a window since rotated out). What {@link ready} waits for. Only those entries: a window
+   * that begins later is new to every node alike, and under a flood that outruns the pulls its
+   * catch-up could take longer than the window lasts, window after window, and `ready()` would
+   * wait as long as the flood (1 s windows at `syncMs` 1,000 with three flooding nodes).
    */
   readonly #caughtUp = new WeakSet<SyncSource>();
+  /** For each structure not yet {@link #caughtUp}: the entries of its first sync still catching up. */
+  readonly #joining = new WeakMap<SyncSource, SyncedEntry[]>();
   readonly #stats: SyncStats = {
     syncs: 0,
     failures: 0,
@@ -226,9 +230,9 @@ export class RedisSync extends EventEmitter {
 
   /**
    * Resolves once every structure on this sync is ready to serve (await it after making them: with
-   * none, no sync reaches Redis and it waits for one): a sync has succeeded; every entry it
-   * carried (a sketch, each window of a rate or quota) holds what the others had counted in it
-   * when this node first pulled it, a sync per 4,096 changed cells, as a pull carries no more
+   * none, no sync reaches Redis and it waits for one): a sync has succeeded; every entry the
+   * first one carried (a sketch, each window of a rate or quota) holds what the others had counted
+   * in it then, or has ended, a sync per 4,096 changed cells, as a pull carries no more
    * (after one sync, a node joining a busy window admitted a client the others had brought to its
    * limit); and each `SyncedLimiter` has counted the nodes that started with this one, which takes
    * a sync sent a sync period after its first (before that it lends itself no credit: see
@@ -352,8 +356,14 @@ export class RedisSync extends EventEmitter {
       this.#stats.backlog = entries.reduce((sum, entry) => sum + entry.waiting, 0);
       this.#stats.behind = entries.filter((entry) => entry.behind).length;
       for (const c of carried) {
-        if (c.entries.every((entry) => entry.caughtUp)) this.#caughtUp.add(c.source);
-        else this.#caughtUp.delete(c.source);
+        if (this.#caughtUp.has(c.source)) continue;
+        const joining = (this.#joining.get(c.source) ?? c.entries).filter(
+          (entry) => !entry.caughtUp && c.entries.includes(entry),
+        );
+        if (joining.length === 0) {
+          this.#caughtUp.add(c.source);
+          this.#joining.delete(c.source);
+        } else this.#joining.set(c.source, joining);
       }
       this.#dropSettled();
       this.#notify('sync');
