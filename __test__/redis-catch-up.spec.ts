@@ -188,7 +188,11 @@ test.serial(title('under a flood, ready() does not wait for windows that began a
         t.true(await syncA.flush());
       }
       const synced = syncB.stats.syncs;
-      void syncB.ready().then(() => (ready = true));
+      // A call made before B caught up rejects when the sync closes (below); that is fine here.
+      syncB.ready().then(
+        () => (ready = true),
+        () => {},
+      );
       while (syncB.stats.syncs === synced) await new Promise((resolve) => setTimeout(resolve, 1));
       await new Promise((resolve) => setImmediate(resolve));
     }
@@ -196,4 +200,23 @@ test.serial(title('under a flood, ready() does not wait for windows that began a
   } finally {
     await stop(p, syncA, syncB);
   }
+});
+
+test(title('a ready() waiting between its tries rejects as soon as the sync closes'), async (t) => {
+  // Redis unreachable and syncs an hour apart: ready() waits an hour between tries. Before, that
+  // wait outlived close(), holding the process open for the rest of the hour.
+  const sync = new RedisSync({
+    sendCommand: async () => {
+      throw new Error('unreachable');
+    },
+    syncMs: 3_600_000,
+  });
+  sync.on('error', () => {});
+  new SyncedEstimator({ sync, name: 'e', seed: 7 });
+  const waiting = sync.ready();
+  await new Promise((resolve) => setTimeout(resolve, 20));
+  const closedAt = performance.now();
+  await sync.close();
+  await t.throwsAsync(waiting, { code: 'ERR_KEEPCOUNT_CLOSED' });
+  t.true(performance.now() - closedAt < 1000, 'rejected at once, not an hour later');
 });

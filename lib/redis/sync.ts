@@ -104,6 +104,11 @@ export class RedisSync extends EventEmitter {
   #nodes = 1;
   #closing: Promise<boolean> | undefined;
   /**
+   * Aborted by {@link close}: ends the waits of {@link ready} between its tries, which would
+   * otherwise hold the process open for up to a `syncMs` (an hour at most) after the sync closed.
+   */
+  readonly #closed = new AbortController();
+  /**
    * The other layouts each layout registry named at the last sync, so that a misconfiguration is
    * reported once, not every sync (and again if it goes away and comes back).
    */
@@ -250,8 +255,9 @@ export class RedisSync extends EventEmitter {
       const flushed = (await this.flush()) && this.synced;
       const ready = (source: SyncSource) => this.#caughtUp.has(source) && (source.ready?.() ?? true);
       if (flushed && [...this.#sources].every(ready)) return;
-      // Referenced, unlike the sync's own timer: the caller is waiting on it.
-      await delay(this.syncMs);
+      // Referenced, unlike the sync's own timer: the caller is waiting on it. Cut short by close(),
+      // after which the next turn rejects.
+      await delay(this.syncMs, undefined, { signal: this.#closed.signal }).catch(() => undefined);
     }
   }
 
@@ -268,6 +274,7 @@ export class RedisSync extends EventEmitter {
    * twice `timeoutMs` in all.
    */
   close(): Promise<boolean> {
+    this.#closed.abort();
     this.#closing ??= this.#close();
     return this.#closing;
   }
