@@ -2,8 +2,19 @@
  * Memory per structure: `node --expose-gc --import=tsx benchmark/memory.ts <structure> <keys>`
  * prints one JSON line. Each structure runs in a fresh process so nothing else's garbage or
  * allocator state is counted: the keys are generated first, then memory is read (after full
- * collections) before construction, after construction and a warm-up on 2,000 other keys, and
- * after one operation on every one of the distinct keys.
+ * collections) before construction, after construction and a warm-up on 2,000 other keys, after
+ * one operation on every one of the distinct keys, and after one on as many keys again.
+ *
+ * Three things moved RSS by up to 30 MiB between runs of the same structure, none of them the
+ * structure's, so the harness takes them out:
+ * - Keys are flat strings, as a server gets them (node:http's `socket.remoteAddress` is one). The
+ *   suites' keys are built by concatenation, which gives V8 cons strings; the first native read of
+ *   one flattens it into new old-space pages the harness's key array holds: 20–30 MiB over a
+ *   million keys for any structure that reads its key, none for one that only asks its length.
+ * - `benchmark/run.ts` starts this process with {@link QUIET_MALLOC}: glibc otherwise keeps what
+ *   V8's collector threads free in per-thread arenas, 0–15 MiB of RSS growth with no structure.
+ * - Each reading awaits a turn first, so the suspended frame drops what it no longer uses (the key
+ *   generator's temporaries): V8 keeps a synchronous frame's dead registers alive.
  */
 import { CountMinSketch, TopK } from 'bloom-filters';
 import { MemoryStore } from 'express-rate-limit';
@@ -34,8 +45,16 @@ const forBackend = (name: 'native' | 'fallback', make: (b: LoadedBackend, keys: 
   };
 };
 
+/**
+ * glibc's allocator with one arena and its free memory returned at once (`GLIBC_TUNABLES`), so RSS
+ * shows what is held, not what the allocator keeps for reuse.
+ */
+export const QUIET_MALLOC = { GLIBC_TUNABLES: 'glibc.malloc.arena_max=1:glibc.malloc.trim_threshold=0' };
+
 /** Structure names as they appear in the report. */
 export const STRUCTURES: Record<string, Structure> = {
+  // The harness's own reading: what the loop, the readings and the keys move with nothing counted.
+  'no structure (the harness alone)': () => (k) => k.length,
   'keepcount Estimator (native)': forBackend('native', (b) => {
     const e = new b.api.Estimator();
     return (k) => e.incr(k);
@@ -116,12 +135,17 @@ export interface MemoryResult {
   /** Bytes of resident set size (includes Rust's allocations, which the JS heap does not see). */
   rssConstruct: number;
   rssRun: number;
+  /** The same over as many keys again, none of them seen before. */
+  heapNext: number;
+  rssNext: number;
 }
 
 /** Keeps the structure reachable until the last reading: a dead local may be collected early. */
 let keep: Feed | undefined;
 
-function settle(): { heap: number; rss: number } {
+async function settle(): Promise<{ heap: number; rss: number }> {
+  // Suspending here drops the frame's dead temporaries (see the module notes).
+  await new Promise((resolve) => setImmediate(resolve));
   const gc = (globalThis as { gc?: () => void }).gc;
   if (gc === undefined) throw new Error('run with --expose-gc');
   gc();
@@ -130,14 +154,30 @@ function settle(): { heap: number; rss: number } {
   return { heap: m.heapUsed + m.external, rss: m.rss };
 }
 
+/**
+ * The measured keys (the suites' first `n`) and `n` more, as flat strings: a JSON round trip
+ * builds each anew in one piece.
+ */
+function flatKeys(n: number): [string[], string[]] {
+  const flat = JSON.parse(JSON.stringify(makeKeys(2 * n, 0).ips)) as string[];
+  return [flat.slice(0, n), flat.slice(n)];
+}
+
+async function feedAll(feed: Feed, keys: string[]): Promise<void> {
+  for (const k of keys) {
+    const r = feed(k);
+    if (r instanceof Promise) await r;
+  }
+}
+
 async function main(): Promise<void> {
   const [name, count] = process.argv.slice(2);
   const make = STRUCTURES[name!];
   if (make === undefined) throw new Error(`unknown structure ${name}`);
   process.env.KEEPCOUNT_SILENCE_FALLBACK = '1';
   const backends = loadBackends();
-  const { ips } = makeKeys(Number(count), 0);
-  const before = settle();
+  const [ips, next] = flatKeys(Number(count));
+  const before = await settle();
   const feed = make(backends, ips);
   if (feed === undefined) {
     console.log(JSON.stringify({ name, skipped: 'backend unavailable' }));
@@ -150,13 +190,13 @@ async function main(): Promise<void> {
     const r = feed(`warm-${i}`);
     if (r instanceof Promise) await r;
   }
-  const built = settle();
-  for (const k of ips) {
-    const r = feed(k);
-    if (r instanceof Promise) await r;
-  }
-  const after = settle();
-  if (keep !== feed) throw new Error('unreachable');
+  const built = await settle();
+  await feedAll(feed, ips);
+  const after = await settle();
+  await feedAll(feed, next);
+  const again = await settle();
+  // The keys too stay reachable to the end: freed keys would read as the structure shrinking.
+  if (keep !== feed || ips.length !== next.length) throw new Error('unreachable');
   const result: MemoryResult = {
     name: name!,
     keys: ips.length,
@@ -164,6 +204,8 @@ async function main(): Promise<void> {
     heapRun: after.heap - built.heap,
     rssConstruct: built.rss - before.rss,
     rssRun: after.rss - built.rss,
+    heapNext: again.heap - after.heap,
+    rssNext: again.rss - after.rss,
   };
   console.log(JSON.stringify(result));
   process.exit(0);

@@ -330,16 +330,19 @@ export function markdown(
     ...redisSection(redis),
     '## Memory after one operation on each of the distinct keys',
     '',
-    'Fresh process per structure, `--expose-gc`, full collections before each reading. "heap" is V8 heap used + external ' +
-      "(ArrayBuffers); it does not see Rust's allocations, which only RSS shows. RSS moves in pages and with the allocator's " +
-      'caching, so small RSS figures are noise.',
+    'Fresh process per structure, `--expose-gc`, full collections before each reading; keys are flat strings (as ' +
+      "a server's socket gives them) and glibc runs with one arena that returns freed memory at once, so RSS shows " +
+      'what is held rather than the runtime\'s caching (benchmark/memory.ts says why each matters). "heap" is V8 heap ' +
+      'used + external (ArrayBuffers); it does not see Rust\'s allocations, which only RSS shows. "first" is one ' +
+      'operation on each of the distinct keys after construction; "next" is one on as many other keys after that.',
     '',
-    '| structure | keys | heap: construct | heap: run growth | RSS: construct | RSS: run growth |',
-    '| --- | ---: | ---: | ---: | ---: | ---: |',
+    '| structure | keys | heap: construct | heap: first | heap: next | RSS: construct | RSS: first | RSS: next |',
+    '| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |',
     ...memory.map((m) =>
       'skipped' in m
-        ? `| ${m.name} | | skipped: ${m.skipped} | | | |`
-        : `| ${m.name} | ${m.keys.toLocaleString('en-US')} | ${fmtBytes(m.heapConstruct)} | ${fmtBytes(m.heapRun)} | ${fmtBytes(m.rssConstruct)} | ${fmtBytes(m.rssRun)} |`,
+        ? `| ${m.name} | | skipped: ${m.skipped} | | | | | |`
+        : `| ${m.name} | ${m.keys.toLocaleString('en-US')} | ${fmtBytes(m.heapConstruct)} | ${fmtBytes(m.heapRun)} | ` +
+          `${fmtBytes(m.heapNext)} | ${fmtBytes(m.rssConstruct)} | ${fmtBytes(m.rssRun)} | ${fmtBytes(m.rssNext)} |`,
     ),
     '',
     '## Rust benches',

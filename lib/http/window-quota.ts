@@ -153,12 +153,12 @@ export const CAPACITY_PER_CLIENT = 2;
  *   refusal has probability at most 1 in 1,000 per request; with 10× as many keys (a flood from
  *   many addresses) it is about 1 in 2.
  * - Memory is `16 × hashes × slots` bytes for the sketches plus, with heavy hitters, at most
- *   `capacity` entries (~64 bytes and the key) per window; nothing is swept. A key longer than
- *   256 UTF-16 code units is stored, counted and listed by {@link topTalkers} in a 257-unit form
- *   (its first 240 units, `'…'`, 16 hex digits of its SHA-256; see `lib/long-key.ts`), so
- *   clients choosing their keys (a `key` read from a header) cannot make entries large. Two long
- *   keys then share a count only if their 64-bit digests collide: probability at most `n² / 2^65`
- *   for `n` long keys in a window. The decision's `key`, and the sketch of `heavyHitters: false`
+ *   `capacity` entries (~80 bytes with an address for its key natively, ~360 in the fallback) per
+ *   window; nothing is swept. A key longer than 256 UTF-16 code units is stored, counted and
+ *   listed by {@link topTalkers} in a 257-unit form (its first 240 units, `'…'`, 16 hex digits of
+ *   its SHA-256; see `lib/long-key.ts`), so clients choosing their keys (a `key` read from a
+ *   header) cannot make entries large. Two long keys then share a count only if their 64-bit
+ *   digests collide: probability at most `n² / 2^65` for `n` long keys in a window. The decision's `key`, and the sketch of `heavyHitters: false`
  *   or a given `rate` (which store no keys), keep the key as given.
  * - Refused requests count too (as express-rate-limit's do), so a flooding client stays refused
  *   until the window turns, not longer.
