@@ -291,8 +291,9 @@ export class WindowQuota implements Disposable {
   /**
    * The `n` clients with the most requests in `window` (defaults to `'current'`; `'previous'` is
    * the last complete window; `'both'`: the two added), most first, with bounds on their counts:
-   * exact to within the threshold in each window (see `Talkers.topTalkers` for `'both'`). Empty with `heavyHitters: false`, which keeps no keys. A key longer than 256
-   * code units is listed in its bounded form: first 240 units, `'…'`, 16 hex digits of its SHA-256.
+   * exact to within the threshold in each window (see `Talkers.topTalkers` for `'both'`). Empty
+   * with `heavyHitters: false`, which keeps no keys. A key longer than 256 code units is listed in
+   * its bounded form: first 240 units, `'…'`, 16 hex digits of its SHA-256.
    */
   topTalkers(n: number, window: 'current' | 'previous' | 'both' = 'current'): HeavyTalker[] {
     const counts = this.#counts;
