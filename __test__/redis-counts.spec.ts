@@ -116,6 +116,34 @@ test.serial(
 );
 
 test.serial(
+  title('sync.ready() rejects with ERR_KEEPCOUNT_NODE_ID when Redis refuses the node id, with or without a listener'),
+  async (t) => {
+    // A SyncedEstimator's record never expires: the refusal is for good, and ready() kept trying
+    // every syncMs, never settling, silently without an 'error' listener.
+    const server = await startRedis();
+    const connection = await connectClient('ioredis', server.port);
+    try {
+      const first = new RedisSync({ sendCommand: connection.send, syncMs: 3_600_000, nodeId: 'host-b' });
+      new SyncedEstimator({ sync: first, name: 'ready-refused', seed: 7 }).incr('k');
+      await first.ready();
+      for (const listening of [true, false]) {
+        const second = new RedisSync({ sendCommand: connection.send, syncMs: 50, nodeId: 'host-b' });
+        if (listening) second.on('error', () => {});
+        new SyncedEstimator({ sync: second, name: 'ready-refused', seed: 7 });
+        const started = performance.now();
+        await t.throwsAsync(second.ready(), { code: 'ERR_KEEPCOUNT_NODE_ID', message: /node id "host-b"/ });
+        t.true(performance.now() - started < 5_000, 'at its first refused sync, not after a wait');
+        await second.close();
+      }
+      await first.close();
+    } finally {
+      await connection.close();
+      await server.stop();
+    }
+  },
+);
+
+test.serial(
   title("a restart under a fixed nodeId forgets the dead process's slots once their lease runs out, alone"),
   async (t) => {
     // No other node syncs the counter (none would reap the old record): the restart forgets it.

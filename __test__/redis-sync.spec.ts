@@ -189,3 +189,62 @@ test(
     void other.close();
   },
 );
+
+test(
+  title('many ready() calls waiting on one sync print no listener-leak warning, and all end at close()'),
+  async (t) => {
+    const warnings: string[] = [];
+    const onWarning = (warning: Error): void => void warnings.push(warning.name);
+    process.on('warning', onWarning);
+    try {
+      const sync = new RedisSync({
+        sendCommand: async () => {
+          throw new Error('no connection');
+        },
+        syncMs: 3_600_000,
+      });
+      sync.on('error', () => {});
+      new SyncedEstimator({ sync, name: 'probes', seed: 7 });
+      // A readiness probe calling ready() while Redis is away: eleven waiters warned before.
+      const waiting = Array.from({ length: 20 }, () => sync.ready().catch((error: { code?: string }) => error.code));
+      await sleep(50);
+      await sync.close();
+      t.deepEqual(await Promise.all(waiting), Array(20).fill('ERR_KEEPCOUNT_CLOSED'));
+      await sleep(10);
+      t.deepEqual(warnings, []);
+    } finally {
+      process.off('warning', onWarning);
+    }
+  },
+);
+
+test(
+  title("a SyncedLimiter that never synced refuses under 'local' once stale, not a whole burst per key"),
+  async (t) => {
+    const sync = new RedisSync({
+      sendCommand: async () => {
+        throw new Error('no connection');
+      },
+      syncMs: 50,
+      timeoutMs: 50,
+      staleAfterMs: 100,
+    });
+    sync.on('error', () => {});
+    const limiter = new SyncedLimiter({
+      sync,
+      name: 'never',
+      limit: { perSecond: 10, burst: 10 },
+      failPolicy: 'local',
+    });
+    await sleep(250);
+    t.true(sync.stale);
+    t.false(sync.synced);
+    // It took itself for the whole fleet: every node started while Redis was away admitted a burst.
+    const admitted = ['k', 'k2'].map(
+      (key) => Array.from({ length: 20 }, () => limiter.check(key).allowed).filter(Boolean).length,
+    );
+    t.deepEqual(admitted, [0, 0]);
+    t.like(limiter.check('k'), { allowed: false, retryAfterMs: 50 });
+    await sync.close();
+  },
+);

@@ -51,6 +51,42 @@ test.serial(title('windows roll over together on every node, by the wall clock')
   }
 });
 
+test.serial(
+  title('a node whose own clock is windows off is ready only once it holds the fleet’s window on Redis’s clock'),
+  async (t) => {
+    // Before its first reply a node places its windows on its own Date.now(): that sync carried
+    // windows Redis never saw, pulled nothing, and ready() resolved on it (a client at its limit
+    // of 100 was admitted 100 more times).
+    const server = await startRedis();
+    const a = await connectClient('ioredis', server.port);
+    const b = await connectClient('ioredis', server.port);
+    const realNow = Date.now;
+    try {
+      for (const skewMs of [-120_000, 120_000]) {
+        const name = `skewed${skewMs}`;
+        const syncA = new RedisSync({ sendCommand: a.send, syncMs: 3_600_000 });
+        const quotaA = new SyncedWindowQuota({ sync: syncA, name, seed: 7, limit: 100, windowMs: 60_000 });
+        await syncA.ready();
+        for (let i = 0; i < 100; i++) quotaA.consume('heavy');
+        t.true(await syncA.flush());
+        Date.now = () => realNow() + skewMs;
+        const syncB = new RedisSync({ sendCommand: b.send, syncMs: 3_600_000 });
+        const quotaB = new SyncedWindowQuota({ sync: syncB, name, seed: 7, limit: 100, windowMs: 60_000 });
+        await syncB.ready();
+        Date.now = realNow;
+        t.is(quotaB.current('heavy').count, 100, `clock off by ${skewMs} ms`);
+        t.false(quotaB.consume('heavy').allowed);
+        await Promise.all([syncA.close(), syncB.close()]);
+      }
+    } finally {
+      Date.now = realNow;
+      await a.close();
+      await b.close();
+      await server.stop();
+    }
+  },
+);
+
 test.serial(title('a node whose clock runs ahead counts into the next window early'), async (t) => {
   const server = await startRedis();
   const a = await connectClient('ioredis', server.port);

@@ -487,10 +487,15 @@ export class SyncedLimiter implements RequestLimiter {
     return account.checks === 1 && account.held >= 0 && this.#accounts.get(account.key) === account;
   }
 
-  /** A check while the sync is stale, by the fail policy. */
+  /**
+   * A check while the sync is stale, by the fail policy. `'local'` on a sync that never reached
+   * Redis refuses: its node count is only itself, so every node started while Redis was away
+   * would admit a whole burst per key (N nodes, N bursts), where a node that never synced admits
+   * nothing.
+   */
   #stale(account: Account, cost: number, now: number): LimiterDecision {
     if (this.failPolicy === 'open') return ALLOWED;
-    if (this.failPolicy === 'closed') return refusal(this.#sync.syncMs);
+    if (this.failPolicy === 'closed' || !this.#sync.synced) return refusal(this.#sync.syncMs);
     const nodes = this.nodes;
     const { rate, burst } = account.bucket;
     const elapsed = Math.max(0, now - account.localAt);

@@ -117,6 +117,11 @@ export class SyncedRate {
     this.#sync.add(this, 'SyncedRate (or SyncedWindowQuota)', name);
   }
 
+  /** @internal Whether its windows are on Redis's clock (or the given one): see `SyncSource.placed`. */
+  placed(): boolean {
+    return !this.#provisional;
+  }
+
   /** Records `events` (a safe integer; defaults to 1) for `key`; returns its fleet-wide count in the current window. */
   observe(key: Key, events = 1): number {
     return this.observeLocally(key, events, false);

@@ -51,6 +51,12 @@ export interface SyncSource {
   loans?(): LoanRequest[];
   /** Whether the structure is ready to serve ({@link RedisSync.ready}); ready if absent. */
   ready?(): boolean;
+  /**
+   * Whether the entries it just gave sit where the fleet's do: false for a rate's windows placed
+   * on this process's clock before the sync knew Redis's. A sync carrying such entries says
+   * nothing of catching up ({@link RedisSync.ready}). Placed if absent.
+   */
+  placed?(): boolean;
 }
 
 /** Counts of what this node has sent, for metrics. */

@@ -5,7 +5,7 @@
  * Nothing here runs on a request's path: structures answer from their local arrays, and this
  * only refreshes them.
  */
-import { EventEmitter } from 'node:events';
+import { EventEmitter, setMaxListeners } from 'node:events';
 import { randomUUID } from 'node:crypto';
 import { setTimeout as delay } from 'node:timers/promises';
 import { invalidType, outOfRange, withCode, type KeepcountError } from '../errors.js';
@@ -109,6 +109,14 @@ export class RedisSync extends EventEmitter {
    */
   readonly #closed = new AbortController();
   /**
+   * The refusal of the last failed sync, if Redis refused it for this node's id for good (on an
+   * entry whose record has no lease and never expires: a `SyncedEstimator`'s): {@link ready}
+   * rejects with it rather than wait for ever. A refusal that a lease or a window ends waits.
+   */
+  #idRefused: Error | undefined;
+  /** The node-id refusals that no lease or expiry ends ({@link #idRefused}). */
+  readonly #refusedForGood = new WeakSet<object>();
+  /**
    * The other layouts each layout registry named at the last sync, so that a misconfiguration is
    * reported once, not every sync (and again if it goes away and comes back).
    */
@@ -137,6 +145,8 @@ export class RedisSync extends EventEmitter {
 
   constructor(options: RedisSyncOptions) {
     super();
+    // Every waiting ready() listens on it, and a readiness probe may call ready() many times.
+    setMaxListeners(0, this.#closed.signal);
     const o = optionsObject(options);
     if (typeof o.sendCommand !== 'function') {
       throw invalidType('The "sendCommand" option', 'of type function', o.sendCommand);
@@ -244,17 +254,25 @@ export class RedisSync extends EventEmitter {
    * `SyncedLimiter`). What the others change meanwhile comes in as for any node: a flood that
    * outruns the pulls delays that ({@link SyncStats.behind}), not this. Await it before serving.
    * A failed sync is tried again every `syncMs`, so it waits as long as Redis cannot be reached;
-   * rejects with `ERR_KEEPCOUNT_CLOSED` if the sync is closed first.
+   * rejects with `ERR_KEEPCOUNT_CLOSED` if the sync is closed first, and with
+   * `ERR_KEEPCOUNT_NODE_ID` if Redis refuses this node's id for good (another process synced a
+   * `SyncedEstimator` under it, whose record never expires); a refusal that the other process's
+   * lease or windows end, it waits out.
    */
   async ready(): Promise<void> {
     for (;;) {
       if (this.#closing !== undefined) {
         throw withCode(new Error('This RedisSync was closed before it was ready'), 'ERR_KEEPCOUNT_CLOSED');
       }
+      const clockKnown = this.serverTimeKnown;
       // `synced`: a sync that reached Redis (with no structure yet, a flush sends nothing).
       const flushed = (await this.flush()) && this.synced;
+      if (!flushed && this.#idRefused !== undefined) throw this.#idRefused;
       const ready = (source: SyncSource) => this.#caughtUp.has(source) && (source.ready?.() ?? true);
       if (flushed && [...this.#sources].every(ready)) return;
+      // Windows placed before Redis's clock was known do not count for catching up (see #sync):
+      // the next sync, at once, places them on it.
+      if (flushed && !clockKnown) continue;
       // Referenced, unlike the sync's own timer: the caller is waiting on it. Cut short by close(),
       // after which the next turn rejects.
       await delay(this.syncMs, undefined, { signal: this.#closed.signal }).catch(() => undefined);
@@ -311,7 +329,11 @@ export class RedisSync extends EventEmitter {
   async #sync(): Promise<boolean> {
     let timer: NodeJS.Timeout | undefined;
     try {
-      const carried = [...this.#sources].map((source) => ({ source, entries: source.entries() }));
+      const carried = [...this.#sources].map((source) => ({
+        source,
+        entries: source.entries(),
+        placed: source.placed?.() ?? true,
+      }));
       const entries = carried.flatMap((c) => c.entries);
       const loans = [...this.#sources].flatMap((source) => source.loans?.() ?? []);
       if (entries.length === 0 && loans.length === 0) {
@@ -332,6 +354,7 @@ export class RedisSync extends EventEmitter {
       );
       let nodes = 1;
       let ok = true;
+      this.#idRefused = undefined;
       const heard: Heard = new Map();
       for (const result of results) {
         if (result.status === 'fulfilled') {
@@ -347,6 +370,7 @@ export class RedisSync extends EventEmitter {
           }
         } else {
           ok = false;
+          if (this.#refusedForGood.has(result.reason as object)) this.#idRefused = result.reason as Error;
           this.#report(result.reason);
         }
       }
@@ -363,7 +387,8 @@ export class RedisSync extends EventEmitter {
       this.#stats.backlog = entries.reduce((sum, entry) => sum + entry.waiting, 0);
       this.#stats.behind = entries.filter((entry) => entry.behind).length;
       for (const c of carried) {
-        if (this.#caughtUp.has(c.source)) continue;
+        // Windows placed on this process's clock may be others than the fleet's (SyncSource.placed).
+        if (!c.placed || this.#caughtUp.has(c.source)) continue;
         const joining = (this.#joining.get(c.source) ?? c.entries).filter(
           (entry) => !entry.caughtUp && c.entries.includes(entry),
         );
@@ -438,7 +463,10 @@ export class RedisSync extends EventEmitter {
       // Not one entry of this sync was applied, nor will any later one be while the other
       // process runs: a failed sync (stale, then the fail policies), not a silent loss.
       if (pulls.some((pull) => pull.idTaken) || lent.some((tokens) => tokens === -2)) {
-        throw nodeIdTakenError(this.nodeId);
+        const error = nodeIdTakenError(this.nodeId);
+        const forGood = pulls.some((pull, k) => pull.idTaken && entries[k]!.leaseMs === 0 && entries[k]!.ttlMs() === 0);
+        if (forGood) this.#refusedForGood.add(error);
+        throw error;
       }
       let nodes = 1;
       const layouts: Heard = new Map();
