@@ -32,6 +32,13 @@ const promised = (name: string, received = 'an instance of Promise'): Failure =>
 
 const thrown = (message: string): Failure => ({ instanceOf: Error, code: 'E_TEST', message });
 
+/** An `async` method of an object given as an option, as a store-backed limiter might have. */
+const promisedBy = (name: string, method: string): Failure => ({
+  instanceOf: TypeError,
+  code: 'ERR_INVALID_ARG_TYPE',
+  message: `The "${name}" option's ${method}() result must be a value, not a promise: it is called synchronously on every request. Received an instance of Promise`,
+});
+
 const fault = (message: string): Error => Object.assign(new Error(message), { code: 'E_TEST' });
 
 /** A thenable whose `then` throws, as a hostile key or callback might return. */
@@ -103,6 +110,46 @@ function carelessCases(limiter: Limiter): Record<string, { node: Middleware; hoo
     '/upstream-rejects': {
       ...both(upstreamLimit, upstreamLimitHook, { max: 5, upstream: rejects('no upstream') }),
       error: promised('upstream'),
+    },
+    // Objects given as options whose methods are `async` (a limiter backed by a remote store): a
+    // rejection ended the process, a resolved promise read as a refusal for every request.
+    '/rate-quota-rejects': {
+      ...both<any>(rateLimit, rateLimitHook, { quota: { consume: rejects('store down') } }),
+      error: promisedBy('quota', 'consume'),
+    },
+    '/rate-quota-async': {
+      ...both<any>(rateLimit, rateLimitHook, { quota: { consume: async({ allowed: true }) }, headers: false }),
+      error: promisedBy('quota', 'consume'),
+    },
+    '/bucket-limiter-rejects': {
+      ...both<any>(tokenBucket, tokenBucketHook, { limiter: { check: rejects('store down') } }),
+      error: promisedBy('limiter', 'check'),
+    },
+    '/bucket-limiter-async': {
+      ...both<any>(tokenBucket, tokenBucketHook, { limiter: { check: async({ allowed: true }) } }),
+      error: promisedBy('limiter', 'check'),
+    },
+    '/upstream-inflight-rejects': {
+      ...both<any>(upstreamLimit, upstreamLimitHook, {
+        max: 5,
+        inflight: { incr: rejects('store down'), get: () => 0 },
+      }),
+      error: promisedBy('inflight', 'incr'),
+    },
+    '/upstream-inflight-enter-rejects': {
+      ...both<any>(upstreamLimit, upstreamLimitHook, {
+        max: 5,
+        inflight: { incr: () => [{ release() {} }, 1], enter: rejects('store down'), leave() {}, get: () => 0 },
+      }),
+      error: promisedBy('inflight', 'enter'),
+    },
+    '/upstream-client-rejects': {
+      ...both<any>(upstreamLimit, upstreamLimitHook, {
+        max: 5,
+        perClient: 2,
+        clientInflight: { incr: rejects('store down'), get: () => 0 },
+      }),
+      error: promisedBy('clientInflight', 'incr'),
     },
     '/rate-onlimit-throws': {
       ...both(rateLimit, rateLimitHook, {

@@ -139,9 +139,20 @@ test(title('fastify plugin: options that would install no hook are refused at re
     );
     await app.close();
   }
-  // What Fastify's register takes for itself passes through.
+  // A prefix, which Fastify ignores for a plugin that is not encapsulated: its hook limited every
+  // route of the scope (a /health beside /api) where the caller meant /api alone.
+  const prefixed = Fastify();
+  await t.throwsAsync(
+    async () => {
+      await prefixed.register(keepcountFastify, { prefix: '/api', rateLimit: { limit: 1, windowMs: 60_000 } });
+      await prefixed.ready();
+    },
+    { instanceOf: TypeError, code: 'ERR_INVALID_ARG_TYPE', message: /"prefix" option of keepcountFastify/ },
+  );
+  await prefixed.close();
+  // What else Fastify's register takes for itself passes through.
   const app = Fastify();
-  await app.register(keepcountFastify, { prefix: '/api', rateLimit: { limit: 1, windowMs: 60_000 } });
+  await app.register(keepcountFastify, { logLevel: 'warn', rateLimit: { limit: 1, windowMs: 60_000 } });
   app.get('/', async () => 'ok');
   const port = await start(app);
   t.teardown(() => app.close());

@@ -25,6 +25,7 @@ import {
   type QuotaSource,
   type UpstreamLimitSource,
 } from './options.js';
+import { CHECK_RESULT, CONSUME_RESULT, syncResult } from './sync-result.js';
 import {
   countTalker,
   withLimit,
@@ -125,7 +126,7 @@ export function rateLimitHook(options: RateLimitHookOptions): OnRequestHook & Qu
   const { quota, headers, key, skip, onLimit } = rateLimitConfig(options, raw);
   const hook: OnRequestHook = async (request, reply) => {
     if (skip?.(request) === true) return;
-    const decision = quota.consume(key(request));
+    const decision = syncResult(CONSUME_RESULT, quota.consume(key(request)));
     if (headers) {
       const fields = rateLimitHeaders(decision);
       if (decision.allowed) reply.headers(fields);
@@ -192,7 +193,7 @@ export function tokenBucketHook(options: TokenBucketHookOptions): OnRequestHook 
     if (skip?.(request) === true) return;
     const k = key(request);
     countTalker(talkers, k);
-    const decision = limiter.check(k, cost(request));
+    const decision = syncResult(CHECK_RESULT, limiter.check(k, cost(request)));
     if (decision.allowed) return;
     const after = retryAfter(decision.retryAfterMs);
     if (after !== undefined) setRefusalFields(reply, { 'Retry-After': after });
@@ -276,8 +277,12 @@ export interface KeepcountFastifyOptions {
 /** The hooks {@link keepcountFastify} installs, by option. */
 const HOOKS: readonly string[] = ['rateLimit', 'tokenBucket', 'upstreamLimit'];
 
-/** What Fastify's `register` takes for itself and passes to the plugin along with its own options. */
-const REGISTER_OPTIONS: readonly string[] = ['prefix', 'logLevel', 'logSerializers'];
+/**
+ * What Fastify's `register` takes for itself and passes to the plugin along with its own options.
+ * Not `prefix`: Fastify ignores it for a plugin that is not encapsulated, so its hooks would limit
+ * every route of the scope, a health check's beside `/api`'s ({@link checkPluginOptions}).
+ */
+const REGISTER_OPTIONS: readonly string[] = ['logLevel', 'logSerializers'];
 
 /**
  * Refuses plugin options that would install no hook or name one that does not exist:
@@ -289,6 +294,15 @@ function checkPluginOptions(options: unknown): void {
   if (typeof options !== 'object' || options === null)
     throw invalidType('The keepcountFastify options', expected, options);
   const given = options as Record<string, unknown>;
+  if (given.prefix !== undefined) {
+    throw invalidType(
+      'The "prefix" option of keepcountFastify',
+      'absent: the plugin installs its hooks on the scope that registers it, which Fastify gives no ' +
+        'prefix, so they would limit every route there; register it inside a plugin registered with ' +
+        'that prefix',
+      given.prefix,
+    );
+  }
   for (const name of Object.keys(given)) {
     if (!HOOKS.includes(name) && !REGISTER_OPTIONS.includes(name)) {
       throw invalidType(

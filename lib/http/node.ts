@@ -27,6 +27,7 @@ import {
   type QuotaSource,
   type UpstreamLimitSource,
 } from './options.js';
+import { CHECK_RESULT, CONSUME_RESULT, syncResult } from './sync-result.js';
 import {
   countTalker,
   withLimit,
@@ -217,7 +218,7 @@ export function rateLimit<Req extends IncomingMessage = IncomingMessage, Res ext
     let decision: RateLimitDecision | undefined;
     try {
       if (skip?.(req) !== true) {
-        decision = quota.consume(key(req));
+        decision = syncResult(CONSUME_RESULT, quota.consume(key(req)));
         if (headers) {
           checkDecision(decision);
           setFields(res, decision);
@@ -302,7 +303,7 @@ export function tokenBucket<Req extends IncomingMessage = IncomingMessage, Res e
       if (skip?.(req) !== true) {
         const k = key(req);
         countTalker(talkers, k);
-        const decision = limiter.check(k, cost(req));
+        const decision = syncResult(CHECK_RESULT, limiter.check(k, cost(req)));
         if (!decision.allowed) {
           refusal = { key: k, retryAfterMs: decision.retryAfterMs };
           const after = retryAfter(decision.retryAfterMs);

@@ -8,9 +8,9 @@
  * @module
  */
 import type { IncomingMessage } from 'node:http';
-import { types } from 'node:util';
 import { invalidType, withCode } from '../errors.js';
 import { optionsObject } from '../options.js';
+import { syncResult } from './sync-result.js';
 import {
   clientIp,
   ipv6SubnetOption,
@@ -178,21 +178,9 @@ function perRequestOption<R, T>(
     if (result === undefined && required !== undefined) {
       throw invalidType(`The "${name}" option's result`, required, result);
     }
-    if (typeof result === 'object' && result !== null && typeof (result as { then?: unknown }).then === 'function') {
-      // isPromise, not instanceof: a promise from another realm (a `vm` context) is one too.
-      if (types.isPromise(result)) Promise.prototype.then.call(result, undefined, ignore);
-      throw invalidType(
-        `The "${name}" option's result`,
-        'a value, not a promise: it is called synchronously on every request',
-        result,
-      );
-    }
-    return result;
+    return syncResult(`The "${name}" option's result`, result);
   };
 }
-
-/** Swallows the rejection of a promise already reported as a misused result. */
-const ignore = (): void => undefined;
 
 /** A required number option, checked for type here and for range by the class it goes to. */
 function numberOption(name: string, value: number | undefined): number {

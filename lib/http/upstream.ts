@@ -3,6 +3,7 @@ import { closedError, dispose } from '../closed.js';
 import { invalidType, TimeoutError } from '../errors.js';
 import { Inflight, type InflightCounter, type InflightGuard } from '../inflight.js';
 import { integerOption, optionsObject } from '../options.js';
+import { syncResult } from './sync-result.js';
 import { timeout, timeoutSignal } from '../timeout.js';
 
 /** Options of {@link UpstreamLimit}. */
@@ -125,7 +126,7 @@ export class UpstreamLimit implements Disposable {
     if (held !== undefined && held.refused) return this.#refuseClient(key, held.count);
     let counted;
     try {
-      counted = this.inflight.incr(key);
+      counted = syncResult('The "inflight" option\'s incr() result', this.inflight.incr(key));
     } catch (error) {
       throw this.#letGo(held, error);
     }
@@ -165,7 +166,7 @@ export class UpstreamLimit implements Disposable {
     if (held !== undefined && held.refused) return this.#refuseClient(key, held.count);
     let count;
     try {
-      count = counter.enter(key);
+      count = syncResult('The "inflight" option\'s enter() result', counter.enter(key));
     } catch (error) {
       throw this.#letGo(held, error);
     }
@@ -216,9 +217,11 @@ export class UpstreamLimit implements Disposable {
     }
     const pairs = this.#clientPairs;
     let held: HeldClient;
-    if (pairs !== undefined) held = { entry, count: pairs.enter(entry), refused: false, guard: undefined };
-    else {
-      const [guard, count] = counter.incr(entry);
+    if (pairs !== undefined) {
+      const count = syncResult('The "clientInflight" option\'s enter() result', pairs.enter(entry));
+      held = { entry, count, refused: false, guard: undefined };
+    } else {
+      const [guard, count] = syncResult('The "clientInflight" option\'s incr() result', counter.incr(entry));
       held = { entry, count, refused: false, guard };
     }
     if (held.count > this.perClient) {
