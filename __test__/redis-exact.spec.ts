@@ -17,6 +17,7 @@ const pull = (cells: Record<number, number>, incarnation = 'i1', version = 1): P
   nodes: 2,
   cells: Object.keys(cells).map(Number),
   others: Object.values(cells),
+  cursor: '-1',
   layouts: [],
 });
 

@@ -58,8 +58,17 @@ export interface Pull {
   head: number;
   incarnation: string;
   nodes: number;
+  /**
+   * The cells pulled, changed since the version asked for, then those the catch-up scan read
+   * ({@link PulledEntry}), with the others' count of each (the global count less this node's).
+   */
   cells: number[];
   others: number[];
+  /**
+   * Where the catch-up scan got to: the cursor to send next, `'0'` once it went through the
+   * entry, `'-1'` when none ran (none was asked for, or the pull was not cut short).
+   */
+  cursor: string;
   /** The other layouts that synced this part of the structure lately: a misconfigured fleet. */
   layouts: string[];
 }
@@ -119,37 +128,58 @@ export class Census {
  * A pull carries at most 4,096 changed cells, oldest version first (script.ts), so a node that
  * joins a busy entry, or pulls one from version 0 again after Redis lost it, holds the others'
  * counts only some syncs later: {@link caughtUp} says when (what `RedisSync.ready()` waits for).
+ *
+ * The version pulls alone cannot tell it: a cell changed again gets a new version, so a cell that
+ * held the others' count at the join and changes again before the pulls reach it moves ahead of
+ * them, and pulls that went past the newest version of the join may never have brought it (a
+ * count-min sketch missing one counter of a busy key reads it as about 0). So until it is caught
+ * up the node also scans the entry's counts (`HSCAN`, which does not go by version) from the
+ * incarnation's first pull here, about 4,096 cells a sync ({@link scan}), in the syncs whose pull
+ * is cut short: a scan that went through returned every cell held from its start to its end, with
+ * its value when read, so at least what the others had counted at the join.
  */
 export abstract class PulledEntry {
   /** Version of the last pull: the next pull asks only for cells changed after it. */
   since = 0;
   /**
-   * Whether this node has pulled, in the entry's incarnation, every version Redis held at its first
-   * pull of it: the others' counts as of this node's joining (or of Redis losing the entry). Not
-   * whether a pull reached the newest version: under a flood that changes more cells a sync than a
-   * pull carries, none may ever, and `ready()` would wait for good.
+   * Whether this node holds, in the entry's incarnation, what the others had counted at its first
+   * pull of it: the others' counts as of this node's joining (or of Redis losing the entry). True
+   * once a pull was not cut short (it reached the newest version: every cell is in) or the
+   * catch-up scan went through the entry ({@link scan}): under a flood that changes more cells a
+   * sync than a pull carries, no pull may ever reach the newest version, and a `ready()` waiting
+   * for that alone would wait for good.
    */
   caughtUp = false;
   /** Whether the last pull was cut short: changes wait in Redis past {@link since} (`stats.behind`). */
   behind = false;
+  /**
+   * The catch-up scan's cursor, sent with the next sync: `'0'` to begin (at the incarnation's
+   * first pull here, and again at a new incarnation), `'-1'` once {@link caughtUp}: a node caught
+   * up asks Redis for no scan.
+   */
+  scan = '0';
   #incarnation: string | undefined;
-  /** The entry's newest version at the incarnation's first pull here: caught up once {@link since} reaches it. */
-  #joined = 0;
 
   /**
-   * Moves {@link since} to where `pull` got; returns whether it found a new incarnation (Redis lost
-   * the entry, or this node's record in it), which this node pulls from version 0 again.
+   * Moves {@link since} to where `pull` got, and the catch-up scan to where it got; returns
+   * whether it found a new incarnation (Redis lost the entry, or this node's record in it), which
+   * this node pulls from version 0, and scans from the start, again.
    */
   protected pulled(pull: Pull): boolean {
     const { head } = pull;
     const renewed = this.#incarnation !== undefined && this.#incarnation !== pull.incarnation;
-    if (this.#incarnation === undefined || renewed) {
-      this.#joined = head;
-      this.caughtUp = false;
-    }
     this.#incarnation = pull.incarnation;
     this.since = renewed ? 0 : pull.version;
-    this.caughtUp ||= this.since >= this.#joined;
+    if (renewed) {
+      // The pull and scan went by the old incarnation's version and cursor: only an empty new
+      // incarnation is caught up with.
+      this.caughtUp = head === 0;
+      this.scan = '0';
+    } else {
+      this.caughtUp ||= pull.version >= head || pull.cursor === '0';
+      if (pull.cursor !== '-1') this.scan = pull.cursor;
+    }
+    if (this.caughtUp) this.scan = '-1';
     this.behind = this.since < head;
     return renewed;
   }
@@ -169,6 +199,8 @@ export interface SyncedEntry {
   readonly since: number;
   /** Whether it holds what the others had counted when its incarnation began here ({@link PulledEntry}). */
   readonly caughtUp: boolean;
+  /** The catch-up scan's cursor to send (`'-1'`: none; {@link PulledEntry.scan}). */
+  readonly scan: string;
   /** Whether its last pull was cut short: more of the others' changes wait in Redis. */
   readonly behind: boolean;
   /** Sequence number of the last sync Redis replied it applied for this entry. */

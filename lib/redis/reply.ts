@@ -52,13 +52,21 @@ export function parseReply(reply: unknown, entries: number, loans: number): Sync
       cells.push(number(a));
       others.push(number(a + 1));
     }
+    // The catch-up scan's cells mean what the pull's do: taken in the same way (cells.ts).
+    if (a >= reply.length) throw unexpected();
+    const cursor = String(reply[a++]);
+    const s = number(a++);
+    for (let j = 0; j < s; j++, a += 2) {
+      cells.push(number(a));
+      others.push(number(a + 1));
+    }
     const layouts: string[] = [];
     const o = number(a++);
     for (let j = 0; j < o; j++, a++) {
       if (a >= reply.length) throw unexpected();
       layouts.push(String(reply[a]));
     }
-    pulls.push({ applied, idTaken, version, head, incarnation, nodes, cells, others, layouts });
+    pulls.push({ applied, idTaken, version, head, incarnation, nodes, cells, others, cursor, layouts });
   }
   const lent: number[] = [];
   const left: number[] = [];

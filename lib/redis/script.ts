@@ -87,13 +87,22 @@
 
  * A pull returns at most `pull` cells per entry, in version order, and only whole versions: when
  * more are waiting it stops before the first version it cannot finish and reports the version
- * before it, so the next pull resumes there, and the entry's newest version beside it: a node
- * that joins a busy entry (or pulls one from version 0 again) holds what the others had counted
- * once its pulls pass the newest version its first one reported, a sync per `pull` changed cells,
- * whatever they changed meanwhile (cells.ts `PulledEntry`). One version is one node's push, at
- * most MAX_PUSH cells, or one chunk of at most `pull / 2` cells of a reaped node, below `pull`, so
- * every cut pull still advances. A version of more than `pull` cells is none keepcount wrote: every pull would
- * stop before it, for good, while the syncs succeed, so it fails the entry as a corrupt value.
+ * before it, so the next pull resumes there, and the entry's newest version beside it (`behind`).
+ * One version is one node's push, at most MAX_PUSH cells, or one chunk of at most `pull / 2` cells
+ * of a reaped node, below `pull`, so every cut pull still advances. A version of more than `pull`
+ * cells is none keepcount wrote: every pull would stop before it, for good, while the syncs
+ * succeed, so it fails the entry as a corrupt value.
+ * A node that joins a busy entry (or pulls one from version 0 again) cannot tell from versions when
+ * it holds what the others had counted: a cell changed again gets a new version, so one that held
+ * their count at the join and changes again before the pulls reach it moves ahead of them. Until it
+ * is caught up, such a node sends a scan cursor (`0` to begin): a sync whose pull is cut short then
+ * also runs `HSCAN B:c <cursor> COUNT <pull>` once and returns the cells it read (field `i` left
+ * out) with the others' count of each, as the pull does, and the next cursor. A scan that went
+ * through (cursor back to `0`) returned every cell held from its start to its end, with its value
+ * when read, so at least what the others had counted at the join; cells are deleted only with the
+ * whole entry (a new incarnation, which begins the scan again). A node is caught up once a scan
+ * went through or a pull was not cut short (it holds every cell: cells.ts `PulledEntry`); a caught
+ * up node sends `-1` and costs Redis no scan.
  *
  * A bucket entry (one key of a synced limiter) is one hash, the fleet's token bucket for the key:
  * `t` its tokens and `at` when they were counted (server time), and per node `o:<node>` the tokens
@@ -117,7 +126,7 @@
  * entry. ARGV: node id, registry lifetime (ms, also how long a layout stays live), pull limit,
  * number of cell entries, the process's token (a random id per RedisSync); then per cell entry: sequence number, the last sequence number Redis
  * acknowledged applying (0: none), version last seen, lifetime in ms (0: none), lease in ms (0:
- * none), layout, cell count n, n
+ * none), layout, scan cursor (`-1`: no scan), cell count n, n
  * pairs of cell index and cumulative value; then per bucket entry: sequence number, rate (tokens
  * per ms), burst (the tokens of a new bucket), cap, lease in ms, lifetime in ms (0: none), tokens
  * held, tokens wanted (−1: leaving), the sequence number whose loan it last took in. Reply, per
@@ -125,8 +134,9 @@
  * this node id: another process uses it), version, the entry's newest version (past version when
  * the pull was cut short: more versions wait), incarnation, live nodes, m,
  * then m pairs of cell index and the others' count (global minus this node's, as a string: Redis
- * would truncate a Lua number to a 64-bit integer reply), o and the o other
- * live layouts (at most 16: enough to report a misconfiguration, and a fleet where every node has
+ * would truncate a Lua number to a 64-bit integer reply), the scan's next cursor (`0`: it went
+ * through; `-1`: none ran), s and s pairs of cell index and the others' count it read, o and the
+ * o other live layouts (at most 16: enough to report a misconfiguration, and a fleet where every node has
  * its own seed does not make every reply as long as the fleet); then per bucket
  * entry the tokens lent and the tokens left in the bucket after lending them, as strings (−1 and 0
  * when the sync was not applied: a stale sequence number, e.g. a client that sent the script again
@@ -227,8 +237,8 @@ end
 local function cell_entry(k, a)
   local res = {}
   local base, registry, layouts = KEYS[k], KEYS[k + 1], KEYS[k + 2]
-  local seq, acked, since, ttl, lease, layout, n = ARGV[a], tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3]), tonumber(ARGV[a + 4]), ARGV[a + 5], tonumber(ARGV[a + 6])
-  a = a + 7
+  local seq, acked, since, ttl, lease, layout, scan, n = ARGV[a], tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3]), tonumber(ARGV[a + 4]), ARGV[a + 5], ARGV[a + 6], tonumber(ARGV[a + 7])
+  a = a + 8
   local counts, versions, meta, mine, leases = base .. ':c', base .. ':v', base .. ':m', base .. ':n:' .. node, base .. ':l'
   for _, key in ipairs({counts, meta, mine}) do own(key, 'hash') end
   for _, key in ipairs({versions, registry, layouts}) do own(key, 'zset') end
@@ -318,6 +328,23 @@ local function cell_entry(k, a)
     res[#res + 1] = count(cell)
     res[#res + 1] = number(count(redis.call('HGET', counts, cell) or '0') - count(redis.call('HGET', mine, cell) or '0'))
   end
+  -- The catch-up scan: only for a node not caught up (it sends a cursor) whose pull was cut short
+  -- (one that was not holds everything already).
+  local scanned, cursor = {}, '-1'
+  if scan ~= '-1' and version < head then
+    local found = redis.call('HSCAN', counts, scan, 'COUNT', pull)
+    cursor = found[1]
+    for j = 1, #found[2], 2 do
+      local cell = found[2][j]
+      if cell ~= 'i' then
+        scanned[#scanned + 1] = count(cell)
+        scanned[#scanned + 1] = number(count(found[2][j + 1]) - count(redis.call('HGET', mine, cell) or '0'))
+      end
+    end
+  end
+  res[#res + 1] = cursor
+  res[#res + 1] = #scanned / 2
+  for j = 1, #scanned do res[#res + 1] = scanned[j] end
   local others = {}
   for _, other in ipairs(redis.call('ZRANGE', layouts, 0, MAX_LAYOUTS)) do
     if other ~= layout and #others < MAX_LAYOUTS then others[#others + 1] = other end
@@ -402,7 +429,7 @@ local held, b = false, a
 for k = 1, 3 * entries, 3 do
   local ok, yes = pcall(held_cell, k, b)
   held = held or (ok and yes)
-  b = b + 7 + 2 * tonumber(ARGV[b + 6])
+  b = b + 8 + 2 * tonumber(ARGV[b + 7])
 end
 for k = 3 * entries + 1, #KEYS do
   local ok, yes = pcall(held_bucket, k)
@@ -410,7 +437,7 @@ for k = 3 * entries + 1, #KEYS do
 end
 if held then
   for k = 1, 3 * entries, 3 do
-    for _, x in ipairs({2, 0, 0, '', 1, 0, 0}) do out[#out + 1] = x end
+    for _, x in ipairs({2, 0, 0, '', 1, 0, '-1', 0, 0}) do out[#out + 1] = x end
   end
   for k = 3 * entries + 1, #KEYS do
     out[#out + 1] = '-2'
@@ -422,17 +449,17 @@ if held then
   return out
 end
 for k = 1, 3 * entries, 3 do
-  local n = tonumber(ARGV[a + 6])
+  local n = tonumber(ARGV[a + 7])
   local ok, res = pcall(cell_entry, k, a)
   if not ok then
     local base = KEYS[k]
     corrupted(base, res)
     redis.call('DEL', base .. ':c', base .. ':v', base .. ':m', base .. ':n:' .. node, base .. ':l')
     local nodes = redis.pcall('ZCARD', KEYS[k + 1])
-    res = {0, 0, 0, 'corrupt', type(nodes) == 'number' and nodes or 1, 0, 0}
+    res = {0, 0, 0, 'corrupt', type(nodes) == 'number' and nodes or 1, 0, '-1', 0, 0}
   end
   for _, x in ipairs(res) do out[#out + 1] = x end
-  a = a + 7 + 2 * n
+  a = a + 8 + 2 * n
 end
 for k = 3 * entries + 1, #KEYS do
   local ok, res = pcall(bucket_entry, k, a)

@@ -69,7 +69,7 @@ export interface SyncStats {
   commands: number;
   /** Cells pushed, over all syncs. */
   cellsPushed: number;
-  /** Cells pulled, over all syncs. */
+  /** Cells pulled, over all syncs: those of the catch-up scans of a joining node too (cells.ts). */
   cellsPulled: number;
   /** Duration of the last successful sync (the round trip and the script), in ms. */
   lastRoundTripMs: number;
@@ -83,7 +83,8 @@ export interface SyncStats {
    * Entries (a sketch, a window of a rate or quota, a window's exact counts) whose pull at the last
    * successful sync was cut short: a pull carries at most 4,096 changed cells, so more of the
    * others' changes wait in Redis and reach this node a sync per 4,096 later. A node that joined a
-   * busy fleet is behind for its first syncs ({@link RedisSync.ready} waits for them); a flood that
+   * busy fleet is behind for its first syncs ({@link RedisSync.ready} waits only until it holds what
+   * the others had counted when it joined, which it also scans for: see cells.ts); a flood that
    * changes more cells of an entry per sync keeps every node behind while it lasts. Like
    * {@link backlog}, not staleness (see README, "A sync pushes at most 2,048").
    */

@@ -247,10 +247,13 @@ export class RedisSync extends EventEmitter {
    * Resolves once every structure on this sync is ready to serve (await it after making them: with
    * none, no sync reaches Redis and it waits for one): a sync has succeeded; every entry the
    * first one carried (a sketch, each window of a rate or quota) holds what the others had counted
-   * in it then, or has ended, a sync per 4,096 changed cells, as a pull carries no more
-   * (after one sync, a node joining a busy window admitted a client the others had brought to its
-   * limit); and each `SyncedLimiter` has counted the nodes that started with this one, which takes
-   * a sync sent a sync period after its first (before that it lends itself no credit: see
+   * in it then, or has ended, a sync per 4,096 changed cells, as a pull carries no more (after
+   * one sync, a node joining a busy window admitted a client the others had brought to its limit),
+   * or, while its pulls are cut short, once a scan of its counts in Redis, about 4,096 a sync, has
+   * gone through them (cells.ts `PulledEntry`: a count changed again while the pulls catch up
+   * moves ahead of them, and a node that waited only for the pulls read a busy key as 0); and
+   * each `SyncedLimiter` has counted the nodes that started with this one, which takes a sync
+   * sent a sync period after its first (before that it lends itself no credit: see
    * `SyncedLimiter`). What the others change meanwhile comes in as for any node: a flood that
    * outruns the pulls delays that ({@link SyncStats.behind}), not this. Await it before serving.
    * A failed sync is tried again every `syncMs`, so it waits as long as Redis cannot be reached;
@@ -447,7 +450,7 @@ export class RedisSync extends EventEmitter {
         const push = pushes[k] as Push;
         keys.push(entry.keys.base, entry.keys.registry, entry.keys.layouts);
         args.push(seq, String(entry.acked), String(entry.since), String(entry.ttlMs()), String(entry.leaseMs));
-        args.push(entry.keys.layout);
+        args.push(entry.keys.layout, entry.scan);
         args.push(String(push.cells.length));
         push.cells.forEach((cell, j) => args.push(String(cell), push.values[j] as string));
       });
