@@ -1,5 +1,5 @@
 /**
- * `npm run demo [-- --short] [-- --cluster N | --redis]`: a protected proxy on 127.0.0.1 under a
+ * `npm run demo -- [--short] [--cluster N | --redis]`: a protected proxy on 127.0.0.1 under a
  * bounded load from two clients, a polite one and a flooding one, then a table of what each got.
  * With `--cluster N` the proxy runs as N `node:cluster` workers sharing their limits (native
  * backend); with `--redis`, as 3 processes on 3 ports, as machines behind a load balancer, their
@@ -11,13 +11,20 @@ import { parseArgs } from 'node:util';
 import { backend } from '../lib/index.js';
 import type { RateLimitMiddleware } from '../lib/http/index.js';
 import { requireRedisServer, startRedis } from '../tools/redis-server.js';
-import { runWorker, startWorkers } from './cluster.js';
+import { runWorker, startWorkers, WorkerStartError } from './cluster.js';
 import { DEMO_SYNC_MS } from './redis.js';
 import { listen, protection, proxy, upstream, upstreamShape } from './servers.js';
 
-const USAGE = 'usage: npm run demo [-- --short] [-- --cluster N (1 to 64) | --redis]';
+/** Most `--cluster` workers (the shared in-flight segment is sized for them and this process). */
+const MAX_WORKERS = 64;
+const USAGE =
+  `usage: npm run demo -- [--short] [--cluster N | --redis]\n` +
+  `  --short      a 4 s load instead of 15 s\n` +
+  `  --cluster N  the proxy as N node:cluster workers (1 to ${MAX_WORKERS}) sharing their limits\n` +
+  `  --redis      the proxy as 3 processes on 3 ports, their rate limit synced through redis-server\n` +
+  `  -h, --help   this help`;
 
-/** The command line, checked: a usage line and exit code 2 for anything else. */
+/** The command line, checked: the usage and exit code 0 for `--help`, exit code 2 for anything else. */
 function parseCommandLine(): { short: boolean; redis: boolean; cluster: number | undefined } {
   let values;
   try {
@@ -26,14 +33,19 @@ function parseCommandLine(): { short: boolean; redis: boolean; cluster: number |
         short: { type: 'boolean', default: false },
         cluster: { type: 'string' },
         redis: { type: 'boolean', default: false },
+        help: { type: 'boolean', short: 'h', default: false },
       },
     }));
   } catch (error) {
     return usage((error as Error).message);
   }
+  if (values.help) {
+    console.log(USAGE);
+    process.exit(0);
+  }
   const cluster = values.cluster === undefined ? undefined : Number(values.cluster);
-  if (cluster !== undefined && !(Number.isInteger(cluster) && cluster >= 1 && cluster <= 64)) {
-    return usage(`--cluster takes a number of workers from 1 to 64, not "${values.cluster}"`);
+  if (cluster !== undefined && !(Number.isInteger(cluster) && cluster >= 1 && cluster <= MAX_WORKERS)) {
+    return usage(`--cluster takes a number of workers from 1 to ${MAX_WORKERS}, not "${values.cluster}"`);
   }
   if (cluster !== undefined && values.redis) return usage('--cluster and --redis are two different demos');
   return { short: values.short, redis: values.redis, cluster };
@@ -76,19 +88,32 @@ interface Row {
 type Client = { name: string; connections: number; overallRate: number; delayMs: number };
 
 /**
- * `client`'s load split evenly over `ports` (one autocannon per port), merged into one row; the
- * latency columns are then the worst port's. The parts start a `1 / ports` of a second apart: as
- * traffic behind a load balancer, the machines' bursts are not in lockstep (bursts that hit every
- * machine within one sync period are what the overshoot bound is about).
+ * `client`'s connections and rate split over `ports` as evenly as whole numbers allow, the
+ * remainders to the first ports, so the parts add up to the client's figures. A port gets a part
+ * only if it can have a connection and 1 req/s (autocannon reads a rate of 0 as no limit): with
+ * fewer connections than ports, the last ports get none of this client.
+ */
+function split(ports: number[], client: Client): { port: number; connections: number; overallRate: number }[] {
+  const parts = Math.min(ports.length, client.connections, client.overallRate);
+  const share = (total: number, i: number) => Math.floor(total / parts) + (i < total % parts ? 1 : 0);
+  return ports.slice(0, parts).map((port, i) => ({
+    port,
+    connections: share(client.connections, i),
+    overallRate: share(client.overallRate, i),
+  }));
+}
+
+/**
+ * `client`'s load split over `ports` (one autocannon per port, see {@link split}), merged into one
+ * row; the latency columns are then the worst port's. The parts start a `1 / ports` of a second
+ * apart: as traffic behind a load balancer, the machines' bursts are not in lockstep (bursts that
+ * hit every machine within one sync period are what the overshoot bound is about).
  */
 async function load(ports: number[], client: Client): Promise<Row> {
-  const part = {
-    ...client,
-    connections: Math.ceil(client.connections / ports.length),
-    overallRate: Math.ceil(client.overallRate / ports.length),
-  };
   const rows = await Promise.all(
-    ports.map((port, i) => loadOne(port, { ...part, delayMs: client.delayMs + (i * 1000) / ports.length })),
+    split(ports, client).map((part, i) =>
+      loadOne(part.port, { ...client, ...part, delayMs: client.delayMs + (i * 1000) / ports.length }),
+    ),
   );
   if (rows.length === 1) return rows[0]!;
   const byStatus: Record<string, number> = {};
@@ -131,6 +156,15 @@ async function loadOne(port: number, client: Client): Promise<Row> {
       },
     );
   });
+}
+
+/** The parts of `client`'s load over `ports`, e.g. `1+1 connections at 5+5 req/s`. */
+function splitText(ports: number[], client: Client): string {
+  const parts = split(ports, client);
+  return (
+    `${parts.map((p) => p.connections).join('+')} connections at ` +
+    `${parts.map((p) => p.overallRate).join('+')} req/s`
+  );
 }
 
 function table(rows: Row[]): string {
@@ -208,8 +242,8 @@ async function main(): Promise<void> {
       clients.map((c) => `${c.name} ${c.connections} connections at up to ${c.overallRate} req/s`).join(', ') +
       '; clients are told apart by an x-client header (all share 127.0.0.1)' +
       (ports.length > 1
-        ? `\neach client's load is split evenly over the ${ports.length} ports, the parts ${(1000 / ports.length).toFixed(0)} ms ` +
-          "apart; p50/p99 are the worst port's"
+        ? `\neach client's load is split over the ${ports.length} ports, the parts ${(1000 / ports.length).toFixed(0)} ms ` +
+          `apart (${clients.map((c) => `${c.name} ${splitText(ports, c)}`).join('; ')}); p50/p99 are the worst port's`
         : '') +
       '\n',
   );
@@ -229,12 +263,10 @@ async function main(): Promise<void> {
   if (front !== undefined) console.log(topTalkers);
   else {
     // Each worker on its own counters would have admitted its limit per window: N times over.
-    // Redis windows are wall-clock epochs, so a load of d ms (its parts staggered) meets up to
+    // Windows follow a clock, not the load, so a load of d ms (its parts staggered) overlaps up to
     // ⌈d / windowMs⌉ + 1 of them.
-    const windows =
-      store === undefined
-        ? Math.ceil((durationS * 1000) / protection.windowMs)
-        : Math.ceil((durationS * 1000 + ((ports.length - 1) * 1000) / ports.length) / protection.windowMs) + 1;
+    const spanMs = durationS * 1000 + ((ports.length - 1) * 1000) / ports.length;
+    const windows = Math.ceil(spanMs / protection.windowMs) + 1;
     const flood = rows.find((r) => r.name === 'flood')!;
     const admitted = ['200', '503', '504'].reduce((a, s) => a + (flood.byStatus[s] ?? 0), 0);
     console.log(
@@ -273,17 +305,30 @@ async function main(): Promise<void> {
   console.log(`\nin flight after the run: ${after}; done in ${(elapsed() / 1000).toFixed(1)} s`);
 }
 
+/**
+ * Reports `error` and exits 1. Expected failures (a keepcount or system error code such as
+ * ERR_KEEPCOUNT_UNSUPPORTED on the fallback or EACCES/ENOSPC on the temporary directory, a worker
+ * that failed to start, redis-server missing) print their message only; others their stack too.
+ * Exiting also stops what is left: workers leave when their IPC channel closes, and redis-server
+ * and the shared segments are removed by this process's exit handlers.
+ */
+function fail(error: unknown, expected = false): never {
+  const code = (error as { code?: unknown } | undefined)?.code;
+  if (error instanceof Error && (expected || typeof code === 'string' || error instanceof WorkerStartError)) {
+    console.error(`keepcount demo: ${error.message}${typeof code === 'string' ? ` (${code})` : ''}`);
+  } else {
+    console.error('keepcount demo failed:', error);
+  }
+  process.exit(1);
+}
+
 if (cluster.isWorker) runWorker();
 else {
   try {
     if (redis) requireRedisServer();
-    main().catch((error: unknown) => {
-      console.error(error);
-      process.exitCode = 1;
-    });
   } catch (error) {
     // redis-server missing: the message says what to install.
-    console.error(`keepcount demo --redis: ${(error as Error).message}`);
-    process.exitCode = 1;
+    fail(error, true);
   }
+  main().catch((error: unknown) => fail(error));
 }

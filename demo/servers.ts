@@ -33,8 +33,12 @@ export interface Shared {
   inflight: Inflight;
 }
 
-/** The shared counters named `prefix`-rate and `prefix`-inflight, opened or created. */
-export function openShared(prefix: string): Shared {
+/**
+ * The shared counters named `prefix`-rate and `prefix`-inflight, opened or created. `processes`
+ * is how many processes hold the in-flight segment at once (each takes one of its slots, fixed
+ * when it is created): every opener must pass the same.
+ */
+export function openShared(prefix: string, processes: number): Shared {
   return {
     // Sized for rateLimit's default 10,000 clients a window, as its own sketch would be: a Rate's
     // default 1,024 slots is a sketch a flood of 2,048 addresses fills.
@@ -43,7 +47,7 @@ export function openShared(prefix: string): Shared {
       seed: SHARED_SEED,
       slots: slotsFor(10_000, 4),
     }),
-    inflight: Inflight.openShared(`${prefix}-inflight`, { seed: SHARED_SEED }),
+    inflight: Inflight.openShared(`${prefix}-inflight`, { seed: SHARED_SEED, processes }),
   };
 }
 
