@@ -38,6 +38,17 @@ async function pushAll(t: { true(value: boolean): void }, sync: RedisSync): Prom
   while (sync.stats.backlog > 0);
 }
 
+/**
+ * Calls `sync.ready()` and returns once it has made its one sync (syncs are an hour apart): `onReady`
+ * runs if that sync made it ready. A call still waiting rejects when the sync closes, ignored here.
+ */
+async function readyOnce(sync: RedisSync, onReady: () => void): Promise<void> {
+  const synced = sync.stats.syncs;
+  sync.ready().then(onReady, () => {});
+  while (sync.stats.syncs === synced) await new Promise((resolve) => setTimeout(resolve, 1));
+  await new Promise((resolve) => setImmediate(resolve));
+}
+
 test.serial(
   title(
     'a node that joins a busy window is ready only once it holds the others’ counts: a client at the limit is refused',
@@ -190,14 +201,7 @@ test.serial(title('under a flood, ready() does not wait for windows that began a
         for (let j = 0; j < 1500; j++) a.consume(`flood-${key++}`);
         t.true(await syncA.flush());
       }
-      const synced = syncB.stats.syncs;
-      // A call made before B caught up rejects when the sync closes (below); that is fine here.
-      syncB.ready().then(
-        () => (ready = true),
-        () => {},
-      );
-      while (syncB.stats.syncs === synced) await new Promise((resolve) => setTimeout(resolve, 1));
-      await new Promise((resolve) => setImmediate(resolve));
+      await readyOnce(syncB, () => (ready = true));
     }
     t.true(ready, 'ready within 10 windows of the flood');
   } finally {
@@ -261,14 +265,7 @@ for (const kind of ['sketch', 'quota', 'quota with heavy hitters'] as const) {
         for (let i = 0; i < 1500; i++) hit(a, `flood-${key++}`);
         if (round === 0) hit(a, 'hot');
         for (let i = 0; i < 3; i++) t.true(await syncA.flush());
-        const synced = syncB.stats.syncs;
-        // Each call syncs once (syncMs is an hour); one that waits rejects when the sync closes.
-        syncB.ready().then(
-          () => (ready = true),
-          () => {},
-        );
-        while (syncB.stats.syncs === synced) await new Promise((resolve) => setTimeout(resolve, 1));
-        await new Promise((resolve) => setImmediate(resolve));
+        await readyOnce(syncB, () => (ready = true));
         t.true(syncB.stats.behind >= 1, `round ${round}: B's pulls are cut short`);
       }
       t.true(ready, 'ready() resolved under the flood');
