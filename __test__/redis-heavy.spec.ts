@@ -155,33 +155,44 @@ test.serial(title('exact counts come back after Redis loses its data'), async (t
   }
 });
 
-test(
+test.serial(
   title("while Redis is away the 'local' fail policy decides a tracked client on its exact local count"),
   async (t) => {
-    // A sync that never reaches Redis: stale 1 ms after it is made.
-    const sync = new RedisSync({
-      sendCommand: async () => {
-        throw new Error('unreachable');
-      },
-      syncMs: 3_600_000,
-      timeoutMs: 1,
-      staleAfterMs: 1,
-    });
-    sync.on('error', () => {});
-    const options = { sync, ...tiny, limit: 10, failPolicy: 'local' } as const;
-    const plain = new SyncedWindowQuota({ ...options, name: 'plain' });
-    const exact = new SyncedWindowQuota({ ...options, name: 'exact', heavyHitters: true });
-    for (let i = 0; i < 400; i++) {
-      plain.consume(`flood-${i}`);
-      exact.consume(`flood-${i}`);
+    // A sync that reaches Redis once (one that never did refuses under 'local': it knows no node
+    // count), then never again: stale 1 ms after that sync.
+    const server = await startRedis();
+    const connection = await connectClient('ioredis', server.port);
+    let reachable = true;
+    try {
+      const sync = new RedisSync({
+        sendCommand: async (args) => {
+          if (!reachable) throw new Error('unreachable');
+          return connection.send(args);
+        },
+        syncMs: 3_600_000,
+        staleAfterMs: 1,
+      });
+      sync.on('error', () => {});
+      const options = { sync, ...tiny, limit: 10, failPolicy: 'local' } as const;
+      const plain = new SyncedWindowQuota({ ...options, name: 'plain' });
+      const exact = new SyncedWindowQuota({ ...options, name: 'exact', heavyHitters: true });
+      t.true(await sync.flush());
+      reachable = false;
+      for (let i = 0; i < 400; i++) {
+        plain.consume(`flood-${i}`);
+        exact.consume(`flood-${i}`);
+      }
+      await new Promise((resolve) => setTimeout(resolve, 5));
+      t.true(sync.stale);
+      // One node: its share is the whole limit. The sketch's local count (the flood's) is far past it.
+      t.false(plain.consume('client').allowed);
+      for (let i = 0; i < 10; i++) t.true(exact.consume('client').allowed);
+      t.false(exact.consume('client').allowed, 'its eleventh: over its share on its exact count');
+      await sync.close();
+    } finally {
+      await connection.close();
+      await server.stop();
     }
-    await new Promise((resolve) => setTimeout(resolve, 5));
-    t.true(sync.stale);
-    // One node: its share is the whole limit. The sketch's local count (the flood's) is far past it.
-    t.false(plain.consume('client').allowed);
-    for (let i = 0; i < 10; i++) t.true(exact.consume('client').allowed);
-    t.false(exact.consume('client').allowed, 'its eleventh: over its share on its exact count');
-    await sync.close();
   },
 );
 

@@ -267,3 +267,51 @@ test.serial(
     }
   },
 );
+
+test.serial(
+  title("'local' fail policy: nodes whose sync never reached Redis refuse once stale, not a whole limit each"),
+  async (t) => {
+    // A node booted while Redis is away knows no node count but its own: each took the whole limit
+    // for its share, and three such nodes admitted 30 of a limit of 10 per key, window after window.
+    const server = await startRedis();
+    const connection = await connectClient('ioredis', server.port);
+    try {
+      server.pause();
+      const nodes = Array.from({ length: 3 }, () => {
+        const sync = new RedisSync({
+          sendCommand: connection.send,
+          syncMs: 3_600_000,
+          timeoutMs: 100,
+          staleAfterMs: 150,
+        });
+        const quota = new SyncedWindowQuota({
+          sync,
+          name: 'unsynced',
+          seed: 7,
+          limit: 10,
+          windowMs: 3_600_000,
+          failPolicy: 'local',
+        });
+        return { sync, quota };
+      });
+      for (const { sync } of nodes) t.false(await sync.flush());
+      await until(() => nodes.every(({ sync }) => sync.stale), 'every node goes stale');
+      t.deepEqual(
+        nodes.map(({ sync }) => sync.synced),
+        [false, false, false],
+      );
+      const admitted = nodes.map(
+        ({ quota }) => Array.from({ length: 12 }, () => quota.consume('k').allowed).filter(Boolean).length,
+      );
+      t.deepEqual(admitted, [0, 0, 0]);
+      server.resume();
+      // Once its sync has reached Redis, a node decides on the fleet's counts again.
+      for (const [i, { sync }] of nodes.entries()) await until(() => sync.flush(), `node ${i} syncs`);
+      t.true(nodes.every(({ quota }) => quota.consume('fresh').allowed));
+      for (const { sync } of nodes) await sync.close();
+    } finally {
+      await connection.close();
+      await server.stop();
+    }
+  },
+);

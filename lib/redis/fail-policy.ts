@@ -10,7 +10,9 @@ import { invalidType } from '../errors.js';
  *   refuses; a `SyncedLimiter`: a bucket of `rate / nodes` and `burst / nodes` per key). The fleet
  *   stays within about the limit (up to `nodes` a window when `limit < nodes`) when every node is
  *   cut off; a quota with `heavyHitters` admits up to `threshold − 1` more per node, since a
- *   node's exact count of a client leaves out what it saw before counting it exactly.
+ *   node's exact count of a client leaves out what it saw before counting it exactly. A node whose
+ *   sync never reached Redis refuses, as `'closed'`: it knows no node count but its own, and every
+ *   node started while Redis was away would take the whole limit (burst) per key for its share.
  * - `'open'`: a `SyncedWindowQuota` decides on the last known global count plus this node's own
  *   (the fleet can admit up to `nodes × limit` in a window); a `SyncedLimiter` admits everything.
  * - `'closed'`: refuses every request until a sync succeeds.

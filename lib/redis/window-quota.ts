@@ -91,7 +91,9 @@ export interface SyncedHeavyHitterStats {
  *
  * admissions per window: the last node to admit saw every admission but the others' last `D` ms.
  * Count-min collisions only ever refuse more. Staleness (`sync.staleness`) is the age of the
- * others' counts; past `staleAfterMs` the {@link FailPolicy} applies.
+ * others' counts; past `staleAfterMs` the {@link FailPolicy} applies. Under `'local'` a node whose
+ * sync never reached Redis refuses then: it knows no node count to divide the limit by. Await
+ * `sync.ready()` before serving.
  *
  * # Heavy hitters
  * Counted in a sketch alone, a flood of more distinct keys than `clients` fills the counters, and
@@ -180,10 +182,13 @@ export class SyncedWindowQuota implements RequestQuota {
     const count = this.#exactCount(key, cost, estimate);
     let allowed = count <= this.limit;
     // A closed sync is stale for good: nothing reaches the fleet any more, and the request path
-    // must not fail for it (a server still draining requests at shutdown).
+    // must not fail for it (a server still draining requests at shutdown). `'local'` on a sync that
+    // never reached Redis refuses, as a `SyncedLimiter`'s does: it knows no node count but its own,
+    // so every node started while Redis was away would take the whole limit per key for its share
+    // (N nodes, N limits a window).
     if (allowed && (this.#sync.stale || this.#sync.closed)) {
       if (this.failPolicy === 'closed') allowed = false;
-      else if (this.failPolicy === 'local') allowed = this.#local(key) <= this.share();
+      else if (this.failPolicy === 'local') allowed = this.#sync.synced && this.#local(key) <= this.share();
     }
     if (allowed) this.#allowed++;
     else this.#refused++;
