@@ -59,6 +59,52 @@ test(title('UpstreamLimit: a call whose upstream the counter refuses leaves its 
   t.is(limit.clientCount('origin', 'client'), 0);
 });
 
+test(title('UpstreamLimit: a counter whose incr() answers no [guard, count] pair leaves its client uncounted'), (t) => {
+  // A user's counter answering `null` while its store is down, or a guard that cannot release: a
+  // TypeError, and the client counted in for the call goes out again, or it is held for good.
+  const inflight = new Inflight();
+  let answer: (key: string) => unknown = () => null;
+  const counter = { incr: (key: string) => answer(key), get: (key: string) => inflight.get(key) };
+  const limit = new UpstreamLimit({ max: 1, perClient: 1, inflight: counter as never });
+  for (const bad of [null, { guard: {}, count: 1 }, [null, 1], [{ release: () => {} }, '1'], []]) {
+    answer = () => bad;
+    throwsShape(t, () => limit.acquire('origin', 'client'), {
+      instanceOf: TypeError,
+      code: 'ERR_INVALID_ARG_TYPE',
+      message: /"inflight" option's incr\(\) result must be a \[guard, count\] pair/,
+    });
+    t.is(limit.clientCount('origin', 'client'), 0);
+  }
+  // A refusal whose guard throws on release still lets the client go.
+  answer = () => [
+    {
+      release: () => {
+        throw new Error('store down');
+      },
+    },
+    2,
+  ];
+  t.throws(() => limit.acquire('origin', 'client'), { message: 'store down' });
+  t.is(limit.clientCount('origin', 'client'), 0);
+  answer = (key) => inflight.incr(key);
+  const slot = limit.acquire('origin', 'client');
+  t.true(slot.allowed);
+  slot.release();
+  t.is(limit.clientCount('origin', 'client'), 0);
+  // The same check on the clientInflight counter's incr().
+  const clients = new UpstreamLimit({
+    max: 5,
+    perClient: 1,
+    clientInflight: { incr: () => [null, 1], get: () => 0 } as never,
+  });
+  throwsShape(t, () => clients.acquire('origin', 'client'), {
+    instanceOf: TypeError,
+    code: 'ERR_INVALID_ARG_TYPE',
+    message: /"clientInflight" option's incr\(\) result/,
+  });
+  t.is(clients.inflight.get('origin'), 0);
+});
+
 test(title('UpstreamLimit refuses an upstream key that is not a string, so clients stay apart'), (t) => {
   // As numbers, upstream 1 for client 12.0.0.1 and upstream 11 for client 2.0.0.1 would read as
   // one per-client entry: the second client refused for the first one's calls.

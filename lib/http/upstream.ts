@@ -124,22 +124,25 @@ export class UpstreamLimit implements Disposable {
     checkKey(key);
     const held = this.#holdClient(key, client);
     if (held !== undefined && held.refused) return this.#refuseClient(key, held.count);
-    let counted;
+    let guard, count;
     try {
-      counted = syncResult('The "inflight" option\'s incr() result', this.inflight.incr(key));
+      [guard, count] = guardPair('The "inflight" option\'s incr() result', this.inflight.incr(key));
     } catch (error) {
       throw this.#letGo(held, error);
     }
-    const [guard, count] = counted;
     const allowed = count <= this.max;
     if (allowed) this.#allowed++;
     else {
       this.#refused++;
-      guard.release();
+      // The client goes out even if the counter's guard fails to.
+      try {
+        guard.release();
+      } finally {
+        if (held !== undefined) this.#dropClient(held);
+      }
     }
     const clientCount = held?.count ?? 0;
     if (held === undefined) return { allowed, count, clientCount, release: releaser(guard) };
-    if (!allowed) this.#dropClient(held);
     let holding = allowed;
     const release = (): void => {
       guard.release();
@@ -221,7 +224,7 @@ export class UpstreamLimit implements Disposable {
       const count = syncResult('The "clientInflight" option\'s enter() result', pairs.enter(entry));
       held = { entry, count, refused: false, guard: undefined };
     } else {
-      const [guard, count] = syncResult('The "clientInflight" option\'s incr() result', counter.incr(entry));
+      const [guard, count] = guardPair('The "clientInflight" option\'s incr() result', counter.incr(entry));
       held = { entry, count, refused: false, guard };
     }
     if (held.count > this.perClient) {
@@ -298,6 +301,23 @@ function counterOption(name: string, value: unknown): InflightCounter {
     throw invalidType(`The "${name}" option`, 'an Inflight or an object with incr() and get() methods', value);
   }
   return counter as InflightCounter;
+}
+
+/**
+ * What a counter's `incr()` returned, checked as a `[guard, count]` pair: a wrongly shaped result
+ * (a user's counter answering `null` while its store is down, say) would otherwise fail only after
+ * the call's client was counted in, and hold that client for good.
+ */
+function guardPair(what: string, result: unknown): [InflightGuard, number] {
+  const pair = syncResult(what, result) as unknown[];
+  if (
+    !Array.isArray(pair) ||
+    typeof (pair[0] as Partial<InflightGuard> | null)?.release !== 'function' ||
+    typeof pair[1] !== 'number'
+  ) {
+    throw invalidType(what, 'a [guard, count] pair', result);
+  }
+  return pair as [InflightGuard, number];
 }
 
 /**
