@@ -206,7 +206,7 @@ test.serial(
       t.true(sync.staleness >= 400);
       t.true(errors.length > 0);
       t.like(errors[0], { code: 'ERR_KEEPCOUNT_SYNC', message: 'Redis sync timed out after 300 ms' });
-      t.false(closed.consume('k').allowed, "'closed' refuses while stale");
+      t.like(closed.consume('k'), { allowed: false, remaining: 0 }, "'closed' refuses while stale, with nothing left");
       t.true(open.consume('k').allowed, "'open' decides on the last known count");
       // One node known: its share is the whole limit.
       const admitted = Array.from({ length: 12 }, () => local.consume('k').allowed).filter(Boolean).length;
@@ -254,11 +254,17 @@ test.serial(
       // Staleness passes 150 ms since each node's last success, however late the timers fire.
       await until(() => nodes.every(({ sync }) => sync.stale), 'every node goes stale');
       t.true(nodes.every(({ sync }) => sync.stale));
-      // floor(10 / 3) = 3 each: 9 admitted fleet-wide, within the limit, with no sync at all.
-      const admitted = nodes.map(
-        ({ quota }) => Array.from({ length: 5 }, () => quota.consume('k').allowed).filter(Boolean).length,
+      // floor(10 / 3) = 3 each: 9 admitted fleet-wide, within the limit, with no sync at all; what
+      // is left (the headers' `r`) counts down the node's share, and is 0 by its first refusal.
+      const decisions = nodes.map(({ quota }) => Array.from({ length: 5 }, () => quota.consume('k')));
+      t.deepEqual(
+        decisions.map((ds) => ds.filter((d) => d.allowed).length),
+        [3, 3, 3],
       );
-      t.deepEqual(admitted, [3, 3, 3]);
+      t.deepEqual(
+        decisions.map((ds) => ds.map((d) => d.remaining)),
+        Array.from({ length: 3 }, () => [2, 1, 0, 0, 0]),
+      );
       server.resume();
       for (const { sync } of nodes) await sync.close();
     } finally {

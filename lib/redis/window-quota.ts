@@ -181,6 +181,7 @@ export class SyncedWindowQuota implements RequestQuota {
     const estimate = this.#rate.observeLocally(key, cost, true);
     const count = this.#exactCount(key, cost, estimate);
     let allowed = count <= this.limit;
+    let remaining = Math.max(0, this.limit - this.#upper(count, estimate));
     // A closed sync is stale for good: nothing reaches the fleet any more, and the request path
     // must not fail for it (a server still draining requests at shutdown). `'local'` on a sync that
     // never reached Redis refuses, as a `SyncedLimiter`'s does: it knows no node count but its own,
@@ -188,8 +189,16 @@ export class SyncedWindowQuota implements RequestQuota {
     // (N nodes, N limits a window).
     if (allowed && (this.#sync.stale || this.#sync.closed)) {
       if (this.failPolicy === 'closed') allowed = false;
-      else if (this.failPolicy === 'local') allowed = this.#sync.synced && this.#local(key) <= this.share();
+      else if (this.failPolicy === 'local') {
+        const share = this.share();
+        const local = this.#local(key);
+        allowed = this.#sync.synced && local <= share;
+        // What the headers' `r` promises is what this node will still admit: its share's rest.
+        remaining = Math.min(remaining, Math.max(0, share - local));
+      }
     }
+    // A refusal by the fail policy leaves nothing either, so that `r` is 0 by the first refusal.
+    if (!allowed) remaining = 0;
     if (allowed) this.#allowed++;
     else this.#refused++;
     const resetMs = this.#resetMs();
@@ -198,7 +207,7 @@ export class SyncedWindowQuota implements RequestQuota {
       policy: this.policy,
       limit: this.limit,
       count,
-      remaining: Math.max(0, this.limit - this.#upper(count, estimate)),
+      remaining,
       resetMs,
       windowMs: this.windowMs,
       key,
