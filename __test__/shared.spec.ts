@@ -1,7 +1,7 @@
 // Estimator.openShared and Rate.openShared: counters shared by real processes (child_process.fork
 // workers) through a segment file. On the fallback backend every entry point must refuse with
 // ERR_KEEPCOUNT_UNSUPPORTED rather than count per process; argument checks are the same on both.
-import { existsSync, readFileSync, statSync, writeFileSync } from 'node:fs';
+import { chownSync, existsSync, readFileSync, statSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import test from 'ava';
 import { crc32 } from '../fallback/crc32.js';
@@ -182,7 +182,8 @@ test(title('a damaged or foreign segment file is ERR_KEEPCOUNT_CORRUPT, and unli
     return;
   }
   const path = join(dir, 'keepcount.bad');
-  writeFileSync(path, Buffer.alloc(4096, 7));
+  // Owner-only, as a segment file is: a more open one is refused before it is read (below).
+  writeFileSync(path, Buffer.alloc(4096, 7), { mode: 0o600 });
   throwsShape(t, () => Estimator.openShared('bad', { seed: SEED, dir }), {
     instanceOf: Error,
     code: 'ERR_KEEPCOUNT_CORRUPT',
@@ -192,6 +193,40 @@ test(title('a damaged or foreign segment file is ERR_KEEPCOUNT_CORRUPT, and unli
   t.false(existsSync(path));
   using e = Estimator.openShared('bad', { seed: SEED, dir });
   t.is(e.incr('a'), 1);
+});
+
+test(title('a segment file more open than the mode asked for, or another user’s, is refused unread'), (t) => {
+  const dir = scratch(t);
+  if (backend === 'fallback') {
+    throwsShape(t, () => Estimator.openShared('wide', { seed: SEED, dir }), unsupported('Estimator.openShared'));
+    return;
+  }
+  // Anyone can create files in /dev/shm: another user creating the segment's name first,
+  // world-writable, for the shape and seed a service uses, could rewrite its counts, or truncate
+  // the file and kill every process mapping it with SIGBUS.
+  Estimator.openShared('wide', { seed: SEED, dir, mode: 0o666 }).close();
+  const path = join(dir, 'keepcount.wide');
+  throwsShape(t, () => Estimator.openShared('wide', { seed: SEED, dir }), {
+    instanceOf: Error,
+    code: 'ERR_KEEPCOUNT_MISMATCH',
+    message: new RegExp(`^Cannot open the shared segment: ${path} was created with mode 0o666, not 0o600 as requested`),
+  });
+  // No more open than asked for: a 0600 file under a group mode.
+  Estimator.openShared('narrow', { seed: SEED, dir }).close();
+  Estimator.openShared('narrow', { seed: SEED, dir, mode: 0o660 }).close();
+  // Another user's file, owner-only: only root can open it at all, and must not use it.
+  if (process.getuid?.() !== 0) {
+    t.log('not root: the other-owner case needs chown, checked in CI (root)');
+    return;
+  }
+  chownSync(join(dir, 'keepcount.narrow'), 65_534, 65_534);
+  throwsShape(t, () => Estimator.openShared('narrow', { seed: SEED, dir }), {
+    instanceOf: Error,
+    code: 'ERR_KEEPCOUNT_MISMATCH',
+    message: /was created with owner uid 65534, not uid 0 as requested/,
+  });
+  // A mode letting other users in is a choice to share with them.
+  Estimator.openShared('narrow', { seed: SEED, dir, mode: 0o660 }).close();
 });
 
 test(title('a segment another keepcount version left (after an upgrade) is a mismatch saying what to do'), (t) => {

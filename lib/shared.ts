@@ -35,7 +35,10 @@ export interface SharedPlacement {
 export interface SharedCreation extends SharedPlacement {
   /**
    * Permissions of the file when this call creates it, applied exactly whatever the umask: an
-   * integer in [0, 0o777]. Defaults to `0o600` (only the owner's processes can open it).
+   * integer in [0, 0o777]. Defaults to `0o600` (only the owner's processes can open it). An
+   * existing file with bits beyond it, or another user's while it lets no other user in, is
+   * refused (`ERR_KEEPCOUNT_MISMATCH`): whoever else can write the file can rewrite the counts or
+   * truncate it under the processes that map it.
    */
   mode?: number;
 }

@@ -191,9 +191,18 @@ fn damaged_files_are_refused_without_a_panic() {
     fs::write(path("flipped"), &bytes).unwrap();
     assert_eq!(corrupt("flipped"), CorruptReason::Checksum);
 
-    fs::write(path("empty"), b"").unwrap();
+    // Owner-only, as a segment file is: a file more open than that is refused before it is read.
+    let private = |name: &str, bytes: &[u8]| {
+        fs::write(path(name), bytes).unwrap();
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt;
+            fs::set_permissions(path(name), fs::Permissions::from_mode(0o600)).unwrap();
+        }
+    };
+    private("empty", b"");
     assert_eq!(corrupt("empty"), CorruptReason::Short);
-    fs::write(path("foreign"), vec![7u8; 4096]).unwrap();
+    private("foreign", &[7u8; 4096]);
     assert_eq!(corrupt("foreign"), CorruptReason::Magic);
 
     drop(open_estimator("cut", shape(), SEED, &options).unwrap());
@@ -285,6 +294,28 @@ fn files_get_exactly_the_mode_asked_for() {
     assert_eq!(mode("open"), 0o666);
     let err = open_estimator("bad", shape(), SEED, &dir.options().mode(0o4755)).unwrap_err();
     assert!(matches!(err, SharedError::Mode(0o4755)));
+}
+
+#[cfg(unix)]
+#[test]
+fn a_file_more_open_than_the_mode_asked_for_is_refused() {
+    let dir = Dir::new("open-mode");
+    // Another user creating the name first, world-writable, could rewrite the counts or truncate
+    // the file under the processes that map it.
+    open_estimator("wide", shape(), SEED, &dir.options().mode(0o666)).unwrap();
+    let err = open_estimator("wide", shape(), SEED, &dir.options()).unwrap_err();
+    assert!(
+        matches!(&err, SharedError::Mismatch { field: "mode", existing, requested, .. }
+            if existing == "0o666" && requested == "0o600"),
+        "{err:?}"
+    );
+    assert!(
+        err.to_string()
+            .ends_with("was created with mode 0o666, not 0o600 as requested")
+    );
+    // A file no more open than asked for opens: 0600 under a group mode of 0660.
+    open_estimator("narrow", shape(), SEED, &dir.options()).unwrap();
+    open_estimator("narrow", shape(), SEED, &dir.options().mode(0o660)).unwrap();
 }
 
 #[cfg(unix)]

@@ -18,7 +18,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 mod file;
 
-use file::{Temporary, map, open_options, reserve, set_mode};
+use file::{Temporary, check_owner, map, open_options, reserve, set_mode};
 
 /// Longest segment name: the file name adds `keepcount.` and a creator's temporary name
 /// `.keepcount.<name>.<pid>.<16 hex digits>.tmp` adds at most 43 bytes, within the usual 255-byte
@@ -37,7 +37,8 @@ const FILE_PREFIX: &str = "keepcount.";
 ///   shared between them (`--ipc=host`, or a volume mounted in each).
 /// - **File**: `<dir>/keepcount.<name>`.
 /// - **Mode**: [`DEFAULT_MODE`] (0600) unless [`mode`](Self::mode) says otherwise; applied
-///   exactly, whatever the process umask.
+///   exactly, whatever the process umask. An existing file is opened only if it grants no bits
+///   beyond `mode` and, unless `mode` lets other users in, belongs to this process's user.
 ///
 /// A name is 1 to [`MAX_NAME_BYTES`] ASCII letters, digits, `.`, `_` and `-`, not starting with
 /// `.` and not containing `..`: it can name no other file or directory.
@@ -75,7 +76,9 @@ impl SharedOptions {
     }
 
     /// Create segment files with permissions `mode` (at most `0o777`; checked when a segment is
-    /// opened).
+    /// opened), and open only existing ones no more open than that: a file with other bits, or
+    /// owned by another user while `mode` lets none in, is a [`SharedError::Mismatch`] on
+    /// `"mode"` or `"owner"` (another user could rewrite or truncate it).
     pub fn mode(mut self, mode: u32) -> Self {
         self.mode = mode;
         self
@@ -205,7 +208,7 @@ impl Segment {
         let path = options.path(name)?;
         // Two rounds: a file unlinked between our failed link and our open is created again.
         for _ in 0..2 {
-            match Self::open_existing(&path) {
+            match Self::open_existing(&path, options.mode) {
                 Ok(segment) => return segment.check(layout),
                 Err(SharedError::Io { source, .. }) if source.kind() == io::ErrorKind::NotFound => {
                 }
@@ -215,16 +218,18 @@ impl Segment {
                 return Ok(segment);
             }
         }
-        Self::open_existing(&path)?.check(layout)
+        Self::open_existing(&path, options.mode)?.check(layout)
     }
 
-    /// Maps the file at `path` and validates its header.
-    fn open_existing(path: &Path) -> Result<Self, SharedError> {
+    /// Maps the file at `path`, if its owner and permissions are what `mode` allows
+    /// ([`check_owner`]), and validates its header.
+    fn open_existing(path: &Path, mode: u32) -> Result<Self, SharedError> {
         let file = open_options()
             .read(true)
             .write(true)
             .open(path)
             .map_err(|err| SharedError::io(path, err))?;
+        check_owner(&file, path, mode)?;
         let len = file
             .metadata()
             .map_err(|err| SharedError::io(path, err))?

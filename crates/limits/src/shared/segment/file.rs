@@ -229,6 +229,42 @@ pub(super) fn set_mode(file: &File, mode: u32) -> io::Result<()> {
     file.set_permissions(fs::Permissions::from_mode(mode))
 }
 
+/// Refuses a file that users other than those `mode` lets in could write or truncate: one with
+/// permission bits `mode` does not grant, or, when `mode` lets in no other user, one owned by
+/// another. Anyone can create files in `/dev/shm`: another local user creating the segment's
+/// name first, world-writable, for the shape and seed a service uses (seeds sit in config files),
+/// could otherwise rewrite its counts, or truncate the file and kill it with `SIGBUS`.
+#[cfg(unix)]
+pub(super) fn check_owner(file: &File, path: &Path, mode: u32) -> Result<(), SharedError> {
+    use std::os::unix::fs::MetadataExt;
+    let meta = file.metadata().map_err(|err| SharedError::io(path, err))?;
+    let bits = meta.mode() & 0o777;
+    let mismatch = |field, existing: String, requested: String| SharedError::Mismatch {
+        path: path.into(),
+        field,
+        existing,
+        requested,
+    };
+    if bits & !mode != 0 {
+        return Err(mismatch("mode", format!("{bits:#o}"), format!("{mode:#o}")));
+    }
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    let me = unsafe { libc::geteuid() };
+    if meta.uid() != me && mode & 0o077 == 0 {
+        return Err(mismatch(
+            "owner",
+            format!("uid {}", meta.uid()),
+            format!("uid {me}"),
+        ));
+    }
+    Ok(())
+}
+
+#[cfg(not(unix))]
+pub(super) fn check_owner(_file: &File, _path: &Path, _mode: u32) -> Result<(), SharedError> {
+    Ok(())
+}
+
 #[cfg(not(unix))]
 pub(super) fn set_mode(_file: &File, _mode: u32) -> io::Result<()> {
     Err(io::Error::from(io::ErrorKind::Unsupported))
