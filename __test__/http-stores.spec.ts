@@ -5,6 +5,7 @@ import { MemoryStore, rateLimit as expressRateLimit } from 'express-rate-limit';
 import Fastify from 'fastify';
 import { createServer } from 'node:http';
 import { mock } from 'node:test';
+import { inspect } from 'node:util';
 import { ManualClock } from '../lib/index.js';
 import { KeepcountFastifyStore, keepcountFastifyStore, KeepcountStore, type FastifyStore } from '../lib/http/index.js';
 import { prng, title } from './helpers.js';
@@ -421,6 +422,59 @@ test(title('the fastify store reads without counting, and refuses per-key window
     code: 'ERR_KEEPCOUNT_UNSUPPORTED',
     message: 'The keepcount store shares one window between keys and cannot support exponentialBackoff',
   });
+});
+
+/** Bad options of `keepcountFastifyStore`, each with the error class, code and message it must throw. */
+const badFastifyOptions: [
+  options: object,
+  instanceOf: typeof TypeError | typeof RangeError,
+  code: string,
+  message: RegExp,
+][] = [
+  [{ clients: -1 }, RangeError, 'ERR_OUT_OF_RANGE', /^The "clients" option must be an integer in \[1, 1000000\]/],
+  [{ clients: '10' }, TypeError, 'ERR_INVALID_ARG_TYPE', /^The "clients" option must be of type number/],
+  [{ clients: 1_000_000, hashes: 1 }, RangeError, 'ERR_OUT_OF_RANGE', /^The "clients" option must be small enough/],
+  [{ hashes: 'x' }, TypeError, 'ERR_INVALID_ARG_TYPE', /^The "hashes" option must be of type number/],
+  [{ hashes: 0 }, RangeError, 'ERR_OUT_OF_RANGE', /^The "hashes" option must be an integer in \[1, 32\]/],
+  [{ slots: 0 }, RangeError, 'ERR_OUT_OF_RANGE', /^The "slots" option must be an integer/],
+  [{ hashes: 4, slots: 2 ** 26 }, RangeError, 'ERR_OUT_OF_RANGE', /^The "slots" option must be at most 33554432/],
+  [{ seed: {} }, TypeError, 'ERR_INVALID_ARG_TYPE', /^The "seed" option must be of type bigint or number/],
+  [{ seed: -1 }, RangeError, 'ERR_OUT_OF_RANGE', /^The "seed" option must be a safe integer >= 0/],
+  [{ clock: 3 }, TypeError, 'ERR_INVALID_ARG_TYPE', /^The "clock" option must be an object with a now\(\) method/],
+  [{ heavyHitters: 5 }, TypeError, 'ERR_INVALID_ARG_TYPE', /^The "heavyHitters" option must be a boolean or an object/],
+  [{ heavyHitters: { threshold: 0 } }, RangeError, 'ERR_OUT_OF_RANGE', /^The "threshold" option must be an integer/],
+  [{ heavyHitters: { capacity: -1 } }, RangeError, 'ERR_OUT_OF_RANGE', /^The "capacity" option must be an integer/],
+];
+
+test(title('keepcountFastifyStore() refuses each bad option where it is given, not at the first request'), (t) => {
+  // Checked at the first incr, a bad option failed every request, and with the plugin's
+  // skipOnError let every request through uncounted.
+  for (const [options, instanceOf, code, message] of badFastifyOptions) {
+    t.throws(() => keepcountFastifyStore(options as never), { instanceOf, code, message }, inspect(options));
+  }
+  // As KeepcountStore and WindowQuota, the store ignores names it does not know (the plugin's
+  // `cache`, say, which does not apply to it).
+  t.notThrows(() => keepcountFastifyStore({ cache: 5000 } as never));
+});
+
+test(title('@fastify/rate-limit with skipOnError: a bad store option fails at keepcountFastifyStore()'), async (t) => {
+  // Before, registration went through and every request failed in the store, which skipOnError
+  // let through uncounted: both of these requests got 200 under max 1, with no warning.
+  const app = Fastify();
+  t.teardown(() => app.close());
+  const serve = async (): Promise<number[]> => {
+    await app.register(fastifyRateLimitPlugin, {
+      max: 1,
+      timeWindow: 60_000,
+      skipOnError: true,
+      store: keepcountFastifyStore({ clients: -1 }),
+    });
+    app.get('/', async () => 'ok');
+    await app.listen({ port: 0, host: '127.0.0.1' });
+    const { port } = app.server.address() as { port: number };
+    return [(await get(port, '/')).status, (await get(port, '/')).status];
+  };
+  await t.throwsAsync(serve(), { instanceOf: RangeError, code: 'ERR_OUT_OF_RANGE', message: /^The "clients" option/ });
 });
 
 test(title('@fastify/rate-limit with skipOnError: a request whose key is missing is still counted'), async (t) => {

@@ -12,6 +12,7 @@ import { rateLimit as expressRateLimit } from 'express-rate-limit';
 import { createServer } from 'node:http';
 import { backend, Rate } from '../lib/index.js';
 import { keepcountFastifyStore, KeepcountStore } from '../lib/http/index.js';
+import { RedisSync, SyncedRate } from '../lib/redis/index.js';
 import { fixture, throwsShape, title } from './helpers.js';
 import { close, get, listen } from './http-client.js';
 
@@ -142,6 +143,42 @@ test(
       code: 'ERR_INVALID_ARG_TYPE',
       message: 'The "prefix" option must be of type string. Received 1',
     });
+  },
+);
+
+test(
+  title('keepcountFastifyStore() refuses a rate that is not a Rate, or heavy hitters beside one, where given'),
+  (t) => {
+    // A keepcount/redis SyncedRate is a likely mistake for counting fleet-wide; the store counts in a
+    // Rate only. Before, the store was made and every request failed in it.
+    const sync = new RedisSync({
+      sendCommand: async () => {
+        throw new Error('unreachable');
+      },
+      syncMs: 3_600_000,
+    });
+    sync.on('error', () => {});
+    t.teardown(() => sync.close());
+    const synced = new SyncedRate({ sync, name: 'fleet', seed: 7, intervalMs: 60_000 });
+    throwsShape(t, () => keepcountFastifyStore({ rate: synced as never }), {
+      instanceOf: TypeError,
+      code: 'ERR_INVALID_ARG_TYPE',
+      message: 'The "rate" option must be a Rate. Received an instance of SyncedRate',
+    });
+    throwsShape(t, () => keepcountFastifyStore({ rate: 'shared' as never }), {
+      instanceOf: TypeError,
+      code: 'ERR_INVALID_ARG_TYPE',
+      message: /^The "rate" option must be a Rate/,
+    });
+    const rate = new Rate({ intervalMs: 1000 });
+    for (const heavyHitters of [true, { threshold: 1 }]) {
+      throwsShape(t, () => keepcountFastifyStore({ rate, heavyHitters }), {
+        instanceOf: TypeError,
+        code: 'ERR_INVALID_ARG_TYPE',
+        message: /^The "heavyHitters" option must be false or absent with "rate"/,
+      });
+    }
+    t.notThrows(() => keepcountFastifyStore({ rate, heavyHitters: false }));
   },
 );
 

@@ -24,14 +24,17 @@ export function integerOption(name: string, value: unknown, min: number, max: nu
   return value;
 }
 
-/** A sketch shape within docs/format.md §4. */
+/**
+ * A sketch shape within docs/format.md §4: `defaults` stand in for options left out; without them
+ * both are required.
+ */
 export function shapeOptions(
   hashes: unknown,
   slots: unknown,
-  defaults: { hashes: number; slots: number },
+  defaults?: { hashes: number; slots: number },
 ): { hashes: number; slots: number } {
-  const h = integerOption('hashes', hashes, 1, MAX_HASHES, defaults.hashes);
-  const s = integerOption('slots', slots, 1, MAX_COUNTERS, defaults.slots);
+  const h = integerOption('hashes', hashes, 1, MAX_HASHES, defaults?.hashes);
+  const s = integerOption('slots', slots, 1, MAX_COUNTERS, defaults?.slots);
   if (h * s > MAX_COUNTERS) {
     throw outOfRange(
       'The "slots" option',

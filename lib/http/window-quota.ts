@@ -2,14 +2,14 @@
  * The framework-neutral request quota: a fixed window per key, counted in keepcount
  * {@link HeavyHitters} (exact for every client near its limit) or in a plain {@link Rate}.
  */
-import type { Clock } from '../clock.js';
+import { validateClock, type Clock } from '../clock.js';
 import { closedError, dispose } from '../closed.js';
 import type { HeavyStats, HeavyTalker } from '../core.js';
 import { invalidType, outOfRange } from '../errors.js';
 import { HeavyHitters, MAX_CAPACITY, MAX_VALUE } from '../heavy.js';
 import { MAX_COUNTERS, MAX_HASHES } from '../limits.js';
 import { storedKey } from '../long-key.js';
-import { integerOption, optionsObject } from '../options.js';
+import { integerOption, optionsObject, seedOption, shapeOptions } from '../options.js';
 import { Rate } from '../rate.js';
 import { policyName, type RateLimitDecision } from './headers.js';
 
@@ -193,37 +193,13 @@ export class WindowQuota implements Disposable {
     this.limit = integerOption('limit', o.limit, 0, Number.MAX_SAFE_INTEGER);
     this.windowMs = integerOption('windowMs', o.windowMs, 1, 2 ** 52);
     this.policy = policyName(o.policy ?? 'default');
-    const hashes = integerOption('hashes', o.hashes, 1, MAX_HASHES, DEFAULT_HASHES);
-    const clients = integerOption('clients', o.clients, 1, MAX_CLIENTS, DEFAULT_CLIENTS);
-    const sketch = {
-      intervalMs: this.windowMs,
-      hashes,
-      slots: o.slots ?? clientSlots(clients, hashes),
-      seed: o.seed,
-      clock: o.clock,
-    };
-    const heavy = heavyHitterSettings(o.heavyHitters);
-    this.#owned = o.rate === undefined;
-    if (o.rate !== undefined) {
-      this.#counts = givenRate(o.rate, this.windowMs, o.heavyHitters);
-    } else if (heavy === undefined) {
-      this.#counts = new Rate(sketch);
+    const counts = quotaCounts(o, this.limit);
+    this.#owned = counts.rate === undefined;
+    if (counts.rate !== undefined) {
+      this.#counts = rateOver(counts.rate, this.windowMs);
     } else {
-      const threshold = integerOption(
-        'threshold',
-        heavy.threshold,
-        1,
-        Math.max(1, this.limit),
-        defaultThreshold(this.limit),
-      );
-      const capacity = integerOption(
-        'capacity',
-        heavy.capacity,
-        1,
-        MAX_CAPACITY,
-        Math.min(MAX_CAPACITY, CAPACITY_PER_CLIENT * clients),
-      );
-      this.#counts = new HeavyHitters({ ...sketch, threshold, capacity });
+      const sketch = { ...counts.sketch, intervalMs: this.windowMs };
+      this.#counts = counts.heavy === undefined ? new Rate(sketch) : new HeavyHitters({ ...sketch, ...counts.heavy });
     }
   }
 
@@ -392,18 +368,71 @@ export function quotaArgument(name: string, value: unknown, min: number): void {
   }
 }
 
-/** The `rate` option, checked: a `Rate` over `windowMs`, and no heavy hitters asked for beside it. */
-function givenRate(rate: unknown, windowMs: number, heavyHitters: unknown): Rate {
+/**
+ * What a {@link WindowQuota} counts in: a given `rate`, or a sketch of this shape, seed and clock
+ * to make, with a heavy-hitter table of these settings unless `heavy` is `undefined`.
+ */
+export type QuotaCounts =
+  | { rate: Rate }
+  | {
+      rate?: undefined;
+      sketch: { hashes: number; slots: number; seed: bigint; clock: Clock | undefined };
+      heavy: { threshold: number; capacity: number } | undefined;
+    };
+
+/**
+ * Checks a quota's options other than `limit` (already checked: it bounds the threshold),
+ * `windowMs` and `policy`, and resolves what the quota counts in, making nothing: the shape, seed
+ * and clock too, which `Rate` and `HeavyHitters` would check only once made. The constructor's
+ * checks, and so the Fastify store's at `keepcountFastifyStore()`: its quotas are made at the first
+ * request of each `timeWindow`, and a bad option must fail where it was given, not in every request
+ * (which the plugin's `skipOnError` lets through uncounted). Only a `rate`'s interval needs the
+ * window ({@link rateOver}). A `rate` stands for `slots`, `seed` and `clock`, which are then
+ * ignored unchecked, as documented; `hashes` and `clients` are checked either way.
+ */
+export function quotaCounts(o: Partial<WindowQuotaOptions>, limit: number): QuotaCounts {
+  const hashes = integerOption('hashes', o.hashes, 1, MAX_HASHES, DEFAULT_HASHES);
+  const clients = integerOption('clients', o.clients, 1, MAX_CLIENTS, DEFAULT_CLIENTS);
+  const slots = o.slots ?? clientSlots(clients, hashes);
+  const heavy = heavyHitterSettings(o.heavyHitters);
+  if (o.rate !== undefined) return { rate: givenRate(o.rate, o.heavyHitters) };
+  const sketch = {
+    ...shapeOptions(hashes, slots),
+    seed: seedOption(o.seed),
+    clock: o.clock === undefined ? undefined : validateClock(o.clock),
+  };
+  if (heavy === undefined) return { sketch, heavy };
+  const threshold = integerOption('threshold', heavy.threshold, 1, Math.max(1, limit), defaultThreshold(limit));
+  const capacity = integerOption(
+    'capacity',
+    heavy.capacity,
+    1,
+    MAX_CAPACITY,
+    Math.min(MAX_CAPACITY, CAPACITY_PER_CLIENT * clients),
+  );
+  return { sketch, heavy: { threshold, capacity } };
+}
+
+/**
+ * The `rate` option, checked but for its interval ({@link rateOver}): a `Rate` (a keepcount/redis
+ * `SyncedRate` is not one), and no heavy hitters asked for beside it.
+ */
+function givenRate(rate: unknown, heavyHitters: unknown): Rate {
   if (!(rate instanceof Rate)) throw invalidType('The "rate" option', 'a Rate', rate);
-  if (rate.intervalMs !== windowMs) {
-    throw outOfRange('The "rate" option', `a Rate whose intervalMs is the windowMs (${windowMs})`, rate.intervalMs);
-  }
   if (heavyHitters !== undefined && heavyHitters !== false) {
     throw invalidType(
       'The "heavyHitters" option',
       'false or absent with "rate" (a Rate keeps no heavy hitters)',
       heavyHitters,
     );
+  }
+  return rate;
+}
+
+/** A given `rate` for a quota over `windowMs`: its `intervalMs` must be that window. */
+function rateOver(rate: Rate, windowMs: number): Rate {
+  if (rate.intervalMs !== windowMs) {
+    throw outOfRange('The "rate" option', `a Rate whose intervalMs is the windowMs (${windowMs})`, rate.intervalMs);
   }
   return rate;
 }

@@ -38,7 +38,7 @@
 import { dateClock, type Clock } from '../../clock.js';
 import { invalidType, withCode } from '../../errors.js';
 import type { Rate } from '../../rate.js';
-import { WindowQuota, type HeavyHitterSettings } from '../window-quota.js';
+import { quotaCounts, WindowQuota, type HeavyHitterSettings } from '../window-quota.js';
 import { storeQuota, wholeWindowMs } from './window.js';
 
 /** Options of {@link keepcountFastifyStore}. */
@@ -129,7 +129,10 @@ function refuseExtensions(options: object | undefined): void {
 }
 
 /**
- * A store class for @fastify/rate-limit with these sketch options.
+ * A store class for @fastify/rate-limit with these sketch options, checked here: a bad one throws
+ * the `TypeError` or `RangeError` a `WindowQuota` would, naming it. Names it does not know are
+ * ignored, as by `KeepcountStore` and `WindowQuota`. Only what needs the plugin's `timeWindow` (a
+ * `rate` over another interval) fails later, through the callback of `incr` and `read`.
  *
  * @example
  * ```ts
@@ -141,7 +144,13 @@ function refuseExtensions(options: object | undefined): void {
 export function keepcountFastifyStore(options: KeepcountFastifyStoreOptions = {}): FastifyStoreConstructor {
   if (typeof options !== 'object' || options === null)
     throw invalidType('The "options" argument', 'of type object', options);
-  const sketch = { ...options };
+  const { heavyHitters, rate, ...sketch } = options;
+  // `max` is the plugin's business: the store only counts.
+  const counting = storeQuota(heavyHitters, undefined, rate);
+  // Quotas are made per `timeWindow`, at the first request in each: a bad option found then failed
+  // every request, and the plugin's `skipOnError` let each one through uncounted, without a word.
+  // So every option is checked now, as each quota's constructor will, without making a sketch.
+  quotaCounts({ ...sketch, ...counting }, counting.limit);
   /** Whether a store of this class warned of too many `timeWindow` values (once per class). */
   let warned = false;
   const refuseWindow = (windowMs: number): Error => {
@@ -200,14 +209,7 @@ export function keepcountFastifyStore(options: KeepcountFastifyStoreOptions = {}
       let quota = this.#quotas.get(windowMs);
       if (quota === undefined) {
         if (this.#quotas.size >= MAX_TIME_WINDOWS) throw refuseWindow(windowMs);
-        // `max` is the plugin's business: the store only counts.
-        const { heavyHitters, rate, ...rest } = sketch;
-        quota = new WindowQuota({
-          ...rest,
-          ...storeQuota(heavyHitters, undefined, rate),
-          windowMs,
-          clock: sketch.clock ?? dateClock,
-        });
+        quota = new WindowQuota({ ...sketch, ...counting, windowMs, clock: sketch.clock ?? dateClock });
         this.#quotas.set(windowMs, quota);
       }
       this.#lastWindow = timeWindow;
