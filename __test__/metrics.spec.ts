@@ -5,7 +5,7 @@ import { backend, HeavyHitters, Inflight, Limiter } from '../lib/index.js';
 import { rateLimit, tokenBucket, UpstreamLimit, WindowQuota } from '../lib/http/index.js';
 import { tokenBucketHook } from '../lib/http/fastify.js';
 import { KeepcountMetrics } from '../lib/metrics.js';
-import { SyncedLimiter, SyncedWindowQuota } from '../lib/redis/index.js';
+import { SyncedInflight, SyncedLimiter, SyncedWindowQuota } from '../lib/redis/index.js';
 import { recordingSync } from './recording-sync.js';
 import { close, get, listen } from './http-client.js';
 import { throwsShape, title } from './helpers.js';
@@ -232,3 +232,32 @@ test(
     t.is(sample(after, 'keepcount_inflight', 'upstream="db",key="primary"'), undefined);
   },
 );
+
+test(title('a synced quota or in-flight counter closed while exported leaves its gauges out too'), async (t) => {
+  // Their reads answer from the last state once closed, so they never threw: before, a closed
+  // SyncedInflight showed the slots it held at its close for as long as the process ran.
+  const registry = new Registry();
+  const sync = recordingSync([]);
+  const quota = new SyncedWindowQuota({ sync, name: 'q', seed: 7, limit: 5, windowMs: 60_000, heavyHitters: true });
+  const inflight = new SyncedInflight({ sync, name: 'i', seed: 7 });
+  const upstream = new UpstreamLimit({ max: 5, inflight });
+  new KeepcountMetrics({ registry }).addQuota('api', quota).addUpstream('db', upstream, ['primary']);
+  quota.consume('a');
+  quota.consume('a');
+  upstream.acquire('primary');
+  const before = await registry.metrics();
+  t.is(sample(before, 'keepcount_tracked_clients', 'policy="api"'), 1);
+  t.is(sample(before, 'keepcount_top_talker_requests', 'policy="api",client="a",bound="lower"'), 2);
+  t.is(sample(before, 'keepcount_inflight', 'upstream="db",key="primary"'), 1);
+  t.false(quota.closed || inflight.closed);
+  quota.close();
+  inflight.close();
+  t.true(quota.closed && inflight.closed);
+  const after = await registry.metrics();
+  t.is(sample(after, 'keepcount_decisions_total', 'policy="api",outcome="allowed"'), 2);
+  t.is(sample(after, 'keepcount_tracked_clients', 'policy="api"'), undefined);
+  t.is(sample(after, 'keepcount_overflow_requests', 'policy="api"'), undefined);
+  t.is(sample(after, 'keepcount_top_talker_requests', 'policy="api",client="a",bound="lower"'), undefined);
+  t.is(sample(after, 'keepcount_inflight', 'upstream="db",key="primary"'), undefined);
+  await sync.close();
+});

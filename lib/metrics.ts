@@ -31,6 +31,7 @@ import { UpstreamLimit } from './http/upstream.js';
 import { WindowQuota } from './http/window-quota.js';
 import type { HeavyTalker } from './core.js';
 import { SyncedWindowQuota } from './redis/window-quota.js';
+import { SyncedInflight } from './redis/inflight.js';
 import { integerOption, optionsObject } from './options.js';
 
 /** Most top talkers per quota: keeps label cardinality small whatever the option says. */
@@ -56,6 +57,8 @@ interface Decider {
 
 /** What the gauges read of a quota, local or synced. */
 interface ExportedQuota extends Decider {
+  /** Whether it was closed: a synced quota's reads still answer then, from its last state. */
+  closed(): boolean;
   topTalkers(n: number): HeavyTalker[];
   /** Clients counted exactly and requests past the table, or `null` without heavy hitters. */
   heavy(): { tracked: number; overflowEvents: number } | null;
@@ -65,6 +68,7 @@ interface ExportedQuota extends Decider {
 function exported(quota: WindowQuota | SyncedWindowQuota): ExportedQuota {
   return {
     decisions: () => quota.decisions(),
+    closed: () => quota instanceof SyncedWindowQuota && quota.closed,
     topTalkers: (n) => quota.topTalkers(n),
     heavy: () => (quota instanceof WindowQuota ? quota.stats() : quota.heavyHitterStats()) ?? null,
   };
@@ -146,7 +150,7 @@ export class KeepcountMetrics {
         // Replaced whole on every scrape, so at most `topTalkers` clients per quota ever show.
         this.reset();
         for (const [policy, quota] of quotas) {
-          for (const { key, lower, upper } of unlessClosed(() => quota.topTalkers(topTalkers)) ?? []) {
+          for (const { key, lower, upper } of unlessClosed(() => quota.topTalkers(topTalkers), quota.closed()) ?? []) {
             const client = typeof key === 'string' ? key : String(key);
             this.set({ policy, client, bound: 'lower' }, lower);
             this.set({ policy, client, bound: 'upper' }, upper);
@@ -162,7 +166,7 @@ export class KeepcountMetrics {
       collect() {
         for (const [policy, quota] of quotas) {
           // null: no heavy hitters (0 is the truth); undefined: closed (nothing to tell).
-          const stats = unlessClosed(() => quota.heavy());
+          const stats = unlessClosed(() => quota.heavy(), quota.closed());
           if (stats === undefined) this.remove({ policy });
           else this.set({ policy }, stats?.tracked ?? 0);
         }
@@ -176,7 +180,7 @@ export class KeepcountMetrics {
       collect() {
         for (const [policy, quota] of quotas) {
           // null: no heavy hitters (0 is the truth); undefined: closed (nothing to tell).
-          const stats = unlessClosed(() => quota.heavy());
+          const stats = unlessClosed(() => quota.heavy(), quota.closed());
           if (stats === undefined) this.remove({ policy });
           else this.set({ policy }, stats?.overflowEvents ?? 0);
         }
@@ -190,7 +194,8 @@ export class KeepcountMetrics {
       collect() {
         for (const [upstream, { limit, keys }] of upstreams) {
           for (const key of keys) {
-            const count = unlessClosed(() => limit.inflight.get(key));
+            const { inflight } = limit;
+            const count = unlessClosed(() => inflight.get(key), inflight instanceof SyncedInflight && inflight.closed);
             if (count === undefined) this.remove({ upstream, key });
             else this.set({ upstream, key }, count);
           }
@@ -241,6 +246,7 @@ export class KeepcountMetrics {
     if (talkers instanceof HeavyHitters) {
       this.#quotas.set(policy, {
         decisions: () => l.decisions(),
+        closed: () => false,
         topTalkers: (n) => talkers.top(n),
         heavy: () => talkers.stats(),
       });
@@ -268,11 +274,14 @@ export class KeepcountMetrics {
 }
 
 /**
- * `read()`, or `undefined` when what it reads was closed (`ERR_KEEPCOUNT_CLOSED`): a quota or
- * upstream counter closed while still exported has its gauges removed from the scrape rather than
- * failing the whole scrape (its decisions, counted in JavaScript, are still reported).
+ * `read()`, or `undefined` when what it reads was closed (`ERR_KEEPCOUNT_CLOSED`, or `closed`): a
+ * quota or upstream counter closed while still exported has its gauges removed from the scrape
+ * rather than failing the whole scrape (its decisions, counted in JavaScript, are still reported).
+ * A keepcount/redis structure's reads answer from its last state once closed, so it says so by
+ * `closed`: read, a closed `SyncedInflight` showed the slots it held at its close for good.
  */
-function unlessClosed<T>(read: () => T): T | undefined {
+function unlessClosed<T>(read: () => T, closed = false): T | undefined {
+  if (closed) return undefined;
   try {
     return read();
   } catch (error) {

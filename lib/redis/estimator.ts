@@ -102,6 +102,11 @@ export class SyncedEstimator {
     this.#closed = true;
     this.#sync.retire(this);
   }
+
+  /** Whether {@link close} ran: counting throws then, reads answer from the last state. */
+  get closed(): boolean {
+    return this.#closed;
+  }
 }
 
 /** The `sync` option, checked. */

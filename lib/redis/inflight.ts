@@ -216,4 +216,9 @@ export class SyncedInflight implements InflightCounter {
     counts.core = closedCounts(counts.core);
     this.#sync.remove(this);
   }
+
+  /** Whether {@link close} ran: counting throws then, reads answer from the last state. */
+  get closed(): boolean {
+    return !this.#counts.open;
+  }
 }

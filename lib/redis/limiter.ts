@@ -372,6 +372,11 @@ export class SyncedLimiter implements RequestLimiter {
     this.#closed = true;
   }
 
+  /** Whether {@link close} ran: checks refuse then. */
+  get closed(): boolean {
+    return this.#closed;
+  }
+
   /** Whether `account` needs tokens now, so that its loan request goes first (see {@link loans}). */
   #needsTokens(account: Account, now: number): boolean {
     if (account.demand === 0) return false;

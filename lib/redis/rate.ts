@@ -250,6 +250,11 @@ export class SyncedRate {
     this.#sync.retire(this);
   }
 
+  /** Whether {@link close} ran: counting throws then, reads answer from the last state. */
+  get closed(): boolean {
+    return this.#closed;
+  }
+
   #now(): number {
     const now = this.#clock.now();
     if (typeof now !== 'number' || !Number.isFinite(now)) {

@@ -372,4 +372,9 @@ export class SyncedWindowQuota implements RequestQuota {
   close(): void {
     this.#rate.close();
   }
+
+  /** Whether {@link close} ran: counting throws then, reads answer from the last state. */
+  get closed(): boolean {
+    return this.#rate.closed;
+  }
 }
