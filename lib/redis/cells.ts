@@ -65,8 +65,9 @@ export interface Pull {
   cells: number[];
   others: number[];
   /**
-   * Where the catch-up scan got to: the cursor to send next, `'0'` once it went through the
-   * entry, `'-1'` when none ran (none was asked for, or the pull was not cut short).
+   * Where the catch-up scan got to: the cursor to send next (`<run_id>:<cursor>`, naming the Redis
+   * process it is good on: script.ts), `'0'` once it went through the entry, `'-1'` when none ran
+   * (none was asked for, or the pull was not cut short).
    */
   cursor: string;
   /** The other layouts that synced this part of the structure lately: a misconfigured fleet. */
@@ -136,7 +137,9 @@ export class Census {
  * up the node also scans the entry's counts (`HSCAN`, which does not go by version) from the
  * incarnation's first pull here, about 4,096 cells a sync ({@link scan}), in the syncs whose pull
  * is cut short: a scan that went through returned every cell held from its start to its end, with
- * its value when read, so at least what the others had counted at the join.
+ * its value when read, so at least what the others had counted at the join. A scan goes on only on
+ * the Redis process that began it: the script begins it again on another (a Redis restarted with
+ * its data, a promoted replica), whose buckets hold the cells in another order.
  */
 export abstract class PulledEntry {
   /** Version of the last pull: the next pull asks only for cells changed after it. */
@@ -155,7 +158,8 @@ export abstract class PulledEntry {
   /**
    * The catch-up scan's cursor, sent with the next sync: `'0'` to begin (at the incarnation's
    * first pull here, and again at a new incarnation), `'-1'` once {@link caughtUp}: a node caught
-   * up asks Redis for no scan.
+   * up asks Redis for no scan. Else as the last reply gave it, naming the Redis process it came
+   * from, which the script checks (another process begins the scan again: script.ts).
    */
   scan = '0';
   #incarnation: string | undefined;

@@ -100,9 +100,15 @@
  * out) with the others' count of each, as the pull does, and the next cursor. A scan that went
  * through (cursor back to `0`) returned every cell held from its start to its end, with its value
  * when read, so at least what the others had counted at the join; cells are deleted only with the
- * whole entry (a new incarnation, which begins the scan again). A node is caught up once a scan
- * went through or a pull was not cut short (it holds every cell: cells.ts `PulledEntry`); a caught
- * up node sends `-1` and costs Redis no scan.
+ * whole entry (a new incarnation, which begins the scan again). A cursor is good only on the Redis
+ * process that gave it: another one (Redis restarted with its data, a replica promoted, a slot
+ * moved to another cluster node) hashes the cells into other buckets, and an old cursor walks them
+ * out of order, skipping some. So a cursor that goes on travels as `<run_id>:<cursor>`, the
+ * process's `run_id` (`INFO server`, read once a call and only when a scan goes on) beside the
+ * HSCAN cursor, and one of another process begins the scan again, from `0` (a Redis user refused
+ * INFO, `-@dangerous`, names none: its scans go on unchecked, as before). A node is caught up
+ * once a scan went through or a pull was not cut short (it holds every cell: cells.ts
+ * `PulledEntry`); a caught up node sends `-1` and costs Redis no scan.
  *
  * A bucket entry (one key of a synced limiter) is one hash, the fleet's token bucket for the key:
  * `t` its tokens and `at` when they were counted (server time), and per node `o:<node>` the tokens
@@ -126,7 +132,8 @@
  * entry. ARGV: node id, registry lifetime (ms, also how long a layout stays live), pull limit,
  * number of cell entries, the process's token (a random id per RedisSync); then per cell entry: sequence number, the last sequence number Redis
  * acknowledged applying (0: none), version last seen, lifetime in ms (0: none), lease in ms (0:
- * none), layout, scan cursor (`-1`: no scan), cell count n, n
+ * none), layout, scan cursor (`-1`: no scan; `0`: begin one; else `<run_id>:<cursor>`, as a reply
+ * gave it), cell count n, n
  * pairs of cell index and cumulative value; then per bucket entry: sequence number, rate (tokens
  * per ms), burst (the tokens of a new bucket), cap, lease in ms, lifetime in ms (0: none), tokens
  * held, tokens wanted (−1: leaving), the sequence number whose loan it last took in. Reply, per
@@ -135,7 +142,8 @@
  * the pull was cut short: more versions wait), incarnation, live nodes, m,
  * then m pairs of cell index and the others' count (global minus this node's, as a string: Redis
  * would truncate a Lua number to a 64-bit integer reply), the scan's next cursor (`0`: it went
- * through; `-1`: none ran), s and s pairs of cell index and the others' count it read, o and the
+ * through; `-1`: none ran; else `<run_id>:<cursor>`, this Redis process's id and the HSCAN
+ * cursor), s and s pairs of cell index and the others' count it read, o and the
  * o other live layouts (at most 16: enough to report a misconfiguration, and a fleet where every node has
  * its own seed does not make every reply as long as the fleet); then per bucket
  * entry the tokens lent and the tokens left in the bucket after lending them, as strings (−1 and 0
@@ -171,6 +179,18 @@ local function count(x)
     error('"' .. string.sub(tostring(x), 1, 40) .. '" where a number belongs')
   end
   return value
+end
+-- This Redis process's id (INFO's run_id), read at most once a call and only for a catch-up scan
+-- under way: an HSCAN cursor is good only on the process that gave it (cell_entry). '' when the
+-- user may not run INFO (an ACL without @dangerous): the scan goes on with its cursor, unchecked,
+-- rather than fail the entry, which the pcall of cell_entry would delete as corrupt.
+local run_id
+local function server()
+  if run_id == nil then
+    local info = redis.pcall('INFO', 'server')
+    run_id = type(info) == 'string' and string.match(info, 'run_id:(%w+)') or ''
+  end
+  return run_id
 end
 local function own(key, kind)
   local found = redis.call('TYPE', key).ok
@@ -329,11 +349,16 @@ local function cell_entry(k, a)
     res[#res + 1] = number(count(redis.call('HGET', counts, cell) or '0') - count(redis.call('HGET', mine, cell) or '0'))
   end
   -- The catch-up scan: only for a node not caught up (it sends a cursor) whose pull was cut short
-  -- (one that was not holds everything already).
+  -- (one that was not holds everything already). A cursor is good only on the Redis process that
+  -- gave it, which names it (\`<run_id>:<cursor>\`): another one (restarted, promoted, or given the
+  -- slot) hashes the cells into other buckets, so it begins the scan again.
   local scanned, cursor = {}, '-1'
   if scan ~= '-1' and version < head then
-    local found = redis.call('HSCAN', counts, scan, 'COUNT', pull)
+    local id, at = string.match(scan, '^(%w*):(%d+)$')
+    if not at or id ~= server() then at = '0' end
+    local found = redis.call('HSCAN', counts, at, 'COUNT', pull)
     cursor = found[1]
+    if cursor ~= '0' then cursor = server() .. ':' .. cursor end
     for j = 1, #found[2], 2 do
       local cell = found[2][j]
       if cell ~= 'i' then
