@@ -301,7 +301,7 @@ test(title('bad buffers and options are refused with the same errors on both bac
   throwsShape(t, () => Estimator.fromSharedBuffer(version), {
     instanceOf: Error,
     code: 'ERR_KEEPCOUNT_MISMATCH',
-    message: 'The shared buffer was made by another version of keepcount, with layout 1 where this one reads layout 4',
+    message: 'The shared buffer was made by another version of keepcount, with layout 1 where this one reads layout 5',
   });
   const short = new SharedArrayBuffer(estimator.byteLength - 8);
   new Uint8Array(short).set(new Uint8Array(estimator, 0, short.byteLength));

@@ -7,7 +7,7 @@ import test from 'ava';
 import { crc32 } from '../fallback/crc32.js';
 import { backend, Estimator, Inflight, ManualClock, Rate } from '../lib/index.js';
 import { throwsShape, title } from './helpers.js';
-import { scratch, sleep, unsupported, workers } from './shared-workers.js';
+import { pidNamespaceArgs, scratch, sleep, unsupported, workers } from './shared-workers.js';
 
 const SEED = 0x5eedn;
 
@@ -255,7 +255,7 @@ test(title('a segment another keepcount version left (after an upgrade) is a mis
     code: 'ERR_KEEPCOUNT_MISMATCH',
     message:
       `Cannot open the shared segment: ${path} was made by another version of keepcount, with segment layout 2 ` +
-      'where this one reads layout 4. A segment outlives its processes: once no process of that version has it ' +
+      'where this one reads layout 5. A segment outlives its processes: once no process of that version has it ' +
       `open, call ${opener}.unlink('older', { dir: '${dir}' }) to start afresh (or use a new name)`,
   });
   throwsShape(t, () => Rate.openShared('older', { intervalMs: 1000, seed: SEED, dir }), older('Rate'));
@@ -405,6 +405,66 @@ test(title('a worker killed mid-increment never blocks the survivors and leaves 
   t.is(here.get('api'), 1);
   t.is(here.get('other'), 0);
   guard.release();
+});
+
+test(title('a worker killed in another PID namespace gives its count back and frees its slot'), async (t) => {
+  const dir = scratch(t);
+  if (backend === 'fallback') {
+    throwsShape(t, () => Inflight.openShared('ns', { seed: SEED, dir }), unsupported('Inflight.openShared'));
+    return;
+  }
+  const unshare = pidNamespaceArgs(t);
+  if (unshare === undefined) return;
+  // Two slots: this process's and the worker's, a container sharing the directory (--ipc=host)
+  // whose pid (1, its namespace's init) means nothing here.
+  const here = Inflight.openShared('ns', { seed: SEED, dir, processes: 2 });
+  const [guard] = here.incr('api');
+  const [worker] = await workers(1, unshare);
+  t.teardown(() => worker!.kill());
+  await worker!.send({ op: 'open-inflight', name: 'ns', dir, processes: 2 });
+  t.is(await worker!.send({ op: 'hold', key: 'api', times: 3 }), 4);
+  await worker!.kill();
+  const tookMs = await until(() => here.get('api'), 1, 5000);
+  t.log(`count back ${tookMs.toFixed(0)} ms after the SIGKILL of the namespace`);
+  t.is(here.get('api'), 1);
+  // Its slot is free: a second object here takes it.
+  const second = Inflight.openShared('ns', { seed: SEED, dir, processes: 2 });
+  t.is(second.get('api'), 1);
+  second.close();
+  guard!.release();
+  t.is(here.get('api'), 0);
+  here.close();
+});
+
+test(title('containers restarted again and again (a new PID namespace each) never fill the slots'), async (t) => {
+  const dir = scratch(t);
+  if (backend === 'fallback') {
+    throwsShape(t, () => Inflight.openShared('restarts', { seed: SEED, dir }), unsupported('Inflight.openShared'));
+    return;
+  }
+  const unshare = pidNamespaceArgs(t);
+  if (unshare === undefined) return;
+  // Three slots, five restarts: a slot left behind by each dead namespace would be
+  // ERR_KEEPCOUNT_FULL ("held by live processes") by the third.
+  const here = Inflight.openShared('restarts', { seed: SEED, dir, processes: 3 });
+  const holding: unknown[] = [];
+  const after: number[] = [];
+  for (let round = 0; round < 5; round++) {
+    const [worker] = await workers(1, unshare);
+    t.teardown(() => worker!.kill());
+    // Rejects with the worker's ERR_KEEPCOUNT_FULL if the dead namespaces' slots stayed taken.
+    await worker!.send({ op: 'open-inflight', name: 'restarts', dir, processes: 3 });
+    holding.push(await worker!.send({ op: 'hold', key: 'api', times: 2 }));
+    await worker!.kill();
+    await until(() => here.get('api'), 0, 5000);
+    after.push(here.get('api'));
+  }
+  t.deepEqual(holding, [2, 2, 2, 2, 2], 'each restart counts from what the live ones hold');
+  t.deepEqual(after, [0, 0, 0, 0, 0], "each dead namespace's count back");
+  // Every slot but this one free: two more objects open.
+  const more = [0, 1].map(() => Inflight.openShared('restarts', { seed: SEED, dir, processes: 3 }));
+  for (const inflight of more) inflight.close();
+  here.close();
 });
 
 test(title('a shared Inflight with every process slot held is ERR_KEEPCOUNT_FULL'), (t) => {

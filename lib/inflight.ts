@@ -224,7 +224,8 @@ export class Inflight implements InflightCounter, Disposable {
    * In-flight counts `name`, shared by every process of this host that opens it, so a cap such as
    * "20 calls to this upstream" holds for all of them together. Each process's increments are
    * also kept in a slot of its own in the segment; when a process dies holding guards (even by
-   * `SIGKILL`), the others take its counts back within 100 ms (each checks on an unref'd timer).
+   * `SIGKILL`), the others take its counts back within 100 ms (each checks on an unref'd timer),
+   * on Linux whatever PID namespace (container) either runs in.
    * The segment, its errors and its lifetime are as for `Estimator.openShared`; it also throws
    * `ERR_KEEPCOUNT_FULL` when all `processes` slots are held by live processes. The object holds
    * its slot until {@link close} (or `using`), its garbage collection or the process's exit, each

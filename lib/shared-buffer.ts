@@ -27,7 +27,7 @@ import { MAX_COUNTERS, MAX_HASHES } from './limits.js';
 /** "KCSHARED", the first eight bytes of a segment file and of a shared buffer. */
 const MAGIC = [0x4b, 0x43, 0x53, 0x48, 0x41, 0x52, 0x45, 0x44];
 /** The segment layout version (`FORMAT_VERSION` in layout.rs). */
-const LAYOUT_VERSION = 4;
+const LAYOUT_VERSION = 5;
 /** Bytes before the counters: the immutable header's cache line, then the mutable words'. */
 const HEADER_BYTES = 128;
 /** Offset of the header's CRC-32, which covers every byte before it. */

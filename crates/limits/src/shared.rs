@@ -3,8 +3,10 @@
 //! Node services run as many processes (`node:cluster`, PM2, several containers on one host);
 //! a limit counted per process admits N times too much. A shared segment is a file that every
 //! process maps: a versioned header ([`layout`] below), then the counters, every access an atomic
-//! operation. There is no lock, so no process can die holding one: a `SIGKILL` at any instant
-//! leaves every counter and the header valid.
+//! operation. No process waits for a lock, so none can die holding one that others wait for: a
+//! `SIGKILL` at any instant leaves every counter and the header valid. (On Linux the holders of a
+//! [`SharedInflight`]'s slots lock a byte of its file each, which only tells the others they are
+//! alive: nobody waits for such a lock, and the system drops it with its process.)
 //!
 //! - [`open_estimator`]: a count-min [`Estimator`] whose counters are in the segment.
 //! - [`SharedRate`]: pingora's `Rate` with one interval for the whole host.

@@ -247,14 +247,14 @@ fn a_segment_another_keepcount_made_is_a_mismatch_that_says_what_to_do() {
             ..
         } => assert_eq!(
             (field, existing.as_str(), requested.as_str()),
-            ("layout version", "2", "4")
+            ("layout version", "2", "5")
         ),
         other => panic!("{other:?}"),
     }
     assert!(
         message.ends_with(
             "keepcount.older was made by another version of keepcount, with segment layout 2 where \
-             this one reads layout 4. A segment outlives its processes: once no process of that \
+             this one reads layout 5. A segment outlives its processes: once no process of that \
              version has it open, unlink it to start afresh (or open another name)"
         ),
         "{message}"

@@ -3,10 +3,11 @@
 //!
 //! # Crash recovery
 //! Sketches are linear: the total is the sum of what each process added. The segment keeps the
-//! total sketch (read by every lookup) and, per attached process, a **contribution sketch** of
-//! the same shape holding what that process added and has not taken back, in a slot owned by its
-//! pid. Every change goes to both. When a process dies (even by `SIGKILL`, holding guards), a
-//! survivor's [`reclaim`](SharedInflight::reclaim) finds its slot, sees the pid gone, claims the
+//! total sketch (read by every lookup) and, per attached handle, a **contribution sketch** of
+//! the same shape holding what that handle added and has not taken back, in a slot of its own.
+//! Every change goes to both. When a process dies (even by `SIGKILL`, holding guards), a
+//! survivor's [`reclaim`](SharedInflight::reclaim) finds its slot, sees its holder gone (on Linux
+//! by the slot's lock, whatever PID namespace either is in; see "Slot table"), claims the
 //! slot with a compare-and-swap, subtracts the contribution from the total counter by counter
 //! (each contribution counter is taken with an atomic `swap(0)`, so it is subtracted once even if
 //! two survivors sweep), and frees the slot. No process waits for another; a sweeper that dies
@@ -40,10 +41,34 @@
 //! 3 unsettled), the owner's PID namespace (Linux: the inode of `/proc/self/ns/pid`; 1
 //! elsewhere), then the journal: changes begun, changes ended, the latest change's key hash, and
 //! whether changes overlapped (1) or a sweep of the slot was cut short (2) (two spare words
-//! follow). A process judges only slots of its own
-//! namespace: containers with separate PID namespaces cannot tell each other's processes apart,
-//! so each recovers its own processes' slots. A pid reused by a new process before a survivor
-//! looks delays recovery until that process exits too.
+//! follow).
+//!
+//! **Who is alive, on Linux**: by open file description locks (`F_OFD_SETLK`) on one byte per
+//! slot of the segment file, slot `i`'s at `2^62 + i` (far past the file's end: a lock there
+//! changes nothing of the file, whose length openers check). Each handle opens the file for
+//! itself, so each has its own open file description, whose locks conflict with every other's,
+//! a handle's in the same process (another worker thread's) included. A handle locks a free
+//! slot's byte before it claims the slot (compare-and-swap free → held; a slot that is no longer
+//! free lets the lock go) and keeps it while it holds the slot; closing, it frees the slot first
+//! and lets the lock go after (its descriptor closes and its mapping goes, both of which hold the
+//! open file description). The kernel drops the lock when the description's last reference goes,
+//! that is when its process dies, however it dies. So a slot that is not free and whose lock a
+//! survivor can take has a dead holder, or a dead sweeper or settler, in whatever PID namespace
+//! (containers sharing `/dev/shm` with `--ipc=host` each have their own): the survivor takes the
+//! lock, reads the owner word again under it, and sweeps and settles as above, letting the lock
+//! go once the slot is free (or left unsettled, for whoever takes the lock next). A slot whose
+//! lock is held is alive: never swept, whatever its pid (reused, or another namespace's) and
+//! even if its holder is stopped. A process killed between locking and claiming leaves a held
+//! slot that holds nothing and whose lock is gone: the next reclaim frees it. Reclaims through
+//! one handle take turns (its threads share its locks). The owner word's pids and the namespace
+//! are then only informational. A child forked without `exec` (never done by Node) shares its
+//! parent's descriptions and would keep its parent's slots alive until it exits.
+//!
+//! **Elsewhere** (macOS): by pid. A slot is dead when `kill(pid, 0)` finds no process, and a
+//! process judges only slots of its own namespace. A pid reused by a new process before a
+//! survivor looks delays recovery until that process exits too, and a process killed between
+//! claiming a slot and writing its namespace there leaves the slot taken (holding nothing) until
+//! the segment is unlinked.
 
 use crate::estimator::{Estimator, add_saturating};
 use crate::hash::KeyHash;
@@ -63,7 +88,7 @@ mod tests;
 
 pub use slots::SETTLE_ATTEMPTS;
 use slots::{
-    BEGUN, ENDED, HELD, Holder, OVERLAP, OWNER, PENDING, SWEEPING, owner_word, pid_namespace,
+    BEGUN, ENDED, HELD, Holder, Locks, OVERLAP, OWNER, PENDING, SWEEPING, owner_word, pid_namespace,
 };
 
 /// Most process slots a segment may have: each costs a sketch of the segment's shape (pages of
@@ -101,6 +126,10 @@ pub struct SharedInflight {
     slot: usize,
     pid: u32,
     namespace: u64,
+    /// This handle's own descriptor of the segment file, holding its slot's lock (Linux) until
+    /// the slot is free: dropped after [`Drop::drop`] frees it, or closed by the system when the
+    /// process dies.
+    locks: Locks,
 }
 
 impl SharedInflight {
@@ -125,7 +154,11 @@ impl SharedInflight {
             processes,
             limiter: None,
         };
-        let segment = Arc::new(Segment::open(name, layout, options, &|_| {})?);
+        let mut segment = Segment::open(name, layout, options, &|_| {})?;
+        // A descriptor of its own: one open file description per handle, so that the locks of
+        // handles in one process (worker threads) conflict as those of two processes do.
+        let locks = Locks::new(segment.take_file(), &segment)?;
+        let segment = Arc::new(segment);
         let pid = std::process::id();
         let namespace = pid_namespace();
         let total = Estimator::with_store(Counters::new(Arc::clone(&segment), 0), shape, seed)?;
@@ -134,9 +167,11 @@ impl SharedInflight {
             total: &total,
             pid,
             namespace,
+            locks: &locks,
+            own: None,
         };
         holder.reclaim();
-        let slot = holder.claim().ok_or_else(|| SharedError::Full {
+        let slot = holder.claim()?.ok_or_else(|| SharedError::Full {
             path: segment.path().into(),
             processes,
         })?;
@@ -149,6 +184,7 @@ impl SharedInflight {
             slot,
             pid,
             namespace,
+            locks,
         })
     }
 
@@ -201,7 +237,8 @@ impl SharedInflight {
     }
 
     /// Takes back the contributions of processes that have died; returns how many slots it
-    /// freed. Cheap when nobody died: one load per slot and one `kill(pid, 0)` per held slot.
+    /// freed. Cheap when nobody died: one load per slot and one system call per held slot (a
+    /// lock attempt on Linux, `kill(pid, 0)` elsewhere).
     pub fn reclaim(&self) -> usize {
         self.holder().reclaim()
     }
@@ -227,6 +264,8 @@ impl SharedInflight {
             total: &self.total,
             pid: self.pid,
             namespace: self.namespace,
+            locks: &self.locks,
+            own: Some(self.slot),
         }
     }
 }
@@ -238,8 +277,9 @@ impl Drop for SharedInflight {
         let holder = self.holder();
         let words = self.segment.slot_words(self.slot);
         let held = owner_word(HELD, 0, self.pid);
-        // AcqRel: our own contribution is ours; the CAS only keeps a sweeper (who wrongly took
-        // us for dead, e.g. after a pid namespace change) from sweeping twice.
+        // AcqRel: our own contribution is ours; the CAS only keeps a sweeper who wrongly took us
+        // for dead (elsewhere than on Linux, where a pid can be reused) from sweeping twice. On
+        // Linux the slot's lock, ours until `locks` closes after this, keeps sweepers out.
         if words[OWNER]
             .compare_exchange(
                 held,
@@ -250,6 +290,24 @@ impl Drop for SharedInflight {
             .is_ok()
         {
             holder.sweep(self.slot, owner_word(SWEEPING, self.pid, self.pid));
+        }
+    }
+}
+
+#[cfg(test)]
+impl SharedInflight {
+    /// Leaves this handle as its process's death would: its descriptor of the segment closed
+    /// and its mapping gone (the mapping holds the open file description too, so both must go
+    /// before the slot's lock does), its slot still held with whatever it holds.
+    fn die(self) {
+        let this = std::mem::ManuallyDrop::new(self);
+        // SAFETY: each field is read out once and `this` is never used or dropped again; the
+        // rest is plain data.
+        unsafe {
+            drop(std::ptr::read(&this.total));
+            drop(std::ptr::read(&this.own));
+            drop(std::ptr::read(&this.segment));
+            drop(std::ptr::read(&this.locks));
         }
     }
 }

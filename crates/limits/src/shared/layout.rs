@@ -26,6 +26,11 @@
 //!               per process slot (crate::shared::inflight)
 //! ```
 //!
+//! On Linux the holders of an in-flight segment's slots also lock one byte of the file each
+//! (open file description locks), slot `i`'s at offset 2^62 + `i`: past the file's end, so no
+//! part of its length or contents (crate::shared::inflight, "Slot table"). A build of layout 4
+//! knew nothing of these locks.
+//!
 //! A limiter has no counters; after the header it holds:
 //!
 //! ```text
@@ -59,9 +64,12 @@ pub(crate) const MAGIC: [u8; 8] = *b"KCSHARED";
 /// in-flight slots had two words, without the journal of changes in flight that version 3's
 /// eight hold; a version 3 limiter's key was always found before the first empty entry of its
 /// probe path, where version 4 takes entries over past it (`shared/limiter.rs`, "A full
-/// table"), so a version 3 process would miss such keys and give them a second bucket. All are
-/// refused ([`Refusal::Version`]: a mismatch of `layout version`) rather than misread.
-pub(crate) const FORMAT_VERSION: u32 = 4;
+/// table"), so a version 3 process would miss such keys and give them a second bucket; a
+/// version 4 in-flight process on Linux neither takes nor honours the lock of a slot that
+/// version 5 holds while it holds the slot (`shared/inflight.rs`, "Slot table"), so each would
+/// take the other's slots for dead, or its dead for alive. All are refused
+/// ([`Refusal::Version`]: a mismatch of `layout version`) rather than misread.
+pub(crate) const FORMAT_VERSION: u32 = 5;
 
 /// Why [`Layout::decode`] refuses a segment's header.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -538,8 +546,8 @@ mod tests {
         assert_eq!(Layout::decode(&older, total), Err(Refusal::Version(2)));
         // Whatever else differs: the version is what a reader of this build can tell.
         let mut newer = layout.encode(1);
-        newer[8..12].copy_from_slice(&5u32.to_le_bytes());
-        assert_eq!(Layout::decode(&newer, total - 8), Err(Refusal::Version(5)));
+        newer[8..12].copy_from_slice(&6u32.to_le_bytes());
+        assert_eq!(Layout::decode(&newer, total - 8), Err(Refusal::Version(6)));
     }
 
     #[test]

@@ -8,7 +8,7 @@ use crate::shared::layout::{
 };
 use memmap2::MmapRaw;
 use portable_atomic::AtomicU128;
-use std::fs;
+use std::fs::{self, File};
 use std::io;
 use std::path::{Path, PathBuf};
 use std::ptr::NonNull;
@@ -181,6 +181,10 @@ pub(crate) struct Segment {
     map: Memory,
     layout: Layout,
     path: PathBuf,
+    /// An in-flight segment's file, open until [`take_file`](Self::take_file) takes it: this
+    /// opening's own open file description, whose locks tell live slot holders
+    /// (crate::shared::inflight, "Slot table"). `None` for other kinds and lent memory.
+    file: Option<File>,
 }
 
 impl Segment {
@@ -192,7 +196,9 @@ impl Segment {
     /// if the name exists; so no opener ever sees a partly
     /// written file, and of many simultaneous creators exactly one wins while the others open
     /// the winner's file. An existing file is validated (magic, version, header checksum, length)
-    /// and compared with `layout`.
+    /// and compared with `layout`. An in-flight segment keeps the file it was opened through
+    /// for its holder ([`take_file`](Self::take_file)): a new open file description per open,
+    /// whose locks tell the holder alive (crate::shared::inflight, "Slot table").
     pub(crate) fn open(
         name: &str,
         layout: Layout,
@@ -221,6 +227,12 @@ impl Segment {
         Self::open_existing(&path, options.mode)?.check(layout)
     }
 
+    /// The file an in-flight segment was opened through (`None` after the first call, or for
+    /// another kind): its holder keeps it open while it holds a slot.
+    pub(crate) fn take_file(&mut self) -> Option<File> {
+        self.file.take()
+    }
+
     /// Maps the file at `path`, if its owner and permissions are what `mode` allows
     /// ([`check_owner`]), and validates its header.
     fn open_existing(path: &Path, mode: u32) -> Result<Self, SharedError> {
@@ -241,7 +253,12 @@ impl Segment {
         if len < HEADER_BYTES as u64 {
             return Err(corrupt(CorruptReason::Short));
         }
-        Self::validated(Memory::Mapped(map(&file, path)?), path.into())
+        let map = Memory::Mapped(map(&file, path)?);
+        let mut segment = Self::validated(map, path.into())?;
+        if segment.layout.kind == Kind::Inflight {
+            segment.file = Some(file);
+        }
+        Ok(segment)
     }
 
     /// `len` bytes at `start`, lent by the caller, as a segment of `layout`: validated (magic,
@@ -305,7 +322,12 @@ impl Segment {
             let block = LimiterLayout::decode(&block, layout.shape.slots()).map_err(corrupt)?;
             layout.limiter = Some(block);
         }
-        Ok(Self { map, layout, path })
+        Ok(Self {
+            map,
+            layout,
+            path,
+            file: None,
+        })
     }
 
     /// Builds the file unnamed (or under a temporary name) and links it into place; `None` if
@@ -345,10 +367,17 @@ impl Segment {
                 word.store(u64::from_ne_bytes(bytes), Ordering::Release);
             }
         }
+        // Another descriptor of the same open file description: the temporary one goes.
+        let file = if layout.kind == Kind::Inflight {
+            Some(file.try_clone().map_err(io)?)
+        } else {
+            None
+        };
         let segment = Self {
             map,
             layout,
             path: path.into(),
+            file,
         };
         initialise(&segment);
         match temporary.link(path) {

@@ -4,7 +4,9 @@
 
 use crate::estimator::Estimator;
 use crate::hash::KeyHash;
+use crate::shared::error::SharedError;
 use crate::shared::segment::{Counters, Segment};
+use std::sync::Mutex;
 use std::sync::atomic::Ordering;
 
 /// Owner-word states.
@@ -48,8 +50,95 @@ pub(super) fn owner(word: u64) -> u32 {
     word as u32
 }
 
+/// The sweeper's pid (judged by pid elsewhere than on Linux; tests).
+#[cfg(any(test, not(target_os = "linux")))]
 pub(super) fn sweeper(word: u64) -> u32 {
     (word >> 32) as u32 & 0x3fff_ffff
+}
+
+/// Where slot `i`'s lock byte lies in the segment file: `LOCK_BASE + i`, far past the end of any
+/// segment (at most about 2^40 bytes, `Layout::total_bytes`). A lock past a file's end is allowed
+/// and changes nothing of the file: its length, which openers check, stays the layout's.
+#[cfg(target_os = "linux")]
+const LOCK_BASE: i64 = 1 << 62;
+
+/// A handle's own open file description of its segment file (Linux), through which it locks its
+/// slot's byte while it holds the slot, and a dead one's while it sweeps it: module docs of
+/// `inflight.rs`, "Slot table". Elsewhere only the serialisation of reclaims.
+pub(super) struct Locks {
+    #[cfg(target_os = "linux")]
+    file: std::fs::File,
+    /// One reclaim at a time per handle: locks belong to the open file description, so two
+    /// threads of one handle would both take a dead slot's lock, and the one that lost the slot
+    /// would let go of the lock the winner sweeps under.
+    reclaiming: Mutex<()>,
+}
+
+impl Locks {
+    /// The locks of a handle over `file`, the segment file opened for it alone.
+    pub(super) fn new(file: Option<std::fs::File>, segment: &Segment) -> Result<Self, SharedError> {
+        #[cfg(target_os = "linux")]
+        let file = file.ok_or_else(|| {
+            SharedError::io(
+                segment.path(),
+                std::io::Error::other("an in-flight segment without its file"),
+            )
+        })?;
+        #[cfg(not(target_os = "linux"))]
+        let _ = (file, segment);
+        Ok(Self {
+            #[cfg(target_os = "linux")]
+            file,
+            reclaiming: Mutex::new(()),
+        })
+    }
+
+    /// Takes slot `slot`'s lock for this handle: `Ok(false)` if another open file description
+    /// (a live holder or sweeper, in whatever process or PID namespace) holds it. Taking a lock
+    /// this handle holds already succeeds.
+    #[cfg(target_os = "linux")]
+    pub(super) fn try_lock(&self, slot: usize) -> std::io::Result<bool> {
+        match self.fcntl(slot, libc::F_WRLCK) {
+            Ok(()) => Ok(true),
+            Err(err) if matches!(err.raw_os_error(), Some(libc::EAGAIN | libc::EACCES)) => {
+                Ok(false)
+            }
+            Err(err) => Err(err),
+        }
+    }
+
+    /// Lets slot `slot`'s lock go, if this handle holds it.
+    #[cfg(target_os = "linux")]
+    fn unlock(&self, slot: usize) {
+        // Cannot fail for a valid descriptor and range; nothing to do if it did.
+        let _ = self.fcntl(slot, libc::F_UNLCK);
+    }
+
+    /// `F_OFD_SETLK` of `kind` on slot `slot`'s byte, retried if a signal interrupts it.
+    #[cfg(target_os = "linux")]
+    fn fcntl(&self, slot: usize, kind: libc::c_int) -> std::io::Result<()> {
+        use std::os::fd::AsRawFd;
+        // SAFETY: a plain C struct, all zeroes valid (l_pid must be 0 for an OFD lock).
+        let mut lock: libc::flock = unsafe { std::mem::zeroed() };
+        // Both fit their fields' types (small constants).
+        lock.l_type = kind as _;
+        lock.l_whence = libc::SEEK_SET as _;
+        // slot < 1024 (MAX_PROCESSES): no overflow.
+        lock.l_start = LOCK_BASE + slot as i64;
+        lock.l_len = 1;
+        loop {
+            // SAFETY: the descriptor is open while `self` lives; the kernel reads `lock` only.
+            if unsafe { libc::fcntl(self.file.as_raw_fd(), libc::F_OFD_SETLK, &raw const lock) }
+                == 0
+            {
+                return Ok(());
+            }
+            let err = std::io::Error::last_os_error();
+            if err.kind() != std::io::ErrorKind::Interrupted {
+                return Err(err);
+            }
+        }
+    }
 }
 
 /// What claiming, reclaiming and sweeping slots need, without a slot of one's own.
@@ -58,6 +147,10 @@ pub(super) struct Holder<'a> {
     pub(super) total: &'a Estimator<Counters>,
     pub(super) pid: u32,
     pub(super) namespace: u64,
+    pub(super) locks: &'a Locks,
+    /// The slot the handle holds, if it holds one yet: never judged dead (its lock, taken
+    /// through the same open file description, would be granted again).
+    pub(super) own: Option<usize>,
 }
 
 impl Holder<'_> {
@@ -65,56 +158,73 @@ impl Holder<'_> {
         self.segment.layout().processes as usize
     }
 
-    /// Takes a free slot for this process, or `None` if every slot is held.
-    pub(super) fn claim(&self) -> Option<usize> {
-        (0..self.slots()).find(|&slot| {
+    /// Takes a free slot for this handle, or `None` if every slot is held. On Linux its lock
+    /// first, then the slot: a slot held by a live handle always has its lock held. An error if
+    /// the system would not lock the file (no OFD locks on its filesystem).
+    pub(super) fn claim(&self) -> Result<Option<usize>, SharedError> {
+        for slot in 0..self.slots() {
             let words = self.segment.slot_words(slot);
+            if words[OWNER].load(Ordering::Relaxed) != FREE {
+                continue;
+            }
+            #[cfg(target_os = "linux")]
+            if !self
+                .locks
+                .try_lock(slot)
+                .map_err(|err| SharedError::io(self.segment.path(), err))?
+            {
+                // Being freed, or just claimed: its holder or sweeper still has it.
+                continue;
+            }
             // Acquire on success: the contribution sketch was zeroed by the sweep that freed the
-            // slot (its Release store). The namespace word is written after: a reclaimer that
-            // reads the old 0 skips the slot until it is set.
-            let claimed = words[OWNER]
+            // slot (its Release store). The namespace word is written after: elsewhere than on
+            // Linux, a reclaimer that reads the old 0 skips the slot until it is set.
+            if words[OWNER]
                 .compare_exchange(
                     FREE,
                     owner_word(HELD, 0, self.pid),
                     Ordering::Acquire,
                     Ordering::Relaxed,
                 )
-                .is_ok();
-            if claimed {
+                .is_ok()
+            {
                 words[NAMESPACE].store(self.namespace, Ordering::Release);
+                return Ok(Some(slot));
             }
-            claimed
-        })
+            #[cfg(target_os = "linux")]
+            self.locks.unlock(slot);
+        }
+        Ok(None)
     }
 
     pub(super) fn reclaim(&self) -> usize {
+        // A poisoned lock guards nothing but the order of reclaims: go on.
+        let _one_at_a_time = self
+            .locks
+            .reclaiming
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         let mut freed = 0;
         for slot in 0..self.slots() {
+            if self.own == Some(slot) {
+                continue;
+            }
             let words = self.segment.slot_words(slot);
             // Acquire: pairs with the claim's Release of the namespace.
             let seen = words[OWNER].load(Ordering::Acquire);
-            if words[NAMESPACE].load(Ordering::Acquire) != self.namespace {
+            if state(seen) == FREE {
                 continue;
             }
-            let dead = match state(seen) {
-                HELD => owner(seen) != self.pid && !alive(owner(seen)),
-                SWEEPING => sweeper(seen) != self.pid && !alive(sweeper(seen)),
-                // Its holder is dead and its contribution taken back: anyone may settle it
-                // whom no live process is settling.
-                UNSETTLED => {
-                    sweeper(seen) == 0 || (sweeper(seen) != self.pid && !alive(sweeper(seen)))
-                }
-                _ => false,
+            let Some(seen) = self.dead(slot, seen) else {
+                continue;
             };
-            if !dead {
-                continue;
-            }
             let mine = owner_word(SWEEPING, self.pid, owner(seen));
             // AcqRel: one survivor wins the slot; the loser moves on.
             if words[OWNER]
                 .compare_exchange(seen, mine, Ordering::AcqRel, Ordering::Relaxed)
                 .is_err()
             {
+                self.let_go(slot);
                 continue;
             }
             if state(seen) == SWEEPING {
@@ -124,8 +234,55 @@ impl Holder<'_> {
             if self.sweep(slot, mine) {
                 freed += 1;
             }
+            // Freed, or left unsettled for whoever takes its lock next.
+            self.let_go(slot);
         }
         freed
+    }
+
+    /// Slot `slot`'s owner word if its holder (or its sweeper, or its settler) is dead, `seen`
+    /// having been read not free; `None` if it lives. On Linux: if this handle can take the
+    /// slot's lock, which it then holds (the word read again under it); a slot its holder freed
+    /// meanwhile lets the lock go.
+    #[cfg(target_os = "linux")]
+    fn dead(&self, slot: usize, _seen: u64) -> Option<u64> {
+        // An error is a lock this handle cannot judge: take the holder for alive.
+        if !self.locks.try_lock(slot).unwrap_or(false) {
+            return None;
+        }
+        // Acquire: the holder's or the sweeper's writes before it died.
+        let seen = self.segment.slot_words(slot)[OWNER].load(Ordering::Acquire);
+        if state(seen) == FREE {
+            self.locks.unlock(slot);
+            return None;
+        }
+        Some(seen)
+    }
+
+    /// Elsewhere: by its pid, for slots of this PID namespace only.
+    #[cfg(not(target_os = "linux"))]
+    fn dead(&self, slot: usize, seen: u64) -> Option<u64> {
+        let words = self.segment.slot_words(slot);
+        if words[NAMESPACE].load(Ordering::Acquire) != self.namespace {
+            return None;
+        }
+        let dead = match state(seen) {
+            HELD => owner(seen) != self.pid && !alive(owner(seen)),
+            SWEEPING => sweeper(seen) != self.pid && !alive(sweeper(seen)),
+            // Its holder is dead and its contribution taken back: anyone may settle it
+            // whom no live process is settling.
+            UNSETTLED => sweeper(seen) == 0 || (sweeper(seen) != self.pid && !alive(sweeper(seen))),
+            _ => false,
+        };
+        dead.then_some(seen)
+    }
+
+    /// Lets go of slot `slot`'s lock, taken by [`dead`](Self::dead) (Linux).
+    fn let_go(&self, slot: usize) {
+        #[cfg(target_os = "linux")]
+        self.locks.unlock(slot);
+        #[cfg(not(target_os = "linux"))]
+        let _ = slot;
     }
 
     /// Subtracts slot `slot`'s contribution from the total, settles a change its holder left in
@@ -260,7 +417,7 @@ fn journals(holder: &Holder<'_>, skip: usize, mut seen: impl FnMut((u64, u64))) 
 }
 
 /// Whether process `pid` exists (in this PID namespace).
-#[cfg(unix)]
+#[cfg(all(unix, not(target_os = "linux")))]
 fn alive(pid: u32) -> bool {
     let Ok(pid) = libc::pid_t::try_from(pid) else {
         return false;

@@ -27,17 +27,18 @@ impl Dir {
     }
 }
 
-/// The pid of a process that has exited.
+/// A pid no process has: above the largest the systems give (2^22 on Linux, 99,999 on macOS),
+/// within the 30 bits a sweeper's pid has. (Not a child run and waited for: a child being
+/// spawned holds the descriptors of every handle of the test process until it execs, and with
+/// them their slots' locks.)
 fn dead_pid() -> u32 {
-    let mut child = std::process::Command::new("true").spawn().unwrap();
-    let pid = child.id();
-    child.wait().unwrap();
-    pid
+    0x3fff_fffe
 }
 
 /// Leaves `victim` as a process killed in the middle of adding `value` to `key` would: the
 /// total's counter of `rows_done` + 1 rows added, its own of `rows_done`, the change begun
-/// and not ended; then gives its slot to a dead pid and forgets the handle.
+/// and not ended; then gives its slot to a dead pid and lets the handle die (its descriptor,
+/// and with it its slot's lock, closed).
 fn kill_mid_change(victim: SharedInflight, key: KeyHash, value: i64, rows_done: usize) {
     let journal = victim.segment.slot_words(victim.slot);
     journal[PENDING].store(key.to_u64(), Ordering::SeqCst);
@@ -53,7 +54,7 @@ fn kill_mid_change(victim: SharedInflight, key: KeyHash, value: i64, rows_done: 
         row += 1;
     });
     journal[OWNER].store(owner_word(HELD, 0, dead_pid()), Ordering::SeqCst);
-    std::mem::forget(victim);
+    victim.die();
 }
 
 /// The total's counters for `key`, row 0 first.
@@ -169,7 +170,7 @@ fn a_sweep_cut_in_two_by_a_kill_is_settled_on_every_counter() {
         owner_word(SWEEPING, dead_pid(), dead_pid()),
         Ordering::SeqCst,
     );
-    std::mem::forget(victim);
+    victim.die();
     let words = here.segment.slot_words(slot);
     assert_eq!(here.reclaim(), 1);
     assert_eq!((here.get_hash(a), here.get_hash(b)), (1, 0));
@@ -177,4 +178,128 @@ fn a_sweep_cut_in_two_by_a_kill_is_settled_on_every_counter() {
     assert_eq!(words[OWNER].load(Ordering::SeqCst), FREE);
     // The mark went with the slot: the next holder starts clean.
     assert_eq!(words[OVERLAP].load(Ordering::SeqCst), 0);
+}
+
+/// Leaves `victim`'s slot as a process of another PID namespace would: its namespace word not
+/// ours, and its pid one that lives here (this process's own: a container's pid 1, say).
+#[cfg(target_os = "linux")]
+fn from_another_namespace(victim: &SharedInflight) {
+    let words = victim.segment.slot_words(victim.slot);
+    words[slots::NAMESPACE].store(pid_namespace() ^ 0x5a5a, Ordering::SeqCst);
+    words[OWNER].store(owner_word(HELD, 0, std::process::id()), Ordering::SeqCst);
+}
+
+#[cfg(target_os = "linux")]
+#[test]
+fn a_holder_whose_descriptor_closed_is_reclaimed_whatever_its_namespace_or_pid() {
+    let dir = Dir::new("namespace");
+    let here = dir.open();
+    let key = here.hash_key("api");
+    here.incr_hash(key, 1);
+    // Restarts of a container that shares the directory: each dies holding counts, in a PID
+    // namespace of its own, with a pid that means something else here.
+    for restart in 0..6 {
+        let victim = dir.open();
+        assert_eq!(victim.incr_hash(key, 3), 4, "restart {restart}");
+        let slot = victim.slot;
+        from_another_namespace(&victim);
+        victim.die();
+        assert_eq!(here.reclaim(), 1, "restart {restart}");
+        assert_eq!(here.get_hash(key), 1, "restart {restart}: its count back");
+        assert_eq!(
+            here.segment.slot_words(slot)[OWNER].load(Ordering::SeqCst),
+            FREE
+        );
+    }
+    // Four slots, six restarts: every dead one's slot came back.
+    let others: Vec<_> = (0..3).map(|_| dir.open()).collect();
+    assert!(matches!(dir.try_open(), Err(SharedError::Full { .. })));
+    drop(others);
+}
+
+#[cfg(target_os = "linux")]
+#[test]
+fn a_slot_whose_lock_is_held_is_never_reclaimed() {
+    let dir = Dir::new("alive");
+    let here = dir.open();
+    let key = here.hash_key("api");
+    let live = dir.open();
+    live.incr_hash(key, 2);
+    let words = live.segment.slot_words(live.slot);
+    // Whatever its words say (a dead pid, as a reused or foreign one would look; a sweep under
+    // way by a dead sweeper): its holder still has the slot's lock.
+    let held = words[OWNER].load(Ordering::SeqCst);
+    for word in [
+        owner_word(HELD, 0, dead_pid()),
+        owner_word(SWEEPING, dead_pid(), dead_pid()),
+        owner_word(UNSETTLED, 0, dead_pid()),
+    ] {
+        words[OWNER].store(word, Ordering::SeqCst);
+        assert_eq!(here.reclaim(), 0);
+        // Nor by a handle opened meanwhile, in this process like every handle here.
+        drop(dir.open());
+        assert_eq!(words[OWNER].load(Ordering::SeqCst), word);
+        assert_eq!(here.get_hash(key), 2);
+    }
+    words[OWNER].store(held, Ordering::SeqCst);
+    // Closed, it gives its count back and frees its slot itself.
+    let slot = live.slot;
+    drop(live);
+    assert_eq!(here.get_hash(key), 0);
+    assert_eq!(
+        here.segment.slot_words(slot)[OWNER].load(Ordering::SeqCst),
+        FREE
+    );
+}
+
+#[cfg(target_os = "linux")]
+#[test]
+fn a_handle_killed_while_sweeping_a_dead_slot_is_taken_over() {
+    let dir = Dir::new("sweeper");
+    let here = dir.open();
+    let key = here.hash_key("api");
+    let victim = dir.open();
+    let sweeper = dir.open();
+    victim.incr_hash(key, 3);
+    let slot = victim.slot;
+    victim.die();
+    // Another handle takes the dead slot's lock and starts sweeping it, then dies too.
+    assert!(sweeper.locks.try_lock(slot).unwrap());
+    let words = here.segment.slot_words(slot);
+    let seen = words[OWNER].load(Ordering::SeqCst);
+    words[OWNER].store(
+        owner_word(SWEEPING, sweeper.pid, slots::owner(seen)),
+        Ordering::SeqCst,
+    );
+    assert_eq!(here.reclaim(), 0, "its sweeper lives");
+    sweeper.die();
+    assert_eq!(
+        here.reclaim(),
+        2,
+        "the dead slot and the dead sweeper's own"
+    );
+    assert_eq!(here.get_hash(key), 0);
+    assert_eq!(words[OWNER].load(Ordering::SeqCst), FREE);
+}
+
+#[cfg(target_os = "linux")]
+#[test]
+fn threads_reclaiming_through_one_handle_sweep_each_dead_slot_once() {
+    let dir = Dir::new("threads");
+    let here = dir.open();
+    let key = here.hash_key("api");
+    here.incr_hash(key, 1);
+    for _ in 0..20 {
+        let victims: Vec<_> = (0..3).map(|_| dir.open()).collect();
+        for victim in victims {
+            victim.incr_hash(key, 2);
+            victim.die();
+        }
+        let freed: usize = std::thread::scope(|scope| {
+            let reclaims: Vec<_> = (0..4).map(|_| scope.spawn(|| here.reclaim())).collect();
+            reclaims.into_iter().map(|r| r.join().unwrap()).sum()
+        });
+        assert_eq!(freed, 3);
+        assert_eq!(counts(&here, key), [1, 1]);
+    }
 }
