@@ -1,7 +1,7 @@
 // Estimator.openShared and Rate.openShared: counters shared by real processes (child_process.fork
 // workers) through a segment file. On the fallback backend every entry point must refuse with
 // ERR_KEEPCOUNT_UNSUPPORTED rather than count per process; argument checks are the same on both.
-import { chownSync, existsSync, readFileSync, statSync, writeFileSync } from 'node:fs';
+import { chmodSync, chownSync, existsSync, readFileSync, statSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import test from 'ava';
 import { crc32 } from '../fallback/crc32.js';
@@ -164,15 +164,27 @@ test(title('segment files are created 0600 unless a mode is given'), (t) => {
   if (backend === 'fallback') {
     throwsShape(
       t,
-      () => Estimator.openShared('p', { seed: SEED, dir, mode: 0o640 }),
+      () => Estimator.openShared('p', { seed: SEED, dir, mode: 0o660 }),
       unsupported('Estimator.openShared'),
     );
     return;
   }
   Estimator.openShared('private', { seed: SEED, dir }).close();
   t.is(statSync(join(dir, 'keepcount.private')).mode & 0o777, 0o600);
-  Estimator.openShared('group', { seed: SEED, dir, mode: 0o640 }).close();
-  t.is(statSync(join(dir, 'keepcount.group')).mode & 0o777, 0o640);
+  Estimator.openShared('group', { seed: SEED, dir, mode: 0o660 }).close();
+  t.is(statSync(join(dir, 'keepcount.group')).mode & 0o777, 0o660);
+  // Read without write serves no process, and would let a user who cannot write the file lock a
+  // shared Inflight's slots (fill them, or keep a dead holder's counts) and read its seed.
+  for (const mode of [0o640, 0o604, 0o620, 0o644]) {
+    throwsShape(t, () => Estimator.openShared('readable', { seed: SEED, dir, mode }), {
+      instanceOf: RangeError,
+      code: 'ERR_OUT_OF_RANGE',
+      message: new RegExp(
+        `^The "mode" option must be a mode giving the group and others read and write together or neither \\(e\\.g\\. 0o600, 0o660\\), not 0o${mode.toString(8)}\\. Received ${mode}$`,
+      ),
+    });
+  }
+  t.false(existsSync(join(dir, 'keepcount.readable')));
 });
 
 test(title('a damaged or foreign segment file is ERR_KEEPCOUNT_CORRUPT, and unlink clears it'), (t) => {
@@ -223,10 +235,28 @@ test(title('a segment file more open than the mode asked for, or another user’
   throwsShape(t, () => Estimator.openShared('narrow', { seed: SEED, dir }), {
     instanceOf: Error,
     code: 'ERR_KEEPCOUNT_MISMATCH',
-    message: /was created with owner uid 65534, not uid 0 as requested/,
+    message: /was created with owner uid 65534 \(group 65534\), not uid 0 as requested/,
   });
-  // A mode letting other users in is a choice to share with them.
+  // A group mode lets in the group's users only: the file must be of one of this process's groups
+  // (root ignores permissions, so a 0660 file any user planted with their own group would do).
+  throwsShape(t, () => Estimator.openShared('narrow', { seed: SEED, dir, mode: 0o660 }), {
+    instanceOf: Error,
+    code: 'ERR_KEEPCOUNT_MISMATCH',
+    message: /was created with owner uid 65534 \(group 65534\), not uid 0 as requested/,
+  });
+  chownSync(join(dir, 'keepcount.narrow'), 65_534, process.getegid!());
   Estimator.openShared('narrow', { seed: SEED, dir, mode: 0o660 }).close();
+  // Others' read and write lets anyone in: a choice to share with every user.
+  chownSync(join(dir, 'keepcount.narrow'), 65_534, 65_534);
+  Estimator.openShared('narrow', { seed: SEED, dir, mode: 0o666 }).close();
+  // A file the group can read but not write is refused under any mode: such a user could still
+  // lock a shared Inflight's slot bytes.
+  chmodSync(join(dir, 'keepcount.narrow'), 0o640);
+  throwsShape(t, () => Estimator.openShared('narrow', { seed: SEED, dir, mode: 0o660 }), {
+    instanceOf: Error,
+    code: 'ERR_KEEPCOUNT_MISMATCH',
+    message: /was created with mode 0o640, not 0o660 as requested/,
+  });
 });
 
 test(title('a segment another keepcount version left (after an upgrade) is a mismatch saying what to do'), (t) => {

@@ -35,9 +35,12 @@ export interface SharedPlacement {
 export interface SharedCreation extends SharedPlacement {
   /**
    * Permissions of the file when this call creates it, applied exactly whatever the umask: an
-   * integer in [0, 0o777]. Defaults to `0o600` (only the owner's processes can open it). An
-   * existing file with bits beyond it, or another user's while it lets no other user in, is
-   * refused (`ERR_KEEPCOUNT_MISMATCH`): whoever else can write the file can rewrite the counts or
+   * integer in [0, 0o777] giving the group and others read and write together or neither (read
+   * alone would let a user who cannot write the file lock a shared `Inflight`'s slots, and read
+   * its seed). Defaults to `0o600` (only the owner's processes can open it); `0o660` shares it
+   * with the group. An existing file with bits beyond it, or another user's that it does not let
+   * in (the group's: a file of one of this process's groups; others': anyone's), is refused
+   * (`ERR_KEEPCOUNT_MISMATCH`): whoever else can write the file can rewrite the counts or
    * truncate it under the processes that map it.
    */
   mode?: number;
@@ -69,7 +72,17 @@ export function sharedDir(options: SharedPlacement): string | undefined {
 
 /** `mode` from validated options. */
 export function sharedMode(options: SharedCreation): number {
-  return integerOption('mode', options.mode, 0, 0o777, DEFAULT_MODE);
+  const mode = integerOption('mode', options.mode, 0, 0o777, DEFAULT_MODE);
+  // Read alone serves no process (they open segments to write), and lets a user who cannot write
+  // the file lock a shared Inflight's slots (crates/limits segment/file.rs `valid_mode`).
+  if ([(mode >> 3) & 0o6, mode & 0o6].some((rw) => rw !== 0 && rw !== 0o6)) {
+    throw outOfRange(
+      'The "mode" option',
+      `a mode giving the group and others read and write together or neither (e.g. 0o600, 0o660), not 0o${mode.toString(8)}`,
+      mode,
+    );
+  }
+  return mode;
 }
 
 /** The seed every process must agree on: required, since a random default would differ per process. */

@@ -294,6 +294,15 @@ fn files_get_exactly_the_mode_asked_for() {
     assert_eq!(mode("open"), 0o666);
     let err = open_estimator("bad", shape(), SEED, &dir.options().mode(0o4755)).unwrap_err();
     assert!(matches!(err, SharedError::Mode(0o4755)));
+    // Read without write for the group or others: such a user could still lock an in-flight
+    // segment's slot bytes.
+    for mode in [0o640, 0o604, 0o620, 0o644] {
+        let err = open_estimator("readable", shape(), SEED, &dir.options().mode(mode)).unwrap_err();
+        assert!(
+            matches!(err, SharedError::Mode(m) if m == mode),
+            "{mode:#o}"
+        );
+    }
 }
 
 #[cfg(unix)]

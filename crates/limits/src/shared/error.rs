@@ -67,7 +67,8 @@ pub enum SharedError {
     /// A shared limiter's full bucket would be `2^64` units or more (`burst × period` in
     /// nanoseconds): more than a bucket word holds.
     WideQuota,
-    /// The mode asks for bits beyond `0o777`.
+    /// The mode asks for bits beyond `0o777`, or lets the group or others read the file without
+    /// writing it (see [`SharedOptions::mode`](crate::shared::SharedOptions::mode)).
     Mode(u32),
     /// This platform has no shared segments (only Unix-like systems do).
     Unsupported,
@@ -180,7 +181,11 @@ impl fmt::Display for SharedError {
             Self::WideQuota => f.write_str(
                 "a shared limiter's burst times its period in nanoseconds must be below 2^64",
             ),
-            Self::Mode(mode) => write!(f, "the file mode must be within 0o777, got {mode:#o}"),
+            Self::Mode(mode) => write!(
+                f,
+                "the file mode must be within 0o777 and give the group and others read and write \
+                 together or neither, got {mode:#o}"
+            ),
             Self::Unsupported => {
                 f.write_str("shared segments need a Unix-like system (Linux, macOS)")
             }

@@ -18,7 +18,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 mod file;
 
-use file::{Temporary, check_owner, map, open_options, reserve, set_mode};
+use file::{Temporary, check_owner, map, open_options, reserve, set_mode, valid_mode};
 
 /// Longest segment name: the file name adds `keepcount.` and a creator's temporary name
 /// `.keepcount.<name>.<pid>.<16 hex digits>.tmp` adds at most 43 bytes, within the usual 255-byte
@@ -208,7 +208,7 @@ impl Segment {
         if cfg!(not(unix)) {
             return Err(SharedError::Unsupported);
         }
-        if options.mode > 0o777 {
+        if !valid_mode(options.mode) {
             return Err(SharedError::Mode(options.mode));
         }
         let path = options.path(name)?;

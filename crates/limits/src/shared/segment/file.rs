@@ -229,11 +229,25 @@ pub(super) fn set_mode(file: &File, mode: u32) -> io::Result<()> {
     file.set_permissions(fs::Permissions::from_mode(mode))
 }
 
-/// Refuses a file that users other than those `mode` lets in could write or truncate: one with
-/// permission bits `mode` does not grant, or, when `mode` lets in no other user, one owned by
-/// another. Anyone can create files in `/dev/shm`: another local user creating the segment's
-/// name first, world-writable, for the shape and seed a service uses (seeds sit in config files),
-/// could otherwise rewrite its counts, or truncate the file and kill it with `SIGBUS`.
+/// Whether `mode` is one segments are made and opened with: within `0o777`, and giving the group
+/// and others read and write together or neither. Read alone serves no keepcount process (they
+/// open segments to write), and it would let a user who cannot write the file still lock an
+/// in-flight segment's slot bytes (filling every slot, or keeping a dead holder's counts for good:
+/// `shared::inflight`, "Slot table") and read its seed.
+pub(super) fn valid_mode(mode: u32) -> bool {
+    mode <= 0o777
+        && [(mode >> 3) & 0o6, mode & 0o6]
+            .iter()
+            .all(|rw| matches!(rw, 0 | 0o6))
+}
+
+/// Refuses a file that users other than those `mode` lets in could write, truncate or lock: one
+/// with permission bits `mode` does not grant (or that give the group or others read without
+/// write, [`valid_mode`]), or one owned by another user unless `mode` lets that user in (others
+/// read and write: anyone; the group's: a file of one of this process's groups). Anyone can create
+/// files in `/dev/shm`: another local user creating the segment's name first, world-writable, for
+/// the shape and seed a service uses (seeds sit in config files), could otherwise rewrite its
+/// counts, or truncate the file and kill it with `SIGBUS`; and root opens any file.
 #[cfg(unix)]
 pub(super) fn check_owner(file: &File, path: &Path, mode: u32) -> Result<(), SharedError> {
     use std::os::unix::fs::MetadataExt;
@@ -245,19 +259,40 @@ pub(super) fn check_owner(file: &File, path: &Path, mode: u32) -> Result<(), Sha
         existing,
         requested,
     };
-    if bits & !mode != 0 {
+    if bits & !mode != 0 || !valid_mode(bits) {
         return Err(mismatch("mode", format!("{bits:#o}"), format!("{mode:#o}")));
     }
     // SAFETY: geteuid has no preconditions and cannot fail.
     let me = unsafe { libc::geteuid() };
-    if meta.uid() != me && mode & 0o077 == 0 {
+    let trusted = meta.uid() == me
+        || mode & 0o006 == 0o006
+        || (mode & 0o060 == 0o060 && in_my_groups(meta.gid()));
+    if !trusted {
         return Err(mismatch(
             "owner",
-            format!("uid {}", meta.uid()),
+            format!("uid {} (group {})", meta.uid(), meta.gid()),
             format!("uid {me}"),
         ));
     }
     Ok(())
+}
+
+/// Whether `gid` is this process's effective group or one of its supplementary groups.
+#[cfg(unix)]
+fn in_my_groups(gid: u32) -> bool {
+    // SAFETY: getegid has no preconditions and cannot fail.
+    if unsafe { libc::getegid() } == gid {
+        return true;
+    }
+    // SAFETY: a zero-length query writes nothing and returns the count.
+    let count = unsafe { libc::getgroups(0, std::ptr::null_mut()) };
+    let Ok(len) = usize::try_from(count) else {
+        return false;
+    };
+    let mut groups = vec![0 as libc::gid_t; len];
+    // SAFETY: `groups` has room for `count` entries.
+    let got = unsafe { libc::getgroups(count, groups.as_mut_ptr()) };
+    usize::try_from(got).is_ok_and(|got| groups[..got.min(len)].contains(&gid))
 }
 
 #[cfg(not(unix))]
