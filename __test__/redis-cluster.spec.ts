@@ -15,6 +15,27 @@ import { title } from './helpers.js';
 import { connectClient, connectCluster, type Connection } from './redis-clients.js';
 import { startRedisCluster, type RedisCluster } from '../tools/redis-cluster.js';
 import { startRedis } from '../tools/redis-server.js';
+import { execFile } from 'node:child_process';
+import { promisify } from 'node:util';
+import { sleep, until } from './waits.js';
+
+const run = promisify(execFile);
+
+/** The port of the master that holds the hash tag `{name}`, as `port`'s CLUSTER NODES says. */
+async function masterOf(port: number, name: string): Promise<number> {
+  const cli = async (...args: string[]) =>
+    (await run('redis-cli', ['-h', '127.0.0.1', '-p', String(port), ...args])).stdout.trim();
+  const slot = Number(await cli('CLUSTER', 'KEYSLOT', `{${name}}`));
+  for (const line of (await cli('CLUSTER', 'NODES')).split('\n')) {
+    const parts = line.split(' ');
+    if (!(parts[2] ?? '').includes('master')) continue;
+    for (const range of parts.slice(8)) {
+      const [lo, hi] = range.split('-').map(Number);
+      if (slot >= (lo as number) && slot <= (hi ?? lo)!) return Number(/:(\d+)/.exec(parts[1] ?? '')?.[1]);
+    }
+  }
+  throw new Error(`no master holds {${name}}`);
+}
 
 /** Runs `body` on a fresh cluster, stopped afterwards whatever happens. */
 async function withCluster(body: (cluster: RedisCluster) => Promise<void>): Promise<void> {
@@ -196,10 +217,12 @@ test.serial(
       a.incr('k', 2);
       b.incr('k', 3);
       t.false(await sync.flush());
+      // The client's rejection, wrapped in a coded error that names the structure.
       t.deepEqual(
-        errors.map((e) => e.message),
-        ['b is down'],
+        errors.map((e) => [(e as { code?: string }).code, e.message, (e as { names?: string[] }).names]),
+        [['ERR_KEEPCOUNT_SYNC', 'Redis sync of "b" failed: b is down', ['b']]],
       );
+      t.is((errors[0]?.cause as Error).message, 'b is down');
       t.is(sync.stats.failures, 1);
       const reader = new RedisSync({ sendCommand: connection.send, syncMs: 3_600_000, cluster: true });
       const readA = new SyncedEstimator({ sync: reader, name: 'a', seed: 7 });
@@ -216,5 +239,103 @@ test.serial(
       await connection.close();
       await server.stop();
     }
+  },
+);
+
+test.serial(
+  title('one master stopped (SIGSTOP): quotas on the others stay fresh and admit, only its names go stale'),
+  async (t) => {
+    await withCluster(async (cluster) => {
+      const paused = cluster.nodes[0]!;
+      const candidates = Array.from({ length: 40 }, (_, i) => `q${i}`);
+      const masters = await Promise.all(candidates.map((name) => masterOf(paused.port, name)));
+      const stopped = candidates.find((_, i) => masters[i] === paused.port)!;
+      const healthy = candidates.find((_, i) => masters[i] !== paused.port)!;
+      const connections: Connection[] = [];
+      try {
+        for (let n = 0; n < 2; n++) connections.push(await connectCluster('ioredis', cluster.seeds));
+        const nodes = connections.map((connection) => {
+          // A hung call gives up only after 2 s; a structure is stale after 500 ms without a sync.
+          const sync = new RedisSync({
+            sendCommand: connection.send,
+            syncMs: 50,
+            timeoutMs: 2000,
+            staleAfterMs: 500,
+            cluster: true,
+          });
+          const errors: Error[] = [];
+          sync.on('error', (error: Error) => errors.push(error));
+          const quota = (name: string) =>
+            new SyncedWindowQuota({
+              sync,
+              name,
+              seed: 7,
+              limit: 1_000_000,
+              windowMs: 86_400_000,
+              clock: { now: () => 43_200_000 },
+              failPolicy: 'closed',
+            });
+          return { sync, errors, healthy: quota(healthy), stopped: quota(stopped) };
+        });
+        for (const { sync } of nodes) await sync.ready();
+        const [a, b] = nodes as [(typeof nodes)[0], (typeof nodes)[0]];
+        let consumed = { healthy: 0, stopped: 0 };
+        a.healthy.consume('client');
+        a.stopped.consume('client');
+        consumed = { healthy: 1, stopped: 1 };
+        await until(() => b.healthy.current('client').count === 1, 'b sees a first count');
+        paused.pause();
+        try {
+          await sleep(800);
+          // Past staleAfterMs: the stopped master's quota is stale and refuses, the other admits.
+          t.true(a.sync.stale, 'the sync is as stale as its stalest structure');
+          t.true(a.sync.staleness > 500);
+          t.false(a.stopped.consume('client').allowed, "the stopped master's quota refuses");
+          consumed.stopped++;
+          for (let probe = 0; probe < 4; probe++) {
+            t.true(a.healthy.consume('client').allowed, `probe ${probe}: the healthy master's quota admits`);
+            consumed.healthy++;
+            const sent = performance.now();
+            await until(() => b.healthy.current('client').count === consumed.healthy, 'b sees the count', 5000);
+            const late = performance.now() - sent;
+            // Counts on a healthy master reach the other node within a few syncs, not a timeout.
+            t.true(late < 1000, `probe ${probe}: seen ${Math.round(late)} ms after`);
+            t.true(b.healthy.consume('client').allowed, `probe ${probe}: b admits on the healthy quota`);
+            consumed.healthy++;
+            await sleep(200);
+          }
+          t.false(b.stopped.consume('client').allowed);
+          consumed.stopped++;
+          // Each node's call to the stopped master times out (after 2 s), naming its structure.
+          await until(() => nodes.every((node) => node.errors.length > 0), 'the calls time out', 5000);
+          t.true(a.healthy.consume('client').allowed, 'still admitting once the hung call timed out');
+          consumed.healthy++;
+        } finally {
+          paused.resume();
+        }
+        // Back: every count of both quotas reaches every node, once.
+        await until(async () => {
+          for (const { sync } of nodes) await sync.flush();
+          return nodes.every(
+            (node) =>
+              node.healthy.current('client').count === consumed.healthy &&
+              node.stopped.current('client').count === consumed.stopped,
+          );
+        }, 'exact totals on every node after SIGCONT');
+        for (const node of nodes) {
+          t.false(node.sync.stale);
+          t.true(node.healthy.consume('client').allowed && node.stopped.consume('client').allowed);
+          t.log(node.errors.map((error) => error.message));
+          for (const error of node.errors) {
+            t.like(error, { code: 'ERR_KEEPCOUNT_SYNC', names: [stopped] });
+            t.true(error.message.includes(`"${stopped}"`), error.message);
+            if (!/timed out/.test(error.message)) t.truthy(error.cause);
+          }
+        }
+        for (const { sync } of nodes) t.true(await sync.close());
+      } finally {
+        for (const connection of connections) await connection.close();
+      }
+    });
   },
 );

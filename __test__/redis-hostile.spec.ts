@@ -227,7 +227,7 @@ test.serial(
         flushed: 'false',
         syncs: 0,
         failures: 1,
-        heard: ['unreachable'],
+        heard: ['Redis sync of "listener" failed: unreachable'],
         uncaught: ['bug in the error listener'],
       });
     } finally {

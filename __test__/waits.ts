@@ -45,12 +45,13 @@ export async function until(
 
 /**
  * Resolves once `sync` has completed `count` successful syncs that all began after this call,
- * whether its timer or a flush started them. Syncs never overlap (a flush joins the one under
- * way), so the first to complete after the call may have begun before it, and every later one
- * began after the one before it ended: `count + 1` completions. Only syncs that carry something
- * count (a `RedisSync` with no structure skips Redis and counts none).
+ * whether its timer or a flush started them. Without `cluster` syncs never overlap (a flush joins
+ * the one under way), so the first to complete after the call may have begun before it, and every
+ * later one began after the one before it ended: `count + 1` completions. In a cluster a sync can
+ * begin while another waits on a hung master's call, so two may have begun before: `count + 2`.
+ * Only syncs that carry something count (a `RedisSync` with no structure skips Redis and counts none).
  */
 export function syncsAfterNow(sync: RedisSync, count: number, what: string): Promise<void> {
-  const target = sync.stats.syncs + count + 1;
+  const target = sync.stats.syncs + count + (sync.cluster ? 2 : 1);
   return until(() => sync.stats.syncs >= target, what);
 }

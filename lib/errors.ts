@@ -40,8 +40,9 @@
  *   fallback, or on a system other than Linux or macOS; `Limiter.openShared` on a CPU without a
  *   lock-free 128-bit compare-and-swap.
  * - `ERR_KEEPCOUNT_SYNC` (`Error`): emitted, never thrown, by keepcount/redis' `RedisSync` on its
- *   `'error'` event when a sync timed out or Redis answered something other than the script's reply.
- *   (Errors of the Redis client itself are emitted as the client made them.)
+ *   `'error'` event when a sync's call timed out, the Redis client rejected it (MOVED, TRYAGAIN,
+ *   CLUSTERDOWN, a lost connection: the client's error is its `cause`), or Redis answered something
+ *   other than the script's reply. Its `names` property lists the structures the call carried.
  * - `ERR_KEEPCOUNT_FOREIGN_KEY` (`Error`): emitted, never thrown, on the same `'error'` event when a
  *   sync found a key under its prefix holding a Redis type keepcount never writes there (another
  *   writer shares the prefix; its `key` property names the key). The sync deleted it and went on,

@@ -175,8 +175,9 @@ interface Account {
  * the node's clock from before the request was sent, the node drops its tokens before Redis
  * writes them off. The fleet admits less than the rate when `burst < rate × syncMs` (the bucket
  * overflows between syncs), for keys past the 1,024 a sync carries, and for a node whose share is
- * below a request's cost. Staleness (`sync.staleness`): a loan reflects the demand of the last
- * sync period. Past `staleAfterMs` the {@link FailPolicy} applies: `'local'` enforces `rate /
+ * below a request's cost. Staleness (`sync.staleness`; with `cluster: true`, this limiter's own
+ * name's): a loan reflects the demand of the last sync period. Past `staleAfterMs` the
+ * {@link FailPolicy} applies: `'local'` enforces `rate /
  * nodes` and `burst / nodes` per key on each node, within the bound when every node is cut off
  * and up to `rate / nodes` above it per node cut off alone.
  */
@@ -271,7 +272,7 @@ export class SyncedLimiter implements RequestLimiter {
     if (account.checks < 2) account.checks++;
     if (cost > bucket.burst) return refusal(Infinity);
     const now = performance.now();
-    if (this.#sync.stale) return this.#stale(account, cost, now);
+    if (this.#sync.staleFor(this)) return this.#stale(account, cost, now);
     // A loan past its lease is void (Redis writes it off); a debt is not. A key with no loan yet
     // may borrow its node's share of the burst; a key with a loan, its node's share of what the
     // bucket had left after it, refilled since: so a sudden burst is admitted as far as the bucket

@@ -21,7 +21,8 @@ export interface RedisSyncOptions {
   timeoutMs?: number;
   /**
    * How old the last successful sync may be before structures apply their fail policy: an integer
-   * in [1, 3,600,000]. Defaults to `timeoutMs + syncMs` (at most 3,600,000).
+   * in [1, 3,600,000]. Defaults to `timeoutMs + syncMs` (at most 3,600,000). With `cluster`, each
+   * structure goes by the last successful call carrying it (its name's), not the sync's.
    */
   staleAfterMs?: number;
   /** Prefix of every key. Defaults to `'keepcount'`. */
@@ -39,8 +40,10 @@ export interface RedisSyncOptions {
    * Whether Redis is a Redis Cluster. A script may only touch keys of one hash slot, and each
    * structure's keys share one hash tag (its name), so in a cluster a sync sends one script call
    * per structure name, all at once, instead of one for everything: as many round trips, in
-   * parallel, as there are names. Left false against a cluster, a sync carrying two names fails
-   * with Redis' CROSSSLOT error. Defaults to false.
+   * parallel, as there are names. A name whose call is still in flight (a hung master's, until
+   * `timeoutMs`) is left out of the next syncs, the others going on every `syncMs`. Left false
+   * against a cluster, a sync carrying two names fails with Redis' CROSSSLOT error. Defaults to
+   * false.
    */
   cluster?: boolean;
 }
@@ -61,7 +64,10 @@ export interface SyncSource {
 
 /** Counts of what this node has sent, for metrics. */
 export interface SyncStats {
-  /** Successful syncs. */
+  /**
+   * Successful syncs: every call made succeeded (in a cluster, a sync leaves out names whose earlier
+   * call is still in flight, and counts here if the calls it did make succeeded).
+   */
   syncs: number;
   /** Failed or timed-out syncs. */
   failures: number;

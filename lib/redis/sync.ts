@@ -52,8 +52,23 @@ const MAX_MS = 3_600_000;
 const MAX_PUSH = 2048;
 const MAX_PULL = 2 * MAX_PUSH;
 
-/** Per layout registry, an entry it came with and the other layouts it named. */
-type Heard = Map<string, { entry: SyncedEntry; others: Set<string> }>;
+/** Per layout registry, an entry it came with, the other layouts it named and its group's key. */
+type Heard = Map<string, { entry: SyncedEntry; others: Set<string>; group?: string }>;
+
+/**
+ * The structures one script call carries: all of them, or, in a cluster, those of one name (one
+ * hash tag). `key` is `''` for all, else the name.
+ */
+interface Group {
+  key: string;
+  names: string[];
+  carried: { source: SyncSource; entries: SyncedEntry[]; placed: boolean }[];
+  entries: SyncedEntry[];
+  loans: LoanRequest[];
+}
+
+/** A coded error naming the structures of a failed call: `names`. */
+export type SyncError = KeepcountError & { names?: string[] };
 
 /** The registry keeps a node this many sync periods after its last sync. */
 const LIVE_PERIODS = 10;
@@ -61,10 +76,16 @@ const LIVE_PERIODS = 10;
 /**
  * Syncs keepcount structures through Redis ≥ 7 (or Valkey). Emits `'sync'` after each successful
  * sync and `'error'` (only when someone listens: an unheard `'error'` would throw from a timer)
- * with the cause of each failed one (in a cluster, of each failed call: a sync whose calls partly
- * failed keeps what they did apply and counts as failed), and with an `ERR_KEEPCOUNT_FOREIGN_KEY`
- * error for each key under the prefix that held another Redis type (someone else wrote there):
- * the sync deleted it and went on, the structure rebuilding it as after a loss (see script.ts);
+ * with an `ERR_KEEPCOUNT_SYNC` error for each failed call (in a cluster, one per name: a sync whose
+ * calls partly failed keeps what they did apply and counts as failed), naming its structures in
+ * its message and `names` and holding what the client rejected with as `cause` (an error that
+ * already has a keepcount code, such as `ERR_KEEPCOUNT_NODE_ID`, comes as it is). In a cluster a
+ * name whose call is still in flight (its master hung or migrating) is left out of the next syncs
+ * until that call ends (replied or timed out): the other names sync every `syncMs` meanwhile, and
+ * each structure goes stale on its own (see {@link staleness}). Also emits `'error'` with an
+ * `ERR_KEEPCOUNT_FOREIGN_KEY` error for each key under the prefix that held another Redis type
+ * (someone else wrote there): the sync deleted it and went on, the structure rebuilding it as
+ * after a loss (see script.ts);
  * and with an `ERR_KEEPCOUNT_LAYOUT` error when nodes made with another seed, shape or sketch
  * format sync a structure of the same name (the two groups count apart), once per other layout
  * until it stops syncing. Its timer is unref'd: it never keeps the process alive.
@@ -72,7 +93,7 @@ const LIVE_PERIODS = 10;
 export class RedisSync extends EventEmitter {
   /** Milliseconds between syncs. */
   readonly syncMs: number;
-  /** Milliseconds a sync may take. */
+  /** Milliseconds a sync's call may take. */
   readonly timeoutMs: number;
   /** Milliseconds of staleness after which the fail policies apply. */
   readonly staleAfterMs: number;
@@ -86,8 +107,23 @@ export class RedisSync extends EventEmitter {
   readonly #sources = new Set<SyncSource>();
   /** Closed structures still in {@link #sources} until what they counted is pushed: see {@link retire}. */
   readonly #retiring = new Set<SyncSource>();
-  /** The running sync's deadline, referenced once {@link close} waits on it. */
-  #deadline: NodeJS.Timeout | undefined;
+  /** The running calls' deadlines, referenced once {@link close} waits on them. */
+  readonly #deadlines = new Set<NodeJS.Timeout>();
+  /** Each structure's name, which is its keys' hash tag. */
+  readonly #names = new Map<SyncSource, string>();
+  /**
+   * Each structure's last success: when the last call carrying it succeeded (in a cluster; else
+   * the sync's, {@link #lastSuccess}). Set to {@link #lastSuccess} when it is added.
+   */
+  readonly #fresh = new Map<SyncSource, number>();
+  /**
+   * The groups ({@link Group}) with a call in flight, settled (its bookkeeping done) when it ends.
+   * A sync leaves them out: an entry has one call in flight at a time (its cells taken once, its
+   * sequence numbers in order), and a hung master holds back only its own names.
+   */
+  readonly #busy = new Map<string, Promise<boolean>>();
+  /** Per group, the live nodes its last successful call counted. */
+  readonly #nodesBy = new Map<string, number>();
   /** The kind and name of every structure ever added, closed ones included: see {@link add}. */
   readonly #claimed = new Set<string>();
   readonly #timer: NodeJS.Timeout;
@@ -97,11 +133,11 @@ export class RedisSync extends EventEmitter {
    */
   readonly #process = randomUUID();
   #seq = 0;
+  /** The last sync that carried every structure and succeeded (or construction, before the first). */
   #lastSuccess = performance.now();
   /** Redis's clock, which synced windows are fixed on. */
   readonly #serverClock = new ServerClock();
   #running: Promise<boolean> | undefined;
-  #nodes = 1;
   #closing: Promise<boolean> | undefined;
   /**
    * Aborted by {@link close}: ends the waits of {@link ready} between its tries, which would
@@ -113,7 +149,7 @@ export class RedisSync extends EventEmitter {
    * entry whose record has no lease and never expires: a `SyncedEstimator`'s): {@link ready}
    * rejects with it rather than wait for ever. A refusal that a lease or a window ends waits.
    */
-  #idRefused: Error | undefined;
+  readonly #idRefused = new Map<string, Error>();
   /** The node-id refusals that no lease or expiry ends ({@link #idRefused}). */
   readonly #refusedForGood = new WeakSet<object>();
   /**
@@ -162,17 +198,35 @@ export class RedisSync extends EventEmitter {
       throw invalidType('The "cluster" option', 'of type boolean', o.cluster);
     }
     this.cluster = o.cluster ?? false;
-    this.#timer = setInterval(() => void this.flush(), this.syncMs).unref();
+    this.#timer = setInterval(() => this.#tick(), this.syncMs).unref();
   }
 
-  /** Milliseconds since the last successful sync (or since construction, before the first). */
+  /**
+   * Milliseconds since the last successful sync (or since construction, before the first): the
+   * staleness of its stalest structure. Each structure is as fresh as the last successful call
+   * carrying it and decides its fail policy on that alone; without `cluster` one call carries them
+   * all, so they are all as stale as the sync. In a cluster, a hung master leaves the structures of
+   * its names stale and this with them, while those on the other masters sync on and stay fresh.
+   */
   get staleness(): number {
-    return performance.now() - this.#lastSuccess;
+    if (!this.cluster || this.#sources.size === 0) return performance.now() - this.#lastSuccess;
+    let oldest = Infinity;
+    for (const source of this.#sources) oldest = Math.min(oldest, this.#fresh.get(source) ?? this.#lastSuccess);
+    return performance.now() - oldest;
   }
 
-  /** Whether {@link staleness} is over `staleAfterMs`. */
+  /** Whether {@link staleness} is over `staleAfterMs`: whether any structure on this sync is stale. */
   get stale(): boolean {
     return this.staleness > this.staleAfterMs;
+  }
+
+  /**
+   * @internal Whether `source` is stale: no call carrying it has succeeded for `staleAfterMs`
+   * (without `cluster`, {@link stale}). What its fail policy goes by.
+   */
+  staleFor(source: SyncSource): boolean {
+    if (!this.cluster) return this.stale;
+    return performance.now() - (this.#fresh.get(source) ?? this.#lastSuccess) > this.staleAfterMs;
   }
 
   /** Whether a sync has reached Redis yet (until then {@link nodes} is only this one). */
@@ -182,11 +236,11 @@ export class RedisSync extends EventEmitter {
 
   /**
    * The most live nodes any structure on this sync counted at the last successful sync (at least
-   * 1). Each structure divides by its own count (its `nodes`), which a fleet where structures
+   * 1; in a cluster, at each name's last successful call). Each structure divides by its own count (its `nodes`), which a fleet where structures
    * run on different sets of nodes makes differ; this is what a structure not yet synced uses.
    */
   get nodes(): number {
-    return this.#nodes;
+    return Math.max(1, ...this.#nodesBy.values());
   }
 
   /** A copy of the counters. */
@@ -213,6 +267,8 @@ export class RedisSync extends EventEmitter {
     }
     this.#claimed.add(claim);
     this.#sources.add(source);
+    this.#names.set(source, name);
+    this.#fresh.set(source, this.#lastSuccess);
   }
 
   /** @internal The sequence number of the last sync sent (0: none yet). */
@@ -223,6 +279,8 @@ export class RedisSync extends EventEmitter {
   /** @internal Stops syncing `source` now: what it has not pushed stays unpushed. */
   remove(source: SyncSource): void {
     this.#sources.delete(source);
+    this.#fresh.delete(source);
+    this.#names.delete(source);
   }
 
   /**
@@ -236,11 +294,40 @@ export class RedisSync extends EventEmitter {
 
   /**
    * Syncs now (or waits for the sync under way): resolves with whether it succeeded. Never
-   * rejects; the timer calls this every `syncMs`.
+   * rejects; the timer calls this every `syncMs`. In a cluster a sync leaves out the names whose
+   * call from an earlier sync is still in flight (see {@link RedisSync}) and then resolves false,
+   * though it emits `'sync'` and counts in `stats.syncs` if every call it made succeeded.
    */
   flush(): Promise<boolean> {
-    this.#running ??= this.#sync().finally(() => (this.#running = undefined));
+    this.#running ??= this.#start();
     return this.#running;
+  }
+
+  /**
+   * The timer's sync. In a cluster, a sync still waiting on a name's call (a hung master's, until
+   * `timeoutMs`) does not hold back the names whose calls are done: a new sync carries them.
+   */
+  #tick(): void {
+    if (this.#running !== undefined && this.cluster && this.#idle()) this.#running = this.#start();
+    else void this.flush();
+  }
+
+  #start(): Promise<boolean> {
+    const sync: Promise<boolean> = this.#sync().finally(() => {
+      if (this.#running === sync) this.#running = undefined;
+    });
+    return sync;
+  }
+
+  /** Whether a structure's group has no call in flight. */
+  #idle(): boolean {
+    for (const source of this.#sources) if (!this.#busy.has(this.#groupOf(source))) return true;
+    return false;
+  }
+
+  /** The key of `source`'s {@link Group}. */
+  #groupOf(source: SyncSource): string {
+    return this.cluster ? (this.#names.get(source) ?? '') : '';
   }
 
   /**
@@ -270,7 +357,8 @@ export class RedisSync extends EventEmitter {
       const clockKnown = this.serverTimeKnown;
       // `synced`: a sync that reached Redis (with no structure yet, a flush sends nothing).
       const flushed = (await this.flush()) && this.synced;
-      if (!flushed && this.#idRefused !== undefined) throw this.#idRefused;
+      const refused = this.#idRefused.values().next().value;
+      if (!flushed && refused !== undefined) throw refused;
       const ready = (source: SyncSource) => this.#caughtUp.has(source) && (source.ready?.() ?? true);
       if (flushed && [...this.#sources].every(ready)) return;
       // Windows placed before Redis's clock was known do not count for catching up (see #sync):
@@ -292,7 +380,8 @@ export class RedisSync extends EventEmitter {
    * Resolves with whether that sync succeeded; every call resolves with it once it is done, so a
    * second shutdown hook cannot let the process exit before the last push. It waits for the sync
    * under way first (whose counts were taken before the call), each up to `timeoutMs`: at most
-   * twice `timeoutMs` in all.
+   * twice `timeoutMs` in all. In a cluster that includes a name's call still in flight from an
+   * earlier sync (a hung master's): the last sync carries every structure.
    */
   close(): Promise<boolean> {
     this.#closed.abort();
@@ -324,101 +413,160 @@ export class RedisSync extends EventEmitter {
     clearInterval(this.#timer);
     // A sync's deadline is unreferenced so that syncing alone never keeps the process alive; the
     // last one is awaited by whoever closes, so a hung sender must not let the process exit first.
-    this.#deadline?.ref();
-    await this.#running;
+    for (const deadline of this.#deadlines) deadline.ref();
+    while (this.#running !== undefined || this.#busy.size > 0) {
+      await this.#running;
+      await Promise.all(this.#busy.values());
+    }
     return this.flush();
   }
 
+  /**
+   * One sync: a script call per group ({@link Group}: one for all, or one per name in a cluster)
+   * but those with a call in flight, which it leaves out. Succeeds when every call it made did and
+   * it left none out; each call's bookkeeping is its own ({@link #settle}).
+   */
   async #sync(): Promise<boolean> {
-    let timer: NodeJS.Timeout | undefined;
+    let groups: Group[];
+    let skipped = false;
     try {
-      const carried = [...this.#sources].map((source) => ({
-        source,
-        entries: source.entries(),
-        placed: source.placed?.() ?? true,
-      }));
-      const entries = carried.flatMap((c) => c.entries);
-      const loans = [...this.#sources].flatMap((source) => source.loans?.() ?? []);
-      if (entries.length === 0 && loans.length === 0) {
-        this.#lastSuccess = performance.now();
-        this.#dropSettled();
-        return true;
+      const byKey = new Map<string, SyncSource[]>();
+      for (const source of [...this.#sources]) {
+        const key = this.#groupOf(source);
+        if (this.#busy.has(key)) skipped = true;
+        else byKey.set(key, [...(byKey.get(key) ?? []), source]);
       }
-      const groups = this.cluster ? byHashTag(entries, loans) : [{ entries, loans }];
-      const seq = String(++this.#seq);
-      const timeout = new Promise<never>((_, reject) => {
-        timer = setTimeout(() => reject(timeoutError(this.timeoutMs)), this.timeoutMs);
-        if (this.#closing === undefined) timer.unref();
-        this.#deadline = timer;
+      this.#forgetGone();
+      groups = [...byKey].map(([key, sources]) => {
+        const carried = sources.map((source) => ({
+          source,
+          entries: source.entries(),
+          placed: source.placed?.() ?? true,
+        }));
+        const names = [...new Set(sources.map((source) => this.#names.get(source) ?? ''))];
+        const entries = carried.flatMap((c) => c.entries);
+        return { key, names, carried, entries, loans: [] as LoanRequest[] };
       });
-      const started = performance.now();
-      const results = await Promise.allSettled(
-        groups.map((group) => this.#syncGroup(group.entries, group.loans, seq, timeout, started)),
-      );
-      let nodes = 1;
-      let ok = true;
-      this.#idRefused = undefined;
-      const heard: Heard = new Map();
-      for (const result of results) {
-        if (result.status === 'fulfilled') {
-          nodes = Math.max(nodes, result.value.nodes);
-          for (const error of result.value.keyErrors) this.#report(error);
-          for (const [key, now] of result.value.layouts) {
-            const before = this.#heard.get(key)?.others;
-            for (const theirs of now.others) {
-              if (before?.has(theirs) !== true)
-                this.#report(layoutError(now.entry, theirs, this.syncMs * LIVE_PERIODS));
-            }
-            heard.set(key, now);
-          }
-        } else {
-          ok = false;
-          if (this.#refusedForGood.has(result.reason as object)) this.#idRefused = result.reason as Error;
-          this.#report(result.reason);
-        }
-      }
-      // A failed call named no layouts: what its registries named before still stands.
-      this.#heard = ok ? heard : new Map([...this.#heard, ...heard]);
-      if (!ok) {
-        this.#stats.failures++;
-        return false;
-      }
-      this.#nodes = nodes;
-      this.#lastSuccess = performance.now();
-      this.#stats.syncs++;
-      this.#stats.lastRoundTripMs = this.#lastSuccess - started;
-      this.#stats.backlog = entries.reduce((sum, entry) => sum + entry.waiting, 0);
-      this.#stats.behind = entries.filter((entry) => entry.behind).length;
-      for (const c of carried) {
-        // Windows placed on this process's clock may be others than the fleet's (SyncSource.placed).
-        if (!c.placed || this.#caughtUp.has(c.source)) continue;
-        const joining = (this.#joining.get(c.source) ?? c.entries).filter(
-          (entry) => !entry.caughtUp && c.entries.includes(entry),
-        );
-        if (joining.length === 0) {
-          this.#caughtUp.add(c.source);
-          this.#joining.delete(c.source);
-        } else this.#joining.set(c.source, joining);
-      }
-      this.#dropSettled();
-      this.#notify('sync');
-      return true;
+      for (const group of groups) group.loans = group.carried.flatMap((c) => c.source.loans?.() ?? []);
     } catch (error) {
       this.#stats.failures++;
       this.#report(error);
       return false;
-    } finally {
-      clearTimeout(timer);
-      this.#deadline = undefined;
     }
+    // Groups with nothing to push or ask for are in sync as they are.
+    const now = performance.now();
+    for (const group of groups.filter((g) => g.entries.length === 0 && g.loans.length === 0)) {
+      for (const { source } of group.carried) if (this.#fresh.has(source)) this.#fresh.set(source, now);
+      this.#dropSettled(group.carried);
+    }
+    const sent = groups.filter((g) => g.entries.length > 0 || g.loans.length > 0);
+    if (sent.length === 0) {
+      if (!skipped) this.#lastSuccess = now;
+      return !skipped;
+    }
+    const seq = String(++this.#seq);
+    const started = performance.now();
+    const results = await Promise.all(sent.map((group) => this.#call(group, seq, started)));
+    if (!results.every(Boolean)) {
+      this.#stats.failures++;
+      return false;
+    }
+    const done = performance.now();
+    if (!skipped) this.#lastSuccess = done;
+    this.#stats.syncs++;
+    this.#stats.lastRoundTripMs = done - started;
+    const entries = sent.flatMap((group) => group.entries);
+    this.#stats.backlog = entries.reduce((sum, entry) => sum + entry.waiting, 0);
+    this.#stats.behind = entries.filter((entry) => entry.behind).length;
+    this.#notify('sync');
+    return !skipped;
   }
 
-  /** Stops syncing the retired structures with nothing left to push ({@link retire}). */
-  #dropSettled(): void {
-    for (const source of this.#retiring) {
+  /** Forgets the node counts and layouts heard for groups no structure is in any more. */
+  #forgetGone(): void {
+    const keys = new Set([...this.#sources].map((source) => this.#groupOf(source)));
+    for (const key of this.#nodesBy.keys()) if (!keys.has(key)) this.#nodesBy.delete(key);
+    for (const [layouts, heard] of this.#heard) if (!keys.has(heard.group ?? '')) this.#heard.delete(layouts);
+  }
+
+  /**
+   * Sends `group`'s call, its group busy until it ends; resolves (never rejects) with whether it
+   * succeeded, once its bookkeeping is done.
+   */
+  #call(group: Group, seq: string, started: number): Promise<boolean> {
+    let timer: NodeJS.Timeout | undefined;
+    const timeout = new Promise<never>((_, reject) => {
+      timer = setTimeout(() => reject(timeoutError(this.timeoutMs, group.names, this.cluster)), this.timeoutMs);
+      if (!this.#closed.signal.aborted) timer.unref();
+      this.#deadlines.add(timer);
+    });
+    const end = () => {
+      clearTimeout(timer);
+      this.#deadlines.delete(timer as NodeJS.Timeout);
+      this.#busy.delete(group.key);
+    };
+    const call = this.#syncGroup(group.entries, group.loans, seq, timeout, started).then(
+      (result) => {
+        end();
+        try {
+          this.#settle(group, result);
+          return true;
+        } catch (error) {
+          this.#report(error);
+          return false;
+        }
+      },
+      (error: unknown) => {
+        end();
+        if (this.#refusedForGood.has(error as object)) this.#idRefused.set(group.key, error as Error);
+        else this.#idRefused.delete(group.key);
+        this.#report(syncError(error, group.names));
+        return false;
+      },
+    );
+    this.#busy.set(group.key, call);
+    return call;
+  }
+
+  /** The bookkeeping of `group`'s call that succeeded. */
+  #settle(group: Group, result: { nodes: number; keyErrors: Error[]; layouts: Heard }): void {
+    this.#idRefused.delete(group.key);
+    this.#nodesBy.set(group.key, result.nodes);
+    for (const error of result.keyErrors) this.#report(error);
+    // The group's registries named these layouts now; those it named before and no longer go.
+    for (const [key, now] of result.layouts) {
+      const before = this.#heard.get(key)?.others;
+      for (const theirs of now.others) {
+        if (before?.has(theirs) !== true) this.#report(layoutError(now.entry, theirs, this.syncMs * LIVE_PERIODS));
+      }
+    }
+    for (const [key, heard] of this.#heard) if ((heard.group ?? '') === group.key) this.#heard.delete(key);
+    for (const [key, now] of result.layouts) this.#heard.set(key, { ...now, group: group.key });
+    const done = performance.now();
+    for (const c of group.carried) {
+      if (this.#fresh.has(c.source)) this.#fresh.set(c.source, done);
+      // Windows placed on this process's clock may be others than the fleet's (SyncSource.placed).
+      if (!c.placed || this.#caughtUp.has(c.source)) continue;
+      const joining = (this.#joining.get(c.source) ?? c.entries).filter(
+        (entry) => !entry.caughtUp && c.entries.includes(entry),
+      );
+      if (joining.length === 0) {
+        this.#caughtUp.add(c.source);
+        this.#joining.delete(c.source);
+      } else this.#joining.set(c.source, joining);
+    }
+    this.#dropSettled(group.carried);
+  }
+
+  /** Stops syncing the retired structures of `carried` with nothing left to push ({@link retire}). */
+  #dropSettled(carried: { source: SyncSource }[]): void {
+    for (const { source } of carried) {
+      if (!this.#retiring.has(source)) continue;
       if (source.entries().every((entry) => entry.waiting === 0)) {
         this.#sources.delete(source);
         this.#retiring.delete(source);
+        this.#fresh.delete(source);
+        this.#names.delete(source);
       }
     }
   }
@@ -528,8 +676,40 @@ export class RedisSync extends EventEmitter {
   };
 }
 
-function timeoutError(ms: number): Error {
-  return withCode(new Error(`Redis sync timed out after ${ms} ms`), 'ERR_KEEPCOUNT_SYNC');
+/** The names in an error's message: the first few, and how many more. */
+function listNames(names: string[]): string {
+  const shown = names.slice(0, 5).map((name) => JSON.stringify(name));
+  if (names.length > shown.length) shown.push(`and ${names.length - shown.length} more`);
+  return shown.join(', ');
+}
+
+/** The `ERR_KEEPCOUNT_SYNC` error of a call that timed out; naming its structures in a cluster. */
+function timeoutError(ms: number, names: string[], cluster: boolean): SyncError {
+  const of = cluster ? ` for ${listNames(names)}` : '';
+  return Object.assign(withCode(new Error(`Redis sync timed out after ${ms} ms${of}`), 'ERR_KEEPCOUNT_SYNC'), {
+    names,
+  });
+}
+
+/**
+ * A failed call's error as reported: one with a keepcount code as it is, anything else (a client's
+ * rejection: MOVED, TRYAGAIN, CLUSTERDOWN, a lost connection) as an `ERR_KEEPCOUNT_SYNC` error
+ * naming the call's structures, the original as its `cause`.
+ */
+function syncError(error: unknown, names: string[]): unknown {
+  const code = (error as { code?: unknown } | null)?.code;
+  if (typeof code === 'string' && code.startsWith('ERR_KEEPCOUNT_')) {
+    // An unexpected reply (reply.ts) names its call's structures too.
+    if (code === 'ERR_KEEPCOUNT_SYNC' && (error as SyncError).names === undefined)
+      Object.assign(error as object, { names });
+    return error;
+  }
+  const message = error instanceof Error ? error.message : String(error);
+  const wrapped = withCode(
+    new Error(`Redis sync of ${listNames(names)} failed: ${message}`, { cause: error }),
+    'ERR_KEEPCOUNT_SYNC',
+  );
+  return Object.assign(wrapped, { names });
 }
 
 /**
@@ -558,23 +738,4 @@ export function nameOption(name: string, value: unknown): string {
     throw outOfRange(`The "${name}" option`, 'a non-empty string without { or }', value);
   }
   return value;
-}
-
-/** The hash tag of a key (`{name}`: see script.ts); '' for a key without one. */
-const hashTag = (key: string): string => /\{([^}]*)\}/.exec(key)?.[1] ?? '';
-
-/**
- * `entries` and `loans` grouped by the hash tag of their keys, so each group's keys share one
- * cluster slot. Keys that carry no tag form one group.
- */
-function byHashTag(entries: SyncedEntry[], loans: LoanRequest[]): { entries: SyncedEntry[]; loans: LoanRequest[] }[] {
-  const groups = new Map<string, { entries: SyncedEntry[]; loans: LoanRequest[] }>();
-  const group = (tag: string) => {
-    let g = groups.get(tag);
-    if (g === undefined) groups.set(tag, (g = { entries: [], loans: [] }));
-    return g;
-  };
-  for (const entry of entries) group(hashTag(entry.keys.base)).entries.push(entry);
-  for (const loan of loans) group(hashTag(loan.key)).loans.push(loan);
-  return [...groups.values()];
 }

@@ -90,9 +90,10 @@ export interface SyncedHeavyHitterStats {
  *     limit + (nodes − 1) × r × 2 × (syncMs + RTT)
  *
  * admissions per window: the last node to admit saw every admission but the others' last `D` ms.
- * Count-min collisions only ever refuse more. Staleness (`sync.staleness`) is the age of the
- * others' counts; past `staleAfterMs` the {@link FailPolicy} applies. Under `'local'` a node whose
- * sync never reached Redis refuses then: it knows no node count to divide the limit by. Await
+ * Count-min collisions only ever refuse more. Staleness (`sync.staleness`; with `cluster: true`,
+ * that of the last successful call for this quota's name) is the age of the others' counts; past
+ * `staleAfterMs` the {@link FailPolicy} applies. Under `'local'` a node whose sync never reached
+ * Redis refuses then: it knows no node count to divide the limit by. Await
  * `sync.ready()` before serving.
  *
  * # Heavy hitters
@@ -187,7 +188,7 @@ export class SyncedWindowQuota implements RequestQuota {
     // never reached Redis refuses, as a `SyncedLimiter`'s does: it knows no node count but its own,
     // so every node started while Redis was away would take the whole limit per key for its share
     // (N nodes, N limits a window).
-    if (allowed && (this.#sync.stale || this.#sync.closed)) {
+    if (allowed && (this.#sync.staleFor(this.#rate) || this.#sync.closed)) {
       if (this.failPolicy === 'closed') allowed = false;
       else if (this.failPolicy === 'local') {
         const share = this.share();
