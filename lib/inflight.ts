@@ -163,8 +163,9 @@ export interface SharedInflightOptions extends SharedCreation {
   seed: bigint | number;
   /**
    * How many processes can hold the segment at once, fixed when it is created: each has a slot
-   * with its own copy of the sketch (memory pages of `/dev/shm` are used only as they are
-   * touched). An integer in [1, 1024]. Defaults to 64.
+   * with its own copy of the sketch, so the file holds `processes + 1` copies, `(processes + 1) ×
+   * hashes × slots × 8` bytes, which the creator allocates whole on Linux: 17 MB at the defaults
+   * (a Docker container's `/dev/shm` is 64 MiB). An integer in [1, 1024]. Defaults to 64.
    */
   processes?: number;
 }
