@@ -243,6 +243,57 @@ test.serial(
 );
 
 test.serial(
+  title('cluster: true, a name failing for long: a quota made then on a healthy name starts fresh'),
+  async (t) => {
+    // The last sync that carried every name is as old as the outage; a structure made then on a
+    // healthy name started out stale, and a 'closed' quota refused until its first call.
+    const server = await startRedis();
+    const connection = await connectClient('ioredis', server.port);
+    try {
+      const send: SendCommand = (args) =>
+        args.some((arg) => arg.includes('{down}')) ? Promise.reject(new Error('down')) : connection.send(args);
+      const sync = new RedisSync({ sendCommand: send, syncMs: 3_600_000, staleAfterMs: 300, cluster: true });
+      sync.on('error', () => {});
+      const quota = (name: string) =>
+        new SyncedWindowQuota({ sync, name, seed: 7, limit: 10, windowMs: 3_600_000, failPolicy: 'closed' });
+      const down = quota('down');
+      const up = quota('up');
+      const deadline = performance.now() + 600;
+      while (performance.now() < deadline) {
+        await sync.flush();
+        await new Promise((resolve) => setTimeout(resolve, 50));
+      }
+      t.true(sync.stale, "the stalest structure's staleness");
+      t.deepEqual([down.consume('k').allowed, up.consume('k').allowed], [false, true]);
+      t.true(quota('later').consume('k').allowed, 'made now, on a healthy name: fresh');
+      await sync.close();
+    } finally {
+      await connection.close();
+      await server.stop();
+    }
+  },
+);
+
+test.serial(
+  title('a sender rejecting with a value that has no string form: the sync fails, flush() resolves'),
+  async (t) => {
+    // Reporting the failure called String() on it, which threw: flush() rejected, and from the
+    // timer that was an unhandled rejection ending the process.
+    const reason = Object.create(null) as object;
+    for (const cluster of [false, true]) {
+      const sync = new RedisSync({ sendCommand: () => Promise.reject(reason), syncMs: 3_600_000, cluster });
+      const errors: Error[] = [];
+      sync.on('error', (error: Error) => errors.push(error));
+      new SyncedEstimator({ sync, name: 'x', seed: 7 }).incr('k');
+      t.false(await sync.flush());
+      t.like(errors[0], { code: 'ERR_KEEPCOUNT_SYNC', message: 'Redis sync of "x" failed: [object Object]' });
+      t.is(errors[0]?.cause, reason);
+      await sync.close();
+    }
+  },
+);
+
+test.serial(
   title('one master stopped (SIGSTOP): quotas on the others stay fresh and admit, only its names go stale'),
   async (t) => {
     await withCluster(async (cluster) => {

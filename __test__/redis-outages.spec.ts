@@ -275,6 +275,50 @@ test.serial(
 );
 
 test.serial(
+  title("'local' fail policy: a quota made after the sync's last one closed divides by the nodes it knew"),
+  async (t) => {
+    // sync.nodes is what a structure divides its limit by until its first sync; it fell back to 1
+    // once the sync's only structure was closed, and a quota made next while Redis was away took
+    // the whole limit for its share.
+    const server = await startRedis();
+    const connection = await connectClient('ioredis', server.port);
+    try {
+      const nodes = Array.from({ length: 3 }, () => {
+        const sync = new RedisSync({
+          sendCommand: connection.send,
+          syncMs: 3_600_000,
+          timeoutMs: 100,
+          staleAfterMs: 150,
+        });
+        const quota = new SyncedWindowQuota({ sync, name: 'first', seed: 7, limit: 30, windowMs: 3_600_000 });
+        return { sync, quota };
+      });
+      for (let round = 0; round < 2; round++) {
+        for (const [i, { sync }] of nodes.entries()) await until(() => sync.flush(), `node ${i} syncs`);
+      }
+      const [{ sync, quota }] = nodes as [(typeof nodes)[0]];
+      t.is(sync.nodes, 3);
+      quota.close();
+      // Pushed, then dropped: the sync has no structure left.
+      await until(() => sync.flush(), 'the closed quota is pushed');
+      await sync.flush();
+      t.is(sync.nodes, 3, 'the nodes it knew');
+      server.pause();
+      const later = new SyncedWindowQuota({ sync, name: 'later', seed: 7, limit: 30, windowMs: 3_600_000 });
+      t.false(await sync.flush());
+      await until(() => sync.stale, 'the sync goes stale');
+      const admitted = Array.from({ length: 15 }, () => later.consume('k').allowed).filter(Boolean).length;
+      t.is(admitted, 10, 'floor(30 / 3)');
+      server.resume();
+      for (const node of nodes) await node.sync.close();
+    } finally {
+      await connection.close();
+      await server.stop();
+    }
+  },
+);
+
+test.serial(
   title("'local' fail policy: nodes whose sync never reached Redis refuse once stale, not a whole limit each"),
   async (t) => {
     // A node booted while Redis is away knows no node count but its own: each took the whole limit

@@ -135,6 +135,8 @@ export class RedisSync extends EventEmitter {
   #seq = 0;
   /** The last sync that carried every structure and succeeded (or construction, before the first). */
   #lastSuccess = performance.now();
+  /** When a call last succeeded (in a cluster, of any name): where a new structure's freshness starts. */
+  #lastCall = this.#lastSuccess;
   /** Redis's clock, which synced windows are fixed on. */
   readonly #serverClock = new ServerClock();
   #running: Promise<boolean> | undefined;
@@ -268,7 +270,10 @@ export class RedisSync extends EventEmitter {
     this.#claimed.add(claim);
     this.#sources.add(source);
     this.#names.set(source, name);
-    this.#fresh.set(source, this.#lastSuccess);
+    // In a cluster, as fresh as the sync's latest successful call: the last sync that carried
+    // every name may be long past while one master is down, and a structure made then on a
+    // healthy master would start out stale (a 'closed' quota refusing until its first call).
+    this.#fresh.set(source, this.cluster ? Math.max(this.#lastSuccess, this.#lastCall) : this.#lastSuccess);
   }
 
   /** @internal The sequence number of the last sync sent (0: none yet). */
@@ -482,8 +487,14 @@ export class RedisSync extends EventEmitter {
     return !skipped;
   }
 
-  /** Forgets the node counts and layouts heard for groups no structure is in any more. */
+  /**
+   * Forgets the node counts and layouts heard for names no structure syncs any more (in a cluster).
+   * With none left it keeps them, as the sync did before names ran apart: `nodes` is what a
+   * structure added next divides its limit by until its first sync (a 'local' quota made while
+   * Redis is away), and one name's count stands for the fleet's then.
+   */
   #forgetGone(): void {
+    if (!this.cluster || this.#sources.size === 0) return;
     const keys = new Set([...this.#sources].map((source) => this.#groupOf(source)));
     for (const key of this.#nodesBy.keys()) if (!keys.has(key)) this.#nodesBy.delete(key);
     for (const [layouts, heard] of this.#heard) if (!keys.has(heard.group ?? '')) this.#heard.delete(layouts);
@@ -518,9 +529,14 @@ export class RedisSync extends EventEmitter {
       },
       (error: unknown) => {
         end();
-        if (this.#refusedForGood.has(error as object)) this.#idRefused.set(group.key, error as Error);
-        else this.#idRefused.delete(group.key);
-        this.#report(syncError(error, group.names));
+        try {
+          if (this.#refusedForGood.has(error as object)) this.#idRefused.set(group.key, error as Error);
+          else this.#idRefused.delete(group.key);
+          this.#report(syncError(error, group.names));
+        } catch (failure) {
+          // Reporting must not reject the sync: the timer's flush() is not awaited.
+          this.#report(failure);
+        }
         return false;
       },
     );
@@ -543,6 +559,7 @@ export class RedisSync extends EventEmitter {
     for (const [key, heard] of this.#heard) if ((heard.group ?? '') === group.key) this.#heard.delete(key);
     for (const [key, now] of result.layouts) this.#heard.set(key, { ...now, group: group.key });
     const done = performance.now();
+    this.#lastCall = done;
     for (const c of group.carried) {
       if (this.#fresh.has(c.source)) this.#fresh.set(c.source, done);
       // Windows placed on this process's clock may be others than the fleet's (SyncSource.placed).
@@ -704,12 +721,25 @@ function syncError(error: unknown, names: string[]): unknown {
       Object.assign(error as object, { names });
     return error;
   }
-  const message = error instanceof Error ? error.message : String(error);
+  const message = error instanceof Error ? error.message : describeReason(error);
   const wrapped = withCode(
     new Error(`Redis sync of ${listNames(names)} failed: ${message}`, { cause: error }),
     'ERR_KEEPCOUNT_SYNC',
   );
   return Object.assign(wrapped, { names });
+}
+
+/**
+ * A rejection reason that is not an `Error`, as text: `String()` throws for some (an object with
+ * no prototype), and a throw while reporting a failed call would reject `flush()`, which the
+ * timer does not catch.
+ */
+function describeReason(reason: unknown): string {
+  try {
+    return String(reason);
+  } catch {
+    return Object.prototype.toString.call(reason);
+  }
 }
 
 /**
