@@ -6,6 +6,7 @@
  */
 import test from 'ava';
 import type { Request } from 'express';
+import type { IncomingMessage, ServerResponse } from 'node:http';
 import Fastify from 'fastify';
 import { Inflight, ManualClock, Rate } from '../lib/index.js';
 import { keepcountFastify, rateLimitHook, upstreamLimitHook } from '../lib/http/fastify.js';
@@ -14,7 +15,11 @@ import {
   WindowQuota,
   rateLimit,
   upstreamLimit,
+  type QuotaTalkers,
+  type RateLimitDecision,
+  type RateLimitMiddleware,
   type RateLimitOptions,
+  type RequestQuota,
   type UpstreamLimitOptions,
   type WindowQuotaOptions,
 } from '../lib/http/index.js';
@@ -180,4 +185,57 @@ test(title('every combination the parsers take compiles and makes a middleware')
   for (const m of quotas) if (m.quota !== quota) (m.quota as WindowQuota).close();
   for (const m of limits) if (m.limit !== limit) m.limit.close();
   for (const given of [quota, rate, limit, inflight, clientInflight]) given.close();
+});
+
+/** Compiles only when `A` and `B` are the same type (each assignable to the other, `any` not). */
+type Same<A, B> = (<T>() => T extends A ? 1 : 2) extends <T>() => T extends B ? 1 : 2 ? true : false;
+const same = <A, B>(_proof: Same<A, B>): void => undefined;
+
+/** A quota of the caller's own, with a method no `WindowQuota` has. */
+class CountingQuota implements RequestQuota {
+  consumed = 0;
+  consume(key: string): RateLimitDecision {
+    this.consumed++;
+    return { key, allowed: true, limit: 5, count: 1, remaining: 4, resetMs: 1000, policy: 'own', windowMs: 1000 };
+  }
+  reset(): void {
+    this.consumed = 0;
+  }
+}
+
+test(title('a rate limit carries its quota typed as what was built or given'), (t) => {
+  // Made from options: a WindowQuota, with its own stats() and topTalkers (no optional call).
+  const made = rateLimit(window);
+  const hook = rateLimitHook({ ...window, policy: 'hook' });
+  const own = new CountingQuota();
+  const given = rateLimit({ quota: own });
+  const givenHook = rateLimitHook({ quota: own });
+  const windowQuota = new WindowQuota(window);
+  const shared = rateLimit({ quota: windowQuota, key: (req: Request) => req.ip ?? '' });
+  t.teardown(() => {
+    made.quota.close();
+    hook.quota.close();
+    windowQuota.close();
+  });
+  same<typeof made.quota, WindowQuota>(true);
+  same<typeof hook.quota, WindowQuota>(true);
+  same<typeof given.quota, CountingQuota>(true);
+  same<typeof givenHook.quota, CountingQuota>(true);
+  same<typeof shared.quota, WindowQuota>(true);
+  same<Parameters<typeof shared>[0], Request>(true);
+  t.is(shared.quota, windowQuota);
+  t.is(made.quota.stats()?.overflowEvents, 0);
+  t.deepEqual(made.quota.topTalkers(3), []);
+  t.deepEqual(hook.quota.topTalkers(3, 'both'), []);
+  given.quota.reset();
+  t.is(givenHook.quota.consumed, 0);
+  // @ts-expect-error a quota of one's own has no stats(): it is not typed a WindowQuota
+  t.throws(() => given.quota.stats());
+  // Annotations without the parameter take any rate limit, as before.
+  const any: RateLimitMiddleware[] = [made, given];
+  const hooks: QuotaTalkers[] = [hook, givenHook];
+  t.is(any.length + hooks.length, 4);
+  // A parameter that contradicts the options: a made quota is a WindowQuota, nothing else.
+  // @ts-expect-error new-quota options with another quota type
+  t.throws(() => rateLimit<IncomingMessage, ServerResponse, CountingQuota>(window).quota.reset());
 });

@@ -5,7 +5,7 @@ import { chmodSync, chownSync, existsSync, readFileSync, statSync, writeFileSync
 import { join } from 'node:path';
 import test from 'ava';
 import { crc32 } from '../fallback/crc32.js';
-import { backend, Estimator, Inflight, ManualClock, Rate } from '../lib/index.js';
+import { backend, Estimator, Inflight, Limiter, ManualClock, Rate } from '../lib/index.js';
 import { throwsShape, title } from './helpers.js';
 import { pidNamespaceArgs, scratch, sleep, unsupported, workers } from './shared-workers.js';
 
@@ -93,7 +93,8 @@ test(title('opening with another shape, seed or kind is ERR_KEEPCOUNT_MISMATCH n
   }
   using e = Estimator.openShared('m', { hashes: 4, slots: 1024, seed: 1n, dir });
   e.incr('a');
-  // Every mismatch says how to go on, naming the call that removes the segment as it was opened.
+  // Every mismatch of options says how to go on, naming the call that removes the segment as it was
+  // opened (a segment of another kind is another's: see the next test).
   const fix = (opener: string, name = 'm') =>
     `to change them, call ${opener}.unlink('${name}', { dir: '${dir}' }) once no process has it open (or use a new name)`;
   const mismatch = (what: string, opener: string, name = 'm') => ({
@@ -121,9 +122,8 @@ test(title('opening with another shape, seed or kind is ERR_KEEPCOUNT_MISMATCH n
     instanceOf: Error,
     code: 'ERR_KEEPCOUNT_MISMATCH',
     message:
-      `Cannot open the shared segment: ${join(dir, 'keepcount.m')} was created by Estimator.openShared, not ` +
-      'Rate.openShared as requested: every process must open it with the same class and options; ' +
-      fix('Rate'),
+      "Cannot open the shared segment: the name 'm' is taken by an Estimator segment: use another name " +
+      `(${join(dir, 'keepcount.m')} was created by Estimator.openShared, not Rate.openShared as requested)`,
   });
   using r = Rate.openShared('r', { intervalMs: 1000, seed: 1n, dir });
   r.observe('a');
@@ -133,6 +133,95 @@ test(title('opening with another shape, seed or kind is ERR_KEEPCOUNT_MISMATCH n
     () => Rate.openShared('r', { intervalMs: 60_000, seed: 1n, dir }),
     mismatch('intervalMs 1000, not 60000', 'Rate', 'r'),
   );
+});
+
+test(
+  title('a name taken by another kind of segment is ERR_KEEPCOUNT_MISMATCH advising another name, not unlink'),
+  (t) => {
+    const dir = scratch(t);
+    const quota = { requests: { perSecond: 10, burst: 20 } };
+    if (backend === 'fallback') {
+      throwsShape(
+        t,
+        () => Limiter.openShared('api-clients', { quota, seed: SEED, dir }),
+        unsupported('Limiter.openShared'),
+      );
+      throwsShape(t, () => Inflight.openShared('api-clients', { seed: SEED, dir }), unsupported('Inflight.openShared'));
+      return;
+    }
+    // The other workers' limiter: unlinking it, as a mismatch of options advises, would split them.
+    using limiter = Limiter.openShared('api-clients', { quota, seed: SEED, dir });
+    limiter.check('a');
+    const error = t.throws(() => Inflight.openShared('api-clients', { seed: SEED, dir }), {
+      instanceOf: Error,
+      code: 'ERR_KEEPCOUNT_MISMATCH',
+      message:
+        "Cannot open the shared segment: the name 'api-clients' is taken by a Limiter segment: use another name " +
+        `(${join(dir, 'keepcount.api-clients')} was created by Limiter.openShared, not Inflight.openShared as requested)`,
+    });
+    t.notRegex(error.message, /unlink/);
+    // In the default directory too, where the unlink call would name no dir.
+    throwsShape(t, () => Rate.openShared('api-clients', { intervalMs: 1000, seed: SEED, dir }), {
+      instanceOf: Error,
+      code: 'ERR_KEEPCOUNT_MISMATCH',
+      message:
+        /^Cannot open the shared segment: the name 'api-clients' is taken by a Limiter segment: use another name \(/,
+    });
+    // The segment is untouched: the limiter goes on, and opens again as what it is.
+    using again = Limiter.openShared('api-clients', { quota, seed: SEED, dir });
+    t.true(again.check('a').allowed);
+  },
+);
+
+test(title('a "dir" that names no directory is ERR_KEEPCOUNT_IO naming the option, not a file in it'), (t) => {
+  const scratchDir = scratch(t);
+  const missing = join(scratchDir, 'no', 'such');
+  const file = join(scratchDir, 'file');
+  writeFileSync(file, '');
+  const quota = { requests: { perSecond: 10, burst: 20 } };
+  const opens = {
+    'Estimator.openShared': (dir: string) => Estimator.openShared('d', { seed: SEED, dir }),
+    'Rate.openShared': (dir: string) => Rate.openShared('d', { intervalMs: 1000, seed: SEED, dir }),
+    'Inflight.openShared': (dir: string) => Inflight.openShared('d', { seed: SEED, dir }),
+    'Limiter.openShared': (dir: string) => Limiter.openShared('d', { quota, seed: SEED, dir }),
+  };
+  const unlinks = {
+    'Estimator.unlink': (dir: string) => Estimator.unlink('d', { dir }),
+    'Rate.unlink': (dir: string) => Rate.unlink('d', { dir }),
+    'Inflight.unlink': (dir: string) => Inflight.unlink('d', { dir }),
+    'Limiter.unlink': (dir: string) => Limiter.unlink('d', { dir }),
+  };
+  if (backend === 'fallback') {
+    // The backend's refusal first: no directory would make a shared segment work here.
+    for (const [what, call] of Object.entries({ ...opens, ...unlinks })) {
+      for (const dir of [missing, file]) throwsShape(t, () => call(dir), unsupported(what));
+    }
+    return;
+  }
+  const noDirectory = (dir: string, why: string) => ({
+    instanceOf: Error,
+    code: 'ERR_KEEPCOUNT_IO',
+    message: `The "dir" option names no directory: ${dir} ${why}`,
+  });
+  const absent = 'does not exist (create it first)';
+  for (const open of Object.values(opens)) {
+    throwsShape(t, () => open(missing), noDirectory(missing, absent));
+    throwsShape(t, () => open(file), noDirectory(file, 'is not a directory'));
+    // A file where the path needs a directory: no such directory either.
+    throwsShape(t, () => open(join(file, 'sub')), noDirectory(join(file, 'sub'), absent));
+  }
+  // The system's error stays as the cause, for whoever needs the file it failed on.
+  const error = t.throws(() => opens['Rate.openShared'](missing));
+  t.like(error?.cause, { code: 'ERR_KEEPCOUNT_IO' });
+  t.true(
+    (error?.cause as Error).message.startsWith(`Cannot open the shared segment: ${join(missing, '.keepcount.d.')}`),
+  );
+  t.false(existsSync(missing));
+  for (const unlink of Object.values(unlinks)) {
+    // Nothing to remove where there is no directory, as for any segment that does not exist.
+    t.notThrows(() => unlink(missing));
+    throwsShape(t, () => unlink(file), noDirectory(file, 'is not a directory'));
+  }
 });
 
 test(title('a mismatch in the default directory names the unlink call without a dir'), (t) => {
@@ -368,19 +457,6 @@ test(title('names, seeds, modes and directories are checked before anything is o
       message: 'The "dir" option must be a path without null bytes. Received type string ("/tmp/a\\u0000b")',
     });
   }
-});
-
-test(title('a missing directory is ERR_KEEPCOUNT_IO with the path'), (t) => {
-  const dir = join(scratch(t), 'missing');
-  if (backend === 'fallback') {
-    throwsShape(t, () => Estimator.openShared('x', { seed: SEED, dir }), unsupported('Estimator.openShared'));
-    return;
-  }
-  const error = t.throws(() => Estimator.openShared('x', { seed: SEED, dir }), {
-    instanceOf: Error,
-    code: 'ERR_KEEPCOUNT_IO',
-  });
-  t.true(error.message.startsWith(`Cannot open the shared segment: ${join(dir, '.keepcount.x.')}`), error.message);
 });
 
 /** Polls `read` until it returns `want`, for at most `ms`; resolves with the time it took. */

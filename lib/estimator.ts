@@ -9,6 +9,7 @@ import { countArgument, integerOption, optionsObject, seedOption, shapeOptions }
 import { corruptError } from './corrupt.js';
 import { createBuffer, readBuffer } from './shared-buffer.js';
 import {
+  inSharedDir,
   sharedBackend,
   sharedDir,
   sharedMode,
@@ -184,7 +185,7 @@ export class Estimator {
     const dir = sharedDir(o);
     const mode = sharedMode(o);
     const shared = sharedBackend('Estimator.openShared');
-    return new Estimator(new Adopted(shared.openEstimator(n, hashes, slots, seed, dir, mode)));
+    return new Estimator(new Adopted(inSharedDir(dir, () => shared.openEstimator(n, hashes, slots, seed, dir, mode))));
   }
 
   /**
@@ -240,7 +241,8 @@ export class Estimator {
   static unlink(name: string, options?: SharedPlacement): void {
     const n = sharedName(name);
     const dir = sharedDir(optionsObject(options));
-    sharedBackend('Estimator.unlink').unlink(n, dir);
+    const shared = sharedBackend('Estimator.unlink');
+    inSharedDir(dir, () => shared.unlink(n, dir));
   }
 
   /** Rows of counters. */

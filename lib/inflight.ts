@@ -6,6 +6,7 @@ import { withCode } from './errors.js';
 import { ownKey, validateKey } from './keys.js';
 import { countArgument, integerOption, optionsObject, seedOption, shapeOptions } from './options.js';
 import {
+  inSharedDir,
   sharedBackend,
   sharedDir,
   sharedMode,
@@ -248,7 +249,8 @@ export class Inflight implements InflightCounter, Disposable {
     const dir = sharedDir(o);
     const mode = sharedMode(o);
     const shared = sharedBackend('Inflight.openShared');
-    return new Inflight(new Adopted(shared.openInflight(n, hashes, slots, seed, processes, dir, mode)));
+    const core = inSharedDir(dir, () => shared.openInflight(n, hashes, slots, seed, processes, dir, mode));
+    return new Inflight(new Adopted(core));
   }
 
   /**
@@ -258,7 +260,8 @@ export class Inflight implements InflightCounter, Disposable {
   static unlink(name: string, options?: SharedPlacement): void {
     const n = sharedName(name);
     const dir = sharedDir(optionsObject(options));
-    sharedBackend('Inflight.unlink').unlink(n, dir);
+    const shared = sharedBackend('Inflight.unlink');
+    inSharedDir(dir, () => shared.unlink(n, dir));
   }
 
   /**

@@ -19,7 +19,7 @@ import {
   type QuotaInfo,
 } from './quotas.js';
 import { SharedLimiter, type SharedLimiterOptions } from './shared-limiter.js';
-import { sharedBackend, sharedDir, sharedName, type SharedPlacement } from './shared.js';
+import { inSharedDir, sharedBackend, sharedDir, sharedName, type SharedPlacement } from './shared.js';
 import { iterableArgument, optionsObject } from './options.js';
 
 export type { LimitInfo, LimiterDecision, Quota, QuotaInfo, RateLimit } from './quotas.js';
@@ -126,7 +126,8 @@ export class Limiter implements Disposable {
   static unlink(name: string, options?: SharedPlacement): void {
     const n = sharedName(name);
     const dir = sharedDir(optionsObject(options));
-    sharedBackend('Limiter.unlink').unlink(n, dir);
+    const shared = sharedBackend('Limiter.unlink');
+    inSharedDir(dir, () => shared.unlink(n, dir));
   }
 
   /**

@@ -9,6 +9,7 @@ import { countArgument, integerOption, optionsObject, seedOption, shapeOptions }
 import { MAX_COUNTERS, MAX_HASHES } from './limits.js';
 import { createBuffer, readBuffer } from './shared-buffer.js';
 import {
+  inSharedDir,
   sharedBackend,
   sharedDir,
   sharedMode,
@@ -222,7 +223,8 @@ export class Rate {
     const seed = sharedSeed(o.seed);
     const dir = sharedDir(o);
     const mode = sharedMode(o);
-    const core = sharedBackend('Rate.openShared').openRate(n, intervalMs, hashes, slots, seed, dir, mode);
+    const shared = sharedBackend('Rate.openShared');
+    const core = inSharedDir(dir, () => shared.openRate(n, intervalMs, hashes, slots, seed, dir, mode));
     return new Rate(new Adopted(core, intervalMs));
   }
 
@@ -279,7 +281,8 @@ export class Rate {
   static unlink(name: string, options?: SharedPlacement): void {
     const n = sharedName(name);
     const dir = sharedDir(optionsObject(options));
-    sharedBackend('Rate.unlink').unlink(n, dir);
+    const shared = sharedBackend('Rate.unlink');
+    inSharedDir(dir, () => shared.unlink(n, dir));
   }
 
   /** Records `events` (a safe integer; defaults to 1) for `key`; returns its count in the current interval. */

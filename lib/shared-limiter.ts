@@ -18,7 +18,15 @@ import {
   type Quota,
   type QuotaInfo,
 } from './quotas.js';
-import { sharedBackend, sharedDir, sharedMode, sharedName, sharedSeed, type SharedCreation } from './shared.js';
+import {
+  inSharedDir,
+  sharedBackend,
+  sharedDir,
+  sharedMode,
+  sharedName,
+  sharedSeed,
+  type SharedCreation,
+} from './shared.js';
 
 export type { SharedLimiterStats } from './core.js';
 
@@ -82,7 +90,8 @@ export class SharedLimiter {
     const dir = sharedDir(o);
     const mode = sharedMode(o);
     const backend = sharedBackend('Limiter.openShared');
-    return new SharedLimiter(backend.openLimiter(n, quota, bestEffort, capacity, seed, dir, mode), quota, bestEffort);
+    const core = inSharedDir(dir, () => backend.openLimiter(n, quota, bestEffort, capacity, seed, dir, mode));
+    return new SharedLimiter(core, quota, bestEffort);
   }
 
   /**

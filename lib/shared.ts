@@ -9,6 +9,7 @@
  *
  * @module
  */
+import { statSync } from 'node:fs';
 import { active } from './backend.js';
 import type { SharedBackend } from './core.js';
 import { invalidType, outOfRange, withCode, type KeepcountError } from './errors.js';
@@ -68,6 +69,42 @@ export function sharedDir(options: SharedPlacement): string | undefined {
   // No path holds one, and the system's error for it would name a path cut at the NUL.
   if (dir.includes('\0')) throw invalidType('The "dir" option', 'a path without null bytes', dir);
   return dir;
+}
+
+/**
+ * Runs `segment` (an open or an unlink in `dir`, `undefined`: the default directory) and, if it
+ * fails with `ERR_KEEPCOUNT_IO` because the `dir` option names no directory, throws an
+ * `ERR_KEEPCOUNT_IO` saying so instead, the system's error as its `cause`: that one names a file
+ * in `dir` (a temporary one when creating) that the caller never named. Checked once the call
+ * failed, so an open pays nothing for it and the fallback's `ERR_KEEPCOUNT_UNSUPPORTED` comes
+ * first; an unlink of a directory that does not exist still removes nothing without error.
+ */
+export function inSharedDir<T>(dir: string | undefined, segment: () => T): T {
+  try {
+    return segment();
+  } catch (error) {
+    throw (dir !== undefined && noDirectory(dir, error)) || error;
+  }
+}
+
+/** The error naming the `dir` option when `error` is an I/O error and `dir` is not a directory. */
+function noDirectory(dir: string, error: unknown): KeepcountError | undefined {
+  if ((error as { code?: unknown } | null)?.code !== 'ERR_KEEPCOUNT_IO') return undefined;
+  let why: string;
+  try {
+    if (statSync(dir).isDirectory()) return undefined;
+    why = 'is not a directory';
+  } catch (statError) {
+    const code = (statError as NodeJS.ErrnoException).code;
+    // ENOTDIR: a file where the path needs a directory (`/etc/passwd/x`); anything else (EACCES
+    // on a parent, say) is the system's to tell.
+    if (code !== 'ENOENT' && code !== 'ENOTDIR') return undefined;
+    why = 'does not exist (create it first)';
+  }
+  return withCode(
+    new Error(`The "dir" option names no directory: ${dir} ${why}`, { cause: error }),
+    'ERR_KEEPCOUNT_IO',
+  );
 }
 
 /** `mode` from validated options. */

@@ -34,20 +34,39 @@ impl Opener<'_> {
         let fix = format!(
             "to change them, call {unlink} once no process has it open (or use a new name)"
         );
-        let classes = (class_of_kind(existing), class_of_kind(requested));
-        let message = match (*field, classes) {
-            ("layout version", _) => format!(
+        let message = match *field {
+            "layout version" => format!(
                 "{path} was made by another version of keepcount, with segment layout {existing} \
                  where this one reads layout {requested}. A segment outlives its processes: once \
                  no process of that version has it open, call {unlink} to start afresh (or use a \
                  new name)"
             ),
-            ("kind", (Some(existing), Some(requested))) => format!(
-                "{path} was created by {existing}.openShared, not {requested}.openShared as \
-                 requested: every process must open it with the same class and options; {fix}"
-            ),
+            // Another kind of segment has the name: other processes may be counting in it, so the
+            // fix is another name, never unlinking theirs.
+            "kind" => {
+                let (name, class) = (js_string(self.name), self.class);
+                match class_of_kind(existing) {
+                    Some(existing) => {
+                        let a = if existing.starts_with(['A', 'E', 'I']) {
+                            "an"
+                        } else {
+                            "a"
+                        };
+                        format!(
+                            "the name {name} is taken by {a} {existing} segment: use another \
+                             name ({path} was created by {existing}.openShared, not \
+                             {class}.openShared as requested)"
+                        )
+                    }
+                    None => format!(
+                        "the name {name} is taken by a segment of another kind ({existing}, not \
+                         {requested}): use another name ({path} was not created by \
+                         {class}.openShared)"
+                    ),
+                }
+            }
             // The seed is secret: never in a message (messages end up in logs).
-            ("seed", _) => format!(
+            "seed" => format!(
                 "{path} was created with another seed than the one requested (seeds are secret: \
                  neither is shown): every process must open it with the same options; {fix}"
             ),
@@ -229,15 +248,25 @@ mod tests {
              options; to change them, call Limiter.unlink('api', { dir: '/run/it\\'s' }) once no \
              process has it open (or use a new name)"
         );
+        // Another kind's segment: the fix is another name, never unlinking the other kind's.
         let kind = rate.failure(mismatch("kind", "in-flight", "rate"));
+        assert_eq!(
+            kind.message,
+            "Cannot open the shared segment: the name 'api' is taken by an Inflight segment: use \
+             another name (/dev/shm/keepcount.api was created by Inflight.openShared, not \
+             Rate.openShared as requested)"
+        );
+        let kind = limiter.failure(mismatch("kind", "limiter", "rate"));
         assert!(
-            kind.message.contains(
-                "keepcount.api was created by Inflight.openShared, not Rate.openShared as \
-                 requested: every process must open it with the same class and options; to change \
-                 them, call Rate.unlink('api')"
-            ),
-            "{}",
             kind.message
+                .contains("the name 'api' is taken by a Limiter segment: use another name (")
+        );
+        let kind = rate.failure(mismatch("kind", "gauge", "rate"));
+        assert_eq!(
+            kind.message,
+            "Cannot open the shared segment: the name 'api' is taken by a segment of another kind \
+             (gauge, not rate): use another name (/dev/shm/keepcount.api was not created by \
+             Rate.openShared)"
         );
         let seed = rate.failure(mismatch("seed", "", ""));
         assert!(

@@ -36,7 +36,7 @@ import {
   type UpstreamTalkers,
 } from './talkers.js';
 import type { HeavyHitters } from '../heavy.js';
-import type { RequestLimiter } from './quota.js';
+import type { RequestLimiter, RequestQuota } from './quota.js';
 import type { WindowQuota } from './window-quota.js';
 import type { UpstreamSlot } from './upstream.js';
 
@@ -75,9 +75,9 @@ function setRefusalFields(reply: FastifyReply, fields: Record<string, string>): 
 /**
  * Options of {@link rateLimitHook}: as the node middleware's, with Fastify's request and reply. A
  * union, so that options the parser refuses together (`ERR_INCOMPATIBLE_OPTION_PAIR`) fail to
- * compile too.
+ * compile too. `Q` is the type of the `quota` given (see `QuotaSource`); unsaid, any quota.
  */
-export type RateLimitHookOptions = QuotaSource & RateLimitHookRules;
+export type RateLimitHookOptions<Q extends RequestQuota = RequestQuota> = QuotaSource<Q> & RateLimitHookRules;
 
 /** The rules of {@link RateLimitHookOptions}, whichever quota they count in. */
 interface RateLimitHookRules {
@@ -111,19 +111,25 @@ interface RateLimitHookRules {
    * reply answered on `reply.raw` sends them too) by sending or hijacking the reply; the request
    * goes no further than the hook either way. Defaults to 429 with a short text body.
    */
-  onLimit?: (request: FastifyRequest, reply: FastifyReply, decision: RateLimitDecision) => unknown;
+  onLimit?: RateLimitHookHandler;
 }
 
+/** A {@link rateLimitHook} refusal handler (`onLimit`). */
+type RateLimitHookHandler = (request: FastifyRequest, reply: FastifyReply, decision: RateLimitDecision) => unknown;
+
 /**
- * An `onRequest` hook that rate-limits like the node `rateLimit` middleware.
+ * An `onRequest` hook that rate-limits like the node `rateLimit` middleware. Its `quota` is typed
+ * as that middleware's: a `WindowQuota` made from the options, or the given quota's own type.
  *
  * @example
  * ```ts
  * app.get('/search', { onRequest: rateLimitHook({ limit: 10, windowMs: 1000 }) }, handler);
  * ```
  */
-export function rateLimitHook(options: RateLimitHookOptions): OnRequestHook & QuotaTalkers {
-  const { quota, headers, key, skip, onLimit } = rateLimitConfig(options, raw);
+export function rateLimitHook<Q extends RequestQuota = WindowQuota>(
+  options: RateLimitHookOptions<Q>,
+): OnRequestHook & QuotaTalkers<Q> {
+  const { quota, headers, key, skip, onLimit } = rateLimitConfig<FastifyRequest, RateLimitHookHandler, Q>(options, raw);
   const hook: OnRequestHook = async (request, reply) => {
     if (skip?.(request) === true) return;
     const decision = syncResult(CONSUME_RESULT, quota.consume(key(request)));

@@ -38,8 +38,9 @@ import {
   type UpstreamTalkers,
 } from './talkers.js';
 import type { HeavyHitters } from '../heavy.js';
-import type { RequestLimiter } from './quota.js';
+import type { RequestLimiter, RequestQuota } from './quota.js';
 import type { UpstreamSlot } from './upstream.js';
+import type { WindowQuota } from './window-quota.js';
 
 /**
  * A middleware's `next`: called with no argument to go on, with an error to fail the request.
@@ -144,21 +145,28 @@ export type Middleware<Req extends IncomingMessage = IncomingMessage, Res extend
   next: Next,
 ) => void;
 
-/** A {@link rateLimit} middleware, with the quota it counts in and its top talkers. */
+/**
+ * A {@link rateLimit} middleware, with the quota it counts in and its top talkers. `Q` is the
+ * quota's type, as {@link rateLimit} returns it: `WindowQuota` when made from options, the given
+ * quota's own type otherwise; unsaid, any quota (an annotation that takes every rate limit).
+ */
 export type RateLimitMiddleware<
   Req extends IncomingMessage = IncomingMessage,
   Res extends ServerResponse = ServerResponse,
-> = Middleware<Req, Res> & QuotaTalkers;
+  Q extends RequestQuota = RequestQuota,
+> = Middleware<Req, Res> & QuotaTalkers<Q>;
 
 /**
  * Options of {@link rateLimit}: a `WindowQuotaOptions` quota (or a ready `WindowQuota`, or
  * keepcount/redis' `SyncedWindowQuota` for a limit across machines) and the rules. A union, so
  * that options the parser refuses together (`ERR_INCOMPATIBLE_OPTION_PAIR`) fail to compile too.
+ * `Q` is the type of the `quota` given (see `QuotaSource`); unsaid, any quota.
  */
 export type RateLimitOptions<
   Req extends IncomingMessage = IncomingMessage,
   Res extends ServerResponse = ServerResponse,
-> = QuotaSource & RateLimitRules<Req, Res>;
+  Q extends RequestQuota = RequestQuota,
+> = QuotaSource<Q> & RateLimitRules<Req, Res>;
 
 /** The rules of {@link RateLimitOptions}, whichever quota they count in. */
 interface RateLimitRules<Req extends IncomingMessage, Res extends ServerResponse> {
@@ -192,8 +200,11 @@ interface RateLimitRules<Req extends IncomingMessage, Res extends ServerResponse
    * Answers a refused request; the RateLimit and Retry-After headers are already set. Defaults to
    * `429 Too Many Requests` with a short text body.
    */
-  onLimit?: (req: Req, res: Res, decision: RateLimitDecision) => void;
+  onLimit?: RateLimitHandler<Req, Res>;
 }
+
+/** A {@link rateLimit} refusal handler (`onLimit`). */
+type RateLimitHandler<Req, Res> = (req: Req, res: Res, decision: RateLimitDecision) => void;
 
 const tooMany = (_req: IncomingMessage, res: ServerResponse): void => answer(res, 429, 'Too Many Requests\n');
 
@@ -201,6 +212,11 @@ const tooMany = (_req: IncomingMessage, res: ServerResponse): void => answer(res
  * Rate-limits requests: counts each (unless `skip`ped) under its key, sets `RateLimit-Policy` and
  * `RateLimit` on every counted response (unless `headers: false`), and answers requests over the
  * quota with `onLimit` (429 and `Retry-After` by default).
+ *
+ * The middleware's `quota` is typed as what counts: a `WindowQuota` made from the options (with its
+ * `stats()` and `topTalkers(n)`), or the `quota` given, as its own type (`Q`, inferred). Type
+ * arguments given explicitly leave `Q` at `WindowQuota` unless given too: with another `quota`,
+ * write `rateLimit<Req, Res, typeof quota>` (or type the `key` parameter and let tsc infer).
  *
  * @example
  * ```ts
@@ -210,10 +226,18 @@ const tooMany = (_req: IncomingMessage, res: ServerResponse): void => answer(res
  * http.createServer((req, res) => limit(req, res, () => handle(req, res)));
  * ```
  */
-export function rateLimit<Req extends IncomingMessage = IncomingMessage, Res extends ServerResponse = ServerResponse>(
-  options: RateLimitOptions<Req, Res>,
-): RateLimitMiddleware<Req, Res> {
-  const { quota, headers, key, skip, onLimit = tooMany } = rateLimitConfig(options, (req: Req) => req);
+export function rateLimit<
+  Req extends IncomingMessage = IncomingMessage,
+  Res extends ServerResponse = ServerResponse,
+  Q extends RequestQuota = WindowQuota,
+>(options: RateLimitOptions<Req, Res, Q>): RateLimitMiddleware<Req, Res, Q> {
+  const {
+    quota,
+    headers,
+    key,
+    skip,
+    onLimit = tooMany,
+  } = rateLimitConfig<Req, RateLimitHandler<Req, Res>, Q>(options, (req: Req) => req);
   const middleware: Middleware<Req, Res> = (req, res, next) => {
     let decision: RateLimitDecision | undefined;
     try {

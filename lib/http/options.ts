@@ -41,14 +41,14 @@ type AnyFunction = (...args: never[]) => unknown;
  */
 type Exclusive<A, B> = (A & { [K in keyof B]?: undefined }) | (B & { [K in keyof A]?: undefined });
 
-/** A ready quota: it has its own limit, window and counters. */
-interface GivenQuota {
+/** A ready quota of type `Q`: it has its own limit, window and counters. */
+interface GivenQuota<Q extends RequestQuota> {
   /**
    * A ready quota to count in (e.g. shared by several routes): a `WindowQuota`, or keepcount/redis'
    * `SyncedWindowQuota` for a limit across machines. Not with `limit`, `windowMs` or any other
    * option a new quota is made from.
    */
-  quota: RequestQuota;
+  quota: Q;
 }
 
 /**
@@ -63,11 +63,21 @@ type NewQuota = Pick<WindowQuotaOptions, 'limit' | 'windowMs'> &
     | (Partial<Pick<WindowQuotaOptions, SketchOption | 'heavyHitters'>> & { rate?: undefined })
   );
 
-/** Where `rateLimit` and `rateLimitHook` count: a ready `quota`, or the options of a new one. */
-export type QuotaSource = Exclusive<GivenQuota, NewQuota>;
+/**
+ * Where `rateLimit` and `rateLimitHook` count: a ready `quota` of type `Q`, or the options of a new
+ * one, which is a `WindowQuota` and so offered only when a `WindowQuota` is a `Q`. `Q` is what the
+ * middleware's `quota` is typed: inferred from a given `quota`, else the function's default
+ * `WindowQuota`; a `Q` that a `WindowQuota` is not (`SyncedWindowQuota`, say) with the options of a
+ * new quota does not compile, since the quota made would not be one. Defaults to any
+ * {@link RequestQuota}, both ways open. Each side's options are `?: undefined` on the other, as
+ * {@link Exclusive} makes them.
+ */
+export type QuotaSource<Q extends RequestQuota = RequestQuota> =
+  | (GivenQuota<Q> & { [K in keyof NewQuota]?: undefined })
+  | ((WindowQuota extends Q ? NewQuota : never) & { quota?: undefined });
 
 /** The options `rateLimit` and `rateLimitHook` share, over their request type and refusal handler. */
-export type RateLimitInput<R, H extends AnyFunction> = QuotaSource & {
+export type RateLimitInput<R, H extends AnyFunction, Q extends RequestQuota = RequestQuota> = QuotaSource<Q> & {
   headers?: boolean;
   trustProxy?: TrustProxy;
   ipv6Subnet?: Ipv6Subnet;
@@ -77,8 +87,9 @@ export type RateLimitInput<R, H extends AnyFunction> = QuotaSource & {
 };
 
 /** A parsed {@link RateLimitInput}: the adapter supplies only the default `onLimit`. */
-export interface RateLimitConfig<R, H> {
-  quota: RequestQuota;
+export interface RateLimitConfig<R, H, Q extends RequestQuota = RequestQuota> {
+  /** The given quota, or the `WindowQuota` made from the options (a `Q` then, see {@link QuotaSource}). */
+  quota: Q;
   /** Whether counted responses carry `RateLimit-Policy` and `RateLimit`. */
   headers: boolean;
   key: (request: R) => string;
@@ -234,14 +245,16 @@ function warnIfFrameworkTrustsProxy(request: unknown, req: IncomingMessage): boo
 }
 
 /** Parses the options of `rateLimit`/`rateLimitHook`. */
-export function rateLimitConfig<R, H extends AnyFunction>(
-  options: RateLimitInput<R, H>,
+export function rateLimitConfig<R, H extends AnyFunction, Q extends RequestQuota = RequestQuota>(
+  options: RateLimitInput<R, H, Q>,
   raw: RawRequest<R>,
-): RateLimitConfig<R, H> {
-  const o = optionsObject(options);
+): RateLimitConfig<R, H, Q> {
+  const o = optionsObject<RateLimitInput<R, H>>(options);
   const byAddress = clientKey(o, raw);
   return {
-    quota: windowQuota(o),
+    // The given quota is a `Q`; a made one is a `WindowQuota`, which `QuotaSource<Q>` offers only
+    // when a `WindowQuota` is a `Q`.
+    quota: windowQuota(o) as Q,
     headers: headersOption(o.headers),
     key: perRequestOption('key', o.key) ?? byAddress,
     skip: perRequestOption('skip', o.skip),

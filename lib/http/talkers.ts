@@ -20,14 +20,19 @@ export interface Talkers {
   topTalkers(n: number, window?: TalkersWindow): HeavyTalker[];
 }
 
-/** A rate-limit middleware's extras: the quota it counts in and its top talkers. */
-export interface QuotaTalkers extends Talkers {
+/**
+ * A rate-limit middleware's extras: the quota it counts in and its top talkers. `Q` is that quota's
+ * type: a `WindowQuota` when the middleware made it from options, the given quota's own type when
+ * it was given one, any {@link RequestQuota} when not said (an annotation that takes every rate
+ * limit).
+ */
+export interface QuotaTalkers<Q extends RequestQuota = RequestQuota> extends Talkers {
   /** The quota the limiter counts in (shared with every limiter given the same one). */
-  readonly quota: RequestQuota;
+  readonly quota: Q;
 }
 
 /** `handler` with the {@link QuotaTalkers} of `quota` attached (nobody listed if it keeps no talkers). */
-export function withQuota<F extends object>(handler: F, quota: RequestQuota): F & QuotaTalkers {
+export function withQuota<F extends object, Q extends RequestQuota>(handler: F, quota: Q): F & QuotaTalkers<Q> {
   return Object.assign(handler, {
     quota,
     topTalkers: (n: number, window?: TalkersWindow) => quota.topTalkers?.(n, window) ?? [],
