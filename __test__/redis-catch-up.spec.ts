@@ -56,8 +56,8 @@ test.serial(
   async (t) => {
     const p = await pair();
     // A syncs only when flushed; B every 20 ms, the pace of ready()'s own syncs.
-    const syncA = new RedisSync({ sendCommand: p.connections[0]!.send, syncMs: 3_600_000 });
-    const syncB = new RedisSync({ sendCommand: p.connections[1]!.send, syncMs: 20 });
+    const syncA = new RedisSync({ sendCommand: p.connections[0]!.send, syncMs: 3_600_000, timeoutMs: 30_000 });
+    const syncB = new RedisSync({ sendCommand: p.connections[1]!.send, syncMs: 20, timeoutMs: 30_000 });
     try {
       const options = { name: 'q', seed: 7, limit: 100, windowMs, clock };
       const a = new SyncedWindowQuota({ sync: syncA, ...options });
@@ -83,8 +83,13 @@ test.serial(
 
 test.serial(title('stats.behind counts the entries still pulling a backlog, and staleness does not'), async (t) => {
   const p = await pair();
-  const syncA = new RedisSync({ sendCommand: p.connections[0]!.send, syncMs: 3_600_000 });
-  const syncB = new RedisSync({ sendCommand: p.connections[1]!.send, syncMs: 3_600_000, staleAfterMs: 1000 });
+  const syncA = new RedisSync({ sendCommand: p.connections[0]!.send, syncMs: 3_600_000, timeoutMs: 30_000 });
+  const syncB = new RedisSync({
+    sendCommand: p.connections[1]!.send,
+    syncMs: 3_600_000,
+    timeoutMs: 30_000,
+    staleAfterMs: 5000,
+  });
   try {
     const a = new SyncedEstimator({ sync: syncA, name: 'e', seed: 7 });
     // 6,000 keys change about 17,000 of the sketch's 32,768 counters.
@@ -117,8 +122,8 @@ test.serial(title('stats.behind counts the entries still pulling a backlog, and 
 test.serial(title('ready() resolves after one sync when there is nothing to pull'), async (t) => {
   const p = await pair();
   // Syncs an hour apart: ready() waiting for a second sync would fail the test on its timeout.
-  const syncA = new RedisSync({ sendCommand: p.connections[0]!.send, syncMs: 3_600_000 });
-  const syncB = new RedisSync({ sendCommand: p.connections[1]!.send, syncMs: 3_600_000 });
+  const syncA = new RedisSync({ sendCommand: p.connections[0]!.send, syncMs: 3_600_000, timeoutMs: 30_000 });
+  const syncB = new RedisSync({ sendCommand: p.connections[1]!.send, syncMs: 3_600_000, timeoutMs: 30_000 });
   try {
     let now = start;
     const options = { name: 'q', seed: 7, limit: 100, windowMs, clock: { now: () => now }, heavyHitters: true };
@@ -151,8 +156,8 @@ test.serial(
   ),
   async (t) => {
     const p = await pair();
-    const syncA = new RedisSync({ sendCommand: p.connections[0]!.send, syncMs: 3_600_000 });
-    const syncB = new RedisSync({ sendCommand: p.connections[1]!.send, syncMs: 3_600_000 });
+    const syncA = new RedisSync({ sendCommand: p.connections[0]!.send, syncMs: 3_600_000, timeoutMs: 30_000 });
+    const syncB = new RedisSync({ sendCommand: p.connections[1]!.send, syncMs: 3_600_000, timeoutMs: 30_000 });
     try {
       const a = new SyncedEstimator({ sync: syncA, name: 'e', seed: 7 });
       for (let i = 0; i < 4000; i++) a.incr(`early-${i}`);
@@ -182,8 +187,8 @@ test.serial(
 
 test.serial(title('under a flood, ready() does not wait for windows that began after the node joined'), async (t) => {
   const p = await pair();
-  const syncA = new RedisSync({ sendCommand: p.connections[0]!.send, syncMs: 3_600_000 });
-  const syncB = new RedisSync({ sendCommand: p.connections[1]!.send, syncMs: 3_600_000 });
+  const syncA = new RedisSync({ sendCommand: p.connections[0]!.send, syncMs: 3_600_000, timeoutMs: 30_000 });
+  const syncB = new RedisSync({ sendCommand: p.connections[1]!.send, syncMs: 3_600_000, timeoutMs: 30_000 });
   try {
     let now = start;
     const options = { name: 'q', seed: 7, limit: 100, windowMs: 1000, clock: { now: () => now } };
@@ -231,8 +236,8 @@ test(title('a ready() waiting between its tries rejects as soon as the sync clos
 for (const kind of ['sketch', 'quota', 'quota with heavy hitters'] as const) {
   test.serial(title(`a ${kind}: ready() waits for a key the others touch while the node catches up`), async (t) => {
     const p = await pair();
-    const syncA = new RedisSync({ sendCommand: p.connections[0]!.send, syncMs: 3_600_000 });
-    const syncB = new RedisSync({ sendCommand: p.connections[1]!.send, syncMs: 3_600_000 });
+    const syncA = new RedisSync({ sendCommand: p.connections[0]!.send, syncMs: 3_600_000, timeoutMs: 30_000 });
+    const syncB = new RedisSync({ sendCommand: p.connections[1]!.send, syncMs: 3_600_000, timeoutMs: 30_000 });
     try {
       const quota = { name: 's', seed: 7, limit: 100, windowMs, clock, clients: 3000 };
       const make = (sync: RedisSync) =>
@@ -352,9 +357,9 @@ test.serial(
   title('a Redis user denied INFO still catches up: the scan goes on as before, no entry is lost'),
   async (t) => {
     const p = await pair();
-    const syncA = new RedisSync({ sendCommand: p.connections[0]!.send, syncMs: 3_600_000 });
+    const syncA = new RedisSync({ sendCommand: p.connections[0]!.send, syncMs: 3_600_000, timeoutMs: 30_000 });
     // B syncs every 20 ms, the pace of ready()'s own syncs.
-    const syncB = new RedisSync({ sendCommand: p.connections[1]!.send, syncMs: 20 });
+    const syncB = new RedisSync({ sendCommand: p.connections[1]!.send, syncMs: 20, timeoutMs: 30_000 });
     const errors: unknown[] = [];
     for (const sync of [syncA, syncB]) sync.on('error', (error) => errors.push(error));
     try {

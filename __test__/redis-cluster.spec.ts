@@ -57,7 +57,12 @@ test.serial(
           connections.push(await connectCluster(name, cluster.seeds));
         // Three names: three hash tags, which a 3-master cluster may well place on different masters.
         const nodes = connections.map((connection) => {
-          const sync = new RedisSync({ sendCommand: connection.send, syncMs: 3_600_000, cluster: true });
+          const sync = new RedisSync({
+            sendCommand: connection.send,
+            syncMs: 3_600_000,
+            timeoutMs: 30_000,
+            cluster: true,
+          });
           const errors: Error[] = [];
           sync.on('error', (error: Error) => errors.push(error));
           const sketch = new SyncedEstimator({ sync, name: 'hits', seed: 7 });
@@ -119,7 +124,12 @@ test.serial(
         for (const name of ['ioredis', 'redis'] as const) connections.push(await connectCluster(name, cluster.seeds));
         const started = performance.now();
         const nodes = connections.map((connection) => {
-          const sync = new RedisSync({ sendCommand: connection.send, syncMs: 3_600_000, cluster: true });
+          const sync = new RedisSync({
+            sendCommand: connection.send,
+            syncMs: 3_600_000,
+            timeoutMs: 30_000,
+            cluster: true,
+          });
           const errors: Error[] = [];
           sync.on('error', (error: Error) => errors.push(error));
           const inflight = new SyncedInflight({ sync, name: 'calls', seed: 7 });
@@ -169,7 +179,7 @@ test.serial(
       const connection = await connectCluster('ioredis', cluster.seeds);
       try {
         // Names whose hash tags fall in different slots (CRC16 of "a" and "b").
-        const sync = new RedisSync({ sendCommand: connection.send, syncMs: 3_600_000 });
+        const sync = new RedisSync({ sendCommand: connection.send, syncMs: 3_600_000, timeoutMs: 30_000 });
         const errors: Error[] = [];
         sync.on('error', (error: Error) => errors.push(error));
         const a = new SyncedEstimator({ sync, name: 'a', seed: 7 });
@@ -179,12 +189,22 @@ test.serial(
         t.regex(String(errors[0]?.message), /CROSSSLOT/);
         await sync.close();
         // With one call per name the same two structures sync, and another node reads the count.
-        const fixed = new RedisSync({ sendCommand: connection.send, syncMs: 3_600_000, cluster: true });
+        const fixed = new RedisSync({
+          sendCommand: connection.send,
+          syncMs: 3_600_000,
+          timeoutMs: 30_000,
+          cluster: true,
+        });
         const again = new SyncedEstimator({ sync: fixed, name: 'a', seed: 7 });
         new SyncedEstimator({ sync: fixed, name: 'b', seed: 7 });
         again.incr('k', 5);
         t.true(await fixed.flush());
-        const reader = new RedisSync({ sendCommand: connection.send, syncMs: 3_600_000, cluster: true });
+        const reader = new RedisSync({
+          sendCommand: connection.send,
+          syncMs: 3_600_000,
+          timeoutMs: 30_000,
+          cluster: true,
+        });
         const read = new SyncedEstimator({ sync: reader, name: 'a', seed: 7 });
         t.true(await reader.flush());
         t.is(read.get('k'), 5);
@@ -209,7 +229,7 @@ test.serial(
         failB && args.some((arg) => arg.includes('{b}'))
           ? Promise.reject(new Error('b is down'))
           : connection.send(args);
-      const sync = new RedisSync({ sendCommand: send, syncMs: 3_600_000, cluster: true });
+      const sync = new RedisSync({ sendCommand: send, syncMs: 3_600_000, timeoutMs: 30_000, cluster: true });
       const errors: Error[] = [];
       sync.on('error', (error: Error) => errors.push(error));
       const a = new SyncedEstimator({ sync, name: 'a', seed: 7 });
@@ -224,7 +244,12 @@ test.serial(
       );
       t.is((errors[0]?.cause as Error).message, 'b is down');
       t.is(sync.stats.failures, 1);
-      const reader = new RedisSync({ sendCommand: connection.send, syncMs: 3_600_000, cluster: true });
+      const reader = new RedisSync({
+        sendCommand: connection.send,
+        syncMs: 3_600_000,
+        timeoutMs: 30_000,
+        cluster: true,
+      });
       const readA = new SyncedEstimator({ sync: reader, name: 'a', seed: 7 });
       const readB = new SyncedEstimator({ sync: reader, name: 'b', seed: 7 });
       t.true(await reader.flush());
@@ -263,6 +288,8 @@ test.serial(
         await sync.flush();
         await new Promise((resolve) => setTimeout(resolve, 50));
       }
+      // A call of the healthy name just now, however late the loop's last one was.
+      await sync.flush();
       t.true(sync.stale, "the stalest structure's staleness");
       t.deepEqual([down.consume('k').allowed, up.consume('k').allowed], [false, true]);
       t.true(quota('later').consume('k').allowed, 'made now, on a healthy name: fresh');

@@ -98,7 +98,7 @@ test.serial(
     const server = await startRedis();
     const connection = await connectClient('ioredis', server.port);
     const nodes = [0, 1].map(() => {
-      const sync = new RedisSync({ sendCommand: connection.send, syncMs: 3_600_000 });
+      const sync = new RedisSync({ sendCommand: connection.send, syncMs: 3_600_000, timeoutMs: 30_000 });
       return { sync, sketch: new SyncedEstimator({ sync, name: 'rollback', seed: 7 }) };
     });
     const [a, b] = nodes as [(typeof nodes)[0], (typeof nodes)[0]];
@@ -143,7 +143,12 @@ test.serial(
       for (const lost of ['n:a', 'n:b', 'c', 'v', 'm']) {
         const name = `partial-${lost}`;
         const nodes = ['a', 'b'].map((nodeId) => {
-          const sync = new RedisSync({ sendCommand: connection.send, syncMs: 3_600_000, nodeId: `${name}-${nodeId}` });
+          const sync = new RedisSync({
+            sendCommand: connection.send,
+            syncMs: 3_600_000,
+            timeoutMs: 30_000,
+            nodeId: `${name}-${nodeId}`,
+          });
           return { sync, sketch: new SyncedEstimator({ sync, name, seed: 7 }) };
         });
         const [a, b] = nodes as [(typeof nodes)[0], (typeof nodes)[0]];
