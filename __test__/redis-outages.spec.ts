@@ -6,7 +6,7 @@
  */
 import test from 'ava';
 import { sketchLayout } from '../lib/redis/hasher.js';
-import { RedisSync, SyncedEstimator, SyncedWindowQuota } from '../lib/redis/index.js';
+import { RedisSync, SyncedEstimator, SyncedWindowQuota, type SendCommand } from '../lib/redis/index.js';
 import { title } from './helpers.js';
 import { clientNames, connectClient } from './redis-clients.js';
 import { countNodes, readTotals, waitForNodes } from './redis-nodes.js';
@@ -228,28 +228,36 @@ test.serial(
   },
 );
 
+/**
+ * Three nodes, each its own sync (no timer: syncs by hand; short timeouts, for the syncs Redis
+ * never answers once paused; stale 150 ms after the last success) with a quota `name` of `limit`.
+ */
+function quotaNodes(send: SendCommand, name: string, limit: number) {
+  return Array.from({ length: 3 }, () => {
+    const sync = new RedisSync({ sendCommand: send, syncMs: 3_600_000, timeoutMs: 100, staleAfterMs: 150 });
+    const quota = new SyncedWindowQuota({ sync, name, seed: 7, limit, windowMs: 3_600_000, failPolicy: 'local' });
+    return { sync, quota };
+  });
+}
+
+/**
+ * Two rounds of syncs, so each node's last sync follows the other two's first: each knows all
+ * three. A 100 ms timeout can catch a healthy sync on a loaded machine: each waits for one to succeed.
+ */
+async function knowEachOther(nodes: { sync: RedisSync }[]): Promise<void> {
+  for (let round = 0; round < 2; round++) {
+    for (const [i, { sync }] of nodes.entries()) await until(() => sync.flush(), `node ${i} syncs`);
+  }
+}
+
 test.serial(
   title("'local' fail policy: each stale node admits its share of the limit, by the last node count"),
   async (t) => {
     const server = await startRedis();
     const connection = await connectClient('ioredis', server.port);
     try {
-      const nodes = Array.from({ length: 3 }, () => {
-        const sync = new RedisSync({
-          sendCommand: connection.send,
-          syncMs: 3_600_000,
-          timeoutMs: 100,
-          staleAfterMs: 150,
-        });
-        const quota = new SyncedWindowQuota({ sync, name: 'share', seed: 7, limit: 10, windowMs: 3_600_000 });
-        return { sync, quota };
-      });
-      // Two rounds, so each node's last sync follows the other two's first: each knows all three.
-      // A 100 ms timeout (short, for the syncs below that Redis never answers) can catch a healthy
-      // sync on this loaded machine: each waits for one to succeed.
-      for (let round = 0; round < 2; round++) {
-        for (const [i, { sync }] of nodes.entries()) await until(() => sync.flush(), `node ${i} syncs`);
-      }
+      const nodes = quotaNodes(connection.send, 'share', 10);
+      await knowEachOther(nodes);
       t.deepEqual(
         nodes.map(({ sync }) => sync.nodes),
         [3, 3, 3],
@@ -288,19 +296,8 @@ test.serial(
     const server = await startRedis();
     const connection = await connectClient('ioredis', server.port);
     try {
-      const nodes = Array.from({ length: 3 }, () => {
-        const sync = new RedisSync({
-          sendCommand: connection.send,
-          syncMs: 3_600_000,
-          timeoutMs: 100,
-          staleAfterMs: 150,
-        });
-        const quota = new SyncedWindowQuota({ sync, name: 'first', seed: 7, limit: 30, windowMs: 3_600_000 });
-        return { sync, quota };
-      });
-      for (let round = 0; round < 2; round++) {
-        for (const [i, { sync }] of nodes.entries()) await until(() => sync.flush(), `node ${i} syncs`);
-      }
+      const nodes = quotaNodes(connection.send, 'first', 30);
+      await knowEachOther(nodes);
       const [{ sync, quota }] = nodes as [(typeof nodes)[0]];
       t.is(sync.nodes, 3);
       quota.close();
@@ -332,23 +329,7 @@ test.serial(
     const connection = await connectClient('ioredis', server.port);
     try {
       server.pause();
-      const nodes = Array.from({ length: 3 }, () => {
-        const sync = new RedisSync({
-          sendCommand: connection.send,
-          syncMs: 3_600_000,
-          timeoutMs: 100,
-          staleAfterMs: 150,
-        });
-        const quota = new SyncedWindowQuota({
-          sync,
-          name: 'unsynced',
-          seed: 7,
-          limit: 10,
-          windowMs: 3_600_000,
-          failPolicy: 'local',
-        });
-        return { sync, quota };
-      });
+      const nodes = quotaNodes(connection.send, 'unsynced', 10);
       for (const { sync } of nodes) t.false(await sync.flush());
       await until(() => nodes.every(({ sync }) => sync.stale), 'every node goes stale');
       t.deepEqual(
