@@ -1,5 +1,5 @@
 // Forked workers (fixtures/shared-worker.ts) and scratch directories for the specs of shared
-// segments: shared.spec.ts and shared-limiter.spec.ts.
+// segments: shared*.spec.ts.
 import { fork, spawn, spawnSync, type ChildProcess } from 'node:child_process';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
