@@ -78,6 +78,11 @@ function failing(): Record<string, { mw: Middleware; error: ErrorShape }> {
       mw: rateLimit({ quota: answering({ policy: 'pü"' }) }),
       error: { instanceOf: TypeError, code: 'ERR_INVALID_ARG_TYPE', message: /"decision\.policy"/ },
     },
+    // With headers off a refusal's resetMs is all that is sent: NaN went out as `Retry-After: NaN`.
+    '/quota-reset-headers-off': {
+      mw: rateLimit({ quota: answering({ allowed: false, resetMs: NaN }), headers: false }),
+      error: { instanceOf: RangeError, code: 'ERR_OUT_OF_RANGE', message: /"decision\.resetMs"/ },
+    },
   };
 }
 

@@ -309,6 +309,21 @@ for (const [name, serve] of Object.entries(frameworks)) {
   );
 }
 
+for (const [name, serve] of Object.entries(frameworks)) {
+  test(title(`${name}: tokenBucket's Retry-After is whole seconds however long the wait`), async (t) => {
+    // A SyncedLimiter with a vast burst refilling slowly waits longer than a Limiter ever reports
+    // (2^64 ns): past 10^21 s its wait went out as `Retry-After: 4.8e+21`.
+    const waits: Record<string, number> = { '/short': 2500, '/long': 1e21, '/vast': 5e24 };
+    const limiter = { check: (key: string) => ({ allowed: false, retryAfterMs: waits[key]! }) };
+    const server = serve([tokenBucket({ limiter, key: (req) => req.url! })], ok);
+    const port = await listen(server);
+    t.teardown(() => close(server));
+    const sent = [];
+    for (const path of Object.keys(waits)) sent.push((await get(port, path)).headers['retry-after']);
+    t.deepEqual(sent, ['3', '18446744074', '18446744074']);
+  });
+}
+
 test(title('end to end: under a flood of 2,048 addresses no client within its limit gets a 429'), async (t) => {
   t.timeout(60_000);
   // Issue 17's attack through a real server: the flood fills the small 4 × 1024 sketch that once

@@ -131,9 +131,17 @@ export function rateLimitField(decision: RateLimitDecision): string {
   return value;
 }
 
-/** The `Retry-After` field value for a refused `decision`. @internal */
+/**
+ * The `Retry-After` field value for a refused `decision`. Its `resetMs` is checked here too: with
+ * headers off nothing else reads the decision, and a quota's `NaN` was sent as `Retry-After: NaN`.
+ * @internal
+ */
 export function retryAfterField(decision: RateLimitDecision): string {
-  return String(Math.max(1, seconds(decision.resetMs)));
+  const { resetMs } = decision;
+  if (!isWindowMs(resetMs)) {
+    throw numberError('The "decision.resetMs" argument', `a number of milliseconds in [0, ${MAX_WINDOW_MS}]`, resetMs);
+  }
+  return String(Math.max(1, seconds(resetMs)));
 }
 
 /**
@@ -210,7 +218,15 @@ function numberError(what: string, expected: string, value: unknown): TypeError 
   return typeof value === 'number' ? outOfRange(what, expected, value) : invalidType(what, 'of type number', value);
 }
 
+/**
+ * The longest `Retry-After` sent, in seconds: the longest wait a `Limiter` reports, 2^64 ns (its
+ * clock's range), rounded up. A `SyncedLimiter` with a vast burst refilling slowly reports longer
+ * ones, and past 10^21 s `String()` wrote them as `4.8e+21`, which is no delay-seconds value.
+ */
+const MAX_RETRY_AFTER_S = 18_446_744_074;
+
 /** `Retry-After` for a token-bucket refusal, or `undefined` when waiting never helps. */
 export function retryAfter(retryAfterMs: number): string | undefined {
-  return Number.isFinite(retryAfterMs) ? String(Math.max(1, seconds(retryAfterMs))) : undefined;
+  if (!Number.isFinite(retryAfterMs)) return undefined;
+  return String(Math.min(MAX_RETRY_AFTER_S, Math.max(1, seconds(retryAfterMs))));
 }

@@ -16,7 +16,8 @@ export interface RequestQuota {
   /**
    * Counts one request (or `cost`) for `key` and decides on it. Must not throw for a valid key.
    * With headers on, the middleware and the hook send a decision only when `rateLimitHeaders`
-   * would take it, and fail the request otherwise (a `remaining` of `-1`, a `resetMs` of `NaN`).
+   * would take it, and fail the request otherwise (a `remaining` of `-1`, a `resetMs` of `NaN`);
+   * with headers off, a refusal whose `resetMs` is not such a number fails it too.
    */
   consume(key: string, cost?: number): RateLimitDecision;
   /**
