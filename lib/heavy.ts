@@ -84,7 +84,8 @@ export interface HeavyHittersOptions {
  * - {@link count} returns `lower <= f(k) <= upper` for every key, always.
  * - A tracked key is exact from its entering increment: `upper − lower <= threshold − 1`.
  * - No false heavy hitter: a key enters only if its estimate reached `threshold`; a key whose
- *   count stays below `threshold − e·N/w` enters with probability at most `e^−d`.
+ *   count stays below `threshold − e·N/w` enters with probability at most `e^−d`, over a seed
+ *   the sender does not know (one who knows it can make any key enter on its first increment).
  * - No missed one: a key whose true count reached `threshold` is tracked, unless the table was
  *   full when it crossed; then its standing is `'overflow'` and {@link stats} counts it.
  * - Memory: two sketches (`16·d·w` bytes) and two tables of at most `capacity` keys.
