@@ -10,7 +10,10 @@ import { protection, type Counters } from './servers.js';
 /** How often each proxy syncs: a tenth of the default, so the 1 s windows see fresh counts. */
 export const DEMO_SYNC_MS = 50;
 
-/** The seed every proxy hashes client keys with (a synced sketch needs one seed). */
+/**
+ * The seed every proxy hashes client keys with (a synced sketch needs one seed). Fixed for the demo;
+ * a service keeps its seed secret (README, "Heavy hitters").
+ */
 const SEED = 0x6b656570n;
 
 /** A proxy process's rate limit synced through Redis on `port`, and how to let it go. */

@@ -57,7 +57,10 @@ export function unlinkShared(prefix: string): void {
   Estimator.unlink(`${prefix}-inflight`); // Estimator.unlink removes any segment, in-flight ones included
 }
 
-/** The seed every worker opens the shared counters with (a shared sketch needs one seed). */
+/**
+ * The seed every worker opens the shared counters with (a shared sketch needs one seed). Fixed for
+ * the demo; a service keeps its seed secret (README, "Heavy hitters").
+ */
 const SHARED_SEED = 0x6b656570n;
 
 /** Upstream behaviour: fast, except every `slowEvery`th request during the brownout. */

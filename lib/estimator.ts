@@ -173,7 +173,7 @@ export class Estimator {
    * @example
    * ```ts
    * // In every worker of a node:cluster:
-   * const hits = Estimator.openShared('hits', { seed: 0x5eed_cafe_f00dn });
+   * const hits = Estimator.openShared('hits', { seed: BigInt(process.env.KEEPCOUNT_SEED!) });
    * hits.incr(clientIp); // counts for the whole host
    * ```
    */

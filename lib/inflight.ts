@@ -235,7 +235,7 @@ export class Inflight implements InflightCounter, Disposable {
    *
    * @example
    * ```ts
-   * const upstream = Inflight.openShared('upstream-calls', { seed: 0x5eedn });
+   * const upstream = Inflight.openShared('upstream-calls', { seed: BigInt(process.env.KEEPCOUNT_SEED!) });
    * const [guard, count] = upstream.incr('payments-api');
    * try { if (count <= 20) await callUpstream(); } finally { guard.release(); }
    * ```

@@ -113,7 +113,7 @@ export class Limiter implements Disposable {
    * const perClient = Limiter.openShared('api-clients', {
    *   quota: { requests: { perSecond: 10, burst: 20 } },
    *   capacity: 100_000,
-   *   seed: 0x5eedn,
+   *   seed: BigInt(process.env.KEEPCOUNT_SEED!),
    * });
    * app.use(tokenBucket({ limiter: perClient })); // 10/s per client IP for the whole host
    * ```

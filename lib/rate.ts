@@ -209,7 +209,7 @@ export class Rate {
    *
    * @example
    * ```ts
-   * const perSecond = Rate.openShared('api-rate', { intervalMs: 1000, seed: 0x5eedn });
+   * const perSecond = Rate.openShared('api-rate', { intervalMs: 1000, seed: BigInt(process.env.KEEPCOUNT_SEED!) });
    * perSecond.observe(clientIp);
    * perSecond.rate(clientIp); // events per second over the whole host's last interval
    * ```

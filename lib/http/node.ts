@@ -313,7 +313,8 @@ export interface TokenBucketOptions<
  * app.use(tokenBucket({ limiter, key: (req) => String(req.headers['x-api-key'] ?? '') }));
  *
  * // One bucket per client IP for all the processes of a host (node:cluster, PM2):
- * const perClient = Limiter.openShared('clients', { quota: { requests: { perSecond: 10, burst: 20 } }, seed: 0x5eedn });
+ * const seed = BigInt(process.env.KEEPCOUNT_SEED!); // a secret, the same in every process
+ * const perClient = Limiter.openShared('clients', { quota: { requests: { perSecond: 10, burst: 20 } }, seed });
  * app.use(tokenBucket({ limiter: perClient }));
  * ```
  */
