@@ -4,7 +4,9 @@ import { invalidType } from '../errors.js';
 import { countArgument, optionsObject, shapeOptions } from '../options.js';
 import { Census, entryKeys, SyncedCells } from './cells.js';
 import { KeyHasher } from './hasher.js';
-import { closedSyncedError, nameOption, RedisSync, syncClosedError } from './sync.js';
+import { RedisSync } from './sync.js';
+import { closedSyncedError, syncClosedError } from './sync-errors.js';
+import { nameOption } from './sync-options.js';
 
 /** Options of {@link SyncedEstimator}. */
 export interface SyncedEstimatorOptions {

@@ -14,9 +14,9 @@
  * holds the others' counts of it.
  *
  * The others' counts arrive with the sync's lag, as the sketch's do, and a pull carries at most
- * 4,096 changed cells (sync.ts): while a flood changes more exact counts a sync than that, they
- * queue, at most `nodes × capacity` of them a window, so the lag grows by up to that over 4,096
- * syncs (the bound's `syncMs + RTT` is then the longest time between a change and its pull).
+ * 4,096 changed cells (sync-call.ts): while a flood changes more exact counts a sync than that,
+ * they queue, at most `nodes × capacity` of them a window, so the lag grows by up to that over
+ * 4,096 syncs (the bound's `syncMs + RTT` is then the longest time between a change and its pull).
  *
  * A tracked key is counted exactly only while its estimate is at the threshold: after a refund
  * (`adjust`) or a Redis that lost its data took the estimate below it, its requests are not,

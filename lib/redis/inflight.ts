@@ -9,7 +9,8 @@ import { countArgument, optionsObject, seedOption, shapeOptions } from '../optio
 import { Census, entryKeys, SyncedCells } from './cells.js';
 import { syncOption } from './estimator.js';
 import { sketchLayout } from './hasher.js';
-import { leaseMsOption, nameOption, type RedisSync } from './sync.js';
+import type { RedisSync } from './sync.js';
+import { leaseMsOption, nameOption } from './sync-options.js';
 
 /**
  * A structure's keys live this many leases after the last sync of any node, then vanish together

@@ -9,7 +9,8 @@ import { syncOption } from './estimator.js';
 import { failPolicyOption, type FailPolicy } from './fail-policy.js';
 import type { LoanRequest } from './loan.js';
 import { Room } from './room.js';
-import { leaseMsOption, nameOption, type RedisSync } from './sync.js';
+import type { RedisSync } from './sync.js';
+import { leaseMsOption, nameOption } from './sync-options.js';
 
 /**
  * Tokens on loan plus tokens in a key's Redis bucket never pass `burst + LOAN_PERIODS × rate ×

@@ -8,7 +8,9 @@ import { Census, entryKeys, SyncedCells, type SyncedEntry } from './cells.js';
 import { ExactCells, ExactCounts } from './exact.js';
 import { KeyHasher } from './hasher.js';
 import { syncOption } from './estimator.js';
-import { closedSyncedError, nameOption, syncClosedError, type RedisSync } from './sync.js';
+import type { RedisSync } from './sync.js';
+import { closedSyncedError, syncClosedError } from './sync-errors.js';
+import { nameOption } from './sync-options.js';
 
 /** Longest interval: a day. Windows are Redis keys that live two intervals. */
 const MAX_INTERVAL_MS = 86_400_000;

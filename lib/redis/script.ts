@@ -160,8 +160,8 @@ import type { SendCommand } from './send.js';
 
 /**
  * The longest liveness period a node sends: its `syncMs`, at most 3,600,000, times the 10 periods
- * (`LIVE_PERIODS`) the registry keeps it (sync.ts). keepcount scores no node registry member past
- * now plus this, and no layout registry member past now.
+ * (`LIVE_PERIODS`) the registry keeps it (sync-call.ts). keepcount scores no node registry member
+ * past now plus this, and no layout registry member past now.
  */
 const MAX_LIVE_MS = 10 * 3_600_000;
 
