@@ -166,6 +166,7 @@ const MESSAGES: Record<HeavyCorruptReason, string> = {
   checksum: 'fails its CRC-32 check: the bytes were corrupted',
   'sketch-length': 'declares a sketch longer than the input',
   sketch: 'embeds an invalid sketch (docs/format.md §5)',
+  'negative-counter': "has a negative sketch counter, which no summary writes (a summary's sketch only grows)",
   config: 'has a threshold or capacity out of range',
   entries: 'has more entries than its capacity',
   entry: 'has an entry running past the end of the input',

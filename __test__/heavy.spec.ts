@@ -1,4 +1,5 @@
 import test from 'ava';
+import { crc32 } from '../fallback/crc32.js';
 import { backend, Estimator, HeavyHitters, ManualClock, type Clock } from '../lib/index.js';
 import { hrtimeCalls, throwsShape, title } from './helpers.js';
 import { hostClockPassed } from './waits.js';
@@ -240,6 +241,31 @@ test(title('summaries serialize canonically and merge across nodes with bounds t
   }
   t.is(a.stats().total, 6000);
   t.is(a.top(1)[0]!.key, 0);
+});
+
+test(title('a summary whose sketch has a negative counter is refused: merged, it would undercount'), (t) => {
+  // No summary writes one (its sketch only grows). Merged in, -190 in every counter took a
+  // flooder's 200 requests to an estimate of 10: below the threshold, with an upper bound of 10.
+  const options = { intervalMs: 60_000, threshold: 25, capacity: 100, hashes: 4, slots: 64, seed: 0x5eedn };
+  const ours = new HeavyHitters({ ...options, clock: new ManualClock() });
+  ours.incr('198.51.100.7', 200);
+  const before = ours.count('198.51.100.7');
+  const bytes = new HeavyHitters({ ...options, clock: new ManualClock() }).serialize();
+  const view = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
+  // The sketch (docs/format.md §5) starts at byte 60: a 24-byte header, the counters, its CRC-32;
+  // both CRC-32s are recomputed, so that only the counter check can refuse the bytes.
+  const sketchLen = view.getUint32(56, true);
+  for (let i = 0; i < options.hashes * options.slots; i++) view.setBigInt64(60 + 24 + 8 * i, -190n, true);
+  view.setUint32(60 + sketchLen - 4, crc32(bytes.subarray(60), sketchLen - 4), true);
+  view.setUint32(bytes.length - 4, crc32(bytes, bytes.length - 4), true);
+  throwsShape(t, () => ours.merge(bytes), {
+    instanceOf: Error,
+    code: 'ERR_KEEPCOUNT_CORRUPT',
+    message:
+      "Serialized heavy-hitter summary has a negative sketch counter, which no summary writes (a summary's sketch only grows)",
+  });
+  t.deepEqual(ours.count('198.51.100.7'), before, 'a refused merge changes nothing');
+  t.is(before.standing, 'tracked');
 });
 
 test(title('byte keys past what the fallback can key a table by are refused; long ones below count alike'), (t) => {

@@ -272,6 +272,7 @@ export type HeavyCorruptReason =
   | 'checksum'
   | 'sketch-length'
   | 'sketch'
+  | 'negative-counter'
   | 'config'
   | 'entries'
   | 'entry'

@@ -207,11 +207,7 @@ export class HeavyHitters {
    * sketch estimate added to its upper bound.
    */
   top(n: number, window: HeavyWindowName = 'current'): HeavyTalker[] {
-    if (typeof n !== 'number') throw invalidType('The "n" argument', 'of type number', n);
-    if (!Number.isInteger(n) || n < 0 || n > MAX_CAPACITY) {
-      throw outOfRange('The "n" argument', `an integer in [0, ${MAX_CAPACITY}]`, n);
-    }
-    const w = windowArgument(window);
+    const w = topArguments(n, window);
     const now = this.#elapsed();
     return this.#core.top(n, w, now);
   }
@@ -350,6 +346,20 @@ function valueArgument(value: unknown): number {
   return value;
 }
 
+/**
+ * Checks the arguments of {@link HeavyHitters.top} (`window` defaults to `'current'`) and returns
+ * the window. Every `topTalkers` calls it too, also one that lists nobody (no heavy hitters kept,
+ * a store not initialized), so that a bad query is refused with the same error whether or not
+ * anyone is counted, rather than answered with `[]` only where nobody is.
+ */
+export function topArguments(n: unknown, window: unknown = 'current'): HeavyWindow {
+  if (typeof n !== 'number') throw invalidType('The "n" argument', 'of type number', n);
+  if (!Number.isInteger(n) || n < 0 || n > MAX_CAPACITY) {
+    throw outOfRange('The "n" argument', `an integer in [0, ${MAX_CAPACITY}]`, n);
+  }
+  return windowArgument(window);
+}
+
 function windowArgument(window: unknown): HeavyWindow {
   if (typeof window !== 'string' || !Object.hasOwn(WINDOWS, window)) {
     throw invalidType('The "window" argument', "one of 'current', 'previous', 'both'", window);
@@ -373,6 +383,7 @@ const CORRUPT_MESSAGES: Record<HeavyCorruptReason, string> = {
   checksum: 'fails its CRC-32 check: the bytes were corrupted',
   'sketch-length': 'declares a sketch longer than the input',
   sketch: 'embeds an invalid sketch (docs/format.md §5)',
+  'negative-counter': "has a negative sketch counter, which no summary writes (a summary's sketch only grows)",
   config: 'has a threshold or capacity out of range',
   entries: 'has more entries than its capacity',
   entry: 'has an entry running past the end of the input',

@@ -82,6 +82,8 @@ export function decodeSummary(bytes: Uint8Array): Summary | HeavyCorruptReason {
   if (sketchLen > body - HEADER_LEN) return 'sketch-length';
   const decoded = decodeSketch(bytes.subarray(HEADER_LEN, HEADER_LEN + sketchLen));
   if (typeof decoded === 'string') return 'sketch';
+  // A counter beyond the safe range is ±Infinity in `numbers`, by its sign: negative ones too.
+  if (decoded.counters.numbers.some((c) => c < 0)) return 'negative-counter';
   if (threshold === 0n || capacity < 1 || capacity > MAX_CAPACITY) return 'config';
   if (count > capacity) return 'entries';
   let at = HEADER_LEN + sketchLen;
@@ -105,9 +107,7 @@ export function decodeSummary(bytes: Uint8Array): Summary | HeavyCorruptReason {
     if (previous !== undefined && compareBytes(previous, key) >= 0) return 'order';
     previous = key;
     const { h1, h2 } = summary.hashOf(key);
-    // `as_count`: a negative estimate is unbounded, so never below.
-    const estimate = sketch.exactHashed(h1, h2);
-    if (estimate >= 0n && estimate < threshold) return 'below-threshold';
+    if (sketch.exactHashed(h1, h2) < threshold) return 'below-threshold';
     entries.push({ h1, h2, key, exact, slack });
   }
   if (at !== body) return 'trailing';

@@ -22,7 +22,8 @@ export interface RequestQuota {
   consume(key: string, cost?: number): RateLimitDecision;
   /**
    * The `n` keys with the most requests in `window`, most first (see `WindowQuota.topTalkers`).
-   * Optional: the middleware lists nobody for a quota without it.
+   * Optional: the middleware lists nobody for a quota without it (once `n` and `window` passed the
+   * checks `HeavyHitters.top` makes).
    */
   topTalkers?(n: number, window?: 'current' | 'previous' | 'both'): HeavyTalker[];
 }

@@ -1,7 +1,7 @@
 /** What the HTTP limiters expose besides handling requests: who is sending the most. */
 import type { HeavyTalker } from '../core.js';
 import { invalidType } from '../errors.js';
-import { HeavyHitters } from '../heavy.js';
+import { HeavyHitters, topArguments } from '../heavy.js';
 import { storedKey } from '../long-key.js';
 import type { RequestLimiter, RequestQuota } from './quota.js';
 import type { UpstreamLimit } from './upstream.js';
@@ -16,6 +16,7 @@ export interface Talkers {
    * one; `'both'`: the two added), most first, with bounds on their counts, exact to within the
    * heavy-hitter threshold in each interval (with `'both'`, up to twice that for a key tracked in
    * both; one tracked in one only gets the other's sketch count added to its upper bound).
+   * Refuses an `n` or `window` as `HeavyHitters.top` does, also where it lists nobody.
    */
   topTalkers(n: number, window?: TalkersWindow): HeavyTalker[];
 }
@@ -35,7 +36,11 @@ export interface QuotaTalkers<Q extends RequestQuota = RequestQuota> extends Tal
 export function withQuota<F extends object, Q extends RequestQuota>(handler: F, quota: Q): F & QuotaTalkers<Q> {
   return Object.assign(handler, {
     quota,
-    topTalkers: (n: number, window?: TalkersWindow) => quota.topTalkers?.(n, window) ?? [],
+    topTalkers: (n: number, window?: TalkersWindow) => {
+      if (quota.topTalkers !== undefined) return quota.topTalkers(n, window);
+      topArguments(n, window);
+      return [];
+    },
   });
 }
 
@@ -81,7 +86,11 @@ export function withLimiter<F extends object>(
  */
 export function withTalkers<F extends object>(handler: F, talkers: HeavyHitters | undefined): F & Talkers {
   return Object.assign(handler, {
-    topTalkers: (n: number, window?: TalkersWindow) => talkers?.top(n, window) ?? [],
+    topTalkers: (n: number, window?: TalkersWindow) => {
+      if (talkers !== undefined) return talkers.top(n, window);
+      topArguments(n, window);
+      return [];
+    },
   });
 }
 

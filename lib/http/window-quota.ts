@@ -6,7 +6,7 @@ import { validateClock, type Clock } from '../clock.js';
 import { closedError, dispose } from '../closed.js';
 import type { HeavyStats, HeavyTalker } from '../core.js';
 import { invalidType, outOfRange } from '../errors.js';
-import { HeavyHitters, MAX_CAPACITY, MAX_VALUE } from '../heavy.js';
+import { HeavyHitters, MAX_CAPACITY, MAX_VALUE, topArguments } from '../heavy.js';
 import { MAX_COUNTERS, MAX_HASHES } from '../limits.js';
 import { storedKey } from '../long-key.js';
 import { integerOption, optionsObject, seedOption, shapeOptions } from '../options.js';
@@ -274,6 +274,7 @@ export class WindowQuota implements Disposable {
   topTalkers(n: number, window: 'current' | 'previous' | 'both' = 'current'): HeavyTalker[] {
     const counts = this.#counts;
     if (counts instanceof HeavyHitters) return counts.top(n, window);
+    topArguments(n, window);
     this.#refuseClosed();
     return [];
   }

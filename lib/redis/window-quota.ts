@@ -1,12 +1,11 @@
 /** A request quota per key per window that holds across every node syncing it through Redis. */
 import type { Clock } from '../clock.js';
 import type { HeavyTalker, Key } from '../core.js';
-import { invalidType, outOfRange } from '../errors.js';
 import type { RateLimitDecision } from '../http/headers.js';
 import { policyName } from '../http/headers.js';
 import type { RequestQuota } from '../http/quota.js';
 import { CAPACITY_PER_CLIENT, heavyHitterSettings, quotaArgument, slotsFor } from '../http/window-quota.js';
-import { MAX_CAPACITY, MAX_VALUE } from '../heavy.js';
+import { MAX_CAPACITY, MAX_VALUE, topArguments } from '../heavy.js';
 import { MAX_HASHES } from '../limits.js';
 import { integerOption, optionsObject } from '../options.js';
 import type { ExactCells, ExactCounts } from './exact.js';
@@ -272,13 +271,7 @@ export class SyncedWindowQuota implements RequestQuota {
    * A key longer than 256 code units is listed in its bounded form, as `WindowQuota.topTalkers`.
    */
   topTalkers(n: number, window: 'current' | 'previous' | 'both' = 'current'): HeavyTalker[] {
-    if (typeof n !== 'number') throw invalidType('The "n" argument', 'of type number', n);
-    if (!Number.isInteger(n) || n < 0 || n > MAX_CAPACITY) {
-      throw outOfRange('The "n" argument', `an integer in [0, ${MAX_CAPACITY}]`, n);
-    }
-    if (window !== 'current' && window !== 'previous' && window !== 'both') {
-      throw invalidType('The "window" argument', "one of 'current', 'previous', 'both'", window);
-    }
+    topArguments(n, window);
     const [previous, current] = this.#rate.exactWindows();
     const read = (cells: ExactCells | undefined): HeavyTalker[] => cells?.talkers() ?? [];
     let talkers: HeavyTalker[];

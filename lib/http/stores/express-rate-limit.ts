@@ -38,7 +38,7 @@ import type { Clock } from '../../clock.js';
 import type { HeavyTalker } from '../../core.js';
 import { closedError } from '../../closed.js';
 import { invalidType, withCode } from '../../errors.js';
-import { MAX_VALUE } from '../../heavy.js';
+import { MAX_VALUE, topArguments } from '../../heavy.js';
 import type { Rate } from '../../rate.js';
 import { WindowQuota, type HeavyHitterSettings } from '../window-quota.js';
 import { DateReading, storeQuota, wholeWindowMs } from './window.js';
@@ -170,7 +170,10 @@ export class KeepcountStore {
    * one), with bounds on their counts; empty before `init()` or with `heavyHitters: false`.
    */
   topTalkers(n: number, window: 'current' | 'previous' | 'both' = 'current'): HeavyTalker[] {
-    return this.#quota?.topTalkers(n, window) ?? [];
+    const quota = this.#quota;
+    if (quota !== undefined) return quota.topTalkers(n, window);
+    topArguments(n, window);
+    return [];
   }
 
   /**

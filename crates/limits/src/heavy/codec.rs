@@ -15,7 +15,7 @@
 //! 40          8       overflow weight, u64 LE
 //! 48          8       entries dropped by merges, u64 LE
 //! 56          4       sketch length s, u32 LE
-//! 60          s       the sketch, format version 2 (§5), with its own CRC-32
+//! 60          s       the sketch, format version 3 (§5), with its own CRC-32
 //! 60+s        …       entries in ascending byte order of their keys, each:
 //!                     key length u32 LE, key bytes, exact u64 LE, slack u64 LE
 //! length−4    4       CRC-32 (IEEE, as zlib's crc32) of every byte before it
@@ -26,6 +26,7 @@
 use crate::codec as sketch_codec;
 use crate::estimator::Estimator;
 use std::fmt;
+use std::sync::atomic::Ordering;
 
 use super::settings::{ConfigError, Settings};
 use super::summary::{Summary, as_count};
@@ -109,7 +110,9 @@ impl Summary<Vec<u8>> {
     /// Reads a summary written by [`to_bytes`](Self::to_bytes).
     ///
     /// Checks, in this order: length ≥ 64, magic, version, flags, declared length = actual
-    /// length, checksum, the sketch (every check of §5), threshold and capacity, entry count ≤
+    /// length, checksum, the sketch (every check of §5), no negative sketch counter (a summary
+    /// only ever adds to its sketch, so one would be forged, and merged in it would pull other
+    /// keys' estimates below their counts), threshold and capacity, entry count ≤
     /// capacity, each entry within the input, no trailing bytes, keys in strictly ascending
     /// order (so no duplicates), and every key's sketch estimate at least the threshold (a
     /// tracked key below it would stop being counted). Each failure is its own
@@ -169,6 +172,16 @@ impl Summary<Vec<u8>> {
             .take(sketch_len)
             .ok_or(DecodeError::SketchLength { sketch_len })?;
         let sketch = Estimator::from_bytes(sketch).map_err(DecodeError::Sketch)?;
+        // Relaxed: the sketch is this thread's own, just built.
+        if let Some((index, value)) = sketch
+            .counters()
+            .iter()
+            .map(|counter| counter.load(Ordering::Relaxed))
+            .enumerate()
+            .find(|&(_, value)| value < 0)
+        {
+            return Err(DecodeError::NegativeCounter { index, value });
+        }
         // u32 fits in usize on every supported target.
         let settings = Settings::new(sketch.shape(), sketch.seed(), threshold, capacity as usize)
             .map_err(DecodeError::Config)?;
@@ -296,6 +309,18 @@ pub enum DecodeError {
     },
     /// The embedded sketch is invalid.
     Sketch(sketch_codec::DecodeError),
+    /// A sketch counter is negative. A summary's sketch only grows (increments and merges add,
+    /// saturating at `i64::MAX`; refunds leave it alone), so no summary writes one, and merged in,
+    /// it would lower the estimates of the keys sharing the counter below their true counts.
+    /// The one exception, in Rust only (Node's summaries are each used by one thread): adds racing
+    /// on a counter at `i64::MAX` can leave it wrapped negative, as [`Estimator`] documents; a
+    /// summary that counted past 2^63 that way is refused too.
+    NegativeCounter {
+        /// The counter's position, row-major.
+        index: usize,
+        /// Its value.
+        value: i64,
+    },
     /// The threshold or capacity is out of range.
     Config(ConfigError),
     /// More entries than the capacity.
@@ -330,8 +355,8 @@ pub enum DecodeError {
 impl DecodeError {
     /// The name of the check of docs/format.md §6 that failed, in the words bindings report it
     /// with (the Node API's `HeavyCorruptReason`): `short`, `magic`, `version`, `flags`,
-    /// `length`, `checksum`, `sketch-length`, `sketch`, `config`, `entries`, `entry`,
-    /// `trailing`, `order`, `below-threshold`.
+    /// `length`, `checksum`, `sketch-length`, `sketch`, `negative-counter`, `config`, `entries`,
+    /// `entry`, `trailing`, `order`, `below-threshold`.
     ///
     /// ```
     /// use keepcount_limits::heavy::{Summary, codec::DecodeError};
@@ -348,6 +373,7 @@ impl DecodeError {
             Self::Checksum { .. } => "checksum",
             Self::SketchLength { .. } => "sketch-length",
             Self::Sketch(_) => "sketch",
+            Self::NegativeCounter { .. } => "negative-counter",
             Self::Config(_) => "config",
             Self::TooManyEntries { .. } => "entries",
             Self::EntryTruncated { .. } => "entry",
@@ -389,6 +415,10 @@ impl fmt::Display for DecodeError {
                 "the heavy-hitter summary's sketch ({sketch_len} bytes) runs past the end"
             ),
             Self::Sketch(err) => write!(f, "bad heavy-hitter sketch: {err}"),
+            Self::NegativeCounter { index, value } => write!(
+                f,
+                "heavy-hitter sketch counter {index} is negative ({value}), which no summary writes"
+            ),
             Self::Config(err) => write!(f, "bad heavy-hitter settings: {err}"),
             Self::TooManyEntries { entries, capacity } => write!(
                 f,
@@ -418,6 +448,64 @@ impl std::error::Error for DecodeError {
             Self::Sketch(err) => Some(err),
             Self::Config(err) => Some(err),
             _ => None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::shape::Shape;
+
+    /// A summary's bytes with sketch counter `index` set to `value`, both CRC-32s recomputed so
+    /// that only the counter check can refuse them.
+    fn with_counter(bytes: &[u8], index: usize, value: i64) -> Vec<u8> {
+        let mut bytes = bytes.to_vec();
+        let sketch_len = u32::from_le_bytes(bytes[56..60].try_into().unwrap()) as usize;
+        let sketch = &mut bytes[HEADER_LEN..HEADER_LEN + sketch_len];
+        // The sketch's own header (§5) is 24 bytes, its counters 8 each.
+        let at = 24 + 8 * index;
+        sketch[at..at + 8].copy_from_slice(&value.to_le_bytes());
+        let crc = crc32fast::hash(&sketch[..sketch_len - CHECKSUM_LEN]);
+        sketch[sketch_len - CHECKSUM_LEN..].copy_from_slice(&crc.to_le_bytes());
+        let body = bytes.len() - CHECKSUM_LEN;
+        let crc = crc32fast::hash(&bytes[..body]);
+        bytes[body..].copy_from_slice(&crc.to_le_bytes());
+        bytes
+    }
+
+    fn sample() -> Vec<u8> {
+        let settings = Settings::new(Shape::new(2, 8).unwrap(), 1, 2, 4).unwrap();
+        let summary = Summary::<Vec<u8>>::new(settings);
+        summary.incr(&b"k"[..], 200);
+        summary.to_bytes()
+    }
+
+    #[test]
+    fn refuses_a_negative_sketch_counter() {
+        let bytes = with_counter(&sample(), 9, -190);
+        let err = Summary::<Vec<u8>>::from_bytes(&bytes).unwrap_err();
+        assert_eq!(
+            err,
+            DecodeError::NegativeCounter {
+                index: 9,
+                value: -190
+            }
+        );
+        assert_eq!(err.check(), "negative-counter");
+        assert_eq!(
+            err.to_string(),
+            "heavy-hitter sketch counter 9 is negative (-190), which no summary writes"
+        );
+        let err = Summary::<Vec<u8>>::from_bytes(&with_counter(&bytes, 9, i64::MIN)).unwrap_err();
+        assert_eq!(err.check(), "negative-counter");
+    }
+
+    #[test]
+    fn accepts_zero_and_saturated_counters() {
+        for value in [0, i64::MAX] {
+            let bytes = with_counter(&sample(), 9, value);
+            assert!(Summary::<Vec<u8>>::from_bytes(&bytes).is_ok(), "{value}");
         }
     }
 }

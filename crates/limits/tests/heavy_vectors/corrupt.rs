@@ -99,6 +99,13 @@ fn reseal_sketch(sketch: &mut [u8]) {
     sketch[end..].copy_from_slice(&checksum.to_le_bytes());
 }
 
+/// Sets the sketch's counter `index` (row-major, after its 24-byte header) to `value`.
+fn set_counter(parts: &mut Parts, index: usize, value: i64) {
+    let at = 24 + 8 * index;
+    parts.sketch[at..at + 8].copy_from_slice(&value.to_le_bytes());
+    reseal_sketch(&mut parts.sketch);
+}
+
 /// A summary of `config` tracking each of `keys` (stored forms or not), serialized.
 fn tracking(config: Config, keys: &[Vec<u8>]) -> Vec<u8> {
     let summary = Summary::<Vec<u8>>::new(config.settings());
@@ -167,6 +174,22 @@ pub(crate) fn corrupt_cases(config: Config) -> Vec<(&'static str, Vec<u8>)> {
         (
             "sketch one byte short",
             edit(&|p| p.sketch_len = Some(p.sketch.len() as u32 - 1)),
+        ),
+        ("sketch counter -1", edit(&|p| set_counter(p, 0, -1))),
+        (
+            "sketch counter i64::MIN",
+            edit(&|p| set_counter(p, 5, i64::MIN)),
+        ),
+        (
+            "sketch counter -1 and threshold 0",
+            edit(&|p| {
+                set_counter(p, 0, -1);
+                p.threshold = 0;
+            }),
+        ),
+        (
+            "sketch counter i64::MAX",
+            edit(&|p| set_counter(p, 0, i64::MAX)),
         ),
         ("threshold 0", edit(&|p| p.threshold = 0)),
         ("capacity 0", edit(&|p| p.capacity = 0)),

@@ -186,6 +186,7 @@ fn every_reason_is_covered_by_a_corrupt_case() {
         "checksum",
         "sketch-length",
         "sketch",
+        "negative-counter",
         "config",
         "entries",
         "entry",
