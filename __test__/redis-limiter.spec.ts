@@ -13,6 +13,7 @@ import { clientNames, connectClient } from './redis-clients.js';
 import { sleep, syncsAfterNow, until } from './waits.js';
 import { startRedis } from '../tools/redis-server.js';
 import { HOURLY } from './redis-refill.js';
+import { worstExcess } from './bucket-windows.js';
 
 interface NodeResult {
   admitted: number[];
@@ -20,21 +21,6 @@ interface NodeResult {
   thrown: number;
   startedAt: number;
   endedAt: number;
-}
-
-/**
- * The most admissions in any window above `rate × t`: max over i ≤ j of `(j − i + 1) − rate ×
- * (times[j] − times[i])` over the sorted admission times, in one pass.
- */
-function worstExcess(times: number[], ratePerMs: number): number {
-  let best = 0;
-  let lowest = Infinity;
-  times.forEach((at, j) => {
-    // Window from admission i to j: (j − i + 1) − rate × (at − t_i) = (j + 1 − rate × at) − (i − rate × t_i).
-    lowest = Math.min(lowest, j - ratePerMs * at);
-    best = Math.max(best, j + 1 - ratePerMs * at - lowest);
-  });
-  return best;
 }
 
 test.serial(

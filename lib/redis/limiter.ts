@@ -122,9 +122,14 @@ interface Account {
   /** Tokens the key's bucket had left after the last loan, and `performance.now()` when the node heard. */
   spare: number;
   spareAt: number;
-  /** The `'local'` fail policy's own bucket: tokens and when they were counted. */
+  /**
+   * The `'local'` fail policy's own bucket: tokens and when they were counted, and the spell of
+   * staleness it was started for (the `sentAt` of the limiter's last successful sync; see
+   * {@link SyncedLimiter}'s `#stale`).
+   */
   localTokens: number;
   localAt: number;
+  localFrom: number;
 }
 
 /**
@@ -178,9 +183,16 @@ interface Account {
  * overflows between syncs), for keys past the 1,024 a sync carries, and for a node whose share is
  * below a request's cost. Staleness (`sync.staleness`; with `cluster: true`, this limiter's own
  * name's): a loan reflects the demand of the last sync period. Past `staleAfterMs` the
- * {@link FailPolicy} applies: `'local'` enforces `rate /
- * nodes` and `burst / nodes` per key on each node, within the bound when every node is cut off
- * and up to `rate / nodes` above it per node cut off alone.
+ * {@link FailPolicy} applies. `'local'` gives each node a bucket per key of `burst / nodes` refilled
+ * at `rate / nodes`, which starts from what the node could still admit (its loan and the credit it
+ * may still take, within [0, `burst / nodes`]), and what it admits is owed as credit is, down to
+ * `−burst / nodes`, paid back from its loans once a sync gets through. So the bound holds over every
+ * window, across the cut and the return, when every node is cut off: its refill past what it may owe
+ * is what Redis's refill of the same time would have lent. A node cut off while others sync adds up
+ * to `rate / nodes` per millisecond it is stale in the window, since the others spend Redis's refill.
+ * Measured (`__test__/redis-limiter-local.spec.ts`: 2 nodes, `burst` 1,000 at 10/s, `syncMs` 50,
+ * `staleAfterMs` 400, cut off after spending their loans and credit): largest excess over `rate × t`
+ * 1,995 against the bound's 2,001, where each stale node started a full bucket before (2,506–2,519).
  */
 export class SyncedLimiter implements RequestLimiter {
   /** Milliseconds a loan lasts without a successful sync. */
@@ -280,24 +292,32 @@ export class SyncedLimiter implements RequestLimiter {
     // goes, rather than only as far as the last period's demand was lent. Either only once the
     // node count includes every node that started with this one (`creditAfterMs` after the first
     // sync): before, it takes none.
-    const expired = now > account.expiresAt;
-    if (expired) account.held = Math.min(0, account.held);
-    let credit = 0;
-    // A key with no loan borrows blind, whatever its bucket holds: a node started after another
-    // left owing takes that credit again, which a refill pays back, but an allowance (rate 0)
-    // never would, so an allowance lends none (8 restarts took 100 tokens each from a spent one).
-    if (this.ready()) {
-      if (!expired) credit = Math.min(bucket.burst, account.spare + bucket.rate * (now - account.spareAt)) / this.nodes;
-      else if (bucket.rate > 0) credit = bucket.burst / this.nodes;
-    }
+    const credit = this.#credit(account, now);
     if (account.held - cost >= -credit) {
       account.held -= cost;
       return ALLOWED;
     }
     account.short = true;
     // An allowance refills never, but a key with no loan yet may get one at the next sync.
-    if (bucket.rate === 0) return refusal(expired ? this.#sync.syncMs : Infinity);
+    if (bucket.rate === 0) return refusal(now > account.expiresAt ? this.#sync.syncMs : Infinity);
     return refusal(Math.max(this.#sync.syncMs, (cost - account.held - credit) / bucket.rate));
+  }
+
+  /**
+   * The credit `account` may run into at `now` (how far below zero its `held` may go), its loan
+   * dropped first if its lease ran out: its node's share of what the bucket had left after the last
+   * loan, refilled since, or with no loan its share of the burst; none before {@link ready}.
+   */
+  #credit(account: Account, now: number): number {
+    const { bucket } = account;
+    const expired = now > account.expiresAt;
+    if (expired) account.held = Math.min(0, account.held);
+    if (!this.ready()) return 0;
+    if (!expired) return Math.min(bucket.burst, account.spare + bucket.rate * (now - account.spareAt)) / this.nodes;
+    // A key with no loan borrows blind, whatever its bucket holds: a node started after another
+    // left owing takes that credit again, which a refill pays back, but an allowance (rate 0)
+    // never would, so an allowance lends none (8 restarts took 100 tokens each from a spent one).
+    return bucket.rate > 0 ? bucket.burst / this.nodes : 0;
   }
 
   /**
@@ -465,7 +485,6 @@ export class SyncedLimiter implements RequestLimiter {
         }
       }
       const bucket = this.#buckets.get(key) ?? this.#bucket;
-      const share = bucket.burst / this.nodes;
       account = {
         key,
         bucket,
@@ -478,8 +497,9 @@ export class SyncedLimiter implements RequestLimiter {
         got: this.#sync.sequence,
         spare: 0,
         spareAt: 0,
-        localTokens: share,
-        localAt: performance.now(),
+        localTokens: 0,
+        localAt: 0,
+        localFrom: NaN,
       };
       this.#accounts.set(key, account);
     }
@@ -499,17 +519,39 @@ export class SyncedLimiter implements RequestLimiter {
    * Redis refuses: its node count is only itself, so every node started while Redis was away
    * would admit a whole burst per key (N nodes, N bursts), where a node that never synced admits
    * nothing.
+   *
+   * `'local'` goes on from where the node stood: at the spell's first check of the key (a spell
+   * is named by the last successful sync's `sentAt`) its bucket holds what the node could still
+   * have admitted, `held` plus {@link #credit} within [0, `burst / nodes`], and it refills at
+   * `rate / nodes` from then. What it admits is owed, as credit is (`held` goes down, never below
+   * `−burst / nodes`), and the node reports it when a sync gets through, so its loans pay it back;
+   * past that floor its refill is not owed, which Redis's refill of the same time makes up for when
+   * every node is cut off (see the class doc). Before, the bucket started full whatever the node
+   * had spent or owed, and nothing it admitted was owed: two nodes that spent their loans and
+   * credit just before Redis went away admitted another `burst` between them once stale (the
+   * audit: 2,432–2,586 admitted against a bound of about 2,014).
    */
   #stale(account: Account, cost: number, now: number): LimiterDecision {
     if (this.failPolicy === 'open') return ALLOWED;
     if (this.failPolicy === 'closed' || !this.#sync.synced) return refusal(this.#sync.syncMs);
     const nodes = this.nodes;
     const { rate, burst } = account.bucket;
-    const elapsed = Math.max(0, now - account.localAt);
-    account.localTokens = Math.min(burst / nodes, account.localTokens + (elapsed * rate) / nodes);
+    const share = burst / nodes;
+    const spell = this.#presence.census.sentAt;
+    if (account.localFrom === spell) {
+      const elapsed = Math.max(0, now - account.localAt);
+      account.localTokens = Math.min(share, account.localTokens + (elapsed * rate) / nodes);
+      if (now > account.expiresAt) account.held = Math.min(0, account.held);
+    } else {
+      account.localTokens = Math.min(share, Math.max(0, account.held + this.#credit(account, now)));
+      account.localFrom = spell;
+    }
     account.localAt = now;
     if (account.localTokens >= cost) {
       account.localTokens -= cost;
+      // Owed as far as the node's credit goes; past it, what the refill lets in is not, which
+      // Redis's own refill over the same time covers when every node is cut off (see the class doc).
+      account.held = Math.min(account.held, Math.max(account.held - cost, -share));
       return ALLOWED;
     }
     if (rate === 0) return refusal(Infinity);
