@@ -268,6 +268,63 @@ test(title('a summary whose sketch has a negative counter is refused: merged, it
   t.is(before.standing, 'tracked');
 });
 
+/**
+ * `summary` (a serialized one) with its entries replaced by `body`, declaring `entries` of them
+ * and the largest capacity, its length and CRC-32 set to match (or the CRC-32 left wrong).
+ */
+function withEntries(summary: Uint8Array, entries: number, body: Uint8Array, seal = true): Uint8Array {
+  const sketchEnd = 60 + new DataView(summary.buffer, summary.byteOffset).getUint32(56, true);
+  const bytes = new Uint8Array(sketchEnd + body.length + 4);
+  bytes.set(summary.subarray(0, sketchEnd));
+  bytes.set(body, sketchEnd);
+  const view = new DataView(bytes.buffer);
+  view.setBigUint64(8, BigInt(bytes.length), true);
+  view.setUint32(24, 2 ** 24, true);
+  view.setUint32(28, entries, true);
+  view.setUint32(bytes.length - 4, crc32(bytes, bytes.length - 4) ^ (seal ? 0 : 1), true);
+  return bytes;
+}
+
+test(title('a summary of other settings is refused from its header, before its entries are read'), (t) => {
+  // Merging another seed's 9.7 MB summary decoded and copied all of it first: 223 ms and +52 MB
+  // of RSS natively, 723 ms and +227 MB on the fallback, for ERR_KEEPCOUNT_MISMATCH. Here the
+  // entries are 4 MiB of 0xff (a first key length running past the end): decoded, they are
+  // corrupt, so a mismatch proves they were not read.
+  const options = { intervalMs: 60_000, threshold: 25, capacity: 100, hashes: 4, slots: 64, seed: 0x5eedn };
+  const ours = new HeavyHitters({ ...options, clock: new ManualClock() });
+  ours.incr('k', 30);
+  const garbage = new Uint8Array(4 * 2 ** 20).fill(0xff);
+  const entries = garbage.length / 20;
+  const mismatch = {
+    instanceOf: Error,
+    code: 'ERR_KEEPCOUNT_MISMATCH',
+    message:
+      'Cannot merge heavy-hitter summaries: hashes, slots, seed and threshold must be equal ' +
+      '(this one: 4×64, threshold 25; seeds are secret and not shown)',
+  };
+  for (const theirs of [{ seed: 0x5eefn }, { threshold: 24 }, { slots: 63 }, { hashes: 3 }]) {
+    const other = new HeavyHitters({ ...options, ...theirs, clock: new ManualClock() }).serialize();
+    const bytes = withEntries(other, entries, garbage);
+    const started = performance.now();
+    throwsShape(t, () => ours.merge(bytes), mismatch);
+    t.log(`another ${Object.keys(theirs)[0]}: refused in ${(performance.now() - started).toFixed(1)} ms`);
+    // The checksum still comes first: a bit flipped anywhere is corruption, not another node's
+    // settings (docs/format.md §6).
+    throwsShape(t, () => ours.merge(withEntries(other, entries, garbage, false)), {
+      instanceOf: Error,
+      code: 'ERR_KEEPCOUNT_CORRUPT',
+      message: 'Serialized heavy-hitter summary fails its CRC-32 check: the bytes were corrupted',
+    });
+  }
+  // The same entries under our own settings are read, and refused for what they are.
+  throwsShape(t, () => ours.merge(withEntries(ours.serialize(), entries, garbage)), {
+    instanceOf: Error,
+    code: 'ERR_KEEPCOUNT_CORRUPT',
+    message: 'Serialized heavy-hitter summary has an entry running past the end of the input',
+  });
+  t.is(ours.count('k').lower, 30, 'a refused merge changes nothing');
+});
+
 test(title('byte keys past what the fallback can key a table by are refused; long ones below count alike'), (t) => {
   // The fallback keys its table by a string of one char per byte, and V8 strings stop at
   // 2^29 − 24 chars: a longer key would count on the native backend only. Allocated lazily, the

@@ -55,8 +55,18 @@ export function encodeWords(hashes: number, slots: number, seed: bigint, counter
 /** A decoded sketch, or the first check it fails. */
 export type Decoded = { hashes: number; slots: number; seed: bigint; counters: Counters } | CorruptReason;
 
-/** Decodes and validates a sketch in the spec's order. */
-export function decode(bytes: Uint8Array): Decoded {
+/** A sketch's shape and seed, read from its header. */
+export interface Header {
+  hashes: number;
+  slots: number;
+  seed: bigint;
+}
+
+/**
+ * The shape and seed of a sketch after every check before the checksum (length, magic, version,
+ * flags, shape, exact length), or the first it fails: crates/limits/src/codec.rs `header`.
+ */
+export function decodeHeader(bytes: Uint8Array): Header | CorruptReason {
   if (bytes.length < HEADER_AND_CHECKSUM_BYTES) return 'short';
   const view = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
   if (view.getUint32(0, true) !== MAGIC) return 'magic';
@@ -65,9 +75,16 @@ export function decode(bytes: Uint8Array): Decoded {
   const hashes = view.getUint32(8, true);
   const slots = view.getUint32(12, true);
   if (hashes < 1 || hashes > MAX_HASHES || slots < 1 || hashes * slots > MAX_COUNTERS) return 'shape';
-  const n = hashes * slots;
   if (bytes.length !== serializedBytes(hashes, slots)) return 'length';
+  return { hashes, slots, seed: view.getBigUint64(16, true) };
+}
+
+/** Decodes and validates a sketch in the spec's order. */
+export function decode(bytes: Uint8Array): Decoded {
+  const header = decodeHeader(bytes);
+  if (typeof header === 'string') return header;
+  const view = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
   const end = bytes.length - CHECKSUM_BYTES;
   if (view.getUint32(end, true) !== crc32(bytes, end)) return 'checksum';
-  return { hashes, slots, seed: view.getBigUint64(16, true), counters: Counters.readFrom(view, HEADER_BYTES, n) };
+  return { ...header, counters: Counters.readFrom(view, HEADER_BYTES, header.hashes * header.slots) };
 }

@@ -232,8 +232,10 @@ export class HeavyHitters {
    * intervals here). The sketches add; the tables merge with bounds that stay valid (docs in
    * crates/limits/src/heavy.rs). Throws `ERR_KEEPCOUNT_CORRUPT` for invalid bytes and
    * `ERR_KEEPCOUNT_MISMATCH` unless hashes, slots, seed and threshold are equal; nothing changes
-   * then. A `HeavyHitters` whose counts merges have piled past 2^53 − 1 (what a JavaScript number
-   * holds exactly, so what a summary may carry into Node) is refused with `RangeError`
+   * then. Other settings are read from the header once the checksum holds, before anything else
+   * is decoded (docs/format.md §6), so refusing them costs no memory, whatever the input's size.
+   * A `HeavyHitters` whose counts merges have piled past 2^53 − 1 (what a JavaScript number holds
+   * exactly, so what a summary may carry into Node) is refused with `RangeError`
    * `ERR_OUT_OF_RANGE`, before either interval merges.
    */
   merge(source: HeavyHitters | Uint8Array, window: 'current' | 'previous' = 'current'): void {

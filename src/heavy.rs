@@ -18,6 +18,7 @@ use crate::keys::{self, Key, Stored};
 use crate::raw::{self, Callback, Slab};
 use crate::window;
 use keepcount_limits::hash::KeyHash;
+use keepcount_limits::heavy::codec::ReadError;
 use keepcount_limits::heavy::{
     ConfigError, Count, HeavyHitters as Windows, MAX_CAPACITY, Settings, Standing, Stats, Summary,
     Window,
@@ -265,24 +266,21 @@ impl HeavyHitters {
         now_ms: f64,
     ) -> Result<Option<&'static str>> {
         self.with_summary(env, window, now_ms, |summary| {
-            let other = match Summary::<Vec<u8>>::from_bytes(&bytes) {
+            // A summary of other settings is refused from its header, before its entries are
+            // decoded (docs/format.md §6).
+            let other = match Summary::<Vec<u8>>::from_bytes_for(&bytes, summary.settings()) {
                 Ok(other) => other,
-                Err(err) => return Ok(Some(err.check())),
+                Err(ReadError::Mismatch(_)) => return Ok(Some("mismatch")),
+                Err(ReadError::Corrupt(err)) => return Ok(Some(err.check())),
             };
-            let talkers = other.top(usize::MAX);
-            if talkers
-                .iter()
-                .any(|talker| Stored::decode(&talker.key).is_none())
-            {
+            if !other.all_tracked(|key, _| Stored::decode(key).is_some()) {
                 return Ok(Some("key"));
             }
             // JavaScript numbers hold counts exactly up to 2^53 − 1: the fallback could not keep
             // larger ones bit for bit, so neither backend takes them.
-            let stats = other.stats();
             let exact = |n: u64| n <= MAX_SAFE_COUNT;
-            if !talkers
-                .iter()
-                .all(|talker| exact(talker.count.lower) && exact(talker.count.slack()))
+            let stats = other.stats();
+            if !other.all_tracked(|_, count| exact(count.lower) && exact(count.slack()))
                 || ![
                     stats.overflow_events,
                     stats.overflow_weight,
@@ -292,13 +290,6 @@ impl HeavyHitters {
                 .all(exact)
             {
                 return Ok(Some("counts"));
-            }
-            let (ours, theirs) = (summary.settings(), other.settings());
-            if ours.shape() != theirs.shape()
-                || ours.seed() != theirs.seed()
-                || ours.threshold() != theirs.threshold()
-            {
-                return Ok(Some("mismatch"));
             }
             Ok(summary.merge(&other).err().map(|_| "mismatch"))
         })

@@ -6,7 +6,7 @@
 import type { HeavyCorruptReason } from '../../lib/core.js';
 import { crc32 } from '../crc32.js';
 import { FallbackEstimator } from '../estimator.js';
-import { decode as decodeSketch, encode as encodeSketch } from '../wire.js';
+import { decode as decodeSketch, decodeHeader as decodeSketchHeader, encode as encodeSketch } from '../wire.js';
 import { decodeStored } from './keys.js';
 import { Summary } from './summary.js';
 import type { Entry, Overflow } from './table.js';
@@ -64,8 +64,12 @@ export function encodeSummary(summary: Summary): Uint8Array {
   return bytes;
 }
 
-/** `Summary::from_bytes`, then the §6.1 check that every key is a stored form; or the first failure. */
-export function decodeSummary(bytes: Uint8Array): Summary | HeavyCorruptReason {
+/**
+ * `Summary::from_bytes_for` for a merge into `into`, then the §6.1 checks (every key a stored
+ * form, every count safe); or the first failure. After the checksum, a summary whose threshold or
+ * sketch shape or seed differ from `into`'s is `'mismatch'`, before anything else is decoded.
+ */
+export function decodeSummary(bytes: Uint8Array, into: Summary): Summary | HeavyCorruptReason | 'mismatch' {
   if (bytes.length < MIN_LEN) return 'short';
   const view = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
   if (view.getUint32(0, true) !== MAGIC) return 'magic';
@@ -75,6 +79,7 @@ export function decodeSummary(bytes: Uint8Array): Summary | HeavyCorruptReason {
   if (view.getBigUint64(8, true) !== BigInt(bytes.length)) return 'length';
   const body = bytes.length - CHECKSUM_LEN;
   if (view.getUint32(body, true) !== crc32(bytes, body)) return 'checksum';
+  if (mismatched(bytes, view, into)) return 'mismatch';
   const threshold = view.getBigUint64(16, true);
   const capacity = view.getUint32(24, true);
   const count = view.getUint32(28, true);
@@ -119,6 +124,26 @@ export function decodeSummary(bytes: Uint8Array): Summary | HeavyCorruptReason {
   summary.table.overflow = overflow;
   summary.merged = (flags & FLAG_MERGED) !== 0;
   return summary;
+}
+
+/**
+ * Whether the settings of `bytes`, which passed the checksum, differ from `into`'s: codec.rs
+ * `mismatch`. Only valid ones are compared (threshold ≥ 1, the sketch inside the input with a
+ * header that passes §5's checks before its checksum); the decoder refuses the others.
+ */
+function mismatched(bytes: Uint8Array, view: DataView, into: Summary): boolean {
+  const threshold = view.getBigUint64(16, true);
+  const sketchLen = view.getUint32(56, true);
+  if (sketchLen > bytes.length - CHECKSUM_LEN - HEADER_LEN) return false;
+  const header = decodeSketchHeader(bytes.subarray(HEADER_LEN, HEADER_LEN + sketchLen));
+  if (typeof header === 'string' || threshold === 0n) return false;
+  const { sketch } = into;
+  return (
+    threshold !== BigInt(into.threshold) ||
+    header.hashes !== sketch.hashes ||
+    header.slots !== sketch.slots ||
+    header.seed !== sketch.seed
+  );
 }
 
 /**

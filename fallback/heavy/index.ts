@@ -105,14 +105,9 @@ export class FallbackHeavy implements HeavyCore {
 
   absorb(bytes: Uint8Array, window: 0 | 1, nowMs: number): HeavyCorruptReason | 'mismatch' | null {
     this.intervals.maybeReset(nowMs);
-    const other = decodeSummary(bytes);
-    if (typeof other === 'string') return other;
     const ours = window === 0 ? this.intervals.current : this.intervals.previous;
-    const a = ours.sketch;
-    const b = other.sketch;
-    if (a.hashes !== b.hashes || a.slots !== b.slots || a.seed !== b.seed || ours.threshold !== other.threshold) {
-      return 'mismatch';
-    }
+    const other = decodeSummary(bytes, ours);
+    if (typeof other === 'string') return other;
     ours.merge(other);
     return null;
   }

@@ -85,7 +85,7 @@ export class Summary {
     return [...this.table.entries.values()].sort(rank);
   }
 
-  /** `Summary::merge`; the caller checked shape, seed and threshold. */
+  /** `Summary::merge`; `decodeSummary` checked that shape, seed and threshold are this one's. */
   merge(other: Summary): void {
     const theirs = new Map<CanonicalKey, Entry>(other.table.entries);
     const merged: Entry[] = [];

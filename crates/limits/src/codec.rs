@@ -94,37 +94,9 @@ impl Estimator {
     /// );
     /// ```
     pub fn from_bytes(bytes: &[u8]) -> Result<Self, DecodeError> {
-        let header = match bytes.first_chunk::<HEADER_LEN>() {
-            Some(header) if bytes.len() >= MIN_LEN => header,
-            _ => return Err(DecodeError::Truncated { len: bytes.len() }),
-        };
-        let magic = [header[0], header[1], header[2], header[3]];
-        if magic != MAGIC {
-            return Err(DecodeError::BadMagic(magic));
-        }
-        let version = u16::from_le_bytes([header[4], header[5]]);
-        if version != VERSION {
-            return Err(DecodeError::UnsupportedVersion(version));
-        }
-        let flags = u16::from_le_bytes([header[6], header[7]]);
-        if flags != 0 {
-            return Err(DecodeError::ReservedFlags(flags));
-        }
-        let hashes = u32::from_le_bytes([header[8], header[9], header[10], header[11]]);
-        let slots = u32::from_le_bytes([header[12], header[13], header[14], header[15]]);
-        let mut seed = [0; 8];
-        seed.copy_from_slice(&header[16..24]);
-        let seed = u64::from_le_bytes(seed);
-        // u32 fits in usize on every supported target.
-        let shape = Shape::new(hashes as usize, slots as usize).map_err(DecodeError::Shape)?;
-        // At most 28 + 8 · 2^27: no overflow.
+        let (shape, seed) = header(bytes)?;
+        // At most 28 + 8 · 2^27: no overflow; `header` checked the input is this long.
         let expected = MIN_LEN + shape.counters() * COUNTER_LEN;
-        if bytes.len() != expected {
-            return Err(DecodeError::Length {
-                expected,
-                actual: bytes.len(),
-            });
-        }
         let (body, checksum) = bytes.split_at(expected - CHECKSUM_LEN);
         let stored = u32::from_le_bytes([checksum[0], checksum[1], checksum[2], checksum[3]]);
         let computed = crc32fast::hash(body);
@@ -141,6 +113,45 @@ impl Estimator {
             .collect();
         Estimator::with_store(store, shape, seed).map_err(DecodeError::Shape)
     }
+}
+
+/// The shape and seed of serialized sketch `bytes`, after every check of
+/// [`Estimator::from_bytes`] before the checksum (length ≥ 28, magic, version, flags, shape,
+/// exact length): what a heavy-hitter summary's decoder compares with the summary it merges into
+/// before decoding anything. Reads the 24-byte header only.
+pub(crate) fn header(bytes: &[u8]) -> Result<(Shape, u64), DecodeError> {
+    let header = match bytes.first_chunk::<HEADER_LEN>() {
+        Some(header) if bytes.len() >= MIN_LEN => header,
+        _ => return Err(DecodeError::Truncated { len: bytes.len() }),
+    };
+    let magic = [header[0], header[1], header[2], header[3]];
+    if magic != MAGIC {
+        return Err(DecodeError::BadMagic(magic));
+    }
+    let version = u16::from_le_bytes([header[4], header[5]]);
+    if version != VERSION {
+        return Err(DecodeError::UnsupportedVersion(version));
+    }
+    let flags = u16::from_le_bytes([header[6], header[7]]);
+    if flags != 0 {
+        return Err(DecodeError::ReservedFlags(flags));
+    }
+    let hashes = u32::from_le_bytes([header[8], header[9], header[10], header[11]]);
+    let slots = u32::from_le_bytes([header[12], header[13], header[14], header[15]]);
+    let mut seed = [0; 8];
+    seed.copy_from_slice(&header[16..24]);
+    let seed = u64::from_le_bytes(seed);
+    // u32 fits in usize on every supported target.
+    let shape = Shape::new(hashes as usize, slots as usize).map_err(DecodeError::Shape)?;
+    // At most 28 + 8 · 2^27: no overflow.
+    let expected = MIN_LEN + shape.counters() * COUNTER_LEN;
+    if bytes.len() != expected {
+        return Err(DecodeError::Length {
+            expected,
+            actual: bytes.len(),
+        });
+    }
+    Ok((shape, seed))
 }
 
 /// Why bytes are not a valid serialized sketch.

@@ -24,12 +24,12 @@
 //! [format §6]: https://github.com/keepcount/keepcount/blob/main/docs/format.md
 
 use crate::codec as sketch_codec;
-use crate::estimator::Estimator;
+use crate::estimator::{self, Estimator};
 use std::fmt;
 use std::sync::atomic::Ordering;
 
 use super::settings::{ConfigError, Settings};
-use super::summary::{Summary, as_count};
+use super::summary::{MergeError, Summary, as_count};
 use super::table::{Entry, OverflowCounts};
 
 /// The first four bytes of every serialized summary.
@@ -124,111 +124,189 @@ impl Summary<Vec<u8>> {
     /// assert_eq!(Summary::from_bytes(b"KCHH").unwrap_err(), DecodeError::Truncated { len: 4 });
     /// ```
     pub fn from_bytes(bytes: &[u8]) -> Result<Self, DecodeError> {
-        let mut reader = Reader { bytes, at: 0 };
-        if bytes.len() < MIN_LEN {
-            return Err(DecodeError::Truncated { len: bytes.len() });
-        }
-        let magic = reader
-            .array::<4>()
-            .ok_or(DecodeError::Truncated { len: 0 })?;
-        if magic != MAGIC {
-            return Err(DecodeError::BadMagic(magic));
-        }
-        let version = u16::from_le_bytes(reader.array().unwrap_or_default());
-        if version != VERSION {
-            return Err(DecodeError::UnsupportedVersion(version));
-        }
-        let flags = u16::from_le_bytes(reader.array().unwrap_or_default());
-        if flags & !FLAG_MERGED != 0 {
-            return Err(DecodeError::ReservedFlags(flags));
-        }
-        let declared = reader.u64();
-        if usize::try_from(declared).ok() != Some(bytes.len()) {
-            return Err(DecodeError::Length {
-                declared,
-                actual: bytes.len(),
-            });
-        }
-        let (body, checksum) = bytes.split_at(bytes.len() - CHECKSUM_LEN);
-        let stored = u32::from_le_bytes([checksum[0], checksum[1], checksum[2], checksum[3]]);
-        let computed = crc32fast::hash(body);
-        if stored != computed {
-            return Err(DecodeError::Checksum { stored, computed });
-        }
-        let mut reader = Reader {
-            bytes: body,
-            at: 16,
-        };
-        let threshold = reader.u64();
-        let capacity = reader.u32();
-        let entries = reader.u32();
-        let overflow = OverflowCounts {
-            events: reader.u64(),
-            weight: reader.u64(),
-            merge_dropped: reader.u64(),
-        };
-        let sketch_len = reader.u32() as usize;
-        let sketch = reader
-            .take(sketch_len)
-            .ok_or(DecodeError::SketchLength { sketch_len })?;
-        let sketch = Estimator::from_bytes(sketch).map_err(DecodeError::Sketch)?;
-        // Relaxed: the sketch is this thread's own, just built.
-        if let Some((index, value)) = sketch
-            .counters()
-            .iter()
-            .map(|counter| counter.load(Ordering::Relaxed))
-            .enumerate()
-            .find(|&(_, value)| value < 0)
-        {
-            return Err(DecodeError::NegativeCounter { index, value });
-        }
-        // u32 fits in usize on every supported target.
-        let settings = Settings::new(sketch.shape(), sketch.seed(), threshold, capacity as usize)
-            .map_err(DecodeError::Config)?;
-        if entries as usize > settings.capacity() {
-            return Err(DecodeError::TooManyEntries {
-                entries,
-                capacity: settings.capacity(),
-            });
-        }
-        if entries as usize > reader.remaining() / ENTRY_MIN_LEN {
-            return Err(DecodeError::EntryTruncated { index: 0 });
-        }
-        let mut decoded: Vec<Entry<Vec<u8>>> = Vec::with_capacity(entries as usize);
-        for index in 0..entries {
-            let entry = reader
-                .entry()
-                .ok_or(DecodeError::EntryTruncated { index })?;
-            if decoded
-                .last()
-                .is_some_and(|last| last.key.as_slice() >= entry.0)
-            {
-                return Err(DecodeError::Unordered { index });
-            }
-            let hash = sketch.hash_key(entry.0);
-            if as_count(sketch.get_hash(hash)) < threshold {
-                return Err(DecodeError::BelowThreshold { index });
-            }
-            decoded.push(Entry {
-                hash,
-                key: entry.0.to_vec(),
-                exact: entry.1,
-                slack: entry.2,
-            });
-        }
-        if reader.remaining() != 0 {
-            return Err(DecodeError::TrailingBytes {
-                extra: reader.remaining(),
-            });
-        }
-        Ok(Summary::from_parts(
-            sketch,
-            settings,
-            decoded,
-            overflow,
-            flags & FLAG_MERGED != 0,
-        ))
+        let flags = check_integrity(bytes)?;
+        decode_checked(bytes, flags)
     }
+
+    /// [`from_bytes`](Self::from_bytes) for merging into a summary of `settings`: after the
+    /// checksum, and before anything else is decoded or allocated, a summary whose threshold or
+    /// sketch shape or seed differs from `settings`' is refused as [`ReadError::Mismatch`] (the
+    /// [`MergeError`] [`merge`](Summary::merge) would give), so that a summary of another
+    /// configuration costs one pass of CRC-32 over it, whatever its size. The threshold and
+    /// the sketch's header are compared only when they are valid (threshold ≥ 1; the sketch
+    /// inside the input and passing §5's checks before its checksum); otherwise the decoder
+    /// names the fault. Capacities may differ: the merge keeps the receiver's.
+    ///
+    /// The checks are therefore those of `from_bytes` with the mismatch between the checksum and
+    /// the sketch's checks, and a summary decoded by it merges into one of `settings` without
+    /// a [`MergeError`].
+    ///
+    /// ```
+    /// use keepcount_limits::heavy::{MergeError, Settings, Summary, codec::ReadError};
+    /// use keepcount_limits::Shape;
+    /// let ours = Settings::new(Shape::new(2, 8).unwrap(), 1, 2, 4).unwrap();
+    /// let theirs = Settings::new(Shape::new(2, 8).unwrap(), 1, 3, 4).unwrap();
+    /// let bytes = Summary::new(theirs).to_bytes();
+    /// assert_eq!(
+    ///     Summary::from_bytes_for(&bytes, ours).unwrap_err(),
+    ///     ReadError::Mismatch(MergeError::Threshold { ours: 2, theirs: 3 })
+    /// );
+    /// assert!(Summary::from_bytes_for(&bytes, theirs).is_ok());
+    /// ```
+    pub fn from_bytes_for(bytes: &[u8], settings: Settings) -> Result<Self, ReadError> {
+        let flags = check_integrity(bytes).map_err(ReadError::Corrupt)?;
+        if let Some(err) = mismatch(bytes, settings) {
+            return Err(ReadError::Mismatch(err));
+        }
+        decode_checked(bytes, flags).map_err(ReadError::Corrupt)
+    }
+}
+
+/// The checks of the whole input (§6's first six: length ≥ 64, magic, version, flags, declared
+/// length, checksum), which read no field past the header; returns the flags.
+fn check_integrity(bytes: &[u8]) -> Result<u16, DecodeError> {
+    let mut reader = Reader { bytes, at: 0 };
+    if bytes.len() < MIN_LEN {
+        return Err(DecodeError::Truncated { len: bytes.len() });
+    }
+    let magic = reader
+        .array::<4>()
+        .ok_or(DecodeError::Truncated { len: 0 })?;
+    if magic != MAGIC {
+        return Err(DecodeError::BadMagic(magic));
+    }
+    let version = u16::from_le_bytes(reader.array().unwrap_or_default());
+    if version != VERSION {
+        return Err(DecodeError::UnsupportedVersion(version));
+    }
+    let flags = u16::from_le_bytes(reader.array().unwrap_or_default());
+    if flags & !FLAG_MERGED != 0 {
+        return Err(DecodeError::ReservedFlags(flags));
+    }
+    let declared = reader.u64();
+    if usize::try_from(declared).ok() != Some(bytes.len()) {
+        return Err(DecodeError::Length {
+            declared,
+            actual: bytes.len(),
+        });
+    }
+    let (body, checksum) = bytes.split_at(bytes.len() - CHECKSUM_LEN);
+    let stored = u32::from_le_bytes([checksum[0], checksum[1], checksum[2], checksum[3]]);
+    let computed = crc32fast::hash(body);
+    if stored != computed {
+        return Err(DecodeError::Checksum { stored, computed });
+    }
+    Ok(flags)
+}
+
+/// How the settings of `bytes`, which passed [`check_integrity`], differ from `settings`, in the
+/// order [`Summary::merge`] compares them; `None` when they are equal or not valid (the decoder
+/// then refuses the summary for that). Reads the threshold and the sketch's 24-byte header.
+fn mismatch(bytes: &[u8], settings: Settings) -> Option<MergeError> {
+    let body = &bytes[..bytes.len() - CHECKSUM_LEN];
+    let mut reader = Reader {
+        bytes: body,
+        at: 16,
+    };
+    let threshold = reader.u64();
+    reader.at = 56;
+    let sketch_len = reader.u32() as usize;
+    let (shape, seed) = sketch_codec::header(reader.take(sketch_len)?).ok()?;
+    if threshold == 0 {
+        None
+    } else if threshold != settings.threshold() {
+        Some(MergeError::Threshold {
+            ours: settings.threshold(),
+            theirs: threshold,
+        })
+    } else if shape != settings.shape() {
+        Some(MergeError::Sketch(estimator::MergeError::Shape {
+            ours: settings.shape(),
+            theirs: shape,
+        }))
+    } else if seed != settings.seed() {
+        Some(MergeError::Sketch(estimator::MergeError::Seed))
+    } else {
+        None
+    }
+}
+
+/// The rest of [`Summary::from_bytes`], on input that passed [`check_integrity`] with `flags`.
+fn decode_checked(bytes: &[u8], flags: u16) -> Result<Summary<Vec<u8>>, DecodeError> {
+    let body = &bytes[..bytes.len() - CHECKSUM_LEN];
+    let mut reader = Reader {
+        bytes: body,
+        at: 16,
+    };
+    let threshold = reader.u64();
+    let capacity = reader.u32();
+    let entries = reader.u32();
+    let overflow = OverflowCounts {
+        events: reader.u64(),
+        weight: reader.u64(),
+        merge_dropped: reader.u64(),
+    };
+    let sketch_len = reader.u32() as usize;
+    let sketch = reader
+        .take(sketch_len)
+        .ok_or(DecodeError::SketchLength { sketch_len })?;
+    let sketch = Estimator::from_bytes(sketch).map_err(DecodeError::Sketch)?;
+    // Relaxed: the sketch is this thread's own, just built.
+    if let Some((index, value)) = sketch
+        .counters()
+        .iter()
+        .map(|counter| counter.load(Ordering::Relaxed))
+        .enumerate()
+        .find(|&(_, value)| value < 0)
+    {
+        return Err(DecodeError::NegativeCounter { index, value });
+    }
+    // u32 fits in usize on every supported target.
+    let settings = Settings::new(sketch.shape(), sketch.seed(), threshold, capacity as usize)
+        .map_err(DecodeError::Config)?;
+    if entries as usize > settings.capacity() {
+        return Err(DecodeError::TooManyEntries {
+            entries,
+            capacity: settings.capacity(),
+        });
+    }
+    if entries as usize > reader.remaining() / ENTRY_MIN_LEN {
+        return Err(DecodeError::EntryTruncated { index: 0 });
+    }
+    let mut decoded: Vec<Entry<Vec<u8>>> = Vec::with_capacity(entries as usize);
+    for index in 0..entries {
+        let entry = reader
+            .entry()
+            .ok_or(DecodeError::EntryTruncated { index })?;
+        if decoded
+            .last()
+            .is_some_and(|last| last.key.as_slice() >= entry.0)
+        {
+            return Err(DecodeError::Unordered { index });
+        }
+        let hash = sketch.hash_key(entry.0);
+        if as_count(sketch.get_hash(hash)) < threshold {
+            return Err(DecodeError::BelowThreshold { index });
+        }
+        decoded.push(Entry {
+            hash,
+            key: entry.0.to_vec(),
+            exact: entry.1,
+            slack: entry.2,
+        });
+    }
+    if reader.remaining() != 0 {
+        return Err(DecodeError::TrailingBytes {
+            extra: reader.remaining(),
+        });
+    }
+    Ok(Summary::from_parts(
+        sketch,
+        settings,
+        decoded,
+        overflow,
+        flags & FLAG_MERGED != 0,
+    ))
 }
 
 /// Reads little-endian fields from a slice; every read is bounds-checked.
@@ -452,6 +530,33 @@ impl std::error::Error for DecodeError {
     }
 }
 
+/// Why bytes cannot be merged into a summary ([`Summary::from_bytes_for`]).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum ReadError {
+    /// The bytes are not a valid serialized summary.
+    Corrupt(DecodeError),
+    /// A valid summary header, of another threshold, sketch shape or seed.
+    Mismatch(MergeError),
+}
+
+impl fmt::Display for ReadError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Corrupt(err) => err.fmt(f),
+            Self::Mismatch(err) => err.fmt(f),
+        }
+    }
+}
+
+impl std::error::Error for ReadError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            Self::Corrupt(err) => Some(err),
+            Self::Mismatch(err) => Some(err),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -499,6 +604,106 @@ mod tests {
         );
         let err = Summary::<Vec<u8>>::from_bytes(&with_counter(&bytes, 9, i64::MIN)).unwrap_err();
         assert_eq!(err.check(), "negative-counter");
+    }
+
+    /// `bytes` (a summary's) with its entries replaced by `body` declaring `entries` of them,
+    /// the largest capacity, and the length and CRC-32 to match (or the CRC-32 left wrong).
+    fn with_entries(bytes: &[u8], entries: u32, body: &[u8], seal: bool) -> Vec<u8> {
+        let sketch_len = u32::from_le_bytes(bytes[56..60].try_into().unwrap()) as usize;
+        let mut out = bytes[..HEADER_LEN + sketch_len].to_vec();
+        out.extend_from_slice(body);
+        let len = (out.len() + CHECKSUM_LEN) as u64;
+        out[8..16].copy_from_slice(&len.to_le_bytes());
+        out[24..28].copy_from_slice(&(1u32 << 24).to_le_bytes());
+        out[28..32].copy_from_slice(&entries.to_le_bytes());
+        let crc = crc32fast::hash(&out) ^ u32::from(!seal);
+        out.extend_from_slice(&crc.to_le_bytes());
+        out
+    }
+
+    #[test]
+    fn refuses_other_settings_before_reading_the_entries() {
+        let ours = Settings::new(Shape::new(2, 8).unwrap(), 1, 2, 4).unwrap();
+        // 1 MiB of 0xff: a first key length past the end, so decoding the entries fails.
+        let garbage = vec![0xff; 1 << 20];
+        let entries = (garbage.len() / ENTRY_MIN_LEN) as u32;
+        let theirs = |shape: (usize, usize), seed: u64, threshold: u64| {
+            let shape = Shape::new(shape.0, shape.1).unwrap();
+            let settings = Settings::new(shape, seed, threshold, 4).unwrap();
+            Summary::<Vec<u8>>::new(settings).to_bytes()
+        };
+        let mismatches = [
+            (
+                theirs((2, 8), 9, 2),
+                MergeError::Sketch(estimator::MergeError::Seed),
+            ),
+            (
+                theirs((2, 8), 1, 3),
+                MergeError::Threshold { ours: 2, theirs: 3 },
+            ),
+            (
+                theirs((2, 9), 1, 2),
+                MergeError::Sketch(estimator::MergeError::Shape {
+                    ours: ours.shape(),
+                    theirs: Shape::new(2, 9).unwrap(),
+                }),
+            ),
+        ];
+        for (bytes, expected) in mismatches {
+            let garbled = with_entries(&bytes, entries, &garbage, true);
+            assert_eq!(
+                Summary::from_bytes(&garbled).unwrap_err(),
+                DecodeError::EntryTruncated { index: 0 }
+            );
+            assert_eq!(
+                Summary::from_bytes_for(&garbled, ours).unwrap_err(),
+                ReadError::Mismatch(expected)
+            );
+            // The checksum comes first: a flipped bit is corruption, not other settings.
+            let unsealed = with_entries(&bytes, entries, &garbage, false);
+            assert!(matches!(
+                Summary::from_bytes_for(&unsealed, ours),
+                Err(ReadError::Corrupt(DecodeError::Checksum { .. }))
+            ));
+        }
+        // Our own settings: the entries are read, and refused.
+        let garbled = with_entries(&theirs((2, 8), 1, 2), entries, &garbage, true);
+        assert_eq!(
+            Summary::from_bytes_for(&garbled, ours).unwrap_err(),
+            ReadError::Corrupt(DecodeError::EntryTruncated { index: 0 })
+        );
+    }
+
+    #[test]
+    fn compares_only_valid_settings() {
+        let ours = Settings::new(Shape::new(2, 8).unwrap(), 1, 2, 4).unwrap();
+        let reseal = |mut bytes: Vec<u8>| {
+            let body = bytes.len() - CHECKSUM_LEN;
+            let crc = crc32fast::hash(&bytes[..body]);
+            bytes[body..].copy_from_slice(&crc.to_le_bytes());
+            bytes
+        };
+        let other_seed = Settings::new(ours.shape(), 9, 2, 4).unwrap();
+        let mut zero_threshold = Summary::<Vec<u8>>::new(other_seed).to_bytes();
+        zero_threshold[16..24].copy_from_slice(&0u64.to_le_bytes());
+        assert!(matches!(
+            Summary::from_bytes_for(&reseal(zero_threshold), ours),
+            Err(ReadError::Corrupt(DecodeError::Config(
+                ConfigError::ZeroThreshold
+            )))
+        ));
+        // A sketch header of no rows (its own CRC-32 left as it was): the sketch is at fault.
+        let mut no_rows = Summary::<Vec<u8>>::new(other_seed).to_bytes();
+        no_rows[HEADER_LEN + 8..HEADER_LEN + 12].copy_from_slice(&0u32.to_le_bytes());
+        assert!(matches!(
+            Summary::from_bytes_for(&reseal(no_rows), ours),
+            Err(ReadError::Corrupt(DecodeError::Sketch(_)))
+        ));
+        let bytes = sample();
+        assert_eq!(
+            Summary::from_bytes_for(&bytes, ours).unwrap().to_bytes(),
+            bytes
+        );
     }
 
     #[test]

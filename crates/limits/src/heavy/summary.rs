@@ -286,6 +286,27 @@ impl<K: Hash + Eq + Clone> Summary<K> {
             .collect()
     }
 
+    /// Whether `f` holds for every tracked key and its bounds, stopping at the first for which
+    /// it does not; the keys come in no particular order. Unlike [`top`](Self::top), it copies
+    /// and sorts nothing: what checking a decoded summary's keys before a merge needs.
+    ///
+    /// ```
+    /// use keepcount_limits::heavy::{Settings, Summary};
+    /// use keepcount_limits::Shape;
+    /// let summary = Summary::new(Settings::new(Shape::new(2, 64).unwrap(), 1, 2, 8).unwrap());
+    /// summary.incr("a", 5);
+    /// summary.incr("b", 3);
+    /// assert!(summary.all_tracked(|_, count| count.lower >= 3));
+    /// assert!(!summary.all_tracked(|key, _| *key != "b"));
+    /// ```
+    ///
+    /// # Thread safety
+    /// `f` runs under the table's shared lock: it must not enter keys into, merge or reset this
+    /// summary, which take the lock exclusively and would deadlock.
+    pub fn all_tracked(&self, f: impl FnMut(&K, Count) -> bool) -> bool {
+        self.table.all(f)
+    }
+
     /// Empties the sketch and the table, for a new interval. Not atomic as a whole: increments
     /// racing with a reset may survive it in some rows or in the table.
     pub fn reset(&self) {

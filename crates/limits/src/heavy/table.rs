@@ -187,6 +187,16 @@ impl<K: Eq> Table<K> {
         slots.iter().map(|slot| entry_of(slot, K::clone)).collect()
     }
 
+    /// Whether `f` holds for every tracked key and its bounds (in no particular order), stopping
+    /// at the first for which it does not: reads the entries in place under the shared lock,
+    /// copying none.
+    pub(crate) fn all(&self, mut f: impl FnMut(&K, Count) -> bool) -> bool {
+        let slots = self.slots.read();
+        slots
+            .iter()
+            .all(|slot| f(&slot.key, entry_of(slot, |k| k).count()))
+    }
+
     /// Keys tracked.
     pub(crate) fn len(&self) -> usize {
         self.slots.read().len()

@@ -3,6 +3,7 @@
 
 use crate::keys::is_stored_form;
 use keepcount_limits::Shape;
+use keepcount_limits::heavy::codec::ReadError;
 use keepcount_limits::heavy::{Settings, Summary};
 
 /// Counts Node reads exactly (`Number.MAX_SAFE_INTEGER`); every number in the vectors is below.
@@ -33,27 +34,29 @@ impl Config {
     }
 }
 
-/// The Node core's `absorb`: the §6 decoder, then the §6.1 checks (stored keys, counts Node holds
-/// exactly), then the settings; `None` when merged.
+/// The Node core's `absorb` (src/heavy.rs): the §6 decoder, which refuses other settings right
+/// after the checksum, then the §6.1 checks (stored keys, counts Node holds exactly); `None` when
+/// merged.
 pub(crate) fn absorb(into: &Summary<Vec<u8>>, bytes: &[u8]) -> Option<&'static str> {
-    let other = match Summary::<Vec<u8>>::from_bytes(bytes) {
+    let other = match Summary::<Vec<u8>>::from_bytes_for(bytes, into.settings()) {
         Ok(other) => other,
-        Err(err) => return Some(err.check()),
+        Err(ReadError::Corrupt(err)) => return Some(err.check()),
+        Err(ReadError::Mismatch(_)) => return Some("mismatch"),
     };
-    let talkers = other.top(usize::MAX);
-    if !talkers.iter().all(|t| is_stored_form(&t.key)) {
+    if !other.all_tracked(|key, _| is_stored_form(key)) {
         return Some("key");
     }
     let stats = other.stats();
-    let counts = talkers
-        .iter()
-        .flat_map(|t| [t.count.lower, t.count.slack()])
-        .chain([
+    let safe = |n: u64| n <= MAX_SAFE;
+    if !other.all_tracked(|_, count| safe(count.lower) && safe(count.slack()))
+        || ![
             stats.overflow_events,
             stats.overflow_weight,
             stats.merge_dropped,
-        ]);
-    if !counts.into_iter().all(|n| n <= MAX_SAFE) {
+        ]
+        .into_iter()
+        .all(safe)
+    {
         return Some("counts");
     }
     into.merge(&other).err().map(|_| "mismatch")

@@ -248,6 +248,35 @@ pub(crate) fn corrupt_cases(config: Config) -> Vec<(&'static str, Vec<u8>)> {
     ];
     let other_seed = Summary::<Vec<u8>>::new(Config { seed: 8, ..config }.settings());
     cases.push(("another seed", other_seed.to_bytes()));
+    // Other settings are refused right after the checksum, before the entries are read: these
+    // would fail later checks under the receiver's settings. A threshold of 0 is not compared.
+    for (i, key) in edge_keys().iter().enumerate().step_by(3) {
+        other_seed.incr(&key.stored()[..], 2 + i as u32);
+    }
+    let other = Parts::of(&other_seed.to_bytes());
+    let edit_other = |f: &dyn Fn(&mut Parts)| {
+        let mut parts = other.clone();
+        f(&mut parts);
+        parts.bytes()
+    };
+    cases.extend([
+        (
+            "another seed, keys descending",
+            edit_other(&|p| p.entries.swap(0, 1)),
+        ),
+        (
+            "another seed, entry count past the input",
+            edit_other(&|p| {
+                p.capacity = 1 << 24;
+                p.count = Some(p.entries.len() as u32 + 40);
+            }),
+        ),
+        ("another seed, checksum", edit_other(&|p| p.seal = false)),
+        (
+            "another seed, threshold 0",
+            edit_other(&|p| p.threshold = 0),
+        ),
+    ]);
     let other_shape = Summary::<Vec<u8>>::new(
         Config {
             slots: config.slots + 1,
