@@ -44,7 +44,8 @@
 //!    with `f(k) < T − εN` enters with probability at most `δ`.
 //! 4. **Memory** is the sketch (`8·d·w` bytes) plus at most `C` entries (key hash, key, exact
 //!    count, slack: 32 bytes for a `u64` key, plus hashbrown's control byte and load factor),
-//!    plus whatever the keys own on the heap; see [`Summary::memory_bytes`].
+//!    plus whatever the keys own on the heap ([`Summary::key_bytes`], a running total); see
+//!    [`Summary::memory_bytes`].
 //!
 //! Compared with the classic counter-based summaries: Misra–Gries with `C` counters (Misra &
 //! Gries, "Finding repeated elements", 1982) bounds the error of every count by `N / (C + 1)`,
@@ -148,12 +149,14 @@
 
 pub mod codec;
 mod count;
+mod heap_bytes;
 mod settings;
 mod summary;
 mod table;
 mod window;
 
 pub use count::{Count, Standing, Talker};
+pub use heap_bytes::HeapBytes;
 pub use settings::{ConfigError, MAX_CAPACITY, Settings};
 pub use summary::{MergeError, Stats, Summary};
 pub use window::{HeavyHitters, Window};

@@ -4,7 +4,7 @@
 
 use keepcount_limits::Shape;
 use keepcount_limits::heavy::codec::DecodeError;
-use keepcount_limits::heavy::{Settings, Standing, Summary};
+use keepcount_limits::heavy::{HeapBytes, Settings, Standing, Summary};
 use std::collections::HashMap;
 use std::sync::Arc;
 
@@ -43,7 +43,7 @@ fn exact_counts(stream: &[u64]) -> HashMap<u64, u64> {
     counts
 }
 
-fn summary<K: std::hash::Hash + Eq + Clone>(
+fn summary<K: std::hash::Hash + Eq + Clone + HeapBytes>(
     hashes: usize,
     slots: usize,
     threshold: u64,

@@ -9,6 +9,7 @@ use std::hash::Hash;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use super::count::{Count, Standing, Talker};
+use super::heap_bytes::HeapBytes;
 use super::settings::Settings;
 use super::table::{Entry, OverflowCounts, Table, rank};
 
@@ -85,7 +86,7 @@ pub struct Stats {
     pub merge_dropped: u64,
 }
 
-impl<K: Hash + Eq + Clone> Summary<K> {
+impl<K: Hash + Eq + Clone + HeapBytes> Summary<K> {
     /// An empty summary.
     pub fn new(settings: Settings) -> Self {
         Self {
@@ -378,10 +379,35 @@ impl<K: Hash + Eq + Clone> Summary<K> {
         &self.sketch
     }
 
-    /// Bytes in use: the sketch's, the table's current allocation and the struct itself (keys
-    /// that own heap memory, such as `Vec<u8>`, add their own bytes on top).
+    /// Bytes in use: the sketch's, the table's current allocation, what the tracked keys own
+    /// on the heap ([`key_bytes`](Self::key_bytes)) and the struct itself.
     pub fn memory_bytes(&self) -> usize {
-        self.sketch.memory_bytes() + self.table.allocation_bytes() + size_of::<Self>()
+        self.sketch.memory_bytes()
+            + self.table.allocation_bytes()
+            + self.key_bytes()
+            + size_of::<Self>()
+    }
+
+    /// What the tracked keys own on the heap ([`HeapBytes`]): nothing for integer keys, their
+    /// bytes for `Vec<u8>` or `String` ones. For callers that report native memory (the Node
+    /// binding tells V8), which the table's own allocation would leave far short for long keys.
+    ///
+    /// ```
+    /// use keepcount_limits::heavy::{Settings, Summary};
+    /// use keepcount_limits::Shape;
+    /// let summary = Summary::<Vec<u8>>::new(Settings::new(Shape::new(4, 64).unwrap(), 1, 1, 8).unwrap());
+    /// summary.incr(&[7u8; 1000][..], 1);
+    /// assert_eq!(summary.key_bytes(), 1000);
+    /// summary.reset();
+    /// assert_eq!(summary.key_bytes(), 0);
+    /// ```
+    ///
+    /// # Performance
+    /// One atomic load: a running total that every change to the set of tracked keys (a key
+    /// entering, a merge, a reset, a rotation) keeps up to date under the table's exclusive lock.
+    #[inline]
+    pub fn key_bytes(&self) -> usize {
+        self.table.key_bytes()
     }
 
     /// Tracked keys' states, for the window and the codec.
@@ -520,6 +546,32 @@ mod tests {
         let keys: Vec<u64> = s.top(2).into_iter().map(|t| t.key).collect();
         assert_eq!(keys, [2, 3]);
         assert_eq!(s.top(10).len(), 3);
+    }
+
+    #[test]
+    fn key_bytes_are_the_tracked_keys_bytes_through_merges_decoding_and_resets() {
+        let settings = Settings::new(Shape::new(4, 1024).unwrap(), 3, 2, 2).unwrap();
+        let (a, b) = (Summary::<Vec<u8>>::new(settings), Summary::new(settings));
+        a.incr(&[1u8; 30][..], 1); // below the threshold: not in the table
+        assert_eq!(a.key_bytes(), 0);
+        a.incr(&[1u8; 30][..], 1);
+        a.incr(&[2u8; 20][..], 2);
+        a.incr(&[3u8; 99][..], 2); // the table is full: overflow, not tracked
+        assert_eq!(a.key_bytes(), 50);
+        b.incr(&[4u8; 400][..], 9);
+        // Capacity 2: the merge keeps key 4 (upper bound 9) and key 2 (upper bound 2, as key 1,
+        // but lower bound 2), and drops key 1: the total is what stays.
+        a.merge(&b).unwrap();
+        let kept: usize = a.top(2).iter().map(|talker| talker.key.len()).sum();
+        assert_eq!((a.stats().merge_dropped, kept), (1, 420));
+        assert_eq!(a.key_bytes(), kept);
+        let decoded = Summary::<Vec<u8>>::from_bytes(&a.to_bytes()).unwrap();
+        assert_eq!(decoded.key_bytes(), kept);
+        assert!(a.memory_bytes() >= a.table.allocation_bytes() + kept);
+        a.forget(a.baseline(), || true);
+        assert_eq!(a.key_bytes(), 0);
+        decoded.reset();
+        assert_eq!(decoded.key_bytes(), 0);
     }
 
     #[test]

@@ -10,9 +10,10 @@
 use crate::hash::KeyHash;
 use parking_lot::RwLock;
 use std::borrow::Borrow;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 use super::count::{Count, Standing};
+use super::heap_bytes::HeapBytes;
 
 /// A tracked key.
 struct Slot<K> {
@@ -58,6 +59,9 @@ pub(crate) struct Table<K> {
     slots: RwLock<hashbrown::HashTable<Slot<K>>>,
     capacity: usize,
     overflow: Overflow,
+    /// What the tracked keys own on the heap ([`HeapBytes`]), summed: written only under the
+    /// exclusive lock, by every change to the set of keys, so reading it is one load.
+    key_bytes: AtomicUsize,
 }
 
 /// The overflow counters, read together.
@@ -68,7 +72,7 @@ pub(crate) struct OverflowCounts {
     pub(crate) merge_dropped: u64,
 }
 
-impl<K: Eq> Table<K> {
+impl<K: Eq + HeapBytes> Table<K> {
     /// An empty table; nothing is allocated until the first key enters, and the allocation then
     /// grows with the keys, up to what `capacity` keys need.
     pub(crate) fn new(capacity: usize) -> Self {
@@ -76,6 +80,7 @@ impl<K: Eq> Table<K> {
             slots: RwLock::new(hashbrown::HashTable::new()),
             capacity,
             overflow: Overflow::default(),
+            key_bytes: AtomicUsize::new(0),
         }
     }
 
@@ -115,11 +120,13 @@ impl<K: Eq> Table<K> {
             return self.overflowed(value, estimate);
         }
         let slack = estimate.saturating_sub(value).min(slack_cap());
+        let key = key.to_owned();
+        self.add_key_bytes(key.heap_bytes());
         slots.insert_unique(
             hash.to_u64(),
             Slot {
                 hash,
-                key: key.to_owned(),
+                key,
                 exact: AtomicU64::new(value),
                 slack,
             },
@@ -212,6 +219,22 @@ impl<K: Eq> Table<K> {
         self.slots.read().allocation_size()
     }
 
+    /// What the tracked keys own on the heap ([`HeapBytes`]): a running total, one load.
+    #[inline]
+    pub(crate) fn key_bytes(&self) -> usize {
+        // Relaxed: a figure for memory reports, which publishes nothing else; written under the
+        // exclusive lock, so it is the sum of the keys of some moment the lock was released.
+        self.key_bytes.load(Ordering::Relaxed)
+    }
+
+    /// Adds `bytes` to the running total; under the exclusive lock (the `&mut` guard's caller).
+    fn add_key_bytes(&self, bytes: usize) {
+        // Relaxed: see `key_bytes`; writers are serialized by the exclusive lock. Saturating:
+        // the total of keys that are all in memory fits a usize.
+        let total = self.key_bytes.load(Ordering::Relaxed).saturating_add(bytes);
+        self.key_bytes.store(total, Ordering::Relaxed);
+    }
+
     pub(crate) fn overflow(&self) -> OverflowCounts {
         // Relaxed: statistics; the three are not a snapshot of one instant.
         OverflowCounts {
@@ -225,6 +248,8 @@ impl<K: Eq> Table<K> {
     pub(crate) fn clear(&self) {
         let mut slots = self.slots.write();
         slots.clear();
+        // Relaxed: see `key_bytes`.
+        self.key_bytes.store(0, Ordering::Relaxed);
         self.set_overflow(OverflowCounts::default());
     }
 
@@ -255,6 +280,8 @@ impl<K: Eq> Table<K> {
             });
         let now = self.overflow();
         slots.clear();
+        // Relaxed: see `key_bytes`.
+        self.key_bytes.store(0, Ordering::Relaxed);
         self.set_overflow(OverflowCounts {
             events: now.events.saturating_sub(overflow.events),
             weight: now.weight.saturating_sub(overflow.weight),
@@ -286,6 +313,11 @@ impl<K: Eq> Table<K> {
         let dropped = keep_largest(&mut entries, self.capacity);
         slots.clear();
         slots.reserve(entries.len(), |s| s.hash.to_u64());
+        // Relaxed: see `key_bytes`.
+        self.key_bytes.store(
+            entries.iter().map(|entry| entry.key.heap_bytes()).sum(),
+            Ordering::Relaxed,
+        );
         for entry in entries {
             slots.insert_unique(
                 entry.hash.to_u64(),

@@ -11,6 +11,7 @@ use std::hash::Hash;
 use std::time::Duration;
 
 use super::count::{Count, Talker};
+use super::heap_bytes::HeapBytes;
 use super::settings::{ConfigError, Settings};
 use super::summary::{Baseline, MergeError, Summary};
 use super::table::{Entry, rank};
@@ -70,14 +71,14 @@ pub struct HeavyHitters<K, C: Clock = MonotonicClock> {
     rotation: Rotation<C>,
 }
 
-impl<K: Hash + Eq + Clone> HeavyHitters<K> {
+impl<K: Hash + Eq + Clone + HeapBytes> HeavyHitters<K> {
     /// Heavy hitters per `interval` on the real clock; a zero interval is refused.
     pub fn new(settings: Settings, interval: Duration) -> Result<Self, ConfigError> {
         Self::with_clock(settings, interval, MonotonicClock::new())
     }
 }
 
-impl<K: Hash + Eq + Clone, C: Clock> HeavyHitters<K, C> {
+impl<K: Hash + Eq + Clone + HeapBytes, C: Clock> HeavyHitters<K, C> {
     /// Heavy hitters per `interval` reading time from `clock`; a zero interval is refused.
     pub fn with_clock(
         settings: Settings,
@@ -240,6 +241,15 @@ impl<K: Hash + Eq + Clone, C: Clock> HeavyHitters<K, C> {
         self.summaries().1
     }
 
+    /// What the keys tracked in both intervals own on the heap ([`Summary::key_bytes`]): two
+    /// atomic loads, and no interval check, since a summary holds its keys until a rotation
+    /// clears it. For callers that report native memory; it changes as keys enter, at each
+    /// rotation (which drops one interval's keys) and with merges.
+    #[inline]
+    pub fn key_bytes(&self) -> usize {
+        self.red.key_bytes().saturating_add(self.blue.key_bytes())
+    }
+
     /// Merges `other` interval by interval: its current summary into this current one, its
     /// previous into this previous one. Meant for summaries of the same interval on several
     /// machines whose intervals are aligned; the bounds hold for the union of what each interval
@@ -295,7 +305,7 @@ impl<K: Hash + Eq + Clone, C: Clock> HeavyHitters<K, C> {
 /// After idleness both summaries take out what they held at the claim ([`Summary::forget`])
 /// instead of being cleared, so what threads count meanwhile stays: in the new interval, or in
 /// the previous one for a thread that had not yet seen the flip.
-impl<K: Hash + Eq + Clone, C: Clock> Slots for HeavyHitters<K, C> {
+impl<K: Hash + Eq + Clone + HeapBytes, C: Clock> Slots for HeavyHitters<K, C> {
     type Baseline = Baseline<K>;
 
     fn clear(&self, red: bool) {
@@ -313,7 +323,7 @@ impl<K: Hash + Eq + Clone, C: Clock> Slots for HeavyHitters<K, C> {
 
 /// The top `n` over two intervals: each key tracked in either gets the sum of its bounds in
 /// both (an interval where it is untracked contributes its sketch estimate to the upper bound).
-fn top_of_both<K: Hash + Eq + Clone>(
+fn top_of_both<K: Hash + Eq + Clone + HeapBytes>(
     previous: &Summary<K>,
     current: &Summary<K>,
     n: usize,
@@ -372,6 +382,36 @@ mod tests {
     fn heavy(clock: &ManualClock) -> HeavyHitters<u64, &ManualClock> {
         let settings = Settings::new(Shape::new(4, 1024).unwrap(), 5, 3, 16).unwrap();
         HeavyHitters::with_clock(settings, MINUTE, clock).unwrap()
+    }
+
+    #[test]
+    fn key_bytes_follow_entries_rotations_merges_and_idle_spells() {
+        let clock = ManualClock::new();
+        let settings = Settings::new(Shape::new(4, 1024).unwrap(), 5, 1, 16).unwrap();
+        let h = HeavyHitters::<Vec<u8>, _>::with_clock(settings, MINUTE, &clock).unwrap();
+        let key = |byte: u8, len: usize| vec![byte; len];
+        h.incr(&key(b'a', 100)[..], 1);
+        h.incr(&key(b'a', 100)[..], 1); // tracked already: no new bytes
+        h.incr(&key(b'b', 50)[..], 1);
+        assert_eq!(h.key_bytes(), 150);
+        clock.advance(MINUTE);
+        h.incr(&key(b'c', 10)[..], 1);
+        // The previous interval keeps its keys: both count.
+        assert_eq!(h.key_bytes(), 160);
+        let other = HeavyHitters::<Vec<u8>, _>::with_clock(settings, MINUTE, &clock).unwrap();
+        other.incr(&key(b'c', 10)[..], 1);
+        other.incr(&key(b'd', 1000)[..], 1);
+        h.merge(&other).unwrap();
+        assert_eq!(h.current().key_bytes(), 1010); // c once, and d
+        assert_eq!(h.key_bytes(), 1160);
+        clock.advance(MINUTE);
+        // The rotation clears the interval before last (a and b), at the next operation.
+        assert_eq!(h.interval_elapsed(), Duration::ZERO);
+        assert_eq!(h.key_bytes(), 1010);
+        // After an idle spell the rotation takes out what both held.
+        clock.advance(MINUTE * 3);
+        assert_eq!(h.interval_elapsed(), Duration::ZERO);
+        assert_eq!(h.key_bytes(), 0);
     }
 
     #[test]

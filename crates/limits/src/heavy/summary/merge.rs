@@ -7,9 +7,10 @@ use std::hash::Hash;
 use std::sync::atomic::Ordering;
 
 use super::{Summary, as_count};
+use crate::heavy::heap_bytes::HeapBytes;
 use crate::heavy::table::{Entry, OverflowCounts};
 
-impl<K: Hash + Eq + Clone> Summary<K> {
+impl<K: Hash + Eq + Clone + HeapBytes> Summary<K> {
     /// Adds `other`'s stream to this summary: the sketches add element-wise (the result is the
     /// sketch of both streams), and the tables merge as the [module doc](crate::heavy#merging) states,
     /// keeping the bounds valid, truncated to this summary's capacity.
