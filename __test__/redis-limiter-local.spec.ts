@@ -15,9 +15,10 @@ import type { RateLimit } from '../lib/index.js';
 import { RedisSync, SyncedLimiter } from '../lib/redis/index.js';
 import { title } from './helpers.js';
 import { connectClient } from './redis-clients.js';
-import { sleep, until } from './waits.js';
+import { sleep, syncsAfterNow, until } from './waits.js';
 import { startRedis } from '../tools/redis-server.js';
 import { worstExcess } from './bucket-windows.js';
+import { HOURLY } from './redis-refill.js';
 
 const SYNC_MS = 50;
 const STALE_AFTER_MS = 400;
@@ -147,7 +148,8 @@ for (const cut of ['both', 'one'] as const) {
         // about 400 ms after its last sync. Before, a stale node started a full bucket of 500 of
         // its own, whatever it owed: about 2,500 admitted with both cut or the second cut alone,
         // against a bound of about 2,015. Now the second, which owes its 500, admits only its
-        // bucket's refill, and the first (its loan spent, nothing owed) its 500 of credit.
+        // bucket's refill, and so does the first (its loan spent and lapsed: no live loan, so no
+        // credit while stale), where it took 500 of blind credit before the node-count fix.
         const limit = { perSecond: 10, burst: 1000 };
         const nodes = await outage(server.port, {
           name: `audit-${cut}`,
@@ -218,6 +220,207 @@ test.serial(
       );
       t.true(excess <= bound + 1, `excess ${excess} over the bound ${bound}`);
     } finally {
+      await server.stop();
+    }
+  },
+);
+
+test.serial(
+  title(
+    "'local', a node cut off until it leaves the other's node count: the fleet stays within the stated " +
+      'bound, the node count the other divides by dropping to 1',
+  ),
+  async (t) => {
+    const server = await startRedis();
+    const connection = await connectClient('ioredis', server.port);
+    try {
+      // The audit's case: 10 tokens, one more an hour. B spends the bucket; A, cut off, goes
+      // stale still counting 2 nodes, and B, once A has left the registry, counts 1 and its
+      // account of the key (idle) has left too. Before, A's stale bucket started with the blind
+      // credit of a key with no live loan, burst / 2 = 5, and B then borrowed burst / 1 = 10
+      // blind: 25 admitted against the bound's 20.001. Now A's stale bucket starts empty.
+      const burst = 10;
+      const limit = { ...HOURLY, burst };
+      const [a, b] = [0, 1].map(() => makeNode(connection.send, 'drift', limit)) as [Node, Node];
+      await Promise.all([a, b].map((node) => node.sync.ready()));
+      await until(() => a.limiter.nodes === 2 && b.limiter.nodes === 2, 'both nodes count 2');
+      // B spends its credit, then its loan of the rest of the bucket.
+      spend(b, burst);
+      await syncsAfterNow(b.sync, 2, 'B takes its loan');
+      spend(b, burst);
+      t.is(b.admitted.length, burst);
+      a.link.cut = true;
+      await until(() => a.sync.stale, 'A is stale');
+      spend(a, burst);
+      await until(() => b.limiter.nodes === 1, 'B counts 1 node');
+      // B's account of the key leaves after 10 idle syncs; then B borrows blind again.
+      await syncsAfterNow(b.sync, 12, 'B’s account of the key leaves');
+      for (let round = 0; round < 4; round++) {
+        spend(b, burst);
+        await syncsAfterNow(b.sync, 1, 'B syncs');
+      }
+      spend(a, burst);
+      const rate = 1 / HOURLY.periodMs;
+      const times = [a, b].flatMap((node) => node.admitted).sort((x, y) => x - y);
+      const excess = worstExcess(times, rate);
+      const bound = 2 * burst + 2 * rate * SYNC_MS;
+      t.log(
+        `admitted A ${a.admitted.length}, B ${b.admitted.length}: worst excess ${excess.toFixed(3)} against ${bound}`,
+      );
+      t.true(excess <= bound, `excess ${excess} over the bound ${bound}`);
+      a.link.cut = false;
+      await Promise.all([a, b].map((node) => node.sync.close()));
+    } finally {
+      await connection.close();
+      await server.stop();
+    }
+  },
+);
+
+for (const cluster of [false, true]) {
+  test.serial(
+    title(
+      `'local'${cluster ? ', cluster: true' : ''}, checks between a sync's reply and the limiter's freshness, ` +
+        'then Redis away again: the node stays within the stated bound',
+    ),
+    async (t) => {
+      const server = await startRedis();
+      const connection = await connectClient('ioredis', server.port);
+      try {
+        // Redis comes back for one sync and goes away again. The reply is applied a few turns of
+        // the microtask queue before the sync makes the limiter fresh; a check at every turn from
+        // the reply on (as a request handler that awaited another command on the client would)
+        // lands in between. Before, such a check opened a spell of staleness named after that
+        // sync, and the next real spell, with no sync in between, went on from its bucket,
+        // whatever the node spent since: an excess of 2,949–2,996 against the bound's 2,000.
+        const link = { cut: false, flap: false };
+        const hops = { stale: 0, last: true };
+        const admitted: number[] = [];
+        const sendCommand = (args: string[]): Promise<unknown> => {
+          if (link.cut) return Promise.reject(new Error('cut off'));
+          if (!link.flap || (args[0] !== 'EVALSHA' && args[0] !== 'EVAL')) return connection.send(args);
+          link.flap = false;
+          return connection.send(args).then((reply) => {
+            link.cut = true;
+            let hop = Promise.resolve();
+            for (let i = 0; i < 64; i++) {
+              hop = hop.then(() => {
+                hops.last = sync.stale;
+                if (!hops.last) return;
+                hops.stale++;
+                if (limiter.check('k').allowed) admitted.push(performance.now());
+              });
+            }
+            return reply;
+          });
+        };
+        const sync = new RedisSync({
+          sendCommand,
+          syncMs: SYNC_MS,
+          timeoutMs: 200,
+          staleAfterMs: STALE_AFTER_MS,
+          cluster,
+        });
+        sync.on('error', () => undefined);
+        // The loan lapses halfway to staleness: the node then spends its credit, which it owes,
+        // so its next spell's bucket starts empty; one that went on from the check in between
+        // would not.
+        const limit = { perSecond: 1, burst: 1000 };
+        const limiter = new SyncedLimiter({ sync, name: `flap-${cluster}`, limit, leaseMs: STALE_AFTER_MS / 2 });
+        await sync.ready();
+        link.cut = true;
+        await until(() => sync.stale, 'the node goes stale');
+        // Above the burst: refused, but its demand makes the next sync borrow the whole bucket.
+        t.false(limiter.check('k', limit.burst + 1).allowed);
+        link.flap = true;
+        link.cut = false;
+        await until(() => !sync.stale, 'one sync gets through');
+        t.true(link.cut, 'Redis away again');
+        // Checked at every turn until the limiter was fresh: some check fell between the two.
+        t.false(hops.last, 'the checks outlasted the staleness');
+        t.true(hops.stale > 0);
+        let staleFrom = NaN;
+        let last = performance.now();
+        while (Number.isNaN(staleFrom) || performance.now() - staleFrom < 300) {
+          const now = performance.now();
+          if (sync.stale && Number.isNaN(staleFrom)) staleFrom = now;
+          const checks = Math.max(5, Math.round(5 * (now - last)));
+          last = now;
+          for (let i = 0; i < checks; i++) if (limiter.check('k').allowed) admitted.push(performance.now());
+          await sleep(1);
+        }
+        const rate = limit.perSecond / 1000;
+        const excess = worstExcess(admitted, rate);
+        const bound = 2 * limit.burst + 2 * rate * SYNC_MS;
+        t.log(
+          `${hops.stale} checks after the reply while stale; admitted ${admitted.length}; ` +
+            `worst window excess over rate × t ${excess.toFixed(1)} against ${bound.toFixed(1)}`,
+        );
+        t.true(excess <= bound + 1, `excess ${excess} over the bound ${bound}`);
+        limiter.close();
+        link.cut = false;
+        await sync.close();
+      } finally {
+        await connection.close();
+        await server.stop();
+      }
+    },
+  );
+}
+
+test.serial(
+  title(
+    "'local', a limiter made while Redis is away on a sync that had synced: it admits its bucket's " +
+      'refill, and a refused check passes once its retryAfterMs is past',
+  ),
+  async (t) => {
+    const server = await startRedis();
+    const connection = await connectClient('ioredis', server.port);
+    try {
+      // Its node count is never counted: the sync's, 1 here. Before, every check started its
+      // bucket again, from nothing, so it admitted nothing (0 of 1,240 in 1.5 s; 149 now), and a
+      // refusal's retryAfterMs of 10 ms was never so.
+      const link = { cut: false };
+      const sendCommand = (args: string[]): Promise<unknown> =>
+        link.cut ? Promise.reject(new Error('cut off')) : connection.send(args);
+      const sync = new RedisSync({ sendCommand, syncMs: SYNC_MS, timeoutMs: 200, staleAfterMs: STALE_AFTER_MS });
+      sync.on('error', () => undefined);
+      const limit = { perSecond: 100, burst: 100 };
+      const first = new SyncedLimiter({ sync, name: 'synced', limit });
+      await sync.ready();
+      link.cut = true;
+      await until(() => sync.stale, 'the node goes stale');
+      const limiter = new SyncedLimiter({ sync, name: 'made-while-away', limit });
+      const rate = limit.perSecond / 1000 / limiter.nodes;
+      let admitted = limiter.check('k').allowed ? 1 : 0;
+      // After the first check and before the last turn's: its bucket refilled at least this long.
+      const from = performance.now();
+      let at = from;
+      while (performance.now() - from < 500) {
+        const now = performance.now();
+        const checks = Math.max(5, Math.round(5 * (now - at)));
+        at = now;
+        for (let i = 0; i < checks; i++) if (limiter.check('k').allowed) admitted++;
+        await sleep(1);
+      }
+      t.true(sync.stale);
+      // Each turn's checks (5 a millisecond, the refill 0.1) take all its bucket holds.
+      const floor = Math.floor(rate * (at - from)) - 1;
+      t.log(`admitted ${admitted} in ${(at - from).toFixed(0)} ms, at least ${floor}`);
+      t.true(admitted >= floor, `${admitted} admitted, < ${floor}`);
+      let refusal = limiter.check('k');
+      while (refusal.allowed) refusal = limiter.check('k');
+      const refusedAt = performance.now();
+      t.true(refusal.retryAfterMs <= 1 / rate, `retryAfterMs ${refusal.retryAfterMs}`);
+      // A millisecond more for float rounding.
+      while (performance.now() - refusedAt < refusal.retryAfterMs + 1) await sleep(1);
+      t.true(limiter.check('k').allowed, 'admitted once its retryAfterMs is past');
+      limiter.close();
+      first.close();
+      link.cut = false;
+      await sync.close();
+    } finally {
+      await connection.close();
       await server.stop();
     }
   },

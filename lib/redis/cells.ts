@@ -108,15 +108,6 @@ export class Census {
     return this.counted && (ms === 0 || this.#lastSentAt - this.#firstHeardAt >= ms);
   }
 
-  /**
-   * `performance.now()` when the sync that brought the last count was sent (NaN before the first):
-   * it changes with every successful sync of the structure, so it names the spell of staleness
-   * that follows.
-   */
-  get sentAt(): number {
-    return this.#lastSentAt;
-  }
-
   /** Live nodes syncing the structure, at least 1. */
   get nodes(): number {
     return this.#counted ?? this.#fallback();

@@ -8,7 +8,8 @@ import { invalidType } from '../errors.js';
  *   node count last seen in Redis (a `SyncedWindowQuota`: `limit / nodes` of its own requests per
  *   window, at least 1 when `limit` is, and it still refuses what the last known global count
  *   refuses; a `SyncedLimiter`: a bucket of `rate / nodes` and `burst / nodes` per key, starting
- *   from what the node could still admit and owing what it admits, as credit). The fleet
+ *   from what the node could still admit on a live loan, empty for a key without one, and owing
+ *   what it admits, as credit). The fleet
  *   stays within about the limit (up to `nodes` a window when `limit < nodes`) when every node is
  *   cut off; a quota with `heavyHitters` admits up to `threshold − 1` more per node, since a
  *   node's exact count of a client leaves out what it saw before counting it exactly. A node whose

@@ -147,6 +147,13 @@ export class SyncGroups {
     return Math.max(1, ...this.#nodesBy.values());
   }
 
+  /** The most syncs any structure still needs to send what it owes ({@link SyncSource.pending}). */
+  pending(): number {
+    let most = 0;
+    for (const source of this.#sources) most = Math.max(most, source.pending?.() ?? 0);
+    return most;
+  }
+
   /** Whether a structure's group has no call in flight. */
   idle(): boolean {
     for (const source of this.#sources) if (!this.#busy.has(this.#groupOf(source))) return true;

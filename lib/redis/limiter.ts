@@ -124,7 +124,7 @@ interface Account {
   spareAt: number;
   /**
    * The `'local'` fail policy's own bucket: tokens and when they were counted, and the spell of
-   * staleness it was started for (the `sentAt` of the limiter's last successful sync; see
+   * staleness it was started for (the limiter's `sync.freshAt` then, NaN before the first; see
    * {@link SyncedLimiter}'s `#stale`).
    */
   localTokens: number;
@@ -184,15 +184,18 @@ interface Account {
  * below a request's cost. Staleness (`sync.staleness`; with `cluster: true`, this limiter's own
  * name's): a loan reflects the demand of the last sync period. Past `staleAfterMs` the
  * {@link FailPolicy} applies. `'local'` gives each node a bucket per key of `burst / nodes` refilled
- * at `rate / nodes`, which starts from what the node could still admit (its loan and the credit it
- * may still take, within [0, `burst / nodes`]), and what it admits is owed as credit is, down to
+ * at `rate / nodes`, which starts from what the node could still admit on a live loan (the loan
+ * and the credit it may still take, within [0, `burst / nodes`]; empty for a key without one, so a
+ * key first checked while stale waits for the refill), and what it admits is owed as credit is, down
+ * to
  * `−burst / nodes`, paid back from its loans once a sync gets through. So the bound holds over every
  * window, across the cut and the return, when every node is cut off: its refill past what it may owe
  * is what Redis's refill of the same time would have lent. A node cut off while others sync adds up
  * to `rate / nodes` per millisecond it is stale in the window, since the others spend Redis's refill.
  * Measured (`__test__/redis-limiter-local.spec.ts`: 2 nodes, `burst` 1,000 at 10/s, `syncMs` 50,
  * `staleAfterMs` 400, cut off after spending their loans and credit): largest excess over `rate × t`
- * 1,995 against the bound's 2,001, where each stale node started a full bucket before (2,506–2,519).
+ * 1,502–1,525 against the bound's 2,001, where a stale node lent itself blind credit before (1,995), and
+ * before that started a full bucket (2,506–2,519).
  */
 export class SyncedLimiter implements RequestLimiter {
   /** Milliseconds a loan lasts without a successful sync. */
@@ -357,13 +360,21 @@ export class SyncedLimiter implements RequestLimiter {
    */
   loans(): LoanRequest[] {
     if (this.#closed) {
-      // Every key leaves, each account kept until Redis applied its leave (see #request): a leave
-      // whose sync failed goes again with the next. Before, all were dropped with the first
-      // sync after close(), so if it failed, what the node admitted on credit never reached
-      // Redis and its tokens were written off only at the lease, and sync.close() said true.
+      // Every key leaves, MAX_LOANS a sync, each account kept until Redis applied its leave (see
+      // #request): a leave whose sync failed goes again with the next, the others wait their turn
+      // ({@link pending}). Before, all were dropped with the first sync after close(), so if it
+      // failed, what the node admitted on credit never reached Redis and its tokens were written
+      // off only at the lease, and sync.close() said true; then all went in one call, which with
+      // 65,536 keys held Redis for 2.1 s (the other nodes' syncs timed out) and with ioredis past
+      // about 13,000 threw before it was sent, every sync after it too.
       this.#room.clear();
       if (this.#accounts.size === 0) this.#sync.remove(this);
-      return [...this.#accounts.values()].map((account) => this.#request(account, true));
+      const leaves: LoanRequest[] = [];
+      for (const account of this.#accounts.values()) {
+        if (leaves.length === MAX_LOANS) break;
+        leaves.push(this.#request(account, true));
+      }
+      return leaves;
     }
     const now = performance.now();
     this.#room.startPeriod(now);
@@ -386,12 +397,21 @@ export class SyncedLimiter implements RequestLimiter {
   }
 
   /**
-   * Gives back every key's tokens, and pays what each owes, at the next sync that succeeds
-   * (`await sync.flush()` or `sync.close()`), so the other nodes get the whole quota at once, then
-   * stops syncing. Later checks refuse.
+   * Gives back every key's tokens, and pays what each owes, at the next syncs that succeed,
+   * {@link MAX_LOANS} keys a sync so that no call holds Redis long (`sync.close()` syncs until all
+   * went back: see {@link RedisSync.close}), so the other nodes get the quota back, then stops
+   * syncing. Later checks refuse.
    */
   close(): void {
     this.#closed = true;
+  }
+
+  /**
+   * @internal The syncs this closed limiter still needs to give every key back ({@link loans}
+   * sends {@link MAX_LOANS} leaves a sync); 0 while open.
+   */
+  pending(): number {
+    return this.#closed ? Math.ceil(this.#accounts.size / MAX_LOANS) : 0;
   }
 
   /** Whether {@link close} ran: checks refuse then. */
@@ -521,9 +541,15 @@ export class SyncedLimiter implements RequestLimiter {
    * nothing.
    *
    * `'local'` goes on from where the node stood: at the spell's first check of the key (a spell
-   * is named by the last successful sync's `sentAt`) its bucket holds what the node could still
-   * have admitted, `held` plus {@link #credit} within [0, `burst / nodes`], and it refills at
-   * `rate / nodes` from then. What it admits is owed, as credit is (`held` goes down, never below
+   * is named by `sync.freshAt`, see below) its bucket holds what the node could still
+   * have admitted from a live loan, `held` plus {@link #credit} within [0, `burst / nodes`], and
+   * it refills at `rate / nodes` from then. A key with no live loan (its lease ran out, or first
+   * checked while stale) starts empty: blind credit (`burst / nodes`, whatever the bucket holds)
+   * is not lent while stale, since a node cut off long enough leaves the others' node count and
+   * they lend themselves `burst` over fewer nodes (the audit: 2 nodes, `burst` 10 refilled once an
+   * hour, the bucket spent by B; A, cut off, borrowed 5 blind, then B, counting 1 node, 10: 25
+   * admitted against the bound's 20.001).
+   * What it admits is owed, as credit is (`held` goes down, never below
    * `−burst / nodes`), and the node reports it when a sync gets through, so its loans pay it back;
    * past that floor its refill is not owed, which Redis's refill of the same time makes up for when
    * every node is cut off (see the class doc). Before, the bucket started full whatever the node
@@ -537,13 +563,27 @@ export class SyncedLimiter implements RequestLimiter {
     const nodes = this.nodes;
     const { rate, burst } = account.bucket;
     const share = burst / nodes;
-    const spell = this.#presence.census.sentAt;
+    // The spell runs from the first stale check until a sync makes the limiter fresh again, as
+    // `freshAt` changes only then. Before, it was named by the `sentAt` of the limiter's last
+    // count, which a sync's reply sets a few microtasks before the sync makes it fresh: a check in
+    // between opened a spell named after that sync, which the next real spell then took for its
+    // own and went on from that bucket, whatever the node spent in between (the audit: 2,997
+    // admitted where the bound was 2,000); and a limiter never counted (made while Redis was away
+    // on a sync that had synced) had NaN, unequal to itself, so each check started its bucket
+    // again and its refill never built up.
+    const spell = this.#sync.freshAt(this);
     if (account.localFrom === spell) {
       const elapsed = Math.max(0, now - account.localAt);
       account.localTokens = Math.min(share, account.localTokens + (elapsed * rate) / nodes);
       if (now > account.expiresAt) account.held = Math.min(0, account.held);
     } else {
-      account.localTokens = Math.min(share, Math.max(0, account.held + this.#credit(account, now)));
+      // Live credit only: a key with no live loan would borrow blind, and a node cut off long
+      // enough drops out of the others' count, so they lend themselves a larger share of the
+      // same burst (see the method doc).
+      const live = now <= account.expiresAt;
+      const credit = live ? this.#credit(account, now) : 0;
+      if (!live) account.held = Math.min(0, account.held);
+      account.localTokens = Math.min(share, Math.max(0, account.held + credit));
       account.localFrom = spell;
     }
     account.localAt = now;

@@ -60,6 +60,12 @@ export interface SyncSource {
    * nothing of catching up ({@link RedisSync.ready}). Placed if absent.
    */
   placed?(): boolean;
+  /**
+   * The syncs a closed structure still needs to send what it owes Redis (a closed `SyncedLimiter`
+   * gives its keys back 1,024 a sync): {@link RedisSync.close} syncs until none has any. 0 if
+   * absent.
+   */
+  pending?(): number;
 }
 
 /** Counts of what this node has sent, for metrics. */

@@ -123,7 +123,18 @@ export class RedisSync extends EventEmitter {
    * (without `cluster`, {@link stale}). What its fail policy goes by.
    */
   staleFor(source: SyncSource): boolean {
-    return performance.now() - this.#groups.freshAt(source) > this.staleAfterMs;
+    return performance.now() - this.freshAt(source) > this.staleAfterMs;
+  }
+
+  /**
+   * @internal When `source` last synced, which {@link staleFor} counts from: `performance.now()`
+   * when a call carrying it last succeeded, its bookkeeping done (without `cluster`, the last sync
+   * that carried every structure), or when it was added, before that. It changes only as a call
+   * makes `source` fresh again, so it names a spell of staleness from its first stale check to its
+   * end (a `SyncedLimiter`'s `'local'` bucket goes by it).
+   */
+  freshAt(source: SyncSource): number {
+    return this.#groups.freshAt(source);
   }
 
   /** Whether a sync has reached Redis yet (until then {@link nodes} is only this one). */
@@ -262,7 +273,11 @@ export class RedisSync extends EventEmitter {
    * Resolves with whether that sync succeeded; every call resolves with it once it is done, so a
    * second shutdown hook cannot let the process exit before the last push. It waits for the sync
    * under way first (whose counts were taken before the call), each up to `timeoutMs`: at most
-   * twice `timeoutMs` in all. In a cluster that includes a name's call still in flight from an
+   * twice `timeoutMs` in all. A closed `SyncedLimiter` gives its keys back 1,024 a sync, so while
+   * one still holds more, the last sync is followed at once by as many more as it needs, each up to
+   * `timeoutMs` (with the 65,536 keys a node keeps at most, 64 syncs); it resolves true only once
+   * every key went back, false at the first sync that fails, the keys not yet given back going at
+   * a later `flush()`. In a cluster that includes a name's call still in flight from an
    * earlier sync (a hung master's): the last sync carries every structure.
    */
   close(): Promise<boolean> {
@@ -303,7 +318,15 @@ export class RedisSync extends EventEmitter {
       await this.#running;
       await Promise.all(this.#groups.calls);
     }
-    return this.flush();
+    // The last sync, then one more for each that a closed structure still needs (a closed
+    // SyncedLimiter gives its keys back 1,024 a sync, so that no call holds Redis long), up to as
+    // many as it needed before the first, and one spare; the first that fails ends it, and what
+    // is left goes at a later flush().
+    for (let spare = this.#groups.pending() + 1; ; spare--) {
+      if (!(await this.flush())) return false;
+      if (this.#groups.pending() === 0) return true;
+      if (spare === 1) return false;
+    }
   }
 
   /**
