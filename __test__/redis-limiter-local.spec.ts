@@ -244,11 +244,14 @@ test.serial(
       const [a, b] = [0, 1].map(() => makeNode(connection.send, 'drift', limit)) as [Node, Node];
       await Promise.all([a, b].map((node) => node.sync.ready()));
       await until(() => a.limiter.nodes === 2 && b.limiter.nodes === 2, 'both nodes count 2');
-      // B spends its credit, then its loan of the rest of the bucket.
+      // B spends its credit, then its loans of the rest of the bucket: a sync or a few, however a
+      // loaded machine spaces them.
       spend(b, burst);
-      await syncsAfterNow(b.sync, 2, 'B takes its loan');
-      spend(b, burst);
-      t.is(b.admitted.length, burst);
+      for (let round = 0; b.admitted.length < burst; round++) {
+        if (round === 50) throw new Error(`B admitted ${b.admitted.length} of the bucket’s ${burst} in 50 syncs`);
+        await syncsAfterNow(b.sync, 1, 'B takes its loan');
+        spend(b, burst - b.admitted.length);
+      }
       a.link.cut = true;
       await until(() => a.sync.stale, 'A is stale');
       spend(a, burst);
