@@ -136,6 +136,46 @@ for (const client of clientNames) {
   );
 }
 
+test.serial(
+  title(
+    'a sync.close() that failed midway leaves the rest to one later flush(), which gives back every key ' +
+      'before it resolves true',
+  ),
+  async (t) => {
+    const server = await startRedis();
+    const connection = await connectClient('ioredis', server.port);
+    try {
+      // Redis refuses the close's third call of loan requests, then is back. Before, a flush()
+      // after the failed close() made one sync, gave back 1,024 of the 2,952 keys left and
+      // resolved true; the rest lapsed at their lease, what they owed never charged.
+      let failAfter = Infinity;
+      let loanCalls = 0;
+      const sendCommand: SendCommand = (args) => {
+        const loans = args.some((arg) => arg.startsWith('keepcount:{closing}:b:'));
+        if (loans && ++loanCalls > failAfter) return Promise.reject(new Error('Redis away'));
+        return connection.send(args);
+      };
+      const sync = new RedisSync({ sendCommand, syncMs: 50 });
+      sync.on('error', () => undefined);
+      const limiter = new SyncedLimiter({ sync, name: 'closing', limit: LIMIT, leaseMs: LEASE_MS });
+      await sync.ready();
+      t.is(checkKeys(limiter, 5000), 5000);
+      await syncsAfterNow(sync, 2, 'the keys take their loans');
+      limiter.close();
+      [loanCalls, failAfter] = [0, 2];
+      t.false(await sync.close());
+      const left = await buckets(connection.send, 'closing', sync.nodeId);
+      t.true(left.held > MAX_LOANS, `${left.held} keys still out after the failed close`);
+      failAfter = Infinity;
+      t.true(await sync.flush());
+      t.deepEqual(await buckets(connection.send, 'closing', sync.nodeId), { buckets: 5000, charged: 5000, held: 0 });
+    } finally {
+      await connection.close();
+      await server.stop();
+    }
+  },
+);
+
 test.serial(title('ioredisSender sends a command of 700,000 arguments whole'), async (t) => {
   const server = await startRedis();
   const client = new Redis({ port: server.port, host: '127.0.0.1' });

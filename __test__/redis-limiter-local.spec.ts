@@ -428,3 +428,46 @@ test.serial(
     }
   },
 );
+
+test.serial(
+  title(
+    "'local' starts a key from its live loan: empty under the default lease, which lapses as the node goes " +
+      'stale, and from the loan under a longer one',
+  ),
+  async (t) => {
+    const server = await startRedis();
+    const connection = await connectClient('ioredis', server.port);
+    try {
+      // A loan's lease runs from the sync that lent it and staleness from the one that last got
+      // through, so with the default lease (staleAfterMs) every loan has lapsed by the first
+      // stale check: the node must not spend it (Redis writes it off), and the key starts empty.
+      const starts: Record<string, boolean> = {};
+      for (const leaseMs of [undefined, 5_000]) {
+        const link = { cut: false };
+        const sendCommand = (args: string[]): Promise<unknown> =>
+          link.cut ? Promise.reject(new Error('cut off')) : connection.send(args);
+        const sync = new RedisSync({ sendCommand, syncMs: SYNC_MS, timeoutMs: 100 });
+        sync.on('error', () => undefined);
+        const name = `lease-${leaseMs ?? 'default'}`;
+        const limit = { perSecond: 1, burst: 100 };
+        const limiter = new SyncedLimiter({ sync, name, limit, ...(leaseMs === undefined ? {} : { leaseMs }) });
+        await sync.ready();
+        // Steady use, so the key holds a loan of most of its share.
+        for (let i = 0; i < 20; i++) {
+          limiter.check('a');
+          await sleep(10);
+        }
+        await syncsAfterNow(sync, 1, 'the key takes its loan');
+        link.cut = true;
+        await until(() => sync.staleFor(limiter), 'the node goes stale');
+        starts[name] = limiter.check('a').allowed;
+        link.cut = false;
+        await sync.close();
+      }
+      t.deepEqual(starts, { 'lease-default': false, 'lease-5000': true });
+    } finally {
+      await connection.close();
+      await server.stop();
+    }
+  },
+);

@@ -186,16 +186,17 @@ interface Account {
  * {@link FailPolicy} applies. `'local'` gives each node a bucket per key of `burst / nodes` refilled
  * at `rate / nodes`, which starts from what the node could still admit on a live loan (the loan
  * and the credit it may still take, within [0, `burst / nodes`]; empty for a key without one, so a
- * key first checked while stale waits for the refill), and what it admits is owed as credit is, down
- * to
- * `−burst / nodes`, paid back from its loans once a sync gets through. So the bound holds over every
- * window, across the cut and the return, when every node is cut off: its refill past what it may owe
- * is what Redis's refill of the same time would have lent. A node cut off while others sync adds up
- * to `rate / nodes` per millisecond it is stale in the window, since the others spend Redis's refill.
- * Measured (`__test__/redis-limiter-local.spec.ts`: 2 nodes, `burst` 1,000 at 10/s, `syncMs` 50,
- * `staleAfterMs` 400, cut off after spending their loans and credit): largest excess over `rate × t`
- * 1,502–1,525 against the bound's 2,001, where a stale node lent itself blind credit before (1,995), and
- * before that started a full bucket (2,506–2,519).
+ * key first checked while stale waits for the refill). Under the default `leaseMs`
+ * (`staleAfterMs`) every loan has lapsed by the first stale check, so every key starts empty; a
+ * longer lease keeps loans into an outage. What it admits is owed as credit is, down to
+ * `−burst / nodes`, paid back from its loans once a sync gets through. So the bound holds over
+ * every window, across the cut and the return, when every node is cut off: its refill past what it
+ * may owe is what Redis's refill of the same time would have lent. A node cut off while others
+ * sync adds up to `rate / nodes` per millisecond it is stale in the window, since the others spend
+ * Redis's refill. Measured (`__test__/redis-limiter-local.spec.ts`: 2 nodes, `burst` 1,000 at
+ * 10/s, `syncMs` 50, `staleAfterMs` 400, cut off after spending their loans and credit): largest
+ * excess over `rate × t` 1,502–1,525 against the bound's 2,001, where a stale node lent itself blind
+ * credit before (1,995), and before that started a full bucket (2,506–2,519).
  */
 export class SyncedLimiter implements RequestLimiter {
   /** Milliseconds a loan lasts without a successful sync. */

@@ -201,11 +201,32 @@ export class RedisSync extends EventEmitter {
    * Syncs now (or waits for the sync under way): resolves with whether it succeeded. Never
    * rejects; the timer calls this every `syncMs`. In a cluster a sync leaves out the names whose
    * call from an earlier sync is still in flight (see {@link RedisSync}) and then resolves false,
-   * though it emits `'sync'` and counts in `stats.syncs` if every call it made succeeded.
+   * though it emits `'sync'` and counts in `stats.syncs` if every call it made succeeded. Once the
+   * sync is closed, it syncs as {@link close} does, until every closed `SyncedLimiter` gave all its
+   * keys back: a single sync gave back 1,024 and resolved true with thousands still out, which
+   * lapsed at their lease with what they owed never charged.
    */
   flush(): Promise<boolean> {
+    return this.closed ? this.#drain() : this.#once();
+  }
+
+  /** One sync, or the one under way. */
+  #once(): Promise<boolean> {
     this.#running ??= this.#start();
     return this.#running;
+  }
+
+  /**
+   * Syncs until no closed structure has more to give back (a closed `SyncedLimiter` gives its keys
+   * back 1,024 a sync, so that no call holds Redis long), up to as many syncs as it needed before
+   * the first and one spare: true once all went, false at the first sync that fails.
+   */
+  async #drain(): Promise<boolean> {
+    for (let spare = this.#groups.pending() + 1; ; spare--) {
+      if (!(await this.#once())) return false;
+      if (this.#groups.pending() === 0) return true;
+      if (spare === 1) return false;
+    }
   }
 
   /**
@@ -277,8 +298,8 @@ export class RedisSync extends EventEmitter {
    * one still holds more, the last sync is followed at once by as many more as it needs, each up to
    * `timeoutMs` (with the 65,536 keys a node keeps at most, 64 syncs); it resolves true only once
    * every key went back, false at the first sync that fails, the keys not yet given back going at
-   * a later `flush()`. In a cluster that includes a name's call still in flight from an
-   * earlier sync (a hung master's): the last sync carries every structure.
+   * a later `flush()`, which syncs as this does. In a cluster that includes a name's call still in
+   * flight from an earlier sync (a hung master's): the last sync carries every structure.
    */
   close(): Promise<boolean> {
     this.#closed.abort();
@@ -318,15 +339,9 @@ export class RedisSync extends EventEmitter {
       await this.#running;
       await Promise.all(this.#groups.calls);
     }
-    // The last sync, then one more for each that a closed structure still needs (a closed
-    // SyncedLimiter gives its keys back 1,024 a sync, so that no call holds Redis long), up to as
-    // many as it needed before the first, and one spare; the first that fails ends it, and what
-    // is left goes at a later flush().
-    for (let spare = this.#groups.pending() + 1; ; spare--) {
-      if (!(await this.flush())) return false;
-      if (this.#groups.pending() === 0) return true;
-      if (spare === 1) return false;
-    }
+    // The last sync, then one more for each that a closed structure still needs; what a failed
+    // one leaves goes at a later flush().
+    return this.#drain();
   }
 
   /**
