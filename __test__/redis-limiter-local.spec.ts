@@ -12,7 +12,7 @@
  */
 import test from 'ava';
 import type { RateLimit } from '../lib/index.js';
-import { RedisSync, SyncedLimiter } from '../lib/redis/index.js';
+import { RedisSync, SyncedLimiter, type RedisSyncOptions } from '../lib/redis/index.js';
 import { title } from './helpers.js';
 import { connectClient } from './redis-clients.js';
 import { sleep, syncsAfterNow, until } from './waits.js';
@@ -36,12 +36,24 @@ interface Node {
   staleTo: number;
 }
 
-function makeNode(send: (args: string[]) => Promise<unknown>, name: string, limit: RateLimit): Node {
+/**
+ * A sync every `syncMs` over `send`, with a link the test cuts (`link.cut`: every command fails at
+ * once) and restores; its errors are expected, so ignored.
+ */
+function cuttableSync(
+  send: (args: string[]) => Promise<unknown>,
+  options: Omit<RedisSyncOptions, 'sendCommand' | 'syncMs'>,
+): { sync: RedisSync; link: { cut: boolean } } {
   const link = { cut: false };
   const sendCommand = (args: string[]): Promise<unknown> =>
     link.cut ? Promise.reject(new Error('cut off')) : send(args);
-  const sync = new RedisSync({ sendCommand, syncMs: SYNC_MS, timeoutMs: 200, staleAfterMs: STALE_AFTER_MS });
+  const sync = new RedisSync({ sendCommand, syncMs: SYNC_MS, ...options });
   sync.on('error', () => undefined);
+  return { sync, link };
+}
+
+function makeNode(send: (args: string[]) => Promise<unknown>, name: string, limit: RateLimit): Node {
+  const { sync, link } = cuttableSync(send, { timeoutMs: 200, staleAfterMs: STALE_AFTER_MS });
   // The lease runs out as the node goes stale (the default, made explicit): the gap where a node
   // whose loan lapsed borrows blind before the fail policy takes over is as short as it gets.
   const limiter = new SyncedLimiter({ sync, name, limit, leaseMs: STALE_AFTER_MS });
@@ -383,11 +395,7 @@ test.serial(
       // Its node count is never counted: the sync's, 1 here. Before, every check started its
       // bucket again, from nothing, so it admitted nothing (0 of 1,240 in 1.5 s; 149 now), and a
       // refusal's retryAfterMs of 10 ms was never so.
-      const link = { cut: false };
-      const sendCommand = (args: string[]): Promise<unknown> =>
-        link.cut ? Promise.reject(new Error('cut off')) : connection.send(args);
-      const sync = new RedisSync({ sendCommand, syncMs: SYNC_MS, timeoutMs: 200, staleAfterMs: STALE_AFTER_MS });
-      sync.on('error', () => undefined);
+      const { sync, link } = cuttableSync(connection.send, { timeoutMs: 200, staleAfterMs: STALE_AFTER_MS });
       const limit = { perSecond: 100, burst: 100 };
       const first = new SyncedLimiter({ sync, name: 'synced', limit });
       await sync.ready();
@@ -443,11 +451,7 @@ test.serial(
       // stale check: the node must not spend it (Redis writes it off), and the key starts empty.
       const starts: Record<string, boolean> = {};
       for (const leaseMs of [undefined, 5_000]) {
-        const link = { cut: false };
-        const sendCommand = (args: string[]): Promise<unknown> =>
-          link.cut ? Promise.reject(new Error('cut off')) : connection.send(args);
-        const sync = new RedisSync({ sendCommand, syncMs: SYNC_MS, timeoutMs: 100 });
-        sync.on('error', () => undefined);
+        const { sync, link } = cuttableSync(connection.send, { timeoutMs: 100 });
         const name = `lease-${leaseMs ?? 'default'}`;
         const limit = { perSecond: 1, burst: 100 };
         const limiter = new SyncedLimiter({ sync, name, limit, ...(leaseMs === undefined ? {} : { leaseMs }) });
