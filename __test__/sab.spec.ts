@@ -4,6 +4,7 @@
 // thread that made it and a worker terminated mid-loop, and the errors for bad buffers.
 import { Worker } from 'node:worker_threads';
 import test, { type ExecutionContext } from 'ava';
+import { crc32 } from '../fallback/crc32.js';
 import { backend, Estimator, ManualClock, Rate } from '../lib/index.js';
 import type { BufferWorkerData, Command } from './fixtures/buffer-worker.js';
 import { fixture, runFixture, throwsShape, title } from './helpers.js';
@@ -308,7 +309,23 @@ test(title('bad buffers and options are refused with the same errors on both bac
   throwsShape(
     t,
     () => Estimator.fromSharedBuffer(short),
-    corrupt('length', `the buffer is ${short.byteLength} bytes; its header describes ${estimator.byteLength}`),
+    corrupt(
+      'length',
+      `the buffer is ${short.byteLength} bytes; its length field says ${estimator.byteLength}, and its shape takes ${estimator.byteLength}`,
+    ),
+  );
+  // A length field alone gone wrong, resealed: the message names the field's value, not the shape's.
+  const field = copy(estimator);
+  const fieldView = new DataView(field);
+  fieldView.setBigUint64(48, 0n, true);
+  fieldView.setUint32(60, crc32(new Uint8Array(field), 60), true);
+  throwsShape(
+    t,
+    () => Estimator.fromSharedBuffer(field),
+    corrupt(
+      'length',
+      `the buffer is ${field.byteLength} bytes; its length field says 0, and its shape takes ${field.byteLength}`,
+    ),
   );
   const mismatch = (message: string) => ({ instanceOf: Error, code: 'ERR_KEEPCOUNT_MISMATCH', message });
   // An option that differs says what to do; another kind is another call, not another option.

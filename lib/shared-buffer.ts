@@ -167,8 +167,13 @@ export function readBuffer(buffer: unknown, expected: Partial<BufferLayout> & { 
   }
   const sketches = code === 3 ? 1 + processes : code === 2 ? 2 : 1;
   const total = HEADER_BYTES + sketches * hashes * slots * 8 + processes * 16;
-  if (view.getBigUint64(48, true) !== BigInt(total) || length !== total) {
-    throw corrupt('length', `the buffer is ${length} bytes; its header describes ${total}`);
+  const declared = view.getBigUint64(48, true);
+  if (declared !== BigInt(total) || length !== total) {
+    // Name all three: which of the buffer, the length field and the shape disagrees is the fault.
+    throw corrupt(
+      'length',
+      `the buffer is ${length} bytes; its length field says ${declared}, and its shape takes ${total}`,
+    );
   }
   const seed = view.getBigUint64(24, true);
   const found: BufferLayout = {
