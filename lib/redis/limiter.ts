@@ -2,135 +2,23 @@
 import { invalidType, outOfRange } from '../errors.js';
 import type { RequestLimiter } from '../http/quota.js';
 import { storedKey } from '../long-key.js';
-import { ALLOWED, limitSpec, type Decisions, type LimiterDecision, type RateLimit } from '../quotas.js';
-import { integerOption, iterableArgument, optionsObject } from '../options.js';
+import { ALLOWED, type Decisions, type LimiterDecision } from '../quotas.js';
+import type { Account } from './account.js';
 import { Census, entryKeys, SyncedCells } from './cells.js';
-import { syncOption } from './estimator.js';
-import { failPolicyOption, type FailPolicy } from './fail-policy.js';
+import type { FailPolicy } from './fail-policy.js';
+import { Ledger } from './ledger.js';
+import { limiterConfig, type SyncedLimiterOptions } from './limiter-options.js';
 import type { LoanRequest } from './loan.js';
-import { Room } from './room.js';
+import { LocalBucket } from './local-bucket.js';
 import type { RedisSync } from './sync.js';
-import { leaseMsOption, nameOption } from './sync-options.js';
 
-/**
- * Tokens on loan plus tokens in a key's Redis bucket never pass `burst + LOAN_PERIODS × rate ×
- * syncMs`. With every node asking each sync for what its demand needs, the bucket holds about one
- * period's refill (`rate × syncMs`) just before each loan and about as much is out on loan: the
- * second period of room keeps the cap from ever throwing refill away under full load (which would
- * admit less than the rate) while sync periods stretch to twice `syncMs`.
- */
-const LOAN_PERIODS = 2;
-
-/**
- * Most keys one limiter asks loans for in one sync: about ten Redis operations each, so a sync
- * stays within a few milliseconds of the server's time. Keys that need tokens now go first (see
- * {@link SyncedLimiter.loans}), then the others in turn (the least recently asked first); keys
- * past it wait for the next sync, their demand counting meanwhile.
- */
-const MAX_LOANS = 1024;
-
-/**
- * A key leaves (gives its tokens back and is forgotten) after this many syncs without a check.
- * Until then it keeps its loan and its place, so a key checked now and then (less often than every
- * sync) is admitted from its loan, not on credit again: credit is for keys new to the node.
- */
-const IDLE_SYNCS = 10;
-
-/**
- * Most keys one node keeps an account for: about 200 bytes each plus the key, which is at most
- * 257 code units (keys are kept in their bounded form, `storedKey`): 13 MB in all for short keys,
- * under 50 MB for the longest (a two-byte string of 257 units). Keys leave after
- * {@link IDLE_SYNCS} idle syncs, but not while Redis is away (nothing reaches it), so a flood of
- * new keys during an outage stops here. Past it a new key takes the place of one that owes
- * nothing (see {@link SyncedLimiter}'s `#account`), so a flood of distinct keys lets in new keys
- * as fast as syncs pay their debts (1,024 a sync), spread evenly over each sync period.
- */
-const MAX_ACCOUNTS = 65_536;
+export type { SyncedLimiterOptions } from './limiter-options.js';
 
 /**
  * The layout of the presence entry, which holds no cells (only the node registry that tells each
  * node how many share a key's bucket): every node agrees on it.
  */
 const PRESENCE_LAYOUT = 'presence';
-
-/** Options of {@link SyncedLimiter}. */
-export interface SyncedLimiterOptions {
-  /** The {@link RedisSync} that carries it. Required. */
-  sync: RedisSync;
-  /** The limiter's name: nodes that give the same name share the buckets. Required; no `{` or `}`. */
-  name: string;
-  /**
-   * Every key's bucket, fleet-wide: `{ perSecond, burst }` or `{ amount, periodMs, burst }`, as a
-   * `Limiter`'s `RateLimit`; a check takes its `cost` in tokens. Required.
-   */
-  limit: RateLimit;
-  /**
-   * Keys with a bucket of their own size: `[key, RateLimit]` pairs, e.g. a `Map`. A key longer
-   * than 256 UTF-16 code units is matched under its bounded form, as checks are (see the class
-   * doc). Defaults to none.
-   */
-  keys?: Iterable<readonly [string, RateLimit]>;
-  /**
-   * How long a loan of tokens lasts without a successful sync: an integer in (`syncMs`,
-   * 7,200,000]. A node drops what it holds when its loan runs out; Redis writes the loan off then,
-   * so a crashed node's tokens come back to nobody and hold nothing up. Defaults to the sync's
-   * `staleAfterMs`, when the fail policy takes over, but never less than `syncMs + timeoutMs`, so
-   * that syncs on time always renew it.
-   */
-  leaseMs?: number;
-  /** What to do while Redis is unreachable; see {@link FailPolicy}. Defaults to `'local'`. */
-  failPolicy?: FailPolicy;
-  /**
-   * How long after its first sync a node waits before it lends itself credit (see the class doc):
-   * an integer in [0, 3,600,000]. Defaults to the sync's `syncMs`, by when every node that started
-   * with it has registered, so the nodes' credit together stays within one `burst`. With 0, credit
-   * comes with the first sync, and nodes that start together may borrow up to `burst × (1 + 1/2 +
-   * … + 1/N)` until their next sync: for a fleet whose nodes never start within a sync period of
-   * each other.
-   */
-  creditAfterMs?: number;
-}
-
-/** A bucket's parameters as the script takes them. */
-interface Bucket {
-  /** Tokens per millisecond. */
-  readonly rate: number;
-  readonly burst: number;
-  readonly cap: number;
-  /** How long the Redis key lives after a sync: a lease, then the time to refill (0: for ever). */
-  readonly ttlMs: number;
-}
-
-/** What this node knows of one key. */
-interface Account {
-  readonly key: string;
-  readonly bucket: Bucket;
-  /** Tokens this node holds: lent by Redis, less what it admitted (negative: borrowed on credit). */
-  held: number;
-  /** Cost checked (admitted or not) since the last loan request: the demand the share follows. */
-  demand: number;
-  /** Loan requests in a row with no demand: at {@link IDLE_SYNCS} the key leaves. */
-  idle: number;
-  /** Refused for want of tokens since the last loan request. */
-  short: boolean;
-  /** Checks of the key on this node, counted up to 2: a key checked once makes room first. */
-  checks: number;
-  /** `performance.now()` after which the loan is void (0: no loan). */
-  expiresAt: number;
-  /** See {@link LoanRequest.got}. */
-  got: number;
-  /** Tokens the key's bucket had left after the last loan, and `performance.now()` when the node heard. */
-  spare: number;
-  spareAt: number;
-  /**
-   * The `'local'` fail policy's own bucket: tokens and when they were counted, and the spell of
-   * staleness it was started for (the limiter's `sync.freshAt` then, NaN before the first; see
-   * {@link SyncedLimiter}'s `#stale`).
-   */
-  localTokens: number;
-  localAt: number;
-  localFrom: number;
-}
 
 /**
  * A token-bucket limiter whose per-key quotas hold for the whole fleet, Doorman-style: each node
@@ -206,16 +94,8 @@ export class SyncedLimiter implements RequestLimiter {
   /** Milliseconds after its first sync from which this node lends itself credit. */
   readonly creditAfterMs: number;
   readonly #sync: RedisSync;
-  readonly #base: string;
-  readonly #bucket: Bucket;
-  readonly #buckets = new Map<string, Bucket>();
-  readonly #accounts = new Map<string, Account>();
-  /**
-   * Accounts of keys checked once whose loan came in and paid their credit, oldest loan first:
-   * what a flood of distinct keys leaves behind, and where a new key finds room when the oldest
-   * account owes (see {@link #account}).
-   */
-  readonly #room = new Room<Account>(performance.now());
+  /** Every key's account, and the loan requests that settle them. */
+  readonly #ledger: Ledger;
   /** Registers the node in the limiter's registry, whose count is the limiter's {@link nodes}. */
   readonly #presence: SyncedCells;
   #closed = false;
@@ -223,32 +103,19 @@ export class SyncedLimiter implements RequestLimiter {
   readonly #decisions: Decisions = { allowed: 0, refused: 0 };
 
   constructor(options: SyncedLimiterOptions) {
-    const o = optionsObject(options);
-    this.#sync = syncOption(o.sync);
-    const name = nameOption('name', o.name);
-    this.leaseMs = leaseMsOption(o.leaseMs, this.#sync);
-    this.failPolicy = failPolicyOption(o.failPolicy);
-    this.creditAfterMs = integerOption('creditAfterMs', o.creditAfterMs, 0, 3_600_000, this.#sync.syncMs);
-    this.#bucket = this.#parse('The "limit" option', o.limit);
-    if (o.keys !== undefined) {
-      const pairs = iterableArgument('The "keys" option', 'an iterable of [key, RateLimit] pairs', o.keys);
-      let i = 0;
-      for (const entry of pairs) {
-        if (!Array.isArray(entry) || typeof entry[0] !== 'string') {
-          throw invalidType(`The "keys[${i}]" option`, 'a [string, RateLimit] pair', entry);
-        }
-        this.#buckets.set(storedKey(entry[0].toWellFormed()), this.#parse(`The "keys[${i}][1]" option`, entry[1]));
-        i++;
-      }
-    }
-    this.#base = `${this.#sync.prefix}:{${name}}`;
+    const config = limiterConfig(options);
+    this.#sync = config.sync;
+    this.leaseMs = config.leaseMs;
+    this.failPolicy = config.failPolicy;
+    this.creditAfterMs = config.creditAfterMs;
+    this.#ledger = new Ledger(config);
     // Under the limiter's lease, as its loans are: a process restarted under this node id then
     // takes the id's record over once the old one's lease runs out (without one, never).
     const leaseMs = this.leaseMs;
     const census = new Census(() => this.#sync.nodes);
-    const keys = entryKeys(this.#base, 'p', PRESENCE_LAYOUT);
+    const keys = entryKeys(config.base, 'p', PRESENCE_LAYOUT);
     this.#presence = new SyncedCells(0, keys, census, () => leaseMs, leaseMs);
-    this.#sync.add(this, 'SyncedLimiter', name);
+    this.#sync.add(this, 'SyncedLimiter', config.name);
   }
 
   /**
@@ -282,7 +149,7 @@ export class SyncedLimiter implements RequestLimiter {
     if (this.#closed) return refusal(Infinity);
     // Well formed first: Redis gets the key as UTF-8, where every lone surrogate is U+FFFD, so
     // keys that differ only there share one bucket in Redis and must share one account here too.
-    const account = this.#account(storedKey(key.isWellFormed() ? key : key.toWellFormed()));
+    const account = this.#ledger.account(storedKey(key.isWellFormed() ? key : key.toWellFormed()));
     if (account === undefined) return refusal(this.#sync.syncMs);
     const { bucket } = account;
     account.demand += cost;
@@ -346,8 +213,8 @@ export class SyncedLimiter implements RequestLimiter {
   }
 
   /**
-   * @internal One loan request per known key, up to {@link MAX_LOANS}. A key idle for
-   * {@link IDLE_SYNCS} syncs gives its tokens back and is forgotten.
+   * @internal One loan request per known key, up to the ledger's `MAX_LOANS`. A key idle for its
+   * `IDLE_SYNCS` syncs gives its tokens back and is forgotten (see {@link Ledger}).
    *
    * Keys that need tokens now go first: checked since their last request and either refused for
    * want of tokens, past half their credit, or holding a loan (a client in steady use, whose loan
@@ -361,40 +228,11 @@ export class SyncedLimiter implements RequestLimiter {
    */
   loans(): LoanRequest[] {
     if (this.#closed) {
-      // Every key leaves, MAX_LOANS a sync, each account kept until Redis applied its leave (see
-      // #request): a leave whose sync failed goes again with the next, the others wait their turn
-      // ({@link pending}). Before, all were dropped with the first sync after close(), so if it
-      // failed, what the node admitted on credit never reached Redis and its tokens were written
-      // off only at the lease, and sync.close() said true; then all went in one call, which with
-      // 65,536 keys held Redis for 2.1 s (the other nodes' syncs timed out) and with ioredis past
-      // about 13,000 threw before it was sent, every sync after it too.
-      this.#room.clear();
-      if (this.#accounts.size === 0) this.#sync.remove(this);
-      const leaves: LoanRequest[] = [];
-      for (const account of this.#accounts.values()) {
-        if (leaves.length === MAX_LOANS) break;
-        leaves.push(this.#request(account, true));
-      }
-      return leaves;
+      // Every key leaves (see Ledger.leaves); the limiter stops syncing once all have.
+      if (this.#ledger.size === 0) this.#sync.remove(this);
+      return this.#ledger.leaves();
     }
-    const now = performance.now();
-    this.#room.startPeriod(now);
-    const urgent: Account[] = [];
-    const others: Account[] = [];
-    for (const account of this.#accounts.values()) {
-      if (urgent.length === MAX_LOANS) break;
-      if (this.#needsTokens(account, now)) urgent.push(account);
-      else if (others.length < MAX_LOANS - urgent.length) others.push(account);
-    }
-    const taken = urgent.concat(others.slice(0, MAX_LOANS - urgent.length));
-    return taken.map((account) => {
-      const request = this.#request(account);
-      // The keys asked for go to the back of the line; a key that leaves is forgotten.
-      this.#accounts.delete(account.key);
-      if (request.want >= 0) this.#accounts.set(account.key, account);
-      else this.#room.withdraw(account);
-      return request;
-    });
+    return this.#ledger.requests(this.nodes);
   }
 
   /**
@@ -409,130 +247,15 @@ export class SyncedLimiter implements RequestLimiter {
 
   /**
    * @internal The syncs this closed limiter still needs to give every key back ({@link loans}
-   * sends {@link MAX_LOANS} leaves a sync); 0 while open.
+   * sends the ledger's `MAX_LOANS` leaves a sync); 0 while open.
    */
   pending(): number {
-    return this.#closed ? Math.ceil(this.#accounts.size / MAX_LOANS) : 0;
+    return this.#closed ? this.#ledger.syncsToLeave() : 0;
   }
 
   /** Whether {@link close} ran: checks refuse then. */
   get closed(): boolean {
     return this.#closed;
-  }
-
-  /** Whether `account` needs tokens now, so that its loan request goes first (see {@link loans}). */
-  #needsTokens(account: Account, now: number): boolean {
-    if (account.demand === 0) return false;
-    return account.short || now <= account.expiresAt || account.held <= -account.bucket.burst / (2 * this.nodes);
-  }
-
-  /** The loan request for `account`; a key with no demand and no debt (or `leave`) leaves. */
-  #request(account: Account, leave = false): LoanRequest {
-    const { bucket } = account;
-    const now = performance.now();
-    if (now > account.expiresAt) account.held = Math.min(0, account.held);
-    const held = account.held;
-    const { demand, idle, short } = account;
-    account.idle = demand === 0 ? idle + 1 : 0;
-    account.short = false;
-    const leaving = leave || (account.idle >= IDLE_SYNCS && held >= 0);
-    const want = leaving ? -1 : Math.max(0, demand - held);
-    account.demand = 0;
-    return {
-      key: `${this.#base}:b:${account.key}`,
-      rate: bucket.rate,
-      burst: bucket.burst,
-      cap: bucket.cap,
-      leaseMs: this.leaseMs,
-      ttlMs: bucket.ttlMs,
-      held,
-      want,
-      got: account.got,
-      lent: (tokens, left, sentAt, seq) => {
-        // A closed limiter's leave, applied (−1: by an earlier run of the same script), or found
-        // applied by the one before whose reply was lost (script.ts): the account is done.
-        if (leave) {
-          this.#accounts.delete(account.key);
-          return;
-        }
-        // Not applied (see LoanRequest.lent): `got` stays, so the next sync's request names the
-        // loan this node last took in, and Redis returns the one it made since.
-        if (leaving || tokens < 0) return;
-        // A reply later than the lease (counted from before the request left) is void: Redis may
-        // already have written the loan off, or else gives it back at the next sync.
-        if (performance.now() > sentAt + this.leaseMs) return;
-        account.held += tokens;
-        account.expiresAt = sentAt + this.leaseMs;
-        account.got = seq;
-        // Heard now, later than Redis counted it: the refill credited from here on is never early.
-        account.spare = left;
-        account.spareAt = performance.now();
-        // Paid up, it may make room for a new key (unless checked again or made room for already).
-        if (this.#mayMakeRoom(account)) this.#room.offer(account);
-      },
-      // A failed sync tells Redis nothing: the demand counts in the next one, and idle syncs are
-      // counted only when they reach Redis. A key that left is gone (its loan lapses in Redis).
-      failed: () => {
-        account.demand += demand;
-        account.idle = idle;
-        account.short ||= short;
-      },
-    };
-  }
-
-  /**
-   * The key's account, made on its first check. With {@link MAX_ACCOUNTS} held, the least recently
-   * synced one makes room if it owes nothing (its tokens lapse in Redis). If it owes, forgetting
-   * its debt would admit it twice, so a key checked once whose loan paid its credit makes room
-   * instead, the one paid longest ago, as far as {@link Room} hands out room at this point of the
-   * sync period. Under a flood of distinct keys the oldest accounts are flooding keys still on
-   * credit (a sync pays 1,024 debts, the oldest first): before, a new key was refused until the
-   * syncs had come round to every one of them, 64 syncs later. A key checked more than once, a
-   * client in use, is never made room from here. With no room, the new key is refused
-   * (`undefined`) until debts are paid or keys leave.
-   */
-  #account(key: string): Account | undefined {
-    let account = this.#accounts.get(key);
-    if (account === undefined) {
-      if (this.#accounts.size >= MAX_ACCOUNTS) {
-        const oldest = this.#accounts.values().next().value as Account;
-        if (oldest.held >= 0) {
-          this.#accounts.delete(oldest.key);
-          this.#room.withdraw(oldest);
-        } else {
-          const paid = this.#room.take(performance.now(), (a) => this.#mayMakeRoom(a));
-          if (paid === undefined) return undefined;
-          this.#accounts.delete(paid.key);
-        }
-      }
-      const bucket = this.#buckets.get(key) ?? this.#bucket;
-      account = {
-        key,
-        bucket,
-        held: 0,
-        demand: 0,
-        idle: 0,
-        short: false,
-        checks: 0,
-        expiresAt: 0,
-        got: this.#sync.sequence,
-        spare: 0,
-        spareAt: 0,
-        localTokens: 0,
-        localAt: 0,
-        localFrom: NaN,
-      };
-      this.#accounts.set(key, account);
-    }
-    return account;
-  }
-
-  /**
-   * Whether `account` may make room for a new key: still its key's account, checked once, and
-   * owing nothing (forgetting a debt would admit the key twice).
-   */
-  #mayMakeRoom(account: Account): boolean {
-    return account.checks === 1 && account.held >= 0 && this.#accounts.get(account.key) === account;
   }
 
   /**
@@ -562,8 +285,8 @@ export class SyncedLimiter implements RequestLimiter {
     if (this.failPolicy === 'open') return ALLOWED;
     if (this.failPolicy === 'closed' || !this.#sync.synced) return refusal(this.#sync.syncMs);
     const nodes = this.nodes;
-    const { rate, burst } = account.bucket;
-    const share = burst / nodes;
+    const { bucket } = account;
+    const share = bucket.burst / nodes;
     // The spell runs from the first stale check until a sync makes the limiter fresh again, as
     // `freshAt` changes only then. Before, it was named by the `sentAt` of the limiter's last
     // count, which a sync's reply sets a few microtasks before the sync makes it fresh: a check in
@@ -573,43 +296,21 @@ export class SyncedLimiter implements RequestLimiter {
     // on a sync that had synced) had NaN, unequal to itself, so each check started its bucket
     // again and its refill never built up.
     const spell = this.#sync.freshAt(this);
-    if (account.localFrom === spell) {
-      const elapsed = Math.max(0, now - account.localAt);
-      account.localTokens = Math.min(share, account.localTokens + (elapsed * rate) / nodes);
-      if (now > account.expiresAt) account.held = Math.min(0, account.held);
-    } else {
-      // Live credit only: a key with no live loan would borrow blind, and a node cut off long
-      // enough drops out of the others' count, so they lend themselves a larger share of the
-      // same burst (see the method doc).
-      const live = now <= account.expiresAt;
-      const credit = live ? this.#credit(account, now) : 0;
-      if (!live) account.held = Math.min(0, account.held);
-      account.localTokens = Math.min(share, Math.max(0, account.held + credit));
-      account.localFrom = spell;
-    }
-    account.localAt = now;
-    if (account.localTokens >= cost) {
-      account.localTokens -= cost;
+    // What the spell's bucket starts from at its first check. Live credit only: a key with no live
+    // loan would borrow blind, and a node cut off long enough drops out of the others' count, so
+    // they lend themselves a larger share of the same burst (see the method doc).
+    const live = now <= account.expiresAt;
+    const credit = live ? this.#credit(account, now) : 0;
+    if (!live) account.held = Math.min(0, account.held);
+    const local = (account.local ??= new LocalBucket());
+    if (local.take(cost, now, spell, account.held + credit, bucket, nodes)) {
       // Owed as far as the node's credit goes; past it, what the refill lets in is not, which
-      // Redis's own refill over the same time covers when every node is cut off (see the class doc).
+      // Redis's own refill over the same time covers when every node is cut off (see the class
+      // doc).
       account.held = Math.min(account.held, Math.max(account.held - cost, -share));
       return ALLOWED;
     }
-    if (rate === 0) return refusal(Infinity);
-    return refusal(((cost - account.localTokens) * nodes) / rate);
-  }
-
-  #parse(what: string, limit: unknown): Bucket {
-    const spec = limitSpec(
-      what,
-      limit,
-      "(a SyncedLimiter has one dimension: { perSecond, burst } or { amount, periodMs, burst }, not a Limiter's " +
-        '{ requests: …, units: … })',
-    );
-    const rate = (spec.amount * 1e6) / spec.periodNs;
-    const cap = spec.burst + LOAN_PERIODS * rate * this.#sync.syncMs;
-    const ttlMs = rate === 0 ? 0 : Math.ceil(this.leaseMs + spec.burst / rate);
-    return { rate, burst: spec.burst, cap, ttlMs };
+    return refusal(local.waitMs(cost, bucket, nodes));
   }
 }
 
