@@ -132,6 +132,65 @@ test(title('both backends saturate at ±2^63 on overflow, in incr and merge, and
   }
 });
 
+/** A serialized sketch (docs/format.md §5) of this shape and seed holding `counters`. */
+function sketchBytes(hashes: number, slots: number, seed: bigint, counters: bigint[]): Uint8Array {
+  const bytes = new fallbackBackend.Estimator(hashes, slots, seed).serialize();
+  const view = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
+  counters.forEach((c, i) => view.setBigInt64(24 + 8 * i, c, true));
+  view.setUint32(bytes.length - 4, crc32(bytes, bytes.length - 4), true);
+  return bytes;
+}
+
+test(title('both backends keep safe and wide counters side by side alike through incr, merge and reset'), (t) => {
+  const MAX = Number.MAX_SAFE_INTEGER;
+  const I64_MAX = 2n ** 63n - 1n;
+  // Counters on both sides of ±(2^53 − 1), odd ones no double holds, and the i64 bounds.
+  const COUNTERS = [0n, 5n, -7n, BigInt(MAX), -BigInt(MAX), 2n ** 53n, 2n ** 53n + 1n, -(2n ** 53n) - 3n];
+  const EDGES = [...COUNTERS, 2n ** 62n + 3n, I64_MAX, -I64_MAX - 1n, I64_MAX - 1001n];
+  // Steps that take a counter past ±(2^53 − 1), from near the i64 bounds to them, and back.
+  const STEPS = [1, -3, 1000, MAX, -MAX, MAX, -MAX];
+  for (let run = 1; run <= 40; run++) {
+    const random = prng(run);
+    const pick = <T>(xs: T[]): T => xs[Math.floor(random() * xs.length)]!;
+    const hashes = 1 + Math.floor(random() * 3);
+    const slots = 1 + Math.floor(random() * 6);
+    const seed = randomSeed(random);
+    const decoded = (): [EstimatorCore, EstimatorCore] => {
+      const counters = Array.from({ length: hashes * slots }, () => pick(random() < 0.5 ? COUNTERS : EDGES));
+      const bytes = sketchBytes(hashes, slots, seed, counters);
+      return pair((b) => decode(b, bytes));
+    };
+    const [a, b] = [decoded(), decoded()];
+    const keys = Array.from({ length: 8 }, (_, i) => `k${i}`);
+    for (let op = 0; op < 300; op++) {
+      const [native, fallback] = pick([a, b]);
+      const key = pick(keys);
+      const at = `run ${run} op ${op}`;
+      const roll = random();
+      if (roll < 0.7) {
+        const value = pick(STEPS);
+        t.is(fallback.incr(key, value), native.incr(key, value), `${at}: incr ${value}`);
+      } else if (roll < 0.85) {
+        t.is(fallback.get(key), native.get(key), `${at}: get`);
+      } else if (roll < 0.95) {
+        const [into, from] = random() < 0.5 ? [a, b] : [b, a];
+        into[0].merge(from[0]);
+        into[1].merge(from[1]);
+      } else if (roll < 0.97) {
+        native.reset();
+        fallback.reset();
+      } else {
+        t.deepEqual(Buffer.from(fallback.serialize()), Buffer.from(native.serialize()), `${at}: bytes`);
+      }
+    }
+    for (const [native, fallback] of [a, b]) {
+      const bytes = Buffer.from(native.serialize());
+      t.deepEqual(Buffer.from(fallback.serialize()), bytes, `run ${run}: bytes`);
+      t.deepEqual(Buffer.from(decode(fallbackBackend, bytes).serialize()), bytes, `run ${run}: decoded again`);
+    }
+  }
+});
+
 test(title('both backends agree on Rate over random operations and times'), (t) => {
   for (let run = 1; run <= 20; run++) {
     const random = prng(1000 + run);

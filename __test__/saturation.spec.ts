@@ -147,3 +147,38 @@ test(title('HeavyHitters keeps its sketch exact and sums its first row as wrappi
   t.deepEqual(sketchOf(odd.serialize()), [2n ** 53n + 1n, I64_MAX - 2n ** 53n]);
   t.is(odd.stats().total, 2 ** 64);
 });
+
+test(title('a sketch of more than 2^24 counters, every one past 2^53, decodes and reads exactly'), (t) => {
+  // 2 × (2^23 + 1) counters, 134 MB: past the 2^24 entries a V8 Map holds, where the fallback kept
+  // its wide counters and threw an uncoded `RangeError` here after 18 s and 1.3 GB (no smaller
+  // sketch has that many counters). Each is 2^53 plus or minus an odd number below 2^32, which no
+  // double holds: one read or written as a number would change.
+  const shape = { hashes: 2, slots: 2 ** 23 + 1, seed: 4n };
+  const n = shape.hashes * shape.slots;
+  const hiOf = (i: number): number => (i % 3 === 0 ? -(2 ** 21) - 1 : 2 ** 21);
+  const loOf = (i: number): number => (Math.imul(i, 0x9e3779b1) | 1) >>> 0;
+  const counter = (i: number): bigint => BigInt(hiOf(i)) * 2n ** 32n + BigInt(loOf(i));
+  const bytes = new Uint8Array(COUNTERS_AT + 8 * n + 4);
+  // The header of an empty sketch of this shape but one slot a row; slots are at byte 12 (§5).
+  bytes.set(new Estimator({ ...shape, slots: 1 }).serialize().subarray(0, COUNTERS_AT));
+  const view = new DataView(bytes.buffer);
+  view.setUint32(12, shape.slots, true);
+  for (let i = 0, at = COUNTERS_AT; i < n; i++, at += 8) {
+    view.setUint32(at, loOf(i), true);
+    view.setInt32(at + 4, hiOf(i), true);
+  }
+  view.setUint32(bytes.length - 4, crc32(bytes, bytes.length - 4), true);
+
+  const sketch = Estimator.deserialize(bytes);
+  // Buffer#equals, not deepEqual: a diff of 134 MB would take minutes to print.
+  t.true(Buffer.from(sketch.serialize()).equals(bytes), 'serialized as decoded');
+  for (let k = 0; k < 32; k++) {
+    const key = `key ${k}`;
+    const counters = sketch.counterIndexes(key).map(counter);
+    const min = counters.reduce((a, b) => (b < a ? b : a));
+    t.is(sketch.get(key), Number(min), key);
+    // Each counter less 2^53 − 1, exactly: a positive one comes back to the safe range.
+    const less = counters.map((c) => c - BigInt(M)).reduce((a, b) => (b < a ? b : a));
+    t.is(sketch.decr(key, M), Number(less), `${key} less 2^53 − 1`);
+  }
+});
