@@ -274,3 +274,200 @@ test.serial(
     }
   },
 );
+
+/** Two nodes syncing one `SyncedLimiter` by hand on `connection`, a bucket of `burst` that never refills. */
+function limiterNodes(connection: Connection, name: string, burst: number, leaseMs?: number) {
+  const node = () => {
+    const sync = new RedisSync({ sendCommand: connection.send, syncMs: BY_HAND });
+    const limit = { ...HOURLY, burst };
+    return {
+      sync,
+      errors: errorsOf(sync),
+      limiter: new SyncedLimiter({ sync, name, limit, leaseMs, creditAfterMs: 0 }),
+    };
+  };
+  const nodes = [node(), node()] as const;
+  /** Flushes both nodes `times` times, each flush succeeding. */
+  const flush = async (t: ExecutionContext, times: number) => {
+    for (let i = 0; i < times; i++)
+      t.deepEqual([await nodes[0].sync.flush(), await nodes[1].sync.flush()], [true, true]);
+  };
+  /** Checks `k` `times` times on every node and flushes, twice: what the fleet admitted. */
+  const spend = async (t: ExecutionContext, times: number) => {
+    let allowed = 0;
+    for (let round = 0; round < 2; round++) {
+      for (const { limiter } of nodes) for (let i = 0; i < times; i++) if (limiter.check('k').allowed) allowed++;
+      await flush(t, 1);
+    }
+    return allowed;
+  };
+  return { nodes, flush, spend, bucket: `keepcount:{${name}}:b:k` };
+}
+
+/** The cap a `limiterNodes` bucket of `burst` has, as the script gets it (limiter.ts `#parse`). */
+const hourlyCap = (burst: number) => burst + 2 * ((HOURLY.amount * 1e6) / (HOURLY.periodMs * 1e6)) * BY_HAND;
+
+/**
+ * Ways to write a bucket values past what keepcount writes, each of a number Redis reads: what the
+ * report says, and what the fleet admits after them from a bucket left with 2 tokens. A node's
+ * fields go as a lapsed lease's do, so 2, no more, no fewer; tokens start over full (10), as after
+ * a lost bucket, the loans on it still counted.
+ */
+const outOfBounds: [string, RegExp, number, (c: Connection, bucket: string, node: string) => Promise<unknown>][] = [
+  [
+    'a lease far ahead',
+    /the fields of 1 node\(s\) removed: x:ghost 9e15, past 7200000 ms from now/,
+    2,
+    (c, bucket) => c.send(['HSET', bucket, 'x:ghost', '9e15', 'o:ghost', '1e9', 'w:ghost', '0']),
+  ],
+  [
+    'a vast want on a live lease',
+    /the fields of 1 node\(s\) removed: w:ghost 1e15, outside 0 to /,
+    2,
+    (c, bucket) => c.send(['HSET', bucket, 'x:ghost', String(Date.now() + 600_000), 'w:ghost', '1e15']),
+  ],
+  [
+    'a vast loan on a live lease',
+    /the fields of 1 node\(s\) removed: o:ghost 1e15, outside -\d+\.?\d* to /,
+    2,
+    (c, bucket) => c.send(['HSET', bucket, 'x:ghost', String(Date.now() + 600_000), 'o:ghost', '1e15']),
+  ],
+  [
+    'tokens far below any debt',
+    /t -1e15, below -\d+.*: the bucket starts over full/,
+    10,
+    (c, b) => c.send(['HSET', b, 't', '-1e15']),
+  ],
+  ['a refill time far ahead', /at 9e15, past 7200000 ms from now/, 10, (c, b) => c.send(['HSET', b, 'at', '9e15'])],
+  [
+    // Before, the node's syncs were refused as another live process's, for good.
+    "the node's own lease far ahead, under another process",
+    /the fields of 1 node\(s\) removed: x:\S+ 9e15, past 7200000 ms from now/,
+    2,
+    (c, bucket, node) => c.send(['HSET', bucket, `x:${node}`, '9e15', `p:${node}`, 'another']),
+  ],
+];
+
+test.serial(
+  title("a bucket's values past what keepcount writes: removed and reported once, the key serves again"),
+  async (t) => {
+    // Before, the script counted any lease not yet run out, however far ahead, and any loan, want
+    // or debt: one HSET (a ghost's loan of 1e9 scored 9e15, or tokens at -1e15) made the key
+    // refuse everything fleet-wide, for good since every sync renews the bucket, unreported.
+    const server = await startRedis();
+    const connection = await connectClient('ioredis', server.port);
+    try {
+      for (const [index, [what, reason, admitted, corrupt]] of outOfBounds.entries()) {
+        const { nodes, flush, spend, bucket } = limiterNodes(connection, `bounds-${index}`, 10);
+        await flush(t, 1);
+        t.is(await spend(t, 2), 8, what);
+        await corrupt(connection, bucket, nodes[0].sync.nodeId);
+        const after = await spend(t, 5);
+        const errors = [...nodes[0].errors, ...nodes[1].errors];
+        const reported = corruptOf(errors);
+        t.is(reported.length, 1, what);
+        t.is(reported[0]?.key, bucket, what);
+        t.regex(String(reported[0]?.message), reason, what);
+        t.is(errors.length, 1, what);
+        t.is(after, admitted, what);
+        for (const node of nodes) await node.sync.close();
+      }
+    } finally {
+      await connection.close();
+      await server.stop();
+    }
+  },
+);
+
+test.serial(
+  title('a lease set member scored past any lease: its node forgotten and reported once, its slots gone'),
+  async (t) => {
+    // Before, the script reaped only leases that ran out: a member scored 9e15 beside a copy of a
+    // node's contribution kept those slots in the count for good, after that node had died.
+    const server = await startRedis();
+    const connection = await connectClient('ioredis', server.port);
+    try {
+      const nodes = [0, 1].map(() => {
+        const sync = new RedisSync({ sendCommand: connection.send, syncMs: BY_HAND });
+        return { sync, errors: errorsOf(sync), slots: new SyncedInflight({ sync, name: 'ghost', seed: 3 }) };
+      });
+      const [a, b] = nodes as [(typeof nodes)[0], (typeof nodes)[0]];
+      a.slots.enter('k', 5);
+      for (let i = 0; i < 2; i++) t.deepEqual([await a.sync.flush(), await b.sync.flush()], [true, true]);
+      t.is(b.slots.get('k'), 5);
+      const leases = ((await connection.send(['KEYS', 'keepcount:{ghost}:*:l'])) as string[])[0] as string;
+      const base = leases.slice(0, -':l'.length);
+      const mine = (await connection.send(['HGETALL', `${base}:n:${a.sync.nodeId}`])) as string[];
+      await connection.send(['HSET', `${base}:n:ghost`, ...mine]);
+      for (let j = 0; j < mine.length; j += 2) {
+        if (mine[j] !== 'i') await connection.send(['HINCRBY', `${base}:c`, mine[j] as string, mine[j + 1] as string]);
+      }
+      await connection.send(['ZADD', leases, '9e15', 'ghost']);
+      for (let i = 0; i < 2; i++) t.deepEqual([await a.sync.flush(), await b.sync.flush()], [true, true]);
+      t.deepEqual([a.slots.get('k'), b.slots.get('k')], [5, 5], "only A's slots count");
+      const members = (await connection.send(['ZRANGE', leases, '0', '-1'])) as string[];
+      t.deepEqual(members.sort(), ['', a.sync.nodeId, b.sync.nodeId].sort());
+      const errors = [...a.errors, ...b.errors];
+      const reported = corruptOf(errors);
+      t.is(reported.length, 1);
+      t.is(reported[0]?.key, leases);
+      t.regex(String(reported[0]?.message), /\(1 members scored past 7200000 ms from now, their nodes forgotten\)/);
+      t.is(errors.length, 1);
+      for (const node of nodes) await node.sync.close();
+    } finally {
+      await connection.close();
+      await server.stop();
+    }
+  },
+);
+
+test.serial(
+  title('a bucket at the longest lease, in debt from closed nodes, or asked a vast cost: nothing reported'),
+  async (t) => {
+    // The bounds must never catch what honest nodes write. A want is bounded where it is written:
+    // before, one check of a vast cost asked Redis for all of it.
+    const server = await startRedis();
+    const connection = await connectClient('ioredis', server.port);
+    try {
+      const { nodes, flush, bucket } = limiterNodes(connection, 'legit', 10, 7_200_000);
+      const [a, b] = nodes;
+      await flush(t, 1);
+      t.false(a.limiter.check('k', 1e15).allowed);
+      t.true(b.limiter.check('k').allowed);
+      await flush(t, 1);
+      const want = Number(await connection.send(['HGET', bucket, `w:${a.sync.nodeId}`]));
+      t.is(want, 64 * (hourlyCap(10) + 1), "the vast cost's want, bounded");
+      await flush(t, 1);
+      // Nodes that start, spend their credit (their share of the burst) and close pay their debts
+      // from the bucket: it goes below zero, and lends nothing until refilled.
+      let borrowed = 0;
+      for (let i = 0; i < 4; i++) {
+        const sync = new RedisSync({ sendCommand: connection.send, syncMs: BY_HAND });
+        const limiter = new SyncedLimiter({ sync, name: 'legit', limit: { ...HOURLY, burst: 10 }, creditAfterMs: 0 });
+        t.true(await sync.flush());
+        let allowed = 0;
+        for (let j = 0; j < 10; j++) if (limiter.check('k').allowed) allowed++;
+        t.true(allowed > 0);
+        borrowed += allowed;
+        limiter.close();
+        t.true(await sync.close());
+        nodes[0].errors.push(...errorsOf(sync));
+      }
+      await flush(t, 2);
+      const fields = (await connection.send(['HGETALL', bucket])) as string[];
+      const f = Object.fromEntries(fields.flatMap((v, j) => (j % 2 === 0 ? [[v, fields[j + 1]]] : [])));
+      // A holds the whole burst (its vast want took it), so the bucket owes what the others borrowed.
+      t.true(Math.abs(Number(f.t) + borrowed) < 0.01, `in debt: ${f.t}, after ${borrowed} borrowed`);
+      const lease = Number(f[`x:${a.sync.nodeId}`]) - Date.now();
+      t.true(lease > 7_100_000 && lease <= 7_200_000, `the longest lease: ${lease}`);
+      // At the bound itself, tokens are still taken for a debt.
+      await connection.send(['HSET', bucket, 't', String(-(2 ** 32) * (hourlyCap(10) + 1))]);
+      await flush(t, 2);
+      t.deepEqual([...nodes[0].errors, ...nodes[1].errors], []);
+      for (const node of nodes) await node.sync.close();
+    } finally {
+      await connection.close();
+      await server.stop();
+    }
+  },
+);

@@ -130,15 +130,18 @@ export function foreignKeyError(key: string, type: string, prefix: string): Erro
 /**
  * An entry (or a bucket) whose keys held values keepcount never writes, of the right Redis type: the
  * script deleted them and handled them as lost (script.ts); `key` names the entry or the bucket. Or
- * a node or layout registry that held members keepcount never scores so far ahead: the script
- * removed those members; `key` names the registry.
+ * a node or layout registry, or a leased entry's lease set, that held members keepcount never
+ * scores so far ahead: the script removed those members (of a lease set, forgot their nodes);
+ * `key` names the registry or the set. Or a bucket that held a node's fields or its tokens past
+ * what keepcount writes (script.ts `BUCKET_SPAN`): the script removed those fields; `key` names
+ * the bucket.
  */
 export function corruptKeyError(key: string, reason: string, prefix: string): Error {
   const error = withCode(
     new Error(
       `Redis key "${key}" (or a key of its entry) held a value keepcount never writes (${reason}): something ` +
         `else writes under the "${prefix}" prefix. keepcount deleted the entry's keys (of a registry, the ` +
-        'members named) and rebuilt what they held',
+        'members named; of a bucket, the fields named) and rebuilt what they held',
     ),
     'ERR_KEEPCOUNT_CORRUPT',
   );

@@ -59,8 +59,13 @@
  * lease ran out: it subtracts their contribution from `B:c` (as new versions, so every node pulls
  * the change) and deletes it, so the global count is the sum of the live nodes' contributions. A
  * reaped node that comes back begins a new record, which changes the incarnation it is told, so it
- * pushes its whole contribution again. All of a leased entry's keys, every node's contribution
- * included, get the same expiry at each sync: they never expire one without the others.
+ * pushes its whole contribution again. No node's lease passes `MAX_LEASE_MS`, so a member other
+ * than the marker scored later than that from now is none keepcount wrote: its contribution would
+ * stay in `B:c` until that score, for good at +inf, after the node it names died. A sync forgets
+ * such members as reaped nodes (this node too, which then pushes its whole contribution again),
+ * and reports `B:l` as corrupt (see below), once. All of a leased entry's keys, every node's
+ * contribution included, get the same expiry at each sync: they never expire one without the
+ * others.
  * Losing one of them would strand a dead node's slots in `B:c` for ever: without `B:l` nothing
  * reaps it, without its contribution nothing says how much to subtract. So a leased entry whose
  * `B:l` (or its marker) is missing begins a new incarnation, and so does one where a node in `B:l`
@@ -118,7 +123,8 @@
  * same node id is refused until that lease runs out). A node reports what it holds
  * and asks for more; the script refills the bucket at `rate` up to `burst`, and never above `cap`
  * minus everything on loan (so tokens in the bucket plus tokens held by nodes never pass `cap`),
- * then lends the node `min(want, tokens × want / all wants)`: a share in proportion to demand,
+ * then lends the node `min(want, tokens × want / all wants)` (a want counts up to
+ * `BUCKET_WANT_SPAN` caps): a share in proportion to demand,
  * Doorman's proportional share. A node that leaves (want −1) gives its tokens back, or pays its debt from the bucket (which
  * may go below zero), once: a leave sent again after the node gave up on the reply to one applied
  * (its last request here later than the loan it last took in, and no lease field left) changes
@@ -127,6 +133,14 @@
  * when it comes back. A node also says which sync's loan it last took in (`got`): when its last
  * sync here is later, the node gave up on that reply (a timeout) and never took the loan, so the
  * loan goes back into the bucket, once (the next applied sync records its own loan in its place).
+ * A bucket's values are bounded by what keepcount writes (`BUCKET_SPAN`), and anything past that is
+ * none keepcount wrote, which Redis keeps for as long as syncs renew the bucket: a node's fields
+ * whose lease is later than `MAX_LEASE_MS` from now (its loan would count, and its want take the
+ * bucket's share, until then), or whose loan, want or last loan lies outside the span, go as a
+ * lapsed lease's do; tokens below the span (a debt no fleet runs up, which the refill would take
+ * ages to pay) or a count time later than `MAX_LEASE_MS` from now (no refill until then) go, and
+ * the bucket starts over full, the loans on it still counted. Either is reported once (the values
+ * are gone after it).
  *
  * KEYS: per cell entry its base, its registry and its layout registry, then one key per bucket
  * entry. ARGV: node id, registry lifetime (ms, also how long a layout stays live), pull limit,
@@ -157,6 +171,7 @@
  */
 import { createHash } from 'node:crypto';
 import type { SendCommand } from './send.js';
+import { MAX_LEASE_MS } from './sync-options.js';
 
 /**
  * The longest liveness period a node sends: its `syncMs`, at most 3,600,000, times the 10 periods
@@ -165,6 +180,30 @@ import type { SendCommand } from './send.js';
  */
 const MAX_LIVE_MS = 10 * 3_600_000;
 
+/**
+ * How far a bucket's values reach, in units of `cap + 1` of the node that syncs it (`+ 1` for a
+ * bucket of no tokens): 2^32. A node's loan (`o:`, what it holds) is lent within its cap less what
+ * the others hold, so it stays within the cap plus the others' debts, 16 caps in all (their credit
+ * adds up to `burst × (1 + 1/2 + … + 1/N)` at most: limiter.ts), and a debt stays above −`burst`
+ * (a node's credit never passes `burst / nodes`); a want within {@link BUCKET_WANT_SPAN}; tokens
+ * at most `burst`, below zero by the cap of a node whose cap is larger, or by what closing nodes
+ * owed, at most a `burst` each, which the refill pays back (README's bucket of 100 left at −108):
+ * −2^32 caps takes four billion closes in debt with no refill between them. The span is judged by
+ * the syncing node's cap, while the values may come from nodes of other settings: the caps of one
+ * limit differ by less than 2^22 (they grow with `syncMs`, 1 ms to an hour), which leaves a margin
+ * of 2^6 (a want's, 2^4) for nodes whose `burst` and rate differ too (a rolling reconfiguration).
+ */
+const BUCKET_SPAN = 2 ** 32;
+
+/**
+ * The most a node asks a bucket for, in units of its `cap + 1`: 64 times what the bucket and its
+ * loans ever hold. A node's want is its demand of a sync period (every check's cost, refused ones
+ * too), else unbounded: one check of cost 10^15, or a flood, took the whole bucket however much
+ * the other nodes asked for. Past this span shares no longer follow demand, but such a node is
+ * refused nearly everything whatever it gets.
+ */
+const BUCKET_WANT_SPAN = 2 ** 6;
+
 export const SYNC_SCRIPT = `#!lua
 local node, live, pull, entries, process = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4]), ARGV[5]
 local t = redis.call('TIME')
@@ -172,6 +211,9 @@ local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local a, out, foreign, corrupt = 6, {}, {}, {}
 local MAX_LAYOUTS = 16
 local MAX_LIVE = ${MAX_LIVE_MS}
+local MAX_LEASE = ${MAX_LEASE_MS}
+local BUCKET_SPAN = ${BUCKET_SPAN}
+local BUCKET_WANT_SPAN = ${BUCKET_WANT_SPAN}
 local function number(x) return string.format('%.17g', x) end
 local function count(x)
   local value = tonumber(x)
@@ -270,8 +312,13 @@ local function cell_entry(k, a)
   redis.call('ZADD', layouts, now, layout)
   redis.call('ZREMRANGEBYSCORE', layouts, '-inf', now - live)
   redis.call('PEXPIRE', layouts, live)
-  local intact = true
+  local intact, late = true, {}
   if lease > 0 and own(leases, 'zset') then
+    -- Leases later than the longest from now are none keepcount wrote (the module doc): forgotten
+    -- below, once the incarnation is known, or here already if their contribution is missing.
+    for _, other in ipairs(redis.call('ZRANGEBYSCORE', leases, '(' .. (now + MAX_LEASE), '+inf')) do
+      if other ~= '' then late[#late + 1] = other end
+    end
     for _, other in ipairs(redis.call('ZRANGE', leases, 0, -1)) do
       if other ~= '' and not own(base .. ':n:' .. other, 'hash') then
         intact = false
@@ -286,7 +333,19 @@ local function cell_entry(k, a)
     redis.call('DEL', mine)
     redis.call('HSET', mine, 'i', i)
   end
-  if lease > 0 then reap(base, counts, versions, meta, leases, i) end
+  if lease > 0 then
+    reap(base, counts, versions, meta, leases, i)
+    for _, other in ipairs(late) do
+      forget(base, counts, versions, meta, leases, i, other)
+      if other == node then
+        redis.call('HSET', mine, 'i', i)
+        prior = 0
+      end
+    end
+    if #late > 0 then
+      corrupted(leases, #late .. ' members scored past ' .. MAX_LEASE .. ' ms from now, their nodes forgotten')
+    end
+  end
   -- Another process synced under this node id and its lease ran out (a live one's record refused
   -- the whole call: held_cell): this process forgets it as another node would. Sequence numbers
   -- alone let a restart that had synced as often as the old process take its record over.
@@ -385,6 +444,43 @@ local function bucket_entry(k, a)
   own(bucket, 'hash')
   local f, flat = {}, redis.call('HGETALL', bucket)
   for j = 1, #flat, 2 do f[flat[j]] = flat[j + 1] end
+  -- A want past its span would take every other node's share (BUCKET_WANT_SPAN).
+  if want > 0 then want = math.min(want, BUCKET_WANT_SPAN * (cap + 1)) end
+  -- Values no node writes (the module doc): a node's past its lease or span go as a lapsed
+  -- lease's, tokens past the span as a lost bucket's. Each goes at once, so it is reported once.
+  local span, gone, why = BUCKET_SPAN * (cap + 1), {}, nil
+  for field, value in pairs(f) do
+    local other = string.sub(field, 3)
+    local x = string.sub(field, 1, 2) == 'x:' and count(value)
+    if x and x >= now then
+      local bad
+      if x > now + MAX_LEASE then bad = field .. ' ' .. value .. ', past ' .. MAX_LEASE .. ' ms from now' end
+      for _, kind in ipairs({'o:', 'w:', 'l:'}) do
+        local v = count(f[kind .. other] or '0')
+        if not bad and (v > span or v < (kind == 'o:' and -span or 0)) then
+          local low = kind == 'o:' and '-' .. number(span) or '0'
+          bad = kind .. other .. ' ' .. f[kind .. other] .. ', outside ' .. low .. ' to ' .. number(span)
+        end
+      end
+      if bad then
+        gone[#gone + 1] = other
+        why = why or bad
+      end
+    end
+  end
+  for _, other in ipairs(gone) do
+    redis.call('HDEL', bucket, 'o:' .. other, 'w:' .. other, 'x:' .. other, 's:' .. other, 'l:' .. other, 'p:' .. other)
+    f['o:' .. other], f['w:' .. other], f['x:' .. other], f['s:' .. other], f['l:' .. other], f['p:' .. other] = nil, nil, nil, nil, nil, nil
+  end
+  if #gone > 0 then corrupted(bucket, 'the fields of ' .. #gone .. ' node(s) removed: ' .. why) end
+  why = nil
+  if f.t and count(f.t) < -span then why = 't ' .. f.t .. ', below -' .. number(span) end
+  if f.at and count(f.at) > now + MAX_LEASE then why = 'at ' .. f.at .. ', past ' .. MAX_LEASE .. ' ms from now' end
+  if why then
+    redis.call('HDEL', bucket, 't', 'at')
+    f.t, f.at = nil, nil
+    corrupted(bucket, why .. ': the bucket starts over full')
+  end
   local lent, left, last = -1, 0, count(f['s:' .. node] or '0')
   -- Another process synced this bucket under this node id and its lease ran out, or it left (a
   -- live one's refused the whole call: held_bucket): its fields go as another node's would.
@@ -444,11 +540,14 @@ local function held_cell(k, a)
   local owner = redis.call('HGET', KEYS[k] .. ':m', 'p:' .. node)
   if not owner or owner == process then return false end
   if tonumber(ARGV[a + 4]) == 0 then return true end
-  return count(redis.call('ZSCORE', KEYS[k] .. ':l', node) or '0') >= now
+  local lease = count(redis.call('ZSCORE', KEYS[k] .. ':l', node) or '0')
+  return lease >= now and lease <= now + MAX_LEASE
 end
 local function held_bucket(k)
   local owner = redis.call('HGET', KEYS[k], 'p:' .. node)
-  return owner ~= false and owner ~= process and count(redis.call('HGET', KEYS[k], 'x:' .. node) or '0') >= now
+  if owner == false or owner == process then return false end
+  local lease = count(redis.call('HGET', KEYS[k], 'x:' .. node) or '0')
+  return lease >= now and lease <= now + MAX_LEASE
 end
 local held, b = false, a
 for k = 1, 3 * entries, 3 do

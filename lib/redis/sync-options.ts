@@ -17,9 +17,10 @@ const MAX_MS = 3_600_000;
 /**
  * Longest `leaseMs` of a synced structure: two hours, twice the longest `syncMs`, so that a lease
  * can outlast a sync period whatever it is (at one hour the option had no valid value, an
- * integer in [3,600,001, 3,600,000], with `syncMs` at its most).
+ * integer in [3,600,001, 3,600,000], with `syncMs` at its most). The sync script takes a lease
+ * scored later than this from now for none keepcount wrote (script.ts).
  */
-const MAX_LEASE_MS = 7_200_000;
+export const MAX_LEASE_MS = 7_200_000;
 
 /** {@link RedisSyncOptions} checked, with their defaults filled in. */
 export interface SyncConfig {
