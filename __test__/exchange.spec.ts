@@ -7,6 +7,7 @@ import { Agent, createServer, IncomingMessage, request, ServerResponse } from 'n
 import { Socket } from 'node:net';
 import { onExchangeEnd } from '../lib/http/exchange.js';
 import { abortAfter, close, deferred, eventually, listen, pipelineAndLeave } from './http-client.js';
+import { open, record, requestLine, statuses } from './http-abuse.js';
 import { title } from './helpers.js';
 
 /** A server that reports each exchange's end in `ends` (by request path) and holds `/hang` open. */
@@ -113,6 +114,37 @@ test(title('an exchange whose response already closed is over at once, on a conn
     // The connection closed too (the agent is destroyed): nothing is reported again.
     await new Promise((resolve) => setTimeout(resolve, 50));
     t.deepEqual(ends, [0, 1, 2]);
+  } finally {
+    await close(server);
+  }
+});
+
+test(title('an exchange queued behind a pipeline ends when its handler ends or destroys it, once'), async (t) => {
+  // Node emits no `finish` or `close` for a response queued behind an answer still being sent,
+  // nor when it is destroyed: without its `end` and `destroy`, a client that holds the first
+  // answer open would hold the exchanges behind it. Once the first is sent, the queued ones are
+  // sent and close (the destroyed one takes the connection with it): none may end again.
+  const ends = new Map<string, number>();
+  const held: ServerResponse[] = [];
+  const server = createServer((req: IncomingMessage, res: ServerResponse) => {
+    const path = req.url ?? '';
+    onExchangeEnd(req, res, () => ends.set(path, (ends.get(path) ?? 0) + 1));
+    if (path === '/held') held.push(res);
+    else if (path === '/destroy') res.destroy();
+    else res.end('ok');
+  });
+  const port = await listen(server);
+  try {
+    const socket = await open(port);
+    const { text, closed } = record(socket);
+    socket.write(['/held', '/end-1', '/end-2', '/destroy'].map((p) => requestLine('GET', p)).join(''));
+    t.true(await eventually(() => ends.size === 3), `ended: ${[...ends.keys()].join(', ')}`);
+    t.deepEqual(Object.fromEntries(ends), { '/end-1': 1, '/end-2': 1, '/destroy': 1 });
+    t.deepEqual(statuses(text()), [], 'nothing sent yet');
+    held[0]!.end('held');
+    await closed;
+    t.deepEqual(statuses(text()), [200, 200, 200]);
+    t.deepEqual(Object.fromEntries(ends), { '/held': 1, '/end-1': 1, '/end-2': 1, '/destroy': 1 });
   } finally {
     await close(server);
   }

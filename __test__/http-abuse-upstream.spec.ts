@@ -12,7 +12,7 @@ import { Inflight } from '../lib/index.js';
 import { upstreamLimit, UpstreamLimit, type Middleware } from '../lib/http/index.js';
 import { upstreamLimitHook } from '../lib/http/fastify.js';
 import { title } from './helpers.js';
-import { close, eventually, listen } from './http-client.js';
+import { close, eventually, get, listen } from './http-client.js';
 import { noUnhandled, open, record, requestLine, statuses } from './http-abuse.js';
 
 /**
@@ -70,7 +70,26 @@ const routes: Record<string, Route> = {
     await new Promise((resolve) => setTimeout(resolve, 50));
     throw new Error('handler failed after its client left');
   },
+  // A stream that stays open (server-sent events): the responses pipelined behind it stay queued.
+  '/events': (_req, res) => void res.writeHead(200, { 'Content-Type': 'text/event-stream' }).write('data: hi\n\n'),
+  // Never answers on its own; the README's write deadline destroys it.
+  '/deadline': (_req, res) => writeDeadline(res),
+  '/held': async (_req, res) => {
+    await gate;
+    res.end('held');
+  },
 };
+
+/** The README's write deadline: `res.destroy()` when the response has not finished within 50 ms. */
+function writeDeadline(res: ServerResponse): void {
+  setTimeout(() => {
+    if (!res.writableFinished) res.destroy();
+  }, 50);
+}
+
+/** What `/held` waits for before it answers, and what opens it. */
+let gate: Promise<void> = Promise.resolve();
+let openGate: () => void = () => undefined;
 
 /** A server for `routes` behind `upstreamLimit`/`upstreamLimitHook` on one limit. */
 interface Served {
@@ -137,6 +156,18 @@ const frameworks: Record<string, (limit: UpstreamLimit) => Promise<Served>> = {
       reply.raw.end('hijacked');
     });
     app.get('/hijack-hang', (_request, reply) => void reply.hijack());
+    app.get('/events', (_request, reply) => {
+      reply.hijack();
+      reply.raw.writeHead(200, { 'Content-Type': 'text/event-stream' }).write('data: hi\n\n');
+    });
+    app.get('/deadline', (_request, reply) => {
+      writeDeadline(reply.raw);
+      return new Promise(() => undefined);
+    });
+    app.get('/held', async () => {
+      await gate;
+      return 'held';
+    });
     await app.listen({ port: 0, host: '127.0.0.1' });
     return { port: (app.server.address() as AddressInfo).port, close: () => app.close() };
   },
@@ -237,6 +268,81 @@ for (const [name, serve] of Object.entries(frameworks)) {
       await closed;
       await settled(t, counter, 'reply.hijack()');
     }
+    await noUnhandled(t);
+  });
+}
+
+for (const [name, serve] of Object.entries(frameworks)) {
+  test.serial(title(`${name}: answers queued behind an open stream give their slots back when answered`), async (t) => {
+    // One connection: a first answer that stays open, then pipelined requests whose handlers answer
+    // at once. Node sends nothing of theirs, and emits neither their `finish` nor their `close`,
+    // before the stream ends; their slots used to stay held until the client left: every slot of
+    // the upstream (the stream's and the 3 queued) held by one client, everyone else refused.
+    const counter = new CountingInflight();
+    const limit = new UpstreamLimit({ max: 4, inflight: counter });
+    const server = await serve(limit);
+    t.teardown(() => server.close());
+    const { port } = server;
+
+    {
+      const socket = await open(port);
+      // Teardowns run last first: Fastify's close would wait for this connection.
+      t.teardown(() => socket.destroy());
+      const { text, closed } = record(socket);
+      socket.write(['/events', '/ok', '/ok', '/ok'].map((p) => requestLine('GET', p)).join(''));
+      t.true(await eventually(() => counter.entered === 4), 'every request took a slot');
+      t.true(await eventually(() => counter.get('default') === 1), `held: ${counter.get('default')}, the stream's 1`);
+      for (let i = 0; i < 3; i++) t.is((await get(port, '/ok')).status, 200, 'another client is let in');
+      t.deepEqual(statuses(text()), [200], 'the answers are still queued behind the stream');
+      t.false(socket.destroyed, "the attacker's connection is still open");
+      socket.destroy();
+      await closed;
+      await settled(t, counter, 'the client left after its queued answers gave their slots back');
+    }
+
+    // The first answer ends after the queued ones were answered: each of theirs then closes too,
+    // and must not give its slot back again.
+    {
+      gate = new Promise((resolve) => (openGate = resolve));
+      const socket = await open(port);
+      t.teardown(() => socket.destroy());
+      const { text, closed } = record(socket);
+      const before = counter.entered;
+      socket.write(['/held', '/ok', '/ok', '/ok'].map((p) => requestLine('GET', p)).join(''));
+      t.true(await eventually(() => counter.entered - before === 4), 'every request took a slot');
+      t.true(await eventually(() => counter.get('default') === 1), `held: ${counter.get('default')}, /held's 1`);
+      openGate();
+      t.true(await eventually(() => statuses(text()).length === 4), `answers: ${text()}`);
+      t.deepEqual(statuses(text()), [200, 200, 200, 200]);
+      await settled(t, counter, 'answered, then sent and closed');
+      socket.destroy();
+      await closed;
+      await settled(t, counter, 'answered, sent, then the client left');
+    }
+    await noUnhandled(t);
+  });
+
+  test.serial(title(`${name}: a write deadline frees the slots of answers queued behind an open stream`), async (t) => {
+    // `res.destroy()` on a queued response emits no `close` either; the README's write deadline
+    // used to free nothing there.
+    const counter = new CountingInflight();
+    const limit = new UpstreamLimit({ max: 4, inflight: counter });
+    const server = await serve(limit);
+    t.teardown(() => server.close());
+    const { port } = server;
+
+    const socket = await open(port);
+    t.teardown(() => socket.destroy()); // before the server's close, which would wait for it
+    const { text, closed } = record(socket);
+    socket.write(['/events', '/deadline', '/deadline', '/deadline'].map((p) => requestLine('GET', p)).join(''));
+    t.true(await eventually(() => counter.entered === 4), 'every request took a slot');
+    t.true(await eventually(() => counter.get('default') === 1), `held: ${counter.get('default')}, the stream's 1`);
+    t.is((await get(port, '/ok')).status, 200, 'another client is let in');
+    t.deepEqual(statuses(text()), [200], 'only the stream answered');
+    t.false(socket.destroyed, "the attacker's connection is still open");
+    socket.destroy();
+    await closed;
+    await settled(t, counter, 'destroyed while queued, then the client left');
     await noUnhandled(t);
   });
 }

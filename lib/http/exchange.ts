@@ -34,7 +34,8 @@ function endAll(this: Socket): void {
 
 /**
  * Calls `done` once, when the exchange of `req` and `res` is over: the response closed (finished,
- * failed or aborted) or the connection under it did.
+ * failed or aborted) or the connection under it did, or, for a response queued behind a pipeline,
+ * the handler ended or destroyed it.
  *
  * The response's `close` alone is not enough. With HTTP/1.1 pipelining Node queues the responses
  * behind the one attached to the socket, and when the client disconnects only the attached one
@@ -44,6 +45,20 @@ function endAll(this: Socket): void {
  * Node's `MaxListenersExceededWarning`), and an exchange that ends first leaves that set. A
  * response already attached to its socket (every one but those queued behind a pipeline) needs
  * no place in that set: Node emits its `close` when the socket closes too.
+ *
+ * Nor is the socket's `close`: while the client stays, a queued response emits neither `finish`
+ * nor `close` until every response ahead of it was sent, and `res.destroy()` on it emits nothing
+ * either. One connection whose first answer stays open (a stream, or a large answer it does not
+ * read) followed by `max` pipelined requests held every slot of the upstream after their handlers
+ * had answered, for as long as it liked, and the README's write deadline freed none. So a queued
+ * response's exchange also ends when the handler calls its `end` or `destroy` (once Node's own
+ * returned). Its upstream call is over by then, as when an attached response closes (a handler
+ * that streams the upstream's answer ends the response after the last chunk, held back by
+ * backpressure meanwhile), so the upstream's real concurrency stays within `max`. One connection
+ * then keeps a slot past its handler only for the response being sent on it when the limit ran.
+ * What a pipeline can make the server buffer is Node's bound, as for any route: it stops reading
+ * the connection once its queued answers reach the socket's high-water mark (16 KiB on Node 20),
+ * though every request of the read under way still runs (see the README).
  */
 export function onExchangeEnd(req: IncomingMessage, res: ServerResponse, done: () => void): void {
   const socket: Socket | null = req.socket;
@@ -83,4 +98,17 @@ export function onExchangeEnd(req: IncomingMessage, res: ServerResponse, done: (
   // `close` from ending the exchange twice). `on`, not `once`: `once` would wrap `end` in two more
   // objects.
   on.call(res, 'close', end);
+  // Own properties, so they win over Express's swapped prototype; Fastify ends `reply.raw` through
+  // them too. Only once Node's method returned: one that throws (a bad chunk) ended nothing.
+  const { end: endResponse, destroy } = res;
+  res.end = function (this: ServerResponse, ...args: unknown[]) {
+    const result: unknown = Reflect.apply(endResponse, this, args);
+    end();
+    return result;
+  } as ServerResponse['end'];
+  res.destroy = function (this: ServerResponse, error?: Error) {
+    const result = destroy.call(this, error);
+    end();
+    return result;
+  };
 }

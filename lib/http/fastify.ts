@@ -247,7 +247,9 @@ interface UpstreamLimitHookRules {
 /**
  * An `onRequest` hook capping requests in flight per upstream like the node `upstreamLimit`
  * middleware: 503 over `max`, the slot released when the exchange is over (the response finished,
- * failed or was aborted, or the connection closed, pipelined requests queued on it included).
+ * failed or was aborted, or the connection closed, pipelined requests queued on it included; a
+ * reply queued behind another on its connection, once the route answered it or destroyed
+ * `reply.raw`).
  *
  * @example
  * ```ts

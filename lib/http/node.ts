@@ -390,7 +390,9 @@ const unavailable = (_req: IncomingMessage, res: ServerResponse): void => {
  * Caps requests in flight per upstream: counts the request in, answers 503 (`onLimit`) when that
  * takes the upstream over `max`, and otherwise counts it out when the exchange is over: the
  * response finished, failed or was aborted, or the connection closed (which also ends requests a
- * pipelining client queued and left; their responses never emit `close`).
+ * pipelining client queued and left; their responses never emit `close`). A response queued
+ * behind another on its connection counts out once the handler ends or destroys it: Node sends
+ * it, and emits its `close`, only after the answers ahead, which a client can hold open.
  *
  * @example
  * ```ts
