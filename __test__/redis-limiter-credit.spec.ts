@@ -1,10 +1,12 @@
 /**
  * keepcount/redis' SyncedLimiter's credit against a real redis-server: what a node lends itself
- * ahead of its loans, when (nodes started together, `creditAfterMs`, `sync.ready()`), and what
- * node starts and restarts may add (allowances lend none).
+ * ahead of its loans, when (nodes started together, `creditAfterMs`, after Redis lost its node
+ * registry, `sync.ready()`), and what node starts and restarts may add (allowances lend none).
  */
-import test from 'ava';
+import test, { type ExecutionContext } from 'ava';
+import { Census } from '../lib/redis/cells.js';
 import { RedisSync, SyncedLimiter } from '../lib/redis/index.js';
+import type { RedisServer } from '../tools/redis-server.js';
 import { title } from './helpers.js';
 import { connectClient } from './redis-clients.js';
 import { sleep, until } from './waits.js';
@@ -72,6 +74,156 @@ test.serial(
       await connection.close();
       await server.stop();
     }
+  },
+);
+
+/**
+ * `nodes` nodes (their own RedisSync, syncing every `syncMs` on one connection) that all lend
+ * themselves credit, then Redis goes through `outage` and each node, at its first sync after it,
+ * checks one key until refused, then every node checks it every millisecond for 20 sync periods.
+ * The connection is cut off in the test's hands around the outage (sends refused, none in flight
+ * at the kill), so no sync runs in Redis while the nodes are not told of it: each registers again
+ * at its first sync after the outage, the kth counting k. Returns what the fleet admitted after
+ * the outage, and the counts of the nodes' first syncs after it.
+ */
+async function afterOutage(
+  server: RedisServer,
+  outage: (send: (args: string[]) => Promise<unknown>) => Promise<void>,
+  options: { name: string; nodes: number; burst: number; syncMs: number },
+): Promise<{ admitted: number; counts: number[] }> {
+  const { name, nodes, burst, syncMs } = options;
+  const connection = await connectClient('ioredis', server.port);
+  let open = true;
+  let inFlight = 0;
+  const send = async (args: string[]): Promise<unknown> => {
+    if (!open) throw new Error('cut off by the test');
+    inFlight++;
+    try {
+      return await connection.send(args);
+    } finally {
+      inFlight--;
+    }
+  };
+  const fleet = Array.from({ length: nodes }, () => {
+    const sync = new RedisSync({ sendCommand: send, syncMs });
+    return { sync, limiter: new SyncedLimiter({ sync, name, limit: { ...HOURLY, burst } }), count: 0 };
+  });
+  try {
+    await Promise.all(fleet.map(({ sync }) => sync.ready()));
+    open = false;
+    await until(() => inFlight === 0, 'no sync in flight');
+    await outage(connection.send);
+    // Reconnected (ioredis queues the PING until then), before any node may send again.
+    await connection.send(['PING']);
+    let admitted = 0;
+    const spend = (limiter: SyncedLimiter): void => {
+      while (limiter.check('k').allowed) admitted++;
+    };
+    for (const node of fleet) {
+      node.sync.once('sync', () => {
+        node.count = node.limiter.nodes;
+        spend(node.limiter);
+      });
+    }
+    open = true;
+    const end = performance.now() + 20 * syncMs;
+    while (performance.now() < end) {
+      for (const { limiter, count } of fleet) if (count > 0) spend(limiter);
+      await sleep(1);
+    }
+    return { admitted, counts: fleet.map(({ count }) => count) };
+  } finally {
+    open = true;
+    await Promise.all(fleet.map(({ sync }) => sync.close()));
+    await connection.close();
+  }
+}
+
+/**
+ * Asserts the fleet's admissions after Redis lost its node registry stay within the bound, for
+ * nodes whose first syncs after it counted 1, 2, …, N (checked first: the case under test, which
+ * {@link afterOutage} sets up). Nothing was spent before the outage, so Redis's bucket lends at
+ * most `burst` after it, and the nodes' credit adds at most another: 2 × `burst`. Nodes lending
+ * themselves credit over those counts at once, as before the fix, take `burst × (1 + 1/2 + … +
+ * 1/8)`, 270 of a burst of 100, at their first syncs alone: an exact count, not a chance (their
+ * loans then pay those debts, so the bucket adds nothing). False failures: the bound holds for
+ * nodes whose first syncs after the outage fall within a sync period of each other, which the 8
+ * timers, let go at one moment, do unless the event loop stalls; a node a period late makes the
+ * others lend over 7 nodes, about 10 tokens more, and the credit passes 200 only if the nodes
+ * become ready counting about half the fleet (first syncs spread over several periods). In 32
+ * runs here: counts 1 to 8 every time, 97–99 admitted after the fix, 270 before.
+ */
+function withinBound(
+  t: ExecutionContext,
+  run: { admitted: number; counts: number[] },
+  job: { nodes: number; burst: number },
+): void {
+  t.deepEqual(
+    [...run.counts].sort((a, b) => a - b),
+    Array.from({ length: job.nodes }, (_, k) => k + 1),
+    'the nodes registered again one at a time',
+  );
+  t.true(run.admitted <= 2 * job.burst, `admitted ${run.admitted}`);
+  t.true(run.admitted >= job.burst / 2, `admitted ${run.admitted}: the bucket reached the fleet`);
+}
+
+test.serial(
+  title('8 nodes after a Redis restart that lost everything borrow one burst between them, not 2.7'),
+  async (t) => {
+    const server = await startRedis();
+    try {
+      const job = { nodes: 8, burst: 100, syncMs: 50 };
+      const run = await afterOutage(server, () => server.restart(), { ...job, name: 'restart-empty' });
+      t.log(`8 nodes, burst 100, no refill, Redis restarted empty: admitted ${run.admitted} after it`);
+      // Before, the credit wait ran from each node's first count only: 270 at the first syncs.
+      withinBound(t, run, job);
+    } finally {
+      await server.stop();
+    }
+  },
+);
+
+test.serial(
+  title('8 nodes after Redis came back from a snapshot older than its node registry borrow one burst'),
+  async (t) => {
+    const server = await startRedis();
+    try {
+      const job = { nodes: 8, burst: 100, syncMs: 50 };
+      // A node counts as live up to 2 × 10 sync periods after its last sync (script.ts), 1 s
+      // here: down 1.5 s, every registration in the snapshot has expired when Redis loads it.
+      const outage = async (send: (args: string[]) => Promise<unknown>): Promise<void> => {
+        await send(['SAVE']);
+        await server.kill();
+        await sleep(30 * job.syncMs);
+        await server.start();
+      };
+      const run = await afterOutage(server, outage, { ...job, name: 'restart-snapshot' });
+      t.log(`8 nodes, burst 100, no refill, Redis back from a snapshot: admitted ${run.admitted} after it`);
+      withinBound(t, run, job);
+    } finally {
+      await server.stop();
+    }
+  },
+);
+
+test(
+  title('the credit wait begins again at a count that drops or a new incarnation, not at one that rises'),
+  async (t) => {
+    const census = new Census(() => 1);
+    const waitMs = 20;
+    census.count(8, performance.now(), false);
+    t.false(census.countedAfter(waitMs), 'the first count begins the wait');
+    await sleep(2 * waitMs);
+    census.count(8, performance.now(), false);
+    t.true(census.countedAfter(waitMs), 'a sync sent past the wait');
+    census.count(1, performance.now(), false);
+    t.false(census.countedAfter(waitMs), 'a lower count: registrations may have been lost');
+    await sleep(2 * waitMs);
+    census.count(5, performance.now(), false);
+    t.true(census.countedAfter(waitMs), 'a higher count does not begin it again');
+    census.count(8, performance.now(), true);
+    t.false(census.countedAfter(waitMs), 'a new incarnation (Redis lost the entry)');
+    t.true(census.countedAfter(0), 'no wait asked for');
   },
 );
 

@@ -84,8 +84,12 @@ export interface Pull {
 export class Census {
   /** The registry's count at the last sync, or `undefined` before the first. */
   #counted: number | undefined;
-  /** `performance.now()` when the first count came in, and when the sync of the last one was sent. */
-  #firstHeardAt = NaN;
+  /**
+   * `performance.now()` when the count came in that began the wait of {@link countedAfter} (the
+   * first, or the last that may have followed a loss of registrations), and when the sync of the
+   * last one was sent.
+   */
+  #waitFrom = NaN;
   #lastSentAt = NaN;
   readonly #fallback: () => number;
 
@@ -100,12 +104,14 @@ export class Census {
 
   /**
    * Whether the last count came from a sync sent at least `ms` after this node first heard a
-   * count, so after its own first registration (with `ms` 0: whether any sync counted). Nodes that
-   * start together, each registering at its first sync, count 1, 2, …, N in turn; a sync period
-   * later each counts them all, while they keep their period.
+   * count, so after its own first registration, or after it last heard one that may have followed
+   * a loss of the registry's entries (see {@link count}); with `ms` 0: whether any sync counted.
+   * Nodes that start together, each registering at its first sync, count 1, 2, …, N in turn; a
+   * sync period later each counts them all, while they keep their period. So do nodes that
+   * register again, one at a time, after Redis lost the registry.
    */
   countedAfter(ms: number): boolean {
-    return this.counted && (ms === 0 || this.#lastSentAt - this.#firstHeardAt >= ms);
+    return this.counted && (ms === 0 || this.#lastSentAt - this.#waitFrom >= ms);
   }
 
   /** Live nodes syncing the structure, at least 1. */
@@ -115,11 +121,28 @@ export class Census {
 
   /**
    * Takes in a pull's count (this node included, so at least 1 but for a malformed reply), from a
-   * sync sent at `sentAt` (`performance.now()`).
+   * sync sent at `sentAt` (`performance.now()`), whose entry found a new incarnation if `renewed`.
+   *
+   * The wait of {@link countedAfter} begins again at a count that may follow a loss of the
+   * registry's entries, after which the nodes register again one at a time, each at its next
+   * sync, and count 1, 2, …, N in turn as at a start: at a new incarnation of the entry (Redis
+   * restarted without its data or went back to older data, with the registry beside it, or lost
+   * the entry), and at a count below the last one (the registry lost alone, or its entries past
+   * their lifetime of at least 10 sync periods: a Redis back from a snapshot older than that,
+   * every node cut off from Redis that long). Before, the wait ran from the first count only:
+   * after a restart to an empty Redis, 8 nodes lent themselves credit over counts of 1 to 8 and
+   * admitted 360–412 in a window whose bound was 300 (now 187–197). A count that drops because a
+   * node left (closed, or dead past its registry lifetime) begins it again too, which costs every
+   * other node a sync period without credit (it still admits what it was lent): the registry
+   * cannot tell a node that left from one not registered again yet. A long gap since the last
+   * count needs no rule of its own: a node whose count after a loss is at least its last one
+   * divides by at least the fleet it last counted, so such nodes' credit stays within one burst,
+   * and nodes started meanwhile wait from their own first count.
    */
-  count(nodes: number, sentAt: number): void {
-    if (this.#counted === undefined) this.#firstHeardAt = performance.now();
-    this.#counted = Math.max(1, nodes);
+  count(nodes: number, sentAt: number, renewed: boolean): void {
+    const counted = Math.max(1, nodes);
+    if (this.#counted === undefined || renewed || counted < this.#counted) this.#waitFrom = performance.now();
+    this.#counted = counted;
     this.#lastSentAt = sentAt;
   }
 }
@@ -344,8 +367,9 @@ export class SyncedCells extends PulledEntry implements SyncedEntry {
    */
   apply(pull: Pull, seq: number, sentAt: number): void {
     if (pull.applied) this.acked = seq;
-    this.census.count(pull.nodes, sentAt);
-    if (this.pulled(pull)) {
+    const renewed = this.pulled(pull);
+    this.census.count(pull.nodes, sentAt, renewed);
+    if (renewed) {
       this.others.fill(0);
       // Unknown: Redis may hold what this sync pushed into the new incarnation, or nothing.
       this.#pushed.fill(NaN);

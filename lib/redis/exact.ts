@@ -199,8 +199,9 @@ export class ExactCells extends PulledEntry implements SyncedEntry {
    */
   apply(pull: Pull, seq: number, sentAt: number): void {
     if (pull.applied) this.acked = seq;
-    this.census.count(pull.nodes, sentAt);
-    if (this.pulled(pull)) {
+    const renewed = this.pulled(pull);
+    this.census.count(pull.nodes, sentAt, renewed);
+    if (renewed) {
       for (const [id, cell] of this.#cells) {
         if (cell.mine === undefined) {
           this.#cells.delete(id);

@@ -54,12 +54,14 @@ export interface SyncedLimiterOptions {
   /** What to do while Redis is unreachable; see {@link FailPolicy}. Defaults to `'local'`. */
   failPolicy?: FailPolicy;
   /**
-   * How long after its first sync a node waits before it lends itself credit (see the class doc):
-   * an integer in [0, 3,600,000]. Defaults to the sync's `syncMs`, by when every node that started
-   * with it has registered, so the nodes' credit together stays within one `burst`. With 0, credit
-   * comes with the first sync, and nodes that start together may borrow up to `burst × (1 + 1/2 +
-   * … + 1/N)` until their next sync: for a fleet whose nodes never start within a sync period of
-   * each other.
+   * How long after its first sync a node waits before it lends itself credit (see the class doc),
+   * and again after a sync that may have followed a loss of the node registry (a Redis restart
+   * without its data or from an older snapshot, or a node count that dropped): an integer in
+   * [0, 3,600,000]. Defaults to the sync's `syncMs`, by when every node that started with it (or
+   * lost its registration with it) has registered, so the nodes' credit together stays within one
+   * `burst`. With 0, credit comes with the first sync, and nodes that start together may borrow up
+   * to `burst × (1 + 1/2 + … + 1/N)` until their next sync: for a fleet whose nodes never start
+   * within a sync period of each other.
    */
   creditAfterMs?: number;
 }

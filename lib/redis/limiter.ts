@@ -35,10 +35,13 @@ const PRESENCE_LAYOUT = 'presence';
  * credit never passes `burst / nodes`. A node lends itself credit only from `creditAfterMs` (a sync
  * period) after its first sync, once its node count includes every node that started with it:
  * before, nodes started together counted 1, 2, …, N and borrowed up to `burst × (1 + 1/2 + … +
- * 1/N)` (measured: 270 admitted of a bucket of 100 that never refills, 8 nodes; now 100). A node
- * that has never synced admits nothing; await `sync.ready()` before serving. Pass it to
- * `tokenBucket` (or `tokenBucketHook`) as `limiter`. Keys are strings; one dimension: a check
- * takes its `cost` in tokens.
+ * 1/N)` (measured: 270 admitted of a bucket of 100 that never refills, 8 nodes; now 100). It waits
+ * as long again after a sync that may have followed a loss of its registry entries (a new
+ * incarnation, or a lower count: {@link Census.count}), after which the nodes register again one
+ * at a time as at a start (measured: the same 8 nodes after a restart to an empty Redis lent
+ * themselves 270 at once; now 97–99 admitted). A node that has never synced admits nothing;
+ * await `sync.ready()` before serving. Pass it to `tokenBucket` (or `tokenBucketHook`) as
+ * `limiter`. Keys are strings; one dimension: a check takes its `cost` in tokens.
  *
  * # Long keys
  * Each node keeps an account per active key (up to 65,536) and names each key's bucket in Redis
@@ -162,7 +165,7 @@ export class SyncedLimiter implements RequestLimiter {
     // bucket had left after it, refilled since: so a sudden burst is admitted as far as the bucket
     // goes, rather than only as far as the last period's demand was lent. Either only once the
     // node count includes every node that started with this one (`creditAfterMs` after the first
-    // sync): before, it takes none.
+    // sync, or after a count that may have followed a loss of the registry): before, it takes none.
     const credit = this.#credit(account, now);
     if (account.held - cost >= -credit) {
       account.held -= cost;
@@ -206,7 +209,8 @@ export class SyncedLimiter implements RequestLimiter {
 
   /**
    * @internal Whether this node lends itself credit: once its node count includes every node that
-   * started with it (see {@link check}), or once closed (it takes no more checks).
+   * started with it, or registered again after Redis lost them (see {@link check}), or once closed
+   * (it takes no more checks).
    */
   ready(): boolean {
     return this.#closed || this.#presence.census.countedAfter(this.creditAfterMs);
