@@ -38,6 +38,12 @@ const corruptions: [string, (connection: Connection, base: string, bucket: strin
     },
   ],
   ["the node's sequence number", (c, base, _b, node) => c.send(['HSET', `${base}:m`, `s:${node}`, 'oops']).then()],
+  [
+    // Before, the node's syncs were refused as another process's (ERR_KEEPCOUNT_NODE_ID), for good
+    // on a sketch's entry, which has no lease and never expires.
+    "the node's sequence number far ahead",
+    (c, base, _b, node) => c.send(['HSET', `${base}:m`, `s:${node}`, '9e15']).then(),
+  ],
   ['the version counter', (c, base) => c.send(['HSET', `${base}:m`, 'v', 'notint']).then()],
   ['a version that names no cell', (c, base) => c.send(['ZADD', `${base}:v`, '999999', 'bogus']).then()],
   ['a version counter past every number', (c, base) => c.send(['HSET', `${base}:m`, 'v', '1e999']).then()],
@@ -346,6 +352,13 @@ const outOfBounds: [string, RegExp, number, (c: Connection, bucket: string, node
     2,
     (c, bucket, node) => c.send(['HSET', bucket, `x:${node}`, '9e15', `p:${node}`, 'another']),
   ],
+  [
+    // Before, the node's syncs were refused as another process's (ERR_KEEPCOUNT_NODE_ID), for good.
+    "the node's own sequence number far ahead",
+    /the fields of 1 node\(s\) removed: s:\S+ 9e15, more than 4294967296 past the sync \d+\)/,
+    2,
+    (c, bucket, node) => c.send(['HSET', bucket, `s:${node}`, '9e15']),
+  ],
 ];
 
 test.serial(
@@ -465,6 +478,91 @@ test.serial(
       await flush(t, 2);
       t.deepEqual([...nodes[0].errors, ...nodes[1].errors], []);
       for (const node of nodes) await node.sync.close();
+    } finally {
+      await connection.close();
+      await server.stop();
+    }
+  },
+);
+
+/** Two nodes syncing one `SyncedInflight` by hand on `connection`, each under `nodeId` if given. */
+function inflightNodes(connection: Connection, name: string, nodeId?: string) {
+  const node = () => {
+    const sync = new RedisSync({ sendCommand: connection.send, syncMs: BY_HAND, nodeId });
+    return { sync, errors: errorsOf(sync), slots: new SyncedInflight({ sync, name, seed: 3 }) };
+  };
+  return [node(), node()] as const;
+}
+
+test.serial(
+  title("a node's own sequence number far ahead in a leased entry: reported once, the entry rebuilt, slots exact"),
+  async (t) => {
+    // Before, the node's syncs were refused as another process's (ERR_KEEPCOUNT_NODE_ID) until its
+    // lease ran out and another node reaped its slots; alone, for good. No process numbers its
+    // syncs 2^32 past one it still sends: the record is none it wrote.
+    const server = await startRedis();
+    const connection = await connectClient('ioredis', server.port);
+    try {
+      for (const [index, value] of ['9e15', '1e18'].entries()) {
+        const [a, b] = inflightNodes(connection, `seq-${index}`);
+        const flush = async (times: number) => {
+          for (let i = 0; i < times; i++)
+            t.deepEqual([await a.sync.flush(), await b.sync.flush()], [true, true], value);
+        };
+        a.slots.enter('k', 5);
+        b.slots.enter('k', 2);
+        await flush(2);
+        t.deepEqual([a.slots.get('k'), b.slots.get('k')], [7, 7]);
+        const meta = ((await connection.send(['KEYS', `keepcount:{seq-${index}}:*:m`])) as string[])[0] as string;
+        await connection.send(['HSET', meta, `s:${a.sync.nodeId}`, value]);
+        a.slots.enter('k', 1);
+        b.slots.leave('k', 1);
+        await flush(3);
+        t.deepEqual([a.slots.get('k'), b.slots.get('k')], [7, 7], `${value}: none lost or counted twice`);
+        const errors = [...a.errors, ...b.errors];
+        const reported = corruptOf(errors);
+        t.is(reported.length, 1, value);
+        t.is(reported[0]?.key, meta.slice(0, -':m'.length), value);
+        t.regex(String(reported[0]?.message), /\(s:\S+ (9e15|1e18), more than 4294967296 past the sync \d+\)/);
+        t.is(errors.length, 1, value);
+        await Promise.all([a.sync.close(), b.sync.close()]);
+      }
+    } finally {
+      await connection.close();
+      await server.stop();
+    }
+  },
+);
+
+test.serial(
+  title("a record far ahead under another live process's token: still refused as that process's id"),
+  async (t) => {
+    // The rule takes only this process's own record for corrupt: a second live process under the
+    // same nodeId never takes the first's record over, however far ahead it is.
+    const server = await startRedis();
+    const connection = await connectClient('ioredis', server.port);
+    try {
+      const [first, second] = inflightNodes(connection, 'twin', 'host-a');
+      first.slots.enter('k', 3);
+      t.true(await first.sync.flush());
+      const meta = ((await connection.send(['KEYS', 'keepcount:{twin}:*:m'])) as string[])[0] as string;
+      await connection.send(['HSET', meta, 's:host-a', '9e15']);
+      second.slots.enter('k', 4);
+      t.false(await second.sync.flush(), 'the second process is refused');
+      t.true(await first.sync.flush(), 'the first recovers');
+      t.false(await second.sync.flush(), 'the second process is still refused');
+      t.true(await first.sync.flush());
+      t.deepEqual(
+        second.errors.map((error) => (error as { code?: string }).code),
+        ['ERR_KEEPCOUNT_NODE_ID', 'ERR_KEEPCOUNT_NODE_ID'],
+      );
+      t.deepEqual(
+        corruptOf(first.errors).map((error) => error.key),
+        [meta.slice(0, -':m'.length)],
+      );
+      t.is(first.errors.length, 1);
+      t.is(first.slots.get('k'), 3, "the second process's slots never counted");
+      await Promise.all([first.sync.close(), second.sync.close()]);
     } finally {
       await connection.close();
       await server.stop();

@@ -27,6 +27,19 @@
  *   and versions went back in time under the same `i`. The node's record then begins anew, which
  *   changes the incarnation it is told: it pushes its whole contribution again and pulls from
  *   version 0, since the versions it had pulled past are being handed out again.
+ *   A process holds only the sequence numbers it sent, so its own record (its token in
+ *   `p:<node>`) ahead of the sync it sends is either none it wrote or the sign of a late sync, one
+ *   the node gave up on that runs after later ones (retried after a dropped connection, or
+ *   redirected in a cluster), which must apply nothing. Only the gap tells them apart: no sync
+ *   runs `SEQ_SPAN` (2^32) numbers late, so a record further ahead is corrupt (one `HSET` of it
+ *   refused the node's syncs as another process's, `ERR_KEEPCOUNT_NODE_ID`, for good on an entry
+ *   without a lease). The entry begins a new incarnation and is reported once (see below), the
+ *   sync applied as the node's first: nothing of the old incarnation counts, so nothing counts
+ *   twice, and every node, this one too, pushes its whole contribution into the new one, so
+ *   nothing is lost. Were the sync a late one after all, its older values would stand only until
+ *   the node's next sync, which pushes the whole contribution again (its incarnation changed).
+ *   The token stays, so another live process under the node id is refused still. A record ahead
+ *   by less is refused as a late sync's until the node's numbers pass it.
  * Redis may lose one key of an entry and keep the others (maxmemory eviction takes keys one by
  * one; an operator may delete one), and a node's cumulative push over a lost contribution would
  * count it twice, over lost counts would count it once too few. So `B:c` and every `B:n:<node>`
@@ -140,7 +153,11 @@
  * lapsed lease's do; tokens below the span (a debt no fleet runs up, which the refill would take
  * ages to pay) or a count time later than `MAX_LEASE_MS` from now (no refill until then) go, and
  * the bucket starts over full, the loans on it still counted. Either is reported once (the values
- * are gone after it).
+ * are gone after it). So does this process's own `s:<node>` more than `SEQ_SPAN` past its sync's
+ * (see `B:m` above), with the node's other fields, and the sync applies as the node's first: the
+ * node states what it holds (`held`) in every sync, and its last loan is not given back, the
+ * number that told whether it was taken in being gone: a loan it never took in stays out of the
+ * bucket (fewer admitted, never more).
  *
  * KEYS: per cell entry its base, its registry and its layout registry, then one key per bucket
  * entry. ARGV: node id, registry lifetime (ms, also how long a layout stays live), pull limit,
@@ -196,6 +213,23 @@ const MAX_LIVE_MS = 10 * 3_600_000;
 const BUCKET_SPAN = 2 ** 32;
 
 /**
+ * How far past the sequence number a sync sends its node's record may go, under this process's
+ * token (`p:<node>`), and still be one this process wrote: 2^32. A node numbers its syncs 1, 2, 3,
+ * …, so a record ahead of a sync the node still waits on is none it wrote; but a sync the node gave
+ * up on (its timeout) may still run after later ones (retried after a dropped connection, or
+ * redirected in a cluster), and meets the record ahead by the numbers the node took meanwhile: it
+ * must apply nothing (its cumulative values are older than the record's, its loan one the node
+ * never takes in). The script cannot tell the two apart below the span. A node takes a number only
+ * for a sync that sends a call, and each group has one call in flight at a time: at a call every
+ * 20 µs, 2^32 numbers take a day, where a retried or redirected call waits seconds. Past the span,
+ * the record is corrupt (the module doc); below it, a corrupt one is refused as a late sync's until
+ * the node's numbers pass it. A sync that did run a day late would be applied as the node's first:
+ * an entry's older values would stand until the node's next sync pushes its whole contribution
+ * again, a bucket's loan would go to no one, and a leave would give its tokens back twice.
+ */
+const SEQ_SPAN = 2 ** 32;
+
+/**
  * The most a node asks a bucket for, in units of its `cap + 1`: 64 times what the bucket and its
  * loans ever hold. A node's want is its demand of a sync period (every check's cost, refused ones
  * too), else unbounded: one check of cost 10^15, or a flood, took the whole bucket however much
@@ -214,6 +248,7 @@ local MAX_LIVE = ${MAX_LIVE_MS}
 local MAX_LEASE = ${MAX_LEASE_MS}
 local BUCKET_SPAN = ${BUCKET_SPAN}
 local BUCKET_WANT_SPAN = ${BUCKET_WANT_SPAN}
+local SEQ_SPAN = ${SEQ_SPAN}
 local function number(x) return string.format('%.17g', x) end
 local function count(x)
   local value = tonumber(x)
@@ -328,6 +363,15 @@ local function cell_entry(k, a)
     end
   end
   local prior = count(redis.call('HGET', meta, 's:' .. node) or '0')
+  -- This process's record past SEQ_SPAN ahead of its sync is none it wrote: it begins anew, in a
+  -- new incarnation, into which every node pushes its whole contribution (the module doc). Its
+  -- token stays, so no other process under this node id takes the record meanwhile.
+  if prior > tonumber(seq) + SEQ_SPAN and redis.call('HGET', meta, 'p:' .. node) == process then
+    local seen = redis.call('HGET', meta, 's:' .. node)
+    corrupted(base, 's:' .. node .. ' ' .. seen .. ', more than ' .. SEQ_SPAN .. ' past the sync ' .. seq)
+    redis.call('HDEL', meta, 's:' .. node, 'l:' .. node)
+    intact, prior = false, 0
+  end
   local i = incarnation(counts, versions, meta, mine, prior, lease > 0 and leases, intact)
   if redis.call('HGET', mine, 'i') ~= i then
     redis.call('DEL', mine)
@@ -449,6 +493,12 @@ local function bucket_entry(k, a)
   -- Values no node writes (the module doc): a node's past its lease or span go as a lapsed
   -- lease's, tokens past the span as a lost bucket's. Each goes at once, so it is reported once.
   local span, gone, why = BUCKET_SPAN * (cap + 1), {}, nil
+  -- This process's own sequence number more than SEQ_SPAN past its sync's is none it wrote (the
+  -- module doc): its fields go too, and the sync applies as the node's first here.
+  if f['p:' .. node] == process and count(f['s:' .. node] or '0') > seq + SEQ_SPAN then
+    gone[1], f['x:' .. node] = node, nil
+    why = 's:' .. node .. ' ' .. f['s:' .. node] .. ', more than ' .. SEQ_SPAN .. ' past the sync ' .. number(seq)
+  end
   for field, value in pairs(f) do
     local other = string.sub(field, 3)
     local x = string.sub(field, 1, 2) == 'x:' and count(value)
