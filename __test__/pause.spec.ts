@@ -67,6 +67,30 @@ test.serial(
   },
 );
 
+test.serial(title('while paused for fork, a thenable fulfilling with a thenable times out at once'), async (t) => {
+  const pending = { then: (resolve: (value: unknown) => void) => resolve(new Promise(() => {})) };
+  const inTime = {
+    then: (resolve: (value: unknown) => void) => resolve({ then: (inner: (v: string) => void) => inner('inner') }),
+  };
+  pauseForFork();
+  let results: unknown[];
+  try {
+    // `resolve` handed the inner promise locked the result to it: settled after 2 s, not at once.
+    const timedOut = timeout(pending as PromiseLike<unknown>, 60_000).catch((error: unknown) => error);
+    results = await Promise.all([
+      Promise.race([timedOut, delay(2000, 'still pending')]),
+      timeout(inTime as PromiseLike<unknown>, 60_000).catch((error: unknown) => error),
+    ]);
+  } finally {
+    unpause();
+  }
+  t.true(results[0] instanceof TimeoutError, String(results[0]));
+  t.is((results[0] as TimeoutError).code, 'ERR_KEEPCOUNT_TIMEOUT');
+  t.is((results[0] as TimeoutError).message, 'Timed out after 60000 ms');
+  // Settled at once, through the thenable it fulfils with too: it wins, as a settled promise does.
+  t.is(results[1], 'inner');
+});
+
 test.serial(title('timers armed before the pause wait for the unpause, on both backends'), async (t) => {
   let slept = false;
   const armed = sleep(20).then(() => (slept = true));

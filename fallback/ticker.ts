@@ -41,6 +41,11 @@ class Tick implements TickHandle {
     }
   }
 
+  cancel(): void {
+    // A cleared timer never calls `check`, which alone reschedules; ref/unref of it do nothing.
+    clearTimeout(this.timer);
+  }
+
   private schedule(): NodeJS.Timeout {
     const left = this.deadlineMs - now();
     const delay = paused && left <= 0 ? PAUSED_RETRY_MS : Math.min(MAX_DELAY, Math.max(1, Math.ceil(left)));

@@ -192,10 +192,16 @@ export interface LimiterCore {
 /** Creates a limiter with no keys and `bestEffort` for every key, full at time 0. */
 export type LimiterCoreConstructor = new (bestEffort: QuotaSpec, hostClock: boolean) => LimiterCore;
 
-/** Keeps the process alive (like a ref'd `setTimeout`) or not, for one armed tick. */
+/** Keeps the process alive (like a ref'd `setTimeout`) or not, for one armed tick, or cancels it. */
 export interface TickHandle {
   ref(): void;
   unref(): void;
+  /**
+   * The tick will not fire, and holds nothing of the backend's any more (its timer, its
+   * registration); `ref`/`unref` do nothing after. Called before the deadline; arming the same
+   * deadline again later arms a new tick.
+   */
+  cancel(): void;
 }
 
 /**

@@ -611,7 +611,10 @@ class NativeHeavy implements HeavyCore {
 
 class Tick implements TickHandle {
   private keepAlive = true;
+  /** Fired or cancelled: ref/unref do nothing. */
   private fired = false;
+  /** The binding's id for the deadline, under which the ticker filed this tick (NaN until then). */
+  id = NaN;
 
   constructor(
     private readonly ticker: NativeTicker,
@@ -631,8 +634,20 @@ class Tick implements TickHandle {
     this.ticker.release();
   }
 
-  /** Fires unless the deadline is still ahead on this thread's clock; returns whether it fired. */
+  cancel(): void {
+    if (this.fired) return;
+    this.fired = true;
+    if (this.keepAlive) this.ticker.release();
+    this.ticker.unfile(this);
+  }
+
+  /**
+   * Fires unless the deadline is still ahead on this thread's clock; returns whether it is done
+   * with (fired now or before, or cancelled), else the ticker files it again.
+   */
   fireIfDue(): boolean {
+    // Cancelled while its batch was being fired: done with, as if fired.
+    if (this.fired) return true;
     if (timerNow() < this.deadlineMs) return false;
     this.fired = true;
     if (this.keepAlive) this.ticker.release();
@@ -692,9 +707,24 @@ class NativeTicker implements Ticker {
 
   private file(tick: Tick): void {
     const id = this.ticker().register(tick.deadlineMs - timerNow());
+    tick.id = id;
     const ticks = this.filed.get(id);
     if (ticks === undefined) this.filed.set(id, [tick]);
     else ticks.push(tick);
+  }
+
+  /** Takes a cancelled `tick` out of its file, and its deadline out of the binding if it was alone. */
+  unfile(tick: Tick): void {
+    const ticks = this.filed.get(tick.id);
+    if (ticks === undefined) return;
+    const at = ticks.indexOf(tick);
+    if (at === -1) return;
+    if (ticks.length > 1) {
+      ticks.splice(at, 1);
+    } else {
+      this.filed.delete(tick.id);
+      this.ticker().cancel(tick.id);
+    }
   }
 
   private readonly expire = (): void => {

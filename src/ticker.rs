@@ -104,6 +104,17 @@ impl Ticker {
         })
     }
 
+    /// Forgets the deadline `id` (as `register` returned it) if it is still pending; returns
+    /// whether it was. For a deadline nobody waits for any more: left registered, it would stay in
+    /// the timer manager until it expires, however far off. An expired, undrained one is still
+    /// drained.
+    #[napi(catch_unwind)]
+    pub fn cancel(&self, env: &Env, id: f64) -> Result<bool> {
+        // `as` saturates (NaN is 0): an id `register` never returned matches no deadline.
+        let deadline = Deadline::from_millis(id as u64);
+        self.with_sink(env, |sink| sink.cancel(deadline))
+    }
+
     /// The ids of the deadlines that expired since the last call, ascending.
     #[napi(catch_unwind)]
     pub fn drain(&self, env: &Env) -> Result<Vec<f64>> {

@@ -360,7 +360,8 @@ const releaser =
 
 /**
  * Runs `call` with a deadline: it gets a signal that aborts after `ms` (keepcount's
- * `timeoutSignal`, so `fetch` and `http.request` stop), and the result rejects with a
+ * `timeoutSignal`, so `fetch` and `http.request` stop; shared with other callers of the same 10 ms
+ * tick unless `options.signal` is given, see `timeoutSignal`), and the result rejects with a
  * `TimeoutError` (`ERR_KEEPCOUNT_TIMEOUT`) after `ms` even if `call` ignores the signal (keepcount's
  * `timeout`). Pass `options.signal` (e.g. aborted when the client goes away) to abort sooner.
  * Answer {@link isDeadlineError} failures with 504.
