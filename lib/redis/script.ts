@@ -54,10 +54,11 @@
  * shorter period): the live node count for the "each node enforces its share" fail policy. A sync
  * drops the nodes a liveness period (its own) past that time: a dead node counts a little longer,
  * and a node of an earlier release, whose score is its last sync's time, counts as it did there.
- * No node's liveness period passes `MAX_LIVE_MS`, so a member scored later than that from now is
- * none keepcount wrote (a `ZADD` of someone else's), and would count as live until its score, for
- * good at +inf, cutting every node's `'local'` share. A sync removes such members, from the layout
- * registry (below) too, and reports the registry as corrupt (see below), once.
+ * No node's liveness period passes `MAX_LIVE_MS`, so a member scored later than twice that from now
+ * (`AHEAD_FACTOR`, a margin for Redis's clock stepping back) is none keepcount wrote (a `ZADD` of
+ * someone else's), and would count as live until its score, for good at +inf, cutting every
+ * node's `'local'` share. A sync removes such members, from the layout registry (below) too, and
+ * reports the registry as corrupt (see below), once.
  *
  * Nodes share an entry only if they put every key in the same cells: same sketch format, shape and
  * seed, which a node's layout names (`sketchLayout`). The layout is part of the base, so nodes
@@ -73,12 +74,12 @@
  * the change) and deletes it, so the global count is the sum of the live nodes' contributions. A
  * reaped node that comes back begins a new record, which changes the incarnation it is told, so it
  * pushes its whole contribution again. No node's lease passes `MAX_LEASE_MS`, so a member other
- * than the marker scored later than that from now is none keepcount wrote: its contribution would
- * stay in `B:c` until that score, for good at +inf, after the node it names died. A sync forgets
- * such members as reaped nodes (this node too, which then pushes its whole contribution again),
- * and reports `B:l` as corrupt (see below), once. All of a leased entry's keys, every node's
- * contribution included, get the same expiry at each sync: they never expire one without the
- * others.
+ * than the marker scored later than twice that from now (`AHEAD_FACTOR`) is none keepcount wrote:
+ * its contribution would stay in `B:c` until that score, for good at +inf, after the node it names
+ * died. A sync forgets such members as reaped nodes (this node too, which then pushes its whole
+ * contribution again), and reports `B:l` as corrupt (see below), once. All of a leased entry's
+ * keys, every node's contribution included, get the same expiry at each sync: they never expire one
+ * without the others.
  * Losing one of them would strand a dead node's slots in `B:c` for ever: without `B:l` nothing
  * reaps it, without its contribution nothing says how much to subtract. So a leased entry whose
  * `B:l` (or its marker) is missing begins a new incarnation, and so does one where a node in `B:l`
@@ -148,11 +149,11 @@
  * loan goes back into the bucket, once (the next applied sync records its own loan in its place).
  * A bucket's values are bounded by what keepcount writes (`BUCKET_SPAN`), and anything past that is
  * none keepcount wrote, which Redis keeps for as long as syncs renew the bucket: a node's fields
- * whose lease is later than `MAX_LEASE_MS` from now (its loan would count, and its want take the
- * bucket's share, until then), or whose loan, want or last loan lies outside the span, go as a
+ * whose lease is later than twice `MAX_LEASE_MS` from now (its loan would count, and its want take
+ * the bucket's share, until then), or whose loan, want or last loan lies outside the span, go as a
  * lapsed lease's do; tokens below the span (a debt no fleet runs up, which the refill would take
- * ages to pay) or a count time later than `MAX_LEASE_MS` from now (no refill until then) go, and
- * the bucket starts over full, the loans on it still counted. Either is reported once (the values
+ * ages to pay) or a count time later than twice `MAX_LEASE_MS` from now (no refill until then) go,
+ * and the bucket starts over full, the loans on it still counted. Either is reported once (the values
  * are gone after it). So does this process's own `s:<node>` more than `SEQ_SPAN` past its sync's
  * (see `B:m` above), with the node's other fields, and the sync applies as the node's first: the
  * node states what it holds (`held`) in every sync, and its last loan is not given back, the
@@ -196,6 +197,17 @@ import { MAX_LEASE_MS } from './sync-options.js';
  * past now plus this, and no layout registry member past now.
  */
 const MAX_LIVE_MS = 10 * 3_600_000;
+
+/**
+ * How far ahead of Redis's clock a time keepcount wrote may read before it is taken for corrupt:
+ * twice the longest it writes ahead (`MAX_LIVE_MS` for registries, `MAX_LEASE_MS` for leases and a
+ * bucket's count time). A time written that far ahead reads further once Redis's clock steps back
+ * (NTP, a VM resumed, a failover to a replica a little behind): with no margin, a review found
+ * every lease at the longest `leaseMs` read as corrupt at a step back of milliseconds, its nodes
+ * forgotten with their slots and loans and a false report sent. Twice the longest keeps honest
+ * times through a step back of as much again, and still finds what no node writes (9e15, +inf).
+ */
+const AHEAD_FACTOR = 2;
 
 /**
  * How far a bucket's values reach, in units of `cap + 1` of the node that syncs it (`+ 1` for a
@@ -244,8 +256,8 @@ local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local a, out, foreign, corrupt = 6, {}, {}, {}
 local MAX_LAYOUTS = 16
-local MAX_LIVE = ${MAX_LIVE_MS}
-local MAX_LEASE = ${MAX_LEASE_MS}
+local LIVE_AHEAD = ${AHEAD_FACTOR * MAX_LIVE_MS}
+local LEASE_AHEAD = ${AHEAD_FACTOR * MAX_LEASE_MS}
 local BUCKET_SPAN = ${BUCKET_SPAN}
 local BUCKET_WANT_SPAN = ${BUCKET_WANT_SPAN}
 local SEQ_SPAN = ${SEQ_SPAN}
@@ -291,8 +303,8 @@ end
 -- would count as a live node (or name a layout) until that score, for good at +inf. It goes, and
 -- the node reports it once.
 local function trim(registry)
-  local removed = redis.call('ZREMRANGEBYSCORE', registry, '(' .. (now + MAX_LIVE), '+inf')
-  if removed > 0 then corrupted(registry, removed .. ' members scored past ' .. MAX_LIVE .. ' ms from now, removed') end
+  local removed = redis.call('ZREMRANGEBYSCORE', registry, '(' .. (now + LIVE_AHEAD), '+inf')
+  if removed > 0 then corrupted(registry, removed .. ' members scored past ' .. LIVE_AHEAD .. ' ms from now, removed') end
 end
 local function incarnation(counts, versions, meta, mine, prior, leases, intact)
   local i = redis.call('HGET', meta, 'i')
@@ -351,7 +363,7 @@ local function cell_entry(k, a)
   if lease > 0 and own(leases, 'zset') then
     -- Leases later than the longest from now are none keepcount wrote (the module doc): forgotten
     -- below, once the incarnation is known, or here already if their contribution is missing.
-    for _, other in ipairs(redis.call('ZRANGEBYSCORE', leases, '(' .. (now + MAX_LEASE), '+inf')) do
+    for _, other in ipairs(redis.call('ZRANGEBYSCORE', leases, '(' .. (now + LEASE_AHEAD), '+inf')) do
       if other ~= '' then late[#late + 1] = other end
     end
     for _, other in ipairs(redis.call('ZRANGE', leases, 0, -1)) do
@@ -387,7 +399,7 @@ local function cell_entry(k, a)
       end
     end
     if #late > 0 then
-      corrupted(leases, #late .. ' members scored past ' .. MAX_LEASE .. ' ms from now, their nodes forgotten')
+      corrupted(leases, #late .. ' members scored past ' .. LEASE_AHEAD .. ' ms from now, their nodes forgotten')
     end
   end
   -- Another process synced under this node id and its lease ran out (a live one's record refused
@@ -504,7 +516,7 @@ local function bucket_entry(k, a)
     local x = string.sub(field, 1, 2) == 'x:' and count(value)
     if x and x >= now then
       local bad
-      if x > now + MAX_LEASE then bad = field .. ' ' .. value .. ', past ' .. MAX_LEASE .. ' ms from now' end
+      if x > now + LEASE_AHEAD then bad = field .. ' ' .. value .. ', past ' .. LEASE_AHEAD .. ' ms from now' end
       for _, kind in ipairs({'o:', 'w:', 'l:'}) do
         local v = count(f[kind .. other] or '0')
         if not bad and (v > span or v < (kind == 'o:' and -span or 0)) then
@@ -525,7 +537,7 @@ local function bucket_entry(k, a)
   if #gone > 0 then corrupted(bucket, 'the fields of ' .. #gone .. ' node(s) removed: ' .. why) end
   why = nil
   if f.t and count(f.t) < -span then why = 't ' .. f.t .. ', below -' .. number(span) end
-  if f.at and count(f.at) > now + MAX_LEASE then why = 'at ' .. f.at .. ', past ' .. MAX_LEASE .. ' ms from now' end
+  if f.at and count(f.at) > now + LEASE_AHEAD then why = 'at ' .. f.at .. ', past ' .. LEASE_AHEAD .. ' ms from now' end
   if why then
     redis.call('HDEL', bucket, 't', 'at')
     f.t, f.at = nil, nil
@@ -591,13 +603,13 @@ local function held_cell(k, a)
   if not owner or owner == process then return false end
   if tonumber(ARGV[a + 4]) == 0 then return true end
   local lease = count(redis.call('ZSCORE', KEYS[k] .. ':l', node) or '0')
-  return lease >= now and lease <= now + MAX_LEASE
+  return lease >= now and lease <= now + LEASE_AHEAD
 end
 local function held_bucket(k)
   local owner = redis.call('HGET', KEYS[k], 'p:' .. node)
   if owner == false or owner == process then return false end
   local lease = count(redis.call('HGET', KEYS[k], 'x:' .. node) or '0')
-  return lease >= now and lease <= now + MAX_LEASE
+  return lease >= now and lease <= now + LEASE_AHEAD
 end
 local held, b = false, a
 for k = 1, 3 * entries, 3 do
