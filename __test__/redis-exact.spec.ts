@@ -55,15 +55,34 @@ test(title('a key begun late already holds the others’ counts; a new incarnati
   const cells = cellsOf(4);
   cells.add(1, 2, 'a', 2);
   cells.take(10);
-  cells.apply(pull({ 5: 6 }), 1, 0);
+  cells.apply(pull({ 5: 6, 6: 4 }), 1, 0);
   t.is(cells.peek(5), 6, 'counted elsewhere, not here yet');
   t.is(cells.add(5, 1, 'e', 7), 7);
   cells.take(10);
-  // Redis lost the entry: the others' counts go, this node's all go out again.
+  // Redis lost the entry: this node's counts all go out again, and until the others' are back the
+  // others' counts it knew stay, of keys it tracks or not (before: 1 and 0, its own alone).
   cells.apply(pull({}, 'i2'), 2, 0);
   t.is(cells.since, 0);
-  t.is(cells.peek(5), 1);
+  t.deepEqual(
+    [5, 6].map((id) => cells.peek(id)),
+    [7, 4],
+  );
   t.deepEqual(cells.take(10), { cells: [1, 5], values: ['2', '1'] });
+  // The others' counts come back: the larger of them and the floor, never the sum. An older
+  // snapshot's lower count reads as the floor, a key new to this node as pulled.
+  cells.apply(pull({ 5: 6, 6: 3, 7: 2 }, 'i2'), 3, 0);
+  t.deepEqual(
+    [5, 6, 7].map((id) => cells.peek(id)),
+    [7, 4, 2],
+  );
+  cells.apply(pull({ 5: 8, 6: 5 }, 'i2', 2), 4, 0);
+  t.deepEqual(
+    [5, 6].map((id) => cells.peek(id)),
+    [9, 5],
+  );
+  // A window that ended decides nothing: the floor goes with the others' counts it keeps.
+  cells.forgetOthers();
+  t.is(cells.peek(6), 0);
 });
 
 test(title('the others’ counts of untracked keys are capped, and an ended window forgets them'), (t) => {

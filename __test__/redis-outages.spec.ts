@@ -5,6 +5,7 @@
  * come back exact; while stale, checks keep answering under their fail policy.
  */
 import test from 'ava';
+import { ManualClock } from '../lib/clock.js';
 import { sketchLayout } from '../lib/redis/hasher.js';
 import { RedisSync, SyncedEstimator, SyncedWindowQuota, type SendCommand } from '../lib/redis/index.js';
 import { title } from './helpers.js';
@@ -127,6 +128,125 @@ test.serial(
       );
     } finally {
       for (const node of nodes) await node.sync.close();
+      await connection.close();
+      await server.stop();
+    }
+  },
+);
+
+/**
+ * Nodes `a` and `b` of a quota of 100 a window, syncing by hand, on a clock that stands still (no
+ * window ends mid-test); `b`'s sends fail while `setReconnecting(true)` holds (its client
+ * reconnecting after a Redis restart, retrying with backoff), `a`'s go through.
+ */
+function reconnectingPair(send: SendCommand, name: string, heavyHitters: boolean) {
+  const clock = new ManualClock(Date.now());
+  const node = (sendCommand: SendCommand) => {
+    const sync = new RedisSync({ sendCommand, syncMs: 3_600_000 });
+    const quota = new SyncedWindowQuota({
+      sync,
+      name,
+      seed: 7,
+      limit: 100,
+      windowMs: 3_600_000,
+      failPolicy: 'closed',
+      heavyHitters,
+      clock,
+    });
+    return { sync, quota };
+  };
+  let reconnecting = false;
+  const b = node((args) => (reconnecting ? Promise.reject(new Error('reconnecting')) : send(args)));
+  const setReconnecting = (on: boolean): void => {
+    reconnecting = on;
+  };
+  return { a: node(send), b, setReconnecting };
+}
+
+/** How many of `n` requests for `key` `quota` admits. */
+const admitted = (quota: SyncedWindowQuota, n: number, key = 'victim'): number =>
+  Array.from({ length: n }, () => quota.consume(key).allowed).filter(Boolean).length;
+
+for (const heavyHitters of [false, true]) {
+  const variant = heavyHitters ? ', heavy hitters too' : '';
+  test.serial(
+    title(`a restart that loses the data: the node back first decides on the others’ counts it knew${variant}`),
+    async (t) => {
+      // Before, a node that saw the new incarnation zeroed the others' counts and was not stale:
+      // until the others pushed theirs again (two of their syncs, seconds while a client
+      // reconnects) it admitted a client up to the limit again on its own counts, 200 in a window
+      // of 100. Syncs by hand on a clock that stands still: deterministic, no false failure.
+      const server = await startRedis();
+      const connection = await connectClient('ioredis', server.port);
+      const { a, b, setReconnecting } = reconnectingPair(
+        connection.send,
+        heavyHitters ? 'gap-hh' : 'gap',
+        heavyHitters,
+      );
+      try {
+        await knowEachOther([a, b]);
+        t.is(admitted(b.quota, 100), 100);
+        await until(() => b.sync.flush(), 'b pushes');
+        await until(() => a.sync.flush(), 'a pulls');
+        // With heavy hitters, b counts the client exactly from its 7th request (the threshold).
+        const known = heavyHitters ? 94 : 100;
+        t.is(a.quota.current('victim').count, known);
+        setReconnecting(true);
+        await server.restart();
+        // a sees the new incarnation, then pushes its own counts again; b's sends fail.
+        await until(() => a.sync.flush(), 'a syncs after the restart');
+        await until(() => a.sync.flush(), 'a syncs again');
+        t.false(await b.sync.flush());
+        t.false(a.sync.stale);
+        // README's bound, with no request between syncs: the limit, and with heavy hitters the
+        // `threshold − 1` = 6 requests b saw before counting the client exactly.
+        t.is(admitted(a.quota, 100), heavyHitters ? 6 : 0);
+        setReconnecting(false);
+        // b sees the new incarnation, then pushes its whole count again; a pulls it.
+        for (let round = 0; round < 2; round++) {
+          for (const [i, { sync }] of [b, a].entries()) await until(() => sync.flush(), `node ${i} syncs`);
+        }
+        // Refused requests count too: b's and a's 100 each, b's re-push covering the floor, not
+        // added to it.
+        const count = known + 100;
+        t.deepEqual([a.quota.current('victim').count, b.quota.current('victim').count], [count, count]);
+      } finally {
+        for (const node of [a, b]) await node.sync.close();
+        await connection.close();
+        await server.stop();
+      }
+    },
+  );
+}
+
+test.serial(
+  title('a restart from an older snapshot: the node back first decides on the newer counts it knew'),
+  async (t) => {
+    // Before, the snapshot's 50 read as b's count until b pushed its 100 again: a admitted 50 more.
+    const server = await startRedis();
+    const connection = await connectClient('ioredis', server.port);
+    const { a, b, setReconnecting } = reconnectingPair(connection.send, 'older', false);
+    try {
+      await knowEachOther([a, b]);
+      for (let half = 0; half < 2; half++) {
+        t.is(admitted(b.quota, 50), 50);
+        await until(() => b.sync.flush(), 'b pushes');
+        await until(() => a.sync.flush(), 'a pulls');
+        if (half === 0) await connection.send(['SAVE']);
+      }
+      t.is(a.quota.current('victim').count, 100);
+      setReconnecting(true);
+      await server.restart();
+      await until(() => a.sync.flush(), 'a syncs after the restart');
+      await until(() => a.sync.flush(), 'a syncs again');
+      t.is(admitted(a.quota, 100), 0);
+      setReconnecting(false);
+      for (let round = 0; round < 2; round++) {
+        for (const [i, { sync }] of [b, a].entries()) await until(() => sync.flush(), `node ${i} syncs`);
+      }
+      t.deepEqual([a.quota.current('victim').count, b.quota.current('victim').count], [200, 200]);
+    } finally {
+      for (const node of [a, b]) await node.sync.close();
       await connection.close();
       await server.stop();
     }

@@ -256,7 +256,7 @@ export const saturated = (value: number): number => Math.min(MAX_CONTRIBUTION, M
 export class SyncedCells extends PulledEntry implements SyncedEntry {
   /** This node's cumulative count per counter. */
   readonly mine: Float64Array;
-  /** Every other node's count per counter, as of the last pull. */
+  /** Every other node's count per counter, as of the last pull (at least a floor: see `apply`). */
   readonly others: Float64Array;
   /** Where the entry lives in Redis. */
   readonly keys: EntryKeys;
@@ -285,8 +285,34 @@ export class SyncedCells extends PulledEntry implements SyncedEntry {
 
   /** The structure's census, which this entry's pulls update. */
   readonly census: Census;
+  /**
+   * How long the others' counts as this node knew them stay a floor under what it pulls after a
+   * new incarnation ({@link apply}), in milliseconds: 0 for no floor (a leased entry, whose
+   * counts go down as slots leave and nodes are reaped), `Infinity` for the entry's life (a
+   * window's, which ends with its window).
+   */
+  readonly floorMs: number;
+  /**
+   * The floor: per counter, the others' count as this node knew it when the last new incarnation
+   * began here, or `undefined` when none holds (a copy of {@link others}, made only then).
+   */
+  #floor: Float64Array | undefined;
+  /**
+   * Under a floor that ends ({@link floorMs} finite), the others' counts as pulled in the new
+   * incarnation: what {@link others} goes back to then.
+   */
+  #pulledOthers: Float64Array | undefined;
+  /** The `sentAt` of the first sync whose pull no longer keeps the floor. */
+  #floorUntil = 0;
 
-  constructor(counters: number, keys: EntryKeys, census: Census, ttlMs: () => number = () => 0, leaseMs = 0) {
+  constructor(
+    counters: number,
+    keys: EntryKeys,
+    census: Census,
+    ttlMs: () => number = () => 0,
+    leaseMs = 0,
+    floorMs = 0,
+  ) {
     super();
     this.census = census;
     this.mine = new Float64Array(counters);
@@ -296,6 +322,7 @@ export class SyncedCells extends PulledEntry implements SyncedEntry {
     this.keys = keys;
     this.ttlMs = ttlMs;
     this.leaseMs = leaseMs;
+    this.floorMs = floorMs;
   }
 
   /** Adds `value` to this node's counters `indexes` (one per row); returns the new estimate. */
@@ -361,21 +388,54 @@ export class SyncedCells extends PulledEntry implements SyncedEntry {
 
   /**
    * Takes in the pull of sync `seq`. A new incarnation (Redis restarted without the data or went
-   * back to older data, the keys were deleted, or another node reaped this one's lease) drops what
-   * the others had and marks all of this node's counts to push again, so the fleet rebuilds the
-   * global sketch from the nodes' own.
+   * back to older data, the keys were deleted, or another node reaped this one's lease) marks all
+   * of this node's counts to push again, so the fleet rebuilds the global sketch from the nodes'
+   * own, and pulls the others' from version 0.
+   *
+   * Redis holds another node's counts again only once it synced, saw the new incarnation and
+   * pushed them all: two of its syncs, longer while its client reconnects. Meanwhile this node
+   * syncs, so it is not stale, and it decided on its own counts alone when they went at once (two
+   * nodes, limit 100: 100 admitted on one, Redis restarted empty, the other admitted 69–97 more
+   * while the first reconnected for 1.5 s). So with a {@link floorMs}, the others' counts as this
+   * node knew them stay a floor: each counter reads the larger of it and what it pulls. The
+   * larger, never the sum: a node's re-push is its whole cumulative count, so once it arrives the
+   * pull covers the floor and nothing counts twice; an older snapshot's lower counts read as the
+   * floor. In a window counts only grow, but for a refund (`adjust`) elsewhere, which the floor
+   * hides until the window ends: more refused, never more admitted. Without a floor (a leased
+   * entry) the others' counts go, and come back with the pulls.
    */
   apply(pull: Pull, seq: number, sentAt: number): void {
     if (pull.applied) this.acked = seq;
+    if (this.#floor !== undefined && sentAt >= this.#floorUntil) {
+      if (this.#pulledOthers !== undefined) this.others.set(this.#pulledOthers);
+      this.#floor = this.#pulledOthers = undefined;
+    }
     const renewed = this.pulled(pull);
     this.census.count(pull.nodes, sentAt, renewed);
     if (renewed) {
-      this.others.fill(0);
+      if (this.floorMs > 0) {
+        // `others` holds at least any floor before: the new floor covers both.
+        this.#floor = this.others.slice();
+        this.#pulledOthers = Number.isFinite(this.floorMs) ? new Float64Array(this.others.length) : undefined;
+        this.#floorUntil = sentAt + this.floorMs;
+      } else {
+        this.others.fill(0);
+      }
       // Unknown: Redis may hold what this sync pushed into the new incarnation, or nothing.
       this.#pushed.fill(NaN);
       for (let i = 0; i < this.mine.length; i++) if (this.mine[i] !== 0) this.#mark(i);
     }
-    for (let j = 0; j < pull.cells.length; j++) this.others[pull.cells[j] as number] = pull.others[j] as number;
+    const floor = this.#floor;
+    for (let j = 0; j < pull.cells.length; j++) {
+      const i = pull.cells[j] as number;
+      const others = pull.others[j] as number;
+      if (floor === undefined) {
+        this.others[i] = others;
+      } else {
+        if (this.#pulledOthers !== undefined) this.#pulledOthers[i] = others;
+        this.others[i] = Math.max(floor[i] as number, others);
+      }
+    }
   }
 
   /** Counter `i`, fleet-wide. */

@@ -5,6 +5,7 @@ import { countArgument, optionsObject, shapeOptions } from '../options.js';
 import { Census, entryKeys, SyncedCells } from './cells.js';
 import { KeyHasher } from './hasher.js';
 import { RedisSync } from './sync.js';
+import { LIVE_PERIODS } from './sync-call.js';
 import { closedSyncedError, syncClosedError } from './sync-errors.js';
 import { nameOption } from './sync-options.js';
 
@@ -37,6 +38,13 @@ export interface SyncedEstimatorOptions {
  * slot; the layout names the sketch format, shape and a seed digest, so misconfigured nodes never
  * mix their counts with the others' and are reported as `ERR_KEEPCOUNT_LAYOUT`), with
  * one hash per node holding its contribution, kept for ever: delete the keys to start over.
+ *
+ * When Redis loses the sketch (a restart without its data, an older snapshot, deleted keys), every
+ * node pushes its whole counts again, each at its next syncs. Until they arrive, an estimate keeps
+ * the others' counts as this node knew them: for 10 × `syncMs` after the sync that found the loss
+ * (as long as the node registry keeps a node that stopped syncing), each counter reads at least
+ * what the others had (cells.ts `apply`). A `decr` elsewhere meanwhile shows when that ends; a
+ * node whose syncs fail for longer is missing until it pushes its counts again.
  */
 export class SyncedEstimator {
   readonly #hasher: KeyHasher;
@@ -54,7 +62,9 @@ export class SyncedEstimator {
     this.#hasher = new KeyHasher(hashes, slots, o.seed);
     const base = `${this.#sync.prefix}:{${name}}`;
     const census = new Census(() => this.#sync.nodes);
-    this.#cells = new SyncedCells(hashes * slots, entryKeys(base, 'e', this.#hasher.layout), census);
+    const keys = entryKeys(base, 'e', this.#hasher.layout);
+    const floorMs = LIVE_PERIODS * this.#sync.syncMs;
+    this.#cells = new SyncedCells(hashes * slots, keys, census, () => 0, 0, floorMs);
     this.#sync.add(this, 'SyncedEstimator', name);
   }
 

@@ -19,8 +19,9 @@
  * 4,096 syncs (the bound's `syncMs + RTT` is then the longest time between a change and its pull).
  *
  * A tracked key is counted exactly only while its estimate is at the threshold: after a refund
- * (`adjust`) or a Redis that lost its data took the estimate below it, its requests are not,
- * until it is back (more admitted meanwhile, never fewer).
+ * (`adjust`) took the estimate below it, its requests are not, until it is back (more admitted
+ * meanwhile, never fewer). A Redis that lost its data does not: until the others push their counts
+ * again, a node keeps them, in the sketch and here, as it knew them ({@link ExactCells.apply}).
  *
  * The sum over nodes is a lower bound of the key's count in the window: what each node counted
  * before it began tracking the key is missing, less than the threshold per node (a node begins
@@ -61,7 +62,7 @@ const CELLS_PER_CAPACITY = 4;
 interface Cell {
   /** This node's count since it began tracking the key; `undefined` while it does not track it. */
   mine: number | undefined;
-  /** Every other node's count, as of the last pull. */
+  /** Every other node's count, as of the last pull (at least a floor: {@link ExactCells.apply}). */
   others: number;
   /** Whether the count changed since the last push taken. */
   dirty: boolean;
@@ -88,6 +89,11 @@ export class ExactCells extends PulledEntry implements SyncedEntry {
   readonly #cells = new Map<number, Cell>();
   /** Ids whose count changed since the last push taken, oldest change first. */
   #dirty: number[] = [];
+  /**
+   * Per key id, the others' count as this node knew it when the window's last new incarnation
+   * began here: a floor under what it pulls ({@link apply}); `undefined` when none holds.
+   */
+  #floor: Map<number, number> | undefined;
 
   constructor(capacity: number, keys: EntryKeys, census: Census, ttlMs: () => number) {
     super();
@@ -160,6 +166,7 @@ export class ExactCells extends PulledEntry implements SyncedEntry {
    */
   forgetOthers(): void {
     for (const [id, cell] of this.#cells) if (cell.mine === undefined) this.#cells.delete(id);
+    this.#floor = undefined;
   }
 
   /** This node's own count of `id`, if tracked. */
@@ -193,34 +200,37 @@ export class ExactCells extends PulledEntry implements SyncedEntry {
   }
 
   /**
-   * As `SyncedCells.apply`: a new incarnation drops the others' counts and pushes all of this
-   * node's again. A pulled count of a key this node does not track is kept while the cells number
-   * under {@link CELLS_PER_CAPACITY} × `capacity`.
+   * As `SyncedCells.apply` for a window's sketch: a new incarnation pushes all of this node's
+   * counts again, and the others' counts as this node knew them, of keys it tracks or not, stay a
+   * floor for the window's life: each reads the larger of it and what it pulls, so a key is not
+   * judged on this node's count alone until the others push theirs again (up to 198 admitted in
+   * a window of 100 before). A pulled count of a key this node does not track is kept while the
+   * cells number under {@link CELLS_PER_CAPACITY} × `capacity`.
    */
   apply(pull: Pull, seq: number, sentAt: number): void {
     if (pull.applied) this.acked = seq;
     const renewed = this.pulled(pull);
     this.census.count(pull.nodes, sentAt, renewed);
     if (renewed) {
+      // Every cell's `others` holds at least any floor before: the new floor covers both.
+      const floor = new Map<number, number>();
       for (const [id, cell] of this.#cells) {
-        if (cell.mine === undefined) {
-          this.#cells.delete(id);
-        } else {
-          cell.others = 0;
-          if (!cell.dirty) {
-            cell.dirty = true;
-            this.#dirty.push(id);
-          }
+        if (cell.others > 0) floor.set(id, cell.others);
+        if (cell.mine !== undefined && !cell.dirty) {
+          cell.dirty = true;
+          this.#dirty.push(id);
         }
       }
+      this.#floor = floor;
     }
     const room = CELLS_PER_CAPACITY * this.capacity;
     for (let j = 0; j < pull.cells.length; j++) {
       const id = pull.cells[j] as number;
+      const others = Math.max(this.#floor?.get(id) ?? 0, pull.others[j] as number);
       const cell = this.#cells.get(id);
-      if (cell !== undefined) cell.others = pull.others[j] as number;
+      if (cell !== undefined) cell.others = others;
       else if (this.#cells.size < room) {
-        this.#cells.set(id, { mine: undefined, others: pull.others[j] as number, dirty: false, key: '', estimate: 0 });
+        this.#cells.set(id, { mine: undefined, others, dirty: false, key: '', estimate: 0 });
       }
     }
   }

@@ -303,6 +303,10 @@ export class SyncedRate {
         entryKeys(this.#base, `w${index}`, this.#layout, 'w'),
         this.#census,
         this.#windowTtl(index),
+        0,
+        // A new incarnation keeps the others' counts known before as a floor for the window's
+        // life (cells.ts `apply`): in a window they only grow, and the floor ends with it.
+        Infinity,
       ),
     };
   }

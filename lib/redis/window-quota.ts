@@ -93,7 +93,10 @@ export interface SyncedHeavyHitterStats {
  * that of the last successful call for this quota's name) is the age of the others' counts; past
  * `staleAfterMs` the {@link FailPolicy} applies. Under `'local'` a node whose sync never reached
  * Redis refuses then: it knows no node count to divide the limit by. Await
- * `sync.ready()` before serving.
+ * `sync.ready()` before serving. After Redis lost its data (or went back to an older snapshot),
+ * a node decides on the others' counts as it knew them until they push theirs again, the larger
+ * of the two (cells.ts `SyncedCells.apply`): the node back first, fresh, would otherwise admit a
+ * key up to the limit again on its own counts.
  *
  * # Heavy hitters
  * Counted in a sketch alone, a flood of more distinct keys than `clients` fills the counters, and
