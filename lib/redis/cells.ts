@@ -75,15 +75,31 @@ export interface Pull {
 }
 
 /**
- * The live nodes syncing one structure, as its registry counted them at the structure's last sync:
- * what its `'local'` fail policy and a limiter's credit divide by. Shared by the structure's cells
- * (a rate's windows come and go; its census stays). Before the structure's first sync it reads
- * `fallback`, the most nodes any structure on its sync has counted: a structure added to a running
- * sync knows the fleet's size at once, from its neighbours, rather than taking itself for alone.
+ * The registry keeps a node this many sync periods after its last sync (its liveness period, sent
+ * with each sync: sync-call.ts), and a node's share holds a higher count as long
+ * ({@link Census.shareNodes}).
+ */
+export const LIVE_PERIODS = 10;
+
+/**
+ * The live nodes syncing one structure, as its registry counted them at the structure's last sync,
+ * and the count its `'local'` fail policy and a limiter's credit divide by ({@link shareNodes}).
+ * Shared by the structure's cells (a rate's windows come and go; its census stays). Before the
+ * structure's first sync both read `fallback`, the most nodes any structure on its sync has
+ * counted: a structure added to a running sync knows the fleet's size at once, from its
+ * neighbours, rather than taking itself for alone.
  */
 export class Census {
   /** The registry's count at the last sync, or `undefined` before the first. */
   #counted: number | undefined;
+  /**
+   * The counts {@link shareNodes} still holds, each with the `sentAt` of its sync: each larger than
+   * every later one (so the first is the largest), which keeps them fewer than the largest.
+   */
+  readonly #peaks: { nodes: number; at: number }[] = [];
+  /** The `sentAt` of the last count that may have followed a loss of registrations. */
+  #lostAt = NaN;
+  readonly #syncMs: number;
   /**
    * `performance.now()` when the count came in that began the wait of {@link countedAfter} (the
    * first, or the last that may have followed a loss of registrations), and when the sync of the
@@ -93,8 +109,10 @@ export class Census {
   #lastSentAt = NaN;
   readonly #fallback: () => number;
 
-  constructor(fallback: () => number) {
+  /** `syncMs`: the sync period of this node, of which the registry's lifetime is `LIVE_PERIODS`. */
+  constructor(fallback: () => number, syncMs: number) {
     this.#fallback = fallback;
+    this.#syncMs = syncMs;
   }
 
   /** Whether a sync has counted this structure's nodes yet. */
@@ -120,6 +138,29 @@ export class Census {
   }
 
   /**
+   * The node count a node's share divides by (a quota's `'local'` share, a limiter's `'local'`
+   * bucket and credit), at least {@link nodes}: it rises with the count at once, and a higher
+   * count holds until the registry's lifetime (`LIVE_PERIODS` sync periods) has passed both since
+   * it was last counted and since the last count that may have followed a loss of registrations
+   * (as {@link count} begins the credit wait again: a new incarnation, a lower count).
+   *
+   * After Redis lost the registry, the nodes register again one at a time, each at its next sync,
+   * and count 1, 2, …, N in turn, as at a start. With Redis gone again before their next syncs (a
+   * Redis that crashes and restarts), each node went on with its count of the last sync for the
+   * whole outage: 4 nodes under a `'local'` quota of 100 admitted 100, 50, 33 and 25, 208 in all
+   * (now 25 each). Held from the last sign of a loss, the count before it stays however often
+   * Redis restarts, and however long every node was cut off from it (the registry lost as well:
+   * the first count after it drops). The price: the registry counts a node that stopped syncing
+   * for up to two lifetimes, and the shares a lifetime longer (from the drop its leaving makes,
+   * and from any drop after it), so the nodes left admit less than their share meanwhile, never
+   * more. A node started anew holds no earlier count: its first sync's count is its share's, as
+   * at a start, when the nodes started together count 1, 2, …, N until their second syncs.
+   */
+  get shareNodes(): number {
+    return this.#peaks[0]?.nodes ?? this.#fallback();
+  }
+
+  /**
    * Takes in a pull's count (this node included, so at least 1 but for a malformed reply), from a
    * sync sent at `sentAt` (`performance.now()`), whose entry found a new incarnation if `renewed`.
    *
@@ -137,11 +178,20 @@ export class Census {
    * cannot tell a node that left from one not registered again yet. A long gap since the last
    * count needs no rule of its own: a node whose count after a loss is at least its last one
    * divides by at least the fleet it last counted, so such nodes' credit stays within one burst,
-   * and nodes started meanwhile wait from their own first count.
+   * and nodes started meanwhile wait from their own first count. {@link shareNodes} holds a higher
+   * count a lifetime from the same counts.
    */
   count(nodes: number, sentAt: number, renewed: boolean): void {
     const counted = Math.max(1, nodes);
-    if (this.#counted === undefined || renewed || counted < this.#counted) this.#waitFrom = performance.now();
+    if (this.#counted === undefined || renewed || counted < this.#counted) {
+      this.#waitFrom = performance.now();
+      this.#lostAt = sentAt;
+    }
+    const peaks = this.#peaks;
+    while (peaks.length > 0 && peaks[peaks.length - 1]!.nodes <= counted) peaks.pop();
+    peaks.push({ nodes: counted, at: sentAt });
+    const held = sentAt - LIVE_PERIODS * this.#syncMs;
+    while (this.#lostAt < held && peaks[0]!.at < held) peaks.shift();
     this.#counted = counted;
     this.#lastSentAt = sentAt;
   }

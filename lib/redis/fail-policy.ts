@@ -5,7 +5,11 @@ import { invalidType } from '../errors.js';
  * What a node does while its view is stale (no successful sync for `staleAfterMs`: Redis down,
  * stopped or slow):
  * - `'local'`: each node admits at most its share of the limit on its own, the limit divided by the
- *   node count last seen in Redis (a `SyncedWindowQuota`: `limit / nodes` of its own requests per
+ *   most nodes Redis counted lately (a higher count held until 10 sync periods, the registry's
+ *   lifetime, have passed since it and since the last count that may have followed a loss of
+ *   registrations), not by the last count alone, which drops while the nodes register again one
+ *   at a time after Redis lost the registry (a `SyncedWindowQuota`: `limit / nodes` of its own
+ *   requests per
  *   window, at least 1 when `limit` is, and it still refuses what the last known global count
  *   refuses; a `SyncedLimiter`: a bucket of `rate / nodes` and `burst / nodes` per key, starting
  *   from what the node could still admit on a live loan, empty for a key without one, and owing

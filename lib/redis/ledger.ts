@@ -112,7 +112,7 @@ export class Ledger {
   }
 
   /**
-   * One loan request per account, up to {@link MAX_LOANS}, with `nodes` the limiter's node count:
+   * One loan request per account, up to {@link MAX_LOANS}, with `nodes` what its credit divides by:
    * those that need tokens now first (see {@link SyncedLimiter.loans}), the others in turn. A
    * key idle for {@link IDLE_SYNCS} syncs gives its tokens back and is forgotten.
    */

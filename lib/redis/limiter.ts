@@ -62,13 +62,13 @@ const PRESENCE_LAYOUT = 'presence';
  *
  *     burst + rate × t + slack,  slack = burst + 2 × rate × syncMs
  *
- * whatever the node count (`n` nodes each borrowing `burst / n` add `burst`, with `n` as each last
- * saw it in Redis, which by `creditAfterMs` counts every node that started with it while the nodes
- * keep their sync period; but a node that starts may take `burst / nodes` a key again from a
- * bucket earlier nodes left owing, which the refill pays back, and a node killed in debt never
- * pays it, since a debt stays with its node id: up to `burst / nodes` a key per kill, README says
- * more), the round trips and
- * the clock offsets between nodes (the refill runs on Redis's clock). Waiting out a loan's lease on
+ * whatever the node count (`n` nodes each borrowing `burst / n` add `burst`, with `n` the most each
+ * counted in Redis lately (see `'local'` below), which by `creditAfterMs` counts every node that
+ * started with it while the nodes keep their sync period; but a node that starts may take
+ * `burst / nodes` a key again from a bucket earlier nodes left owing, which the refill pays back,
+ * and a node killed in debt never pays it, since a debt stays with its node id: up to
+ * `burst / nodes` a key per kill, README says more), the round trips and the clock offsets between
+ * nodes (the refill runs on Redis's clock). Waiting out a loan's lease on
  * the node's clock from before the request was sent, the node drops its tokens before Redis
  * writes them off. The fleet admits less than the rate when `burst < rate × syncMs` (the bucket
  * overflows between syncs), for keys past the 1,024 a sync carries, and for a node whose share is
@@ -77,7 +77,12 @@ const PRESENCE_LAYOUT = 'presence';
  * {@link FailPolicy} applies. `'local'` gives each node a bucket per key of `burst / nodes` refilled
  * at `rate / nodes`, which starts from what the node could still admit on a live loan (the loan
  * and the credit it may still take, within [0, `burst / nodes`]; empty for a key without one, so a
- * key first checked while stale waits for the refill). Under the default `leaseMs`
+ * key first checked while stale waits for the refill). Here, as for credit, `nodes` is the most
+ * the registry counted lately, a higher count held until its lifetime (10 sync periods) has passed
+ * since it and since the last count that may have followed a loss ({@link Census.shareNodes}).
+ * After Redis lost the registry the nodes count 1, 2, …, N in turn: with Redis gone again before
+ * their next syncs, 4 nodes had buckets of `burst / 1` to `burst / 4` (208 admitted of a `burst`
+ * of 100; now 100). Under the default `leaseMs`
  * (`staleAfterMs`) every loan has lapsed by the first stale check, so every key starts empty; a
  * longer lease keeps loans into an outage. What it admits is owed as credit is, down to
  * `−burst / nodes`, paid back from its loans once a sync gets through. So the bound holds over
@@ -115,7 +120,7 @@ export class SyncedLimiter implements RequestLimiter {
     // Under the limiter's lease, as its loans are: a process restarted under this node id then
     // takes the id's record over once the old one's lease runs out (without one, never).
     const leaseMs = this.leaseMs;
-    const census = new Census(() => this.#sync.nodes);
+    const census = new Census(() => this.#sync.nodes, this.#sync.syncMs);
     const keys = entryKeys(config.base, 'p', PRESENCE_LAYOUT);
     this.#presence = new SyncedCells(0, keys, census, () => leaseMs, leaseMs);
     this.#sync.add(this, 'SyncedLimiter', config.name);
@@ -187,19 +192,30 @@ export class SyncedLimiter implements RequestLimiter {
     const expired = now > account.expiresAt;
     if (expired) account.held = Math.min(0, account.held);
     if (!this.ready()) return 0;
-    if (!expired) return Math.min(bucket.burst, account.spare + bucket.rate * (now - account.spareAt)) / this.nodes;
+    const nodes = this.#shareNodes;
+    if (!expired) return Math.min(bucket.burst, account.spare + bucket.rate * (now - account.spareAt)) / nodes;
     // A key with no loan borrows blind, whatever its bucket holds: a node started after another
     // left owing takes that credit again, which a refill pays back, but an allowance (rate 0)
     // never would, so an allowance lends none (8 restarts took 100 tokens each from a spent one).
-    return bucket.rate > 0 ? bucket.burst / this.nodes : 0;
+    return bucket.rate > 0 ? bucket.burst / nodes : 0;
   }
 
   /**
    * Live nodes syncing this limiter (this one included), as Redis counted them at its last sync;
-   * before its first, the most any structure on its sync has counted (`sync.nodes`).
+   * before its first, the most any structure on its sync has counted (`sync.nodes`). Its credit
+   * and `'local'` bucket divide by the most it counted lately instead (see `Census.shareNodes`).
    */
   get nodes(): number {
     return this.#presence.census.nodes;
+  }
+
+  /**
+   * The node count a share divides by: the most Redis counted lately, not the last count alone,
+   * which drops while the nodes register again one at a time after Redis lost the registry (see
+   * `Census.shareNodes`).
+   */
+  get #shareNodes(): number {
+    return this.#presence.census.shareNodes;
   }
 
   /** @internal The presence entry, for the node count. */
@@ -236,7 +252,7 @@ export class SyncedLimiter implements RequestLimiter {
       if (this.#ledger.size === 0) this.#sync.remove(this);
       return this.#ledger.leaves();
     }
-    return this.#ledger.requests(this.nodes);
+    return this.#ledger.requests(this.#shareNodes);
   }
 
   /**
@@ -288,7 +304,7 @@ export class SyncedLimiter implements RequestLimiter {
   #stale(account: Account, cost: number, now: number): LimiterDecision {
     if (this.failPolicy === 'open') return ALLOWED;
     if (this.failPolicy === 'closed' || !this.#sync.synced) return refusal(this.#sync.syncMs);
-    const nodes = this.nodes;
+    const nodes = this.#shareNodes;
     const { bucket } = account;
     const share = bucket.burst / nodes;
     // The spell runs from the first stale check until a sync makes the limiter fresh again, as

@@ -110,7 +110,7 @@ export class SyncedRate {
     this.#clock = o.clock === undefined ? { now: () => sync.now() } : validateClock(o.clock);
     this.#base = `${this.#sync.prefix}:{${name}}`;
     this.#layout = `${this.#hasher.layout}-w${this.intervalMs}`;
-    this.#census = new Census(() => this.#sync.nodes);
+    this.#census = new Census(() => this.#sync.nodes, this.#sync.syncMs);
     this.#counters = hashes * slots;
     this.#provisional = o.clock === undefined;
     const now = this.#index(this.#now());
@@ -182,6 +182,11 @@ export class SyncedRate {
     return this.#census.nodes;
   }
 
+  /** @internal The node count a quota's `'local'` share divides by: see `Census.shareNodes`. */
+  get shareNodes(): number {
+    return this.#census.shareNodes;
+  }
+
   /**
    * @internal What the sync pushes and pulls: the current window and the previous one, and the
    * current window's exact counts if it has any.
@@ -209,7 +214,7 @@ export class SyncedRate {
    */
   countExactly(threshold: number, capacity: number): ExactCounts {
     const counts = new ExactCounts(threshold, capacity, this.#hasher.layout);
-    this.#exact = { counts, census: new Census(() => this.#sync.nodes) };
+    this.#exact = { counts, census: new Census(() => this.#sync.nodes, this.#sync.syncMs) };
     return counts;
   }
 

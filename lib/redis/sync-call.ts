@@ -5,7 +5,7 @@
  *
  * @module
  */
-import type { Push, SyncedEntry } from './cells.js';
+import { LIVE_PERIODS, type Push, type SyncedEntry } from './cells.js';
 import type { LoanRequest } from './loan.js';
 import { corruptKeyError, foreignKeyError, nodeIdTakenError, parseReply } from './reply.js';
 import { runSyncScript } from './script.js';
@@ -23,8 +23,8 @@ import type { SyncStats } from './sync-types.js';
 const MAX_PUSH = 2048;
 const MAX_PULL = 2 * MAX_PUSH;
 
-/** The registry keeps a node this many sync periods after its last sync. */
-export const LIVE_PERIODS = 10;
+/** The registry keeps a node this many sync periods after its last sync (cells.ts). */
+export { LIVE_PERIODS };
 
 /** Per layout registry of a call, an entry it came with and the other layouts it named. */
 export type Layouts = Map<string, { entry: SyncedEntry; others: Set<string> }>;

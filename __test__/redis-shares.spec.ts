@@ -1,0 +1,166 @@
+/**
+ * keepcount/redis' `'local'` shares after Redis lost its node registry, against a real
+ * redis-server: the nodes register again one at a time and count 1, 2, …, N in turn, and a node
+ * whose Redis goes away again before its next sync keeps dividing its share by the most it counted
+ * within the registry's lifetime, not by its last count (`Census.shareNodes`).
+ *
+ * Every sync is a `flush()` on a sync whose timer never fires (`syncMs` an hour), so each node's
+ * counts are the test's doing, not a timer's: the nodes count exactly 1, 2, 3, 4 after the restart,
+ * and before the fix they admitted exactly 100, 50, 33 and 25 of a limit of 100.
+ */
+import test from 'ava';
+import { Census } from '../lib/redis/cells.js';
+import { RedisSync, SyncedLimiter, SyncedWindowQuota } from '../lib/redis/index.js';
+import { startRedis, type RedisServer } from '../tools/redis-server.js';
+import { title } from './helpers.js';
+import { connectClient } from './redis-clients.js';
+import { sleep, until } from './waits.js';
+
+/** A sync period no timer reaches in a test: every sync is a `flush()`. */
+const SYNC_MS = 3_600_000;
+const STALE_AFTER_MS = 300;
+const NODES = 4;
+
+/**
+ * `NODES` syncs on one connection that the test cuts off (every command then fails at once), with
+ * `make`'s structure on each: each syncs twice, in turn, so each counts them all; Redis restarts
+ * without its data and each syncs once more, in turn (the kth counting k); then the connection is
+ * cut and the test waits until every node is stale. Returns the structures, their counts at the
+ * last sync, and a function that closes everything.
+ */
+async function afterRegistryLoss<T extends { readonly nodes: number }>(
+  server: RedisServer,
+  make: (sync: RedisSync) => T,
+): Promise<{ structures: T[]; counts: number[]; close: () => Promise<void> }> {
+  const connection = await connectClient('ioredis', server.port);
+  const link = { cut: false };
+  const sendCommand = (args: string[]): Promise<unknown> =>
+    link.cut ? Promise.reject(new Error('cut off by the test')) : connection.send(args);
+  const syncs = Array.from({ length: NODES }, () => {
+    const sync = new RedisSync({ sendCommand, syncMs: SYNC_MS, timeoutMs: 1_000, staleAfterMs: STALE_AFTER_MS });
+    sync.on('error', () => undefined);
+    return sync;
+  });
+  const structures = syncs.map(make);
+  const close = async (): Promise<void> => {
+    link.cut = false;
+    await Promise.all(syncs.map((sync) => sync.close()));
+    await connection.close();
+  };
+  try {
+    for (let round = 0; round < 2; round++) for (const sync of syncs) await sync.flush();
+    if (!structures.every(({ nodes }) => nodes === NODES)) throw new Error('the nodes never counted each other');
+    await server.restart();
+    // Reconnected (ioredis queues the PING until then), before any node syncs again.
+    await connection.send(['PING']);
+    for (const sync of syncs) await sync.flush();
+    const counts = structures.map(({ nodes }) => nodes);
+    link.cut = true;
+    await until(() => syncs.every((sync) => sync.stale), 'every node is stale');
+    return { structures, counts, close };
+  } catch (error) {
+    await close();
+    throw error;
+  }
+}
+
+test.serial(
+  title("'local' quota: nodes cut off just after Redis lost its node registry admit the limit between them"),
+  async (t) => {
+    const server = await startRedis();
+    try {
+      const limit = 100;
+      const run = await afterRegistryLoss(
+        server,
+        (sync) => new SyncedWindowQuota({ sync, name: 'api', seed: 7, limit, windowMs: SYNC_MS, failPolicy: 'local' }),
+      );
+      try {
+        t.deepEqual(run.counts, [1, 2, 3, 4], 'the nodes registered again one at a time');
+        const admitted = run.structures.map((quota) => {
+          let allowed = 0;
+          for (let i = 0; i < 2 * limit; i++) if (quota.consume('client').allowed) allowed++;
+          return allowed;
+        });
+        t.log(`4 nodes counting 1 to 4, limit 100, Redis away again: admitted ${admitted.join(', ')}`);
+        // Before, each node divided by its last count: 100, 50, 33 and 25, 208 in all.
+        t.deepEqual(
+          run.structures.map((quota) => quota.share()),
+          [25, 25, 25, 25],
+        );
+        t.deepEqual(admitted, [25, 25, 25, 25]);
+      } finally {
+        await run.close();
+      }
+    } finally {
+      await server.stop();
+    }
+  },
+);
+
+test.serial(
+  title("'local' limiter: nodes cut off just after Redis lost its node registry share one burst"),
+  async (t) => {
+    const server = await startRedis();
+    try {
+      // 100 tokens a second: a stale node's bucket starts empty (no live loan) and refills at
+      // `rate / nodes` up to `burst / nodes`, full after a second whatever it divides by.
+      const limit = { perSecond: 100, burst: 100 };
+      const run = await afterRegistryLoss(
+        server,
+        (sync) => new SyncedLimiter({ sync, name: 'api', limit, failPolicy: 'local' }),
+      );
+      try {
+        t.deepEqual(run.counts, [1, 2, 3, 4], 'the nodes registered again one at a time');
+        for (const limiter of run.structures) limiter.check('k');
+        await sleep(1_500);
+        const start = performance.now();
+        const admitted = run.structures.map((limiter) => {
+          let allowed = 0;
+          for (let i = 0; i < 2 * limit.burst; i++) if (limiter.check('k').allowed) allowed++;
+          return allowed;
+        });
+        // Each bucket refills at `rate / nodes` while the others spend: at most `rate` in all.
+        const refill = (limit.perSecond / 1_000) * (performance.now() - start);
+        const total = admitted.reduce((a, b) => a + b, 0);
+        t.log(`4 nodes counting 1 to 4, burst 100, Redis away again: admitted ${admitted.join(', ')}`);
+        // Before, each node's bucket was `burst` over its last count: 100, 50, 33 and 25.
+        t.true(total <= limit.burst + refill + NODES, `admitted ${total}, refill ${refill.toFixed(1)}`);
+        t.true(total >= limit.burst - NODES, `admitted ${total}: the buckets filled`);
+      } finally {
+        await run.close();
+      }
+    } finally {
+      await server.stop();
+    }
+  },
+);
+
+test(title('the count shares divide by rises at once and drops a registry lifetime after the last loss'), (t) => {
+  // A sync every 10 ms: the registry's lifetime (10 sync periods) is 100 ms.
+  const census = new Census(() => 3, 10);
+  t.is(census.shareNodes, 3, 'before the first count: the fallback');
+  for (let at = 0; at <= 500; at += 10) census.count(8, at, false);
+  t.deepEqual([census.nodes, census.shareNodes], [8, 8]);
+  // Redis restarts empty every 50 ms: each node counts those registered again before it.
+  for (let at = 550; at <= 1_500; at += 50) {
+    census.count(1 + ((at / 50) % 4), at, true);
+    t.is(census.shareNodes, 8, `8 last counted at 500, held at ${at} by the losses since`);
+  }
+  t.is(census.nodes, 3);
+  // The last loss, at 1,550; the nodes register again, and 4 of them are left.
+  census.count(1, 1_550, true);
+  for (let at = 1_560; at <= 1_650; at += 10) census.count(Math.min(4, (at - 1_540) / 10), at, false);
+  t.deepEqual([census.nodes, census.shareNodes], [4, 8], 'a lifetime after the last loss, not past it');
+  census.count(4, 1_660, false);
+  t.is(census.shareNodes, 4, 'past it');
+  census.count(6, 1_670, false);
+  t.is(census.shareNodes, 6, 'a higher count at once');
+  for (let at = 1_680; at <= 1_780; at += 10) census.count(6, at, false);
+  // Every node cut off from Redis for a minute, past the registry's lifetime: it lost them.
+  census.count(1, 61_780, false);
+  t.deepEqual([census.nodes, census.shareNodes], [1, 6], 'the first count after a long cut-off drops: held');
+  for (let at = 61_790; at <= 61_880; at += 10) census.count(2, at, false);
+  t.is(census.shareNodes, 6);
+  census.count(2, 61_890, false);
+  t.is(census.shareNodes, 2, 'a lifetime later');
+});
