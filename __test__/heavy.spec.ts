@@ -487,3 +487,21 @@ test(
     t.true(first.lower >= 46 && first.upper - first.lower <= 4, JSON.stringify(first));
   },
 );
+
+test(title('stats().total is capped at 2^64 where counters saturated by merges sum past it'), (t) => {
+  // One row of 3 counters and a threshold nothing reaches: merging the summary into itself doubles
+  // every counter until each saturates at 2^63 − 1, 2.8 × 10^19 in all, which an i64 sum wrapped
+  // to 2^63 − 3 on both backends.
+  const heavy = new HeavyHitters({
+    intervalMs: 1000,
+    hashes: 1,
+    slots: 3,
+    seed: 5,
+    threshold: 2 ** 53 - 1,
+    capacity: 4,
+    clock: new ManualClock(),
+  });
+  for (let key = 0; key < 64; key++) heavy.incr(key, 2 ** 32 - 1);
+  for (let i = 0; i < 40; i++) heavy.merge(heavy.serialize());
+  t.is(heavy.stats().total, 2 ** 64);
+});

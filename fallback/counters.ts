@@ -32,6 +32,7 @@ const SAFE = Number.MAX_SAFE_INTEGER;
 const TWO_32 = 4294967296;
 export const I64_MAX = 2n ** 63n - 1n;
 export const I64_MIN = -(2n ** 63n);
+const U64_MAX = 2n ** 64n - 1n;
 
 /** `value` clamped to the i64 range. */
 export const clampI64 = (value: bigint): bigint => (value > I64_MAX ? I64_MAX : value < I64_MIN ? I64_MIN : value);
@@ -125,11 +126,11 @@ export class Counters {
   }
 
   /**
-   * The sum of counters `from` to `to` (exclusive), wrapping as i64 as heavy/summary.rs `stats`
-   * sums its first row, as the nearest number. In doubles while every partial sum is safe (then
-   * each add was exact and no addend was wide), the rest in BigInt.
+   * The sum of counters `from` to `to` (exclusive) within [0, 2^64 − 1], as heavy/summary.rs
+   * `stats` sums its first row, as the nearest number. In doubles while every partial sum is safe
+   * (then each add was exact and no addend was wide), the rest in BigInt.
    */
-  wrappingSum(from: number, to: number): number {
+  cappedSum(from: number, to: number): number {
     const { numbers } = this;
     let sum = 0;
     let i = from;
@@ -138,11 +139,10 @@ export class Counters {
       if (!isSafe(next)) break;
       sum = next;
     }
-    if (i === to) return sum;
+    if (i === to) return Math.max(0, sum);
     let exact = BigInt(sum);
     for (; i < to; i++) exact += this.exact(i);
-    // Wrapping each add or only the total gives the same i64: both are the sum modulo 2^64.
-    return Number(BigInt.asIntN(64, exact));
+    return Number(exact < 0n ? 0n : exact > U64_MAX ? U64_MAX : exact);
   }
 
   /** Writes the counters as i64 LE from byte `at` of `view` on (docs/format.md §5). */

@@ -125,12 +125,12 @@ export class Summary {
 
   stats(): HeavyStats {
     // Each increment adds to one counter per row: the first row sums them all (summary.rs `stats`).
-    const total = this.sketch.counters.wrappingSum(0, this.sketch.slots);
+    const total = this.sketch.counters.cappedSum(0, this.sketch.slots);
     const o = this.table.overflow;
     return {
       tracked: this.table.entries.size,
       capacity: this.table.capacity,
-      total: asCount(total),
+      total,
       overflowEvents: Number(o.events),
       overflowWeight: Number(o.weight),
       mergeDropped: Number(o.mergeDropped),

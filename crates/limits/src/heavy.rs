@@ -140,7 +140,7 @@
 //!
 //! # Serialization
 //! [`Summary<Vec<u8>>`](Summary) encodes to the format of docs/format.md §6 ([`codec`]): the
-//! sketch in format version 2, the table's entries and a CRC-32.
+//! sketch in format version 3 (§5), the table's entries and a CRC-32.
 //!
 //! # When not to use it
 //! When the set of keys is small and known, a `HashMap` is exact and simpler. When you only need

@@ -76,7 +76,7 @@ pub struct Stats {
     pub tracked: usize,
     /// The most keys the table holds.
     pub capacity: usize,
-    /// Sum of every increment (row 0 of the sketch).
+    /// Sum of every increment (row 0 of the sketch), at most `u64::MAX`.
     pub total: u64,
     /// Increments of keys over the threshold that found the table full.
     pub overflow_events: u64,
@@ -355,14 +355,17 @@ impl<K: Hash + Eq + Clone + HeapBytes> Summary<K> {
         let row0 = counters
             .get(..self.settings.shape().slots())
             .unwrap_or(counters);
-        let total = row0.iter().fold(0i64, |sum, counter| {
-            // Relaxed: a sum of independent counters, not a snapshot.
-            sum.wrapping_add(counter.load(Ordering::Relaxed))
-        });
+        // In i128, which 2^27 counters of at most 2^63 cannot overflow, then capped: an i64 sum
+        // wrapped, and three counters saturated by merges read as 2^63 − 3 where they hold
+        // 2.8 × 10^19. Relaxed: a sum of independent counters, not a snapshot.
+        let total: i128 = row0
+            .iter()
+            .map(|counter| i128::from(counter.load(Ordering::Relaxed)))
+            .sum();
         Stats {
             tracked: self.table.len(),
             capacity: self.table.capacity(),
-            total: as_count(total as isize),
+            total: u64::try_from(total.max(0)).unwrap_or(u64::MAX),
             overflow_events: overflow.events,
             overflow_weight: overflow.weight,
             merge_dropped: overflow.merge_dropped,

@@ -227,3 +227,17 @@ fn concurrent_increments_of_tracked_keys_are_exact() {
     assert_eq!(count.lower, THREADS * PER_THREAD);
     assert!(count.upper >= THREADS * PER_THREAD);
 }
+
+#[test]
+fn the_total_is_capped_where_counters_saturated_by_merges_sum_past_u64() {
+    // One row of 3 counters, a threshold nothing reaches: self-merges double every counter until
+    // each saturates at i64::MAX, 2.8 × 10^19 in all. An i64 sum wrapped to 2^63 − 3.
+    let s = Summary::<u64>::new(Settings::new(Shape::new(1, 3).unwrap(), 5, u64::MAX, 4).unwrap());
+    for key in 0..64 {
+        s.incr(&key, u32::MAX);
+    }
+    for _ in 0..40 {
+        s.merge(&s).unwrap();
+    }
+    assert_eq!(s.stats().total, u64::MAX);
+}
