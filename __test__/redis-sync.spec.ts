@@ -4,6 +4,7 @@
  * twice, bad options and a second structure of one kind and name are refused with keepcount codes.
  */
 import test from 'ava';
+import { TimeoutError, timeout } from '../lib/index.js';
 import {
   RedisSync,
   SyncedEstimator,
@@ -29,11 +30,101 @@ test(
       t.false(await sync.flush());
       t.is(sketch.get('k'), 2);
       t.is(sync.nodes, 1);
-      t.like(errors[0], { code: 'ERR_KEEPCOUNT_SYNC', message: 'Unexpected reply from the keepcount sync script' });
+      t.like(errors[0], {
+        code: 'ERR_KEEPCOUNT_SYNC',
+        message: 'Unexpected reply from the keepcount sync script',
+        names: ['bad'],
+      });
       await sync.close();
     }
   },
 );
+
+test(
+  title('a rejection with a keepcount code, a throwing code getter or frozen, comes as ERR_KEEPCOUNT_SYNC, untouched'),
+  async (t) => {
+    // Before, a code starting ERR_KEEPCOUNT_ was taken for the sync's own: a throwing getter was
+    // emitted in its place (no code, the client's value lost), a frozen error turned into a
+    // TypeError from adding `names`, keepcount's own timeout() came as ERR_KEEPCOUNT_TIMEOUT with
+    // no names, and a writable one was given `names`.
+    const frozen = Object.freeze(Object.assign(new Error('frozen'), { code: 'ERR_KEEPCOUNT_SYNC' }));
+    const coded = Object.assign(new Error('coded'), { code: 'ERR_KEEPCOUNT_NODE_ID' });
+    const getter = {
+      get code(): string {
+        throw new Error('code getter');
+      },
+    };
+    const senders: [string, () => Promise<unknown>, string, (cause: unknown) => boolean][] = [
+      ['a throwing code getter', () => Promise.reject(getter), '[object Object]', (cause) => cause === getter],
+      ['a frozen ERR_KEEPCOUNT_SYNC', () => Promise.reject(frozen), 'frozen', (cause) => cause === frozen],
+      ['an ERR_KEEPCOUNT_NODE_ID', () => Promise.reject(coded), 'coded', (cause) => cause === coded],
+      // A sender that gives up before the sync's own timeoutMs, with keepcount's timeout().
+      [
+        "keepcount's timeout()",
+        () => timeout(new Promise(() => {}), 1),
+        'Timed out after 1 ms',
+        (cause) => cause instanceof TimeoutError,
+      ],
+    ];
+    for (const [what, sendCommand, reason, isCause] of senders) {
+      const sync = new RedisSync({ sendCommand, syncMs: 3_600_000, timeoutMs: 5_000 });
+      const errors: (Error & { code?: string; names?: string[] })[] = [];
+      sync.on('error', (error: Error) => errors.push(error));
+      new SyncedEstimator({ sync, name: 'x', seed: 7 }).incr('k');
+      t.false(await sync.flush(), what);
+      t.is(errors.length, 1, what);
+      t.like(
+        errors[0],
+        { code: 'ERR_KEEPCOUNT_SYNC', message: `Redis sync of "x" failed: ${reason}`, names: ['x'] },
+        what,
+      );
+      t.true(isCause(errors[0]?.cause), what);
+      await sync.close();
+    }
+    t.false('names' in coded, "the client's error is left as it was");
+  },
+);
+
+test(
+  title('ready() calls waiting while syncs fail fast send none of their own: one sync per syncMs, however many'),
+  async (t) => {
+    // Redis at maxmemory (noeviction) refuses every sync at once. Before, each waiting ready()
+    // tried again a syncMs after its own last try, on top of the timer: 1 waiting call doubled the
+    // syncs, and 20 started 5 ms apart sent 10 times as many (a readiness probe called repeatedly).
+    const syncMs = 100;
+    const windowMs = 2000;
+    for (const waiting of [0, 1, 20]) {
+      const sync = new RedisSync({
+        sendCommand: () => Promise.reject(new Error("OOM command not allowed when used memory > 'maxmemory'.")),
+        syncMs,
+      });
+      const errors: Error[] = [];
+      sync.on('error', (error: Error) => errors.push(error));
+      new SyncedEstimator({ sync, name: 'oom', seed: 7 }).incr('k');
+      const calls: Promise<unknown>[] = [];
+      for (let i = 0; i < waiting; i++) {
+        calls.push(sync.ready().catch((error: { code?: string }) => error.code));
+        await sleep(5);
+      }
+      await sleep(windowMs - 5 * waiting);
+      // The timer's syncs over the window, and the sync the first ready() makes at once.
+      const allowed = windowMs / syncMs + (waiting > 0 ? 1 : 0);
+      const sent = sync.stats.commands;
+      t.true(sent >= windowMs / syncMs / 2 && sent <= allowed, `${waiting} waiting: ${sent} syncs, ${allowed} allowed`);
+      t.is(errors.length, sent, `${waiting} waiting: an error per sync`);
+      await sync.close();
+      t.deepEqual(await Promise.all(calls), Array(waiting).fill('ERR_KEEPCOUNT_CLOSED'));
+    }
+  },
+);
+
+test(title('a ready() waiting while Redis is away keeps the process alive until the sync closes'), async (t) => {
+  // The sync's timer is unref'd, and ready() waits on its syncs: it refs the timer meanwhile.
+  const child = await runFixture('ready-keeps-alive.ts');
+  t.is(child.code, 0, child.stderr);
+  t.regex(child.stdout, /ERR_KEEPCOUNT_CLOSED after \d+ failed syncs done/);
+  t.true(Number(/after (\d+)/.exec(child.stdout)?.[1]) >= 3, child.stdout);
+});
 
 test(title('close() called twice resolves both calls once the last sync is done, with its result'), async (t) => {
   const replied: string[] = [];

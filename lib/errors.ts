@@ -41,8 +41,9 @@
  *   lock-free 128-bit compare-and-swap.
  * - `ERR_KEEPCOUNT_SYNC` (`Error`): emitted, never thrown, by keepcount/redis' `RedisSync` on its
  *   `'error'` event when a sync's call timed out, the Redis client rejected it (MOVED, TRYAGAIN,
- *   CLUSTERDOWN, a lost connection: the client's error is its `cause`), or Redis answered something
- *   other than the script's reply. Its `names` property lists the structures the call carried.
+ *   CLUSTERDOWN, a lost connection, whatever its `code`, a sender wrapped in `timeout()` too: the
+ *   client's error is its `cause`), or Redis answered something other than the script's reply. Its
+ *   `names` property lists the structures the call carried.
  * - `ERR_KEEPCOUNT_FOREIGN_KEY` (`Error`): emitted, never thrown, on the same `'error'` event when a
  *   sync found a key under its prefix holding a Redis type keepcount never writes there (another
  *   writer shares the prefix; its `key` property names the key). The sync deleted it and went on,

@@ -14,7 +14,7 @@ import type { SyncedEntry } from './cells.js';
 import type { LoanRequest } from './loan.js';
 import { layoutError } from './reply.js';
 import { LIVE_PERIODS, refusedForGood, syncCall, type CallContext, type CallResult } from './sync-call.js';
-import { syncError, timeoutError } from './sync-errors.js';
+import { failedCallError, syncError, timeoutError } from './sync-errors.js';
 import type { SyncSource } from './sync-types.js';
 
 /**
@@ -258,9 +258,10 @@ export class SyncGroups {
           if (refusedForGood(error)) this.#idRefused.set(group.key, error as Error);
           else this.#idRefused.delete(group.key);
           report(syncError(error, group.names));
-        } catch (failure) {
-          // Reporting must not reject the sync: the timer's flush() is not awaited.
-          report(failure);
+        } catch {
+          // Reporting must not reject the sync: the timer's flush() is not awaited. A new error,
+          // naming the call, with what the client rejected with as its cause.
+          report(failedCallError(group.names, error, 'its rejection could not be described'));
         }
         return false;
       },

@@ -4,6 +4,7 @@
  */
 import { withCode } from '../errors.js';
 import type { Pull, SyncedEntry } from './cells.js';
+import { callError } from './sync-errors.js';
 
 /** One script call's reply. */
 export interface SyncReply {
@@ -27,7 +28,7 @@ export interface SyncReply {
  */
 export function parseReply(reply: unknown, entries: number, loans: number): SyncReply {
   const unexpected = (): Error =>
-    withCode(new Error('Unexpected reply from the keepcount sync script'), 'ERR_KEEPCOUNT_SYNC');
+    callError(withCode(new Error('Unexpected reply from the keepcount sync script'), 'ERR_KEEPCOUNT_SYNC'));
   if (!Array.isArray(reply)) throw unexpected();
   const number = (index: number): number => {
     const value = Number(reply[index]);
@@ -155,7 +156,7 @@ export function corruptKeyError(key: string, reason: string, prefix: string): Er
  * would not reach the fleet.
  */
 export function nodeIdTakenError(nodeId: string): Error {
-  return withCode(
+  const error = withCode(
     new Error(
       `Redis holds node id "${nodeId}" for another process: another process syncs under the ` +
         'same nodeId, or this one reuses the id of one that synced before it. Its counts are not applied ' +
@@ -164,4 +165,5 @@ export function nodeIdTakenError(nodeId: string): Error {
     ),
     'ERR_KEEPCOUNT_NODE_ID',
   );
+  return callError(error);
 }

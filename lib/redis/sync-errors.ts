@@ -32,33 +32,54 @@ export function syncClosedError(what: string): KeepcountError {
   );
 }
 
+/**
+ * The errors a sync made itself for a failed call ({@link callError}), which it reports as they
+ * are. Marked, not told by their `code`: a client's rejection may carry any code (a sender wrapped
+ * in keepcount's own `timeout()` rejects with `ERR_KEEPCOUNT_TIMEOUT`), be frozen, or throw from
+ * a getter, and it still goes out wrapped, unread and unchanged.
+ */
+const ours = new WeakSet<object>();
+
+/** Marks `error`, made by the sync for a failed call, to go out as it is ({@link syncError}). */
+export function callError<E extends Error>(error: E): E {
+  ours.add(error);
+  return error;
+}
+
 /** The `ERR_KEEPCOUNT_SYNC` error of a call that timed out; naming its structures in a cluster. */
 export function timeoutError(ms: number, names: string[], cluster: boolean): SyncError {
   const of = cluster ? ` for ${listNames(names)}` : '';
-  return Object.assign(withCode(new Error(`Redis sync timed out after ${ms} ms${of}`), 'ERR_KEEPCOUNT_SYNC'), {
-    names,
-  });
+  const error = withCode(new Error(`Redis sync timed out after ${ms} ms${of}`), 'ERR_KEEPCOUNT_SYNC');
+  return callError(Object.assign(error, { names }));
 }
 
 /**
- * A failed call's error as reported: one with a keepcount code as it is, anything else (a client's
- * rejection: MOVED, TRYAGAIN, CLUSTERDOWN, a lost connection) as an `ERR_KEEPCOUNT_SYNC` error
- * naming the call's structures, the original as its `cause`.
+ * A failed call's error as reported: one the sync made for it ({@link callError}: a timeout, an
+ * unexpected reply, `ERR_KEEPCOUNT_NODE_ID`) as it is, an `ERR_KEEPCOUNT_SYNC` one naming the
+ * call's structures in `names`; anything else (a client's rejection: MOVED, TRYAGAIN, CLUSTERDOWN,
+ * a lost connection, whatever its `code`) as a new `ERR_KEEPCOUNT_SYNC` error naming them, the
+ * original as its `cause`. Never throws, and never changes the client's value.
  */
-export function syncError(error: unknown, names: string[]): unknown {
-  const code = (error as { code?: unknown } | null)?.code;
-  if (typeof code === 'string' && code.startsWith('ERR_KEEPCOUNT_')) {
+export function syncError(error: unknown, names: string[]): Error {
+  if (ours.has(error as object)) {
+    const own = error as SyncError;
     // An unexpected reply (reply.ts) names its call's structures too.
-    if (code === 'ERR_KEEPCOUNT_SYNC' && (error as SyncError).names === undefined)
-      Object.assign(error as object, { names });
-    return error;
+    if (own.code === 'ERR_KEEPCOUNT_SYNC') own.names ??= names;
+    return own;
   }
-  const message = error instanceof Error ? error.message : describeReason(error);
-  const wrapped = withCode(
-    new Error(`Redis sync of ${listNames(names)} failed: ${message}`, { cause: error }),
+  return failedCallError(names, error, describeReason(error));
+}
+
+/**
+ * A new `ERR_KEEPCOUNT_SYNC` error of a call of `names` that failed with `cause`, which `reason`
+ * describes.
+ */
+export function failedCallError(names: string[], cause: unknown, reason: string): SyncError {
+  const error = withCode(
+    new Error(`Redis sync of ${listNames(names)} failed: ${reason}`, { cause }),
     'ERR_KEEPCOUNT_SYNC',
   );
-  return Object.assign(wrapped, { names });
+  return Object.assign(error, { names });
 }
 
 /** The names in an error's message: the first few, and how many more. */
@@ -69,14 +90,18 @@ function listNames(names: string[]): string {
 }
 
 /**
- * A rejection reason that is not an `Error`, as text: `String()` throws for some (an object with
- * no prototype), and a throw while reporting a failed call would reject `flush()`, which the
- * timer does not catch.
+ * A rejection reason as text: an `Error`'s message, anything else's `String()`. Reading either may
+ * throw (a getter, an object with no prototype, a `Proxy`), and a throw while reporting a failed
+ * call would reject `flush()`, which the timer does not catch.
  */
 function describeReason(reason: unknown): string {
   try {
-    return String(reason);
+    return String(reason instanceof Error ? reason.message : reason);
   } catch {
-    return Object.prototype.toString.call(reason);
+    try {
+      return Object.prototype.toString.call(reason);
+    } catch {
+      return `a ${typeof reason} with no string form`;
+    }
   }
 }

@@ -5,9 +5,8 @@
  * Nothing here runs on a request's path: structures answer from their local arrays, and this
  * only refreshes them.
  */
-import { EventEmitter, setMaxListeners } from 'node:events';
+import { EventEmitter } from 'node:events';
 import { randomUUID } from 'node:crypto';
-import { setTimeout as delay } from 'node:timers/promises';
 import { withCode } from '../errors.js';
 import { SyncGroups, type Group } from './groups.js';
 import { ServerClock } from './server-clock.js';
@@ -20,17 +19,19 @@ import type { RedisSyncOptions, SyncSource, SyncStats } from './sync-types.js';
  * sync and `'error'` (only when someone listens: an unheard `'error'` would throw from a timer)
  * with an `ERR_KEEPCOUNT_SYNC` error for each failed call (in a cluster, one per name: a sync whose
  * calls partly failed keeps what they did apply and counts as failed), naming its structures in
- * its message and `names` and holding what the client rejected with as `cause` (an error that
- * already has a keepcount code, such as `ERR_KEEPCOUNT_NODE_ID`, comes as it is). In a cluster a
- * name whose call is still in flight (its master hung or migrating) is left out of the next syncs
- * until that call ends (replied or timed out): the other names sync every `syncMs` meanwhile, and
- * each structure goes stale on its own (see {@link staleness}). Also emits `'error'` with an
+ * its message and `names` and holding what the client rejected with as `cause`, whatever its
+ * `code` (the errors the sync makes itself come as they are: a timeout, an unexpected reply,
+ * `ERR_KEEPCOUNT_NODE_ID`). In a cluster a name whose call is still in flight (its master hung
+ * or migrating) is left out of the next syncs until that call ends (replied or timed out): the
+ * other names sync every `syncMs` meanwhile, and each structure goes stale on its own (see
+ * {@link staleness}). Also emits `'error'` with an
  * `ERR_KEEPCOUNT_FOREIGN_KEY` error for each key under the prefix that held another Redis type
  * (someone else wrote there): the sync deleted it and went on, the structure rebuilding it as
  * after a loss (see script.ts);
  * and with an `ERR_KEEPCOUNT_LAYOUT` error when nodes made with another seed, shape or sketch
  * format sync a structure of the same name (the two groups count apart), once per other layout
- * until it stops syncing. Its timer is unref'd: it never keeps the process alive.
+ * until it stops syncing. Its timer is unref'd: it never keeps the process alive, but while a
+ * {@link ready} call waits on its syncs.
  */
 export class RedisSync extends EventEmitter {
   /** Milliseconds between syncs. */
@@ -56,11 +57,20 @@ export class RedisSync extends EventEmitter {
   readonly #serverClock = new ServerClock();
   #running: Promise<boolean> | undefined;
   #closing: Promise<boolean> | undefined;
-  /**
-   * Aborted by {@link close}: ends the waits of {@link ready} between its tries, which would
-   * otherwise hold the process open for up to a `syncMs` (an hour at most) after the sync closed.
-   */
+  /** Aborted by {@link close}: a call's deadline then keeps the process alive (groups.ts). */
   readonly #closed = new AbortController();
+  /**
+   * Whether the last sync failed (or left out a name whose call was in flight): {@link ready}
+   * then waits for the timer's next sync, which tries again, rather than sync at once.
+   */
+  #failing = false;
+  /**
+   * Settled with its result when the next sync ends, or with false when the sync closes: what a
+   * waiting {@link ready} awaits. Each sync that ends makes a new one.
+   */
+  #ended = settleable();
+  /** The {@link ready} calls waiting: while there are any, the timer keeps the process alive. */
+  #waiters = 0;
   readonly #stats: SyncStats = {
     syncs: 0,
     failures: 0,
@@ -74,8 +84,6 @@ export class RedisSync extends EventEmitter {
 
   constructor(options: RedisSyncOptions) {
     super();
-    // Every waiting ready() listens on it, and a readiness probe may call ready() many times.
-    setMaxListeners(0, this.#closed.signal);
     const config = syncConfig(options);
     this.#send = config.send;
     this.syncMs = config.syncMs;
@@ -242,7 +250,19 @@ export class RedisSync extends EventEmitter {
     const sync: Promise<boolean> = this.#sync().finally(() => {
       if (this.#running === sync) this.#running = undefined;
     });
+    // Before whoever awaits it: a waiter that syncs again at once must not find it running.
+    void sync.then((ok) => {
+      this.#failing = !ok;
+      this.#wake(ok);
+    });
     return sync;
+  }
+
+  /** Settles {@link #ended} with `ok`, waking the waiting {@link ready} calls. */
+  #wake(ok: boolean): void {
+    const ended = this.#ended;
+    this.#ended = settleable();
+    ended.settle(ok);
   }
 
   /**
@@ -258,29 +278,40 @@ export class RedisSync extends EventEmitter {
    * sent a sync period after its first (before that it lends itself no credit: see
    * `SyncedLimiter`). What the others change meanwhile comes in as for any node: a flood that
    * outruns the pulls delays that ({@link SyncStats.behind}), not this. Await it before serving.
-   * A failed sync is tried again every `syncMs`, so it waits as long as Redis cannot be reached;
-   * rejects with `ERR_KEEPCOUNT_CLOSED` if the sync is closed first, and with
+   * It syncs at once (or joins the sync under way) unless the last sync failed, and again at once
+   * after a first sync whose windows were placed before Redis's clock was known; otherwise it waits
+   * for the timer's syncs, adding none of its own however many calls wait: a failed sync is tried
+   * again every `syncMs`, so it waits as long as Redis cannot be reached (keeping the process alive
+   * meanwhile); rejects with `ERR_KEEPCOUNT_CLOSED` if the sync is closed first, and with
    * `ERR_KEEPCOUNT_NODE_ID` if Redis refuses this node's id for good (another process synced a
    * `SyncedEstimator` under it, whose record never expires); a refusal that the other process's
    * lease or windows end, it waits out.
    */
   async ready(): Promise<void> {
+    if (this.#closing !== undefined) throw notReadyError();
+    // The caller is waiting on the timer's syncs: it must not let the process exit meanwhile.
+    if (this.#waiters++ === 0) this.#timer.ref();
+    try {
+      await this.#untilReady();
+    } finally {
+      if (--this.#waiters === 0) this.#timer.unref();
+    }
+  }
+
+  async #untilReady(): Promise<void> {
+    let clockKnown = this.serverTimeKnown;
+    let next = this.#failing ? this.#ended.settled : this.flush();
     for (;;) {
-      if (this.#closing !== undefined) {
-        throw withCode(new Error('This RedisSync was closed before it was ready'), 'ERR_KEEPCOUNT_CLOSED');
-      }
-      const clockKnown = this.serverTimeKnown;
       // `synced`: a sync that reached Redis (with no structure yet, a flush sends nothing).
-      const flushed = (await this.flush()) && this.synced;
+      const flushed = (await next) && this.synced;
       const refused = this.#groups.refusal;
       if (!flushed && refused !== undefined) throw refused;
       if (flushed && this.#groups.ready()) return;
+      if (this.#closing !== undefined) throw notReadyError();
       // Windows placed before Redis's clock was known do not count for catching up (see #sync):
       // the next sync, at once, places them on it.
-      if (flushed && !clockKnown) continue;
-      // Referenced, unlike the sync's own timer: the caller is waiting on it. Cut short by close(),
-      // after which the next turn rejects.
-      await delay(this.syncMs, undefined, { signal: this.#closed.signal }).catch(() => undefined);
+      next = flushed && !clockKnown ? this.flush() : this.#ended.settled;
+      clockKnown = this.serverTimeKnown;
     }
   }
 
@@ -304,6 +335,8 @@ export class RedisSync extends EventEmitter {
   close(): Promise<boolean> {
     this.#closed.abort();
     this.#closing ??= this.#close();
+    // The waiting ready() calls reject now, not at the next sync's end.
+    this.#wake(false);
     return this.#closing;
   }
 
@@ -415,4 +448,16 @@ export class RedisSync extends EventEmitter {
       return Promise.reject(error);
     }
   };
+}
+
+/** The `ERR_KEEPCOUNT_CLOSED` error of a {@link RedisSync.ready} on a closed sync. */
+function notReadyError(): Error {
+  return withCode(new Error('This RedisSync was closed before it was ready'), 'ERR_KEEPCOUNT_CLOSED');
+}
+
+/** A promise of a sync's result and the function that settles it. */
+function settleable(): { settled: Promise<boolean>; settle: (ok: boolean) => void } {
+  let settle!: (ok: boolean) => void;
+  const settled = new Promise<boolean>((resolve) => (settle = resolve));
+  return { settled, settle };
 }
