@@ -441,7 +441,10 @@ for (const client of clientNames) {
         const back = performance.now() - resumed;
         t.log(`exact again ${back.toFixed(0)} ms after SIGCONT (syncMs 50)`);
         // The README's bound: three sync periods (a reaps b, b is told and marks its slots, b pushes
-        // them), with 500 ms of room for event-loop delays on this shared, loaded machine.
+        // them), with 500 ms of room for event-loop delays on this shared, loaded machine. Not
+        // exact: it fails on stalls of this process (both nodes and the poll run on it) adding up to
+        // over 500 ms across those three syncs. Seen: 16–34 ms in 4 runs (both clients on both backends)
+        // at load average 6. Odds small, not computed, not 0.
         t.true(back <= 3 * 50 + 500, `exact again after ${back} ms`);
         // The syncs queued during the stop are drained by now; ten more change nothing.
         for (let i = 0; i < 10; i++) t.true(await a.sync.flush());

@@ -83,6 +83,10 @@ test.serial(
       const together = times.filter((at) => at >= allIn && at < allIn + togetherSpan).length;
       const aloneSpan = (results[2] as NodeResult).endedAt - othersOut - 300;
       const alone = times.filter((at) => at >= othersOut + 300).length;
+      // The run's own premise, not the limiter's: fails if a node's start timer fires over 400 ms
+      // late, or its process starts that late. The three hammered together for all but 2–4 ms in 2
+      // runs (one per backend) at load average 6; timers 800 ms late have been seen on this
+      // machine, so the odds are small, not 0.
       t.true(togetherSpan > 0.8 * durationMs, `all three hammered together for ${togetherSpan} ms`);
       t.log(
         `3 nodes × ${togetherSpan.toFixed(0)} ms at ${perSecond}/s, burst ${burst}: admitted ${together} ` +
@@ -93,7 +97,10 @@ test.serial(
       t.true(excess <= burst + slack + 1, `excess ${excess}`);
       // Lower bounds, loose for this shared 2-core machine (a stretched sync period lends later, not
       // less): the fleet admits at least half the rate, and a node alone, once the others have left
-      // (300 ms: a few syncs), at least 70% of it.
+      // (300 ms: a few syncs), at least 70% of it. Tokens lent late are lost only past the end of
+      // the run, so these fail only if a node's syncs stall for about 1,000 ms (together) or 200 ms
+      // (alone) at its end. Seen: 2,191–2,195 admitted of 998 needed together, 702–705 of 489
+      // alone (2 runs, one per backend, load average 6). Odds small, not computed, not 0.
       t.true(together >= 0.5 * rate * togetherSpan, `together ${together}`);
       t.true(alone >= 0.7 * rate * aloneSpan, `alone ${alone}`);
     } finally {

@@ -217,6 +217,53 @@ test(title('a sender that throws synchronously fails the sync, never the caller'
   await sync.close();
 });
 
+test(title('a sync sends one command per syncMs whatever the request rate'), async (t) => {
+  // The README's "at most 1000 / syncMs commands per node per second": requests never send a
+  // command themselves, and the timer sends one per tick. Deterministic for the synchronous burst;
+  // for the timed run, a tick held back by a loaded machine runs once, late, and never makes up
+  // the ones it missed, so load only lowers the count: false-failure probability 0. The sender
+  // refuses every command (a failed sync is tried again only at the next tick).
+  let commands = 0;
+  const syncMs = 20;
+  const sync = new RedisSync({
+    sendCommand: async () => {
+      commands++;
+      throw new Error('counted, not sent');
+    },
+    syncMs,
+  });
+  sync.on('error', () => undefined);
+  const quota = new SyncedWindowQuota({ sync, name: 'hot', seed: 7, limit: 1e9, windowMs: 60_000 });
+  const sketch = new SyncedEstimator({ sync, name: 'hot', seed: 7 });
+  const inflight = new SyncedInflight({ sync, name: 'hot', seed: 7 });
+  const request = (i: number) => {
+    const client = `client-${i % 1000}`;
+    quota.consume(client);
+    sketch.incr(client);
+    inflight.enter(client);
+    inflight.leave(client);
+  };
+  for (let i = 0; i < 100_000; i++) request(i);
+  t.is(commands, 0, '100,000 requests in one turn of the event loop send nothing');
+  // Requests as fast as this machine takes them, yielding to the timer every 100.
+  const started = performance.now();
+  const before = commands;
+  let requests = 0;
+  while (performance.now() - started < 500) {
+    for (let i = 0; i < 100; i++) request(requests++);
+    await new Promise((resolve) => setImmediate(resolve));
+  }
+  const elapsedMs = performance.now() - started;
+  const sent = commands - before;
+  // Two commands of room: a tick at each end of the run, and timers that count whole milliseconds
+  // (two ticks 20 ms apart by the loop's clock can be 19.1 ms apart).
+  const most = Math.ceil(elapsedMs / syncMs) + 2;
+  t.log(`${requests} requests in ${elapsedMs.toFixed(0)} ms: ${sent} commands (at most ${most})`);
+  t.true(sent <= most, `${sent} commands in ${elapsedMs.toFixed(0)} ms, over ${most}`);
+  t.true(sent >= 1, 'the timer synced meanwhile');
+  await sync.close();
+});
+
 test(title('bad options are refused with keepcount error codes'), (t) => {
   throwsShape(t, () => new RedisSync({ sendCommand: 'no' as never }), {
     instanceOf: TypeError,

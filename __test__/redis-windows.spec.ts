@@ -248,6 +248,13 @@ for (const threshold of [undefined, 125]) {
         // The bound: limit + (nodes − 1) × r × 2 × (syncMs + RTT), with r the fastest node's attempt
         // rate (an upper bound on its admission rate) and syncMs + RTT the longest measured gap
         // between one node's successful syncs (it includes event-loop delays on this shared machine).
+        // Load widens the gaps and so the bound with them; the one thing not measured is r over the
+        // gap that matters, which can beat the run's average (a node tries at most 5 a millisecond:
+        // r = 5 would make the check exact, and looser). The overshoot seen was at most 62% of the
+        // room (299–792 against 879–1,372; 12 runs, both backends, load average 5), and 5 a
+        // millisecond is at most 1.3 times the averages seen: a false failure needs a node to keep
+        // near that peak over the longest gap while the others' admissions land in it. Odds not
+        // computed, small; none seen.
         const r = Math.max(...results.map((x) => x.attempts / x.elapsedMs));
         const gap = Math.max(...results.map((x) => x.maxSyncGapMs));
         const bound = limit + (results.length - 1) * r * 2 * gap + results.length * ((threshold ?? 1) - 1);
@@ -259,6 +266,19 @@ for (const threshold of [undefined, 125]) {
         );
         t.true(admitted >= limit, 'the limit itself is admitted');
         t.true(admitted <= bound);
+        // "Redis sees at most 1000 / syncMs commands per node per second whatever the request
+        // rate" (README): each node sent one script call per tick of its sync timer while it took
+        // 5 requests a millisecond. A tick held back by a loaded machine runs once, late, and never
+        // makes up the ones it missed, so load only lowers the count: false-failure probability 0.
+        // Two commands of room: a tick at each end of the run, and timers that count whole
+        // milliseconds (two ticks 50 ms apart by the loop's clock can be 49.1 ms apart).
+        for (const [i, x] of results.entries()) {
+          const most = Math.ceil(x.elapsedMs / syncMs) + 2;
+          t.true(
+            x.commands <= most,
+            `node ${i} sent ${x.commands} commands in ${x.elapsedMs.toFixed(0)} ms, over ${most}`,
+          );
+        }
       } finally {
         await server.stop();
       }
