@@ -207,6 +207,18 @@ test(title('a thenable that fulfils with a promise or thenable that never settle
   t.is(reads, 1, 'the inner then getter is read once');
 });
 
+test(title('a promise fulfilled with an object that became a thenable since still times out'), async (t) => {
+  // A native promise adopts a thenable it is resolved with, but not one an object becomes after
+  // (a review): its handler got the object, and `resolve` adopted its new `then`, unbounded.
+  const later: Record<string, unknown> = {};
+  const fulfilled = Promise.resolve(later);
+  void fulfilled.then(() => (later.then = () => {}));
+  isTimeoutError(t, await outcome(timeout(fulfilled, 50), 50 + LATE_MS), 50);
+  // An object that stays plain fulfils at once, as it is.
+  const plain = { value: 1 };
+  t.is(await timeout(Promise.resolve(plain), 50), plain);
+});
+
 test(title('a thenable chain that never ends times out and is no longer followed after'), async (t) => {
   let thens = 0;
   const chain = (): PromiseLike<unknown> =>

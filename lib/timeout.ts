@@ -350,13 +350,19 @@ export function timeout<T>(promise: PromiseLike<T>, ms: number): Promise<T> {
     follow(promise, then as PromiseLike<T>['then'], segment, index, resolve, reject);
     return out;
   }
-  // A native promise calls one handler once, never with a thenable (it adopts those itself): its
-  // handlers need neither follow's guard nor its `then` lookup. They are closures of the same
-  // context as the executor.
+  // A native promise calls one handler once: its handlers need no guard. It adopts a thenable
+  // itself, but an object it was fulfilled with may have become one since (`then` added after, or
+  // a getter answering otherwise on a later read: a review found such a timeout never settling),
+  // so an object goes through resolveWaiter's one `then` read too. A primitive, the usual value,
+  // costs one `typeof`. They are closures of the same context as the executor.
   try {
     (then as PromiseLike<T>['then']).call(
       promise,
       (value) => {
+        if ((typeof value === 'object' && value !== null) || typeof value === 'function') {
+          resolveWaiter(value, segment, index, resolve, reject);
+          return;
+        }
         settle(segment, index, reject);
         resolve(value);
       },
@@ -416,7 +422,8 @@ function follow<T>(
 /**
  * The spec's promise resolve function for a waiter: a value with a callable `then` (read once: a
  * getter may throw or answer differently) is followed, anything else fulfils; nothing is done once
- * the waiter timed out. A value that is the returned promise itself, which `resolve` would refuse
+ * the waiter timed out. (A `then` getter that answers `undefined` here and a function to the read
+ * `resolve` makes next still locks the result to it: no reading of a value can prevent that.) A value that is the returned promise itself, which `resolve` would refuse
  * with a TypeError, is followed too and times out: that promise cannot settle first.
  */
 function resolveWaiter<T>(
