@@ -10,7 +10,7 @@ import { title } from './helpers.js';
 
 /** A sketch of 4 counters whose others' counts stay a floor for `floorMs` after a new incarnation. */
 const cellsOf = (floorMs: number): SyncedCells =>
-  new SyncedCells(4, entryKeys('kc:{e}', 'e', 'l'), new Census(() => 1, 100), () => 0, 0, floorMs);
+  new SyncedCells(4, entryKeys('kc:{e}', 'e', 'l'), new Census(() => 1), () => 0, 0, floorMs);
 
 /** A pull of `cells` (counter → the others' count) in `incarnation`. */
 const pull = (cells: Record<number, number>, incarnation = 'i1', version = 1): Pull => ({

@@ -5,7 +5,7 @@ import { title } from './helpers.js';
 
 /** A window's exact counts tracking at most `capacity` keys, synced by hand below. */
 const cellsOf = (capacity: number): ExactCells =>
-  new ExactCells(capacity, entryKeys('kc:{q}', 'x1', 'x1-00000000', 'x'), new Census(() => 1, 100), () => 0);
+  new ExactCells(capacity, entryKeys('kc:{q}', 'x1', 'x1-00000000', 'x'), new Census(() => 1), () => 0);
 
 /** A pull of `cells` (id → the others' count) in `incarnation`. */
 const pull = (cells: Record<number, number>, incarnation = 'i1', version = 1): Pull => ({

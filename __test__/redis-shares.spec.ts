@@ -135,32 +135,40 @@ test.serial(
   },
 );
 
-test(title('the count shares divide by rises at once and drops a registry lifetime after the last loss'), (t) => {
-  // A sync every 10 ms: the registry's lifetime (10 sync periods) is 100 ms.
-  const census = new Census(() => 3, 10);
+test(title('the count shares divide by rises at once, holds through losses, drops a lifetime of syncs on'), (t) => {
+  // The registry's lifetime is 10 of a node's syncs (LIVE_PERIODS); times are the syncs' own.
+  const census = new Census(() => 3);
   t.is(census.shareNodes, 3, 'before the first count: the fallback');
-  for (let at = 0; at <= 500; at += 10) census.count(8, at, false);
+  for (let i = 0; i < 50; i++) census.count(8, i, false);
   t.deepEqual([census.nodes, census.shareNodes], [8, 8]);
-  // Redis restarts empty every 50 ms: each node counts those registered again before it.
-  for (let at = 550; at <= 1_500; at += 50) {
-    census.count(1 + ((at / 50) % 4), at, true);
-    t.is(census.shareNodes, 8, `8 last counted at 500, held at ${at} by the losses since`);
+  // Redis restarts empty before every other sync: each node counts those registered again before it.
+  for (let i = 0; i < 20; i++) {
+    census.count(1 + (i % 4), 50 + i, i % 2 === 0);
+    t.is(census.shareNodes, 8, `8 held at sync ${i} by the losses since`);
   }
-  t.is(census.nodes, 3);
-  // The last loss, at 1,550; the nodes register again, and 4 of them are left.
-  census.count(1, 1_550, true);
-  for (let at = 1_560; at <= 1_650; at += 10) census.count(Math.min(4, (at - 1_540) / 10), at, false);
-  t.deepEqual([census.nodes, census.shareNodes], [4, 8], 'a lifetime after the last loss, not past it');
-  census.count(4, 1_660, false);
+  // The last loss; the nodes register again, and 4 of them are left.
+  census.count(1, 70, true);
+  for (let i = 1; i <= 10; i++) census.count(Math.min(4, 1 + i), 70 + i, false);
+  t.deepEqual([census.nodes, census.shareNodes], [4, 8], 'a lifetime of syncs after the last loss, not past it');
+  census.count(4, 81, false);
   t.is(census.shareNodes, 4, 'past it');
-  census.count(6, 1_670, false);
+  census.count(6, 82, false);
   t.is(census.shareNodes, 6, 'a higher count at once');
-  for (let at = 1_680; at <= 1_780; at += 10) census.count(6, at, false);
-  // Every node cut off from Redis for a minute, past the registry's lifetime: it lost them.
-  census.count(1, 61_780, false);
-  t.deepEqual([census.nodes, census.shareNodes], [1, 6], 'the first count after a long cut-off drops: held');
-  for (let at = 61_790; at <= 61_880; at += 10) census.count(2, at, false);
-  t.is(census.shareNodes, 6);
-  census.count(2, 61_890, false);
-  t.is(census.shareNodes, 2, 'a lifetime later');
+  for (let i = 0; i < 20; i++) census.count(6, 83 + i, false);
+  // Every node cut off from Redis for a minute, no sync meanwhile, and the registry lost them: the
+  // first back counts 2 (at most half of 6, a loss), the others count more as they register again.
+  census.count(2, 60_000, false);
+  t.deepEqual([census.nodes, census.shareNodes], [2, 6], 'the first count after a long cut-off: held');
+  for (let i = 1; i <= 10; i++) census.count(Math.min(5, 2 + i), 60_000 + i, false);
+  t.deepEqual([census.nodes, census.shareNodes], [5, 6], 'held a lifetime of syncs');
+  census.count(5, 60_011, false);
+  t.is(census.shareNodes, 5, 'a lifetime later');
+  // Churn: 14 nodes, then short-lived ones coming and going around 8 that stay. A count one lower
+  // is a node gone, not a lost registry: the 14 goes a lifetime after it was last counted.
+  for (let i = 0; i < 12; i++) census.count(14, 70_000 + i, false);
+  for (let i = 0; i < 300; i++) {
+    census.count(8 + (i % 2), 70_100 + i, false);
+    if (i === 9) t.is(census.shareNodes, 14, 'held a lifetime of syncs after it was last counted');
+  }
+  t.is(census.shareNodes, 9, 'churn of a node at a time holds the old count no longer');
 });

@@ -93,13 +93,15 @@ export class Census {
   /** The registry's count at the last sync, or `undefined` before the first. */
   #counted: number | undefined;
   /**
-   * The counts {@link shareNodes} still holds, each with the `sentAt` of its sync: each larger than
-   * every later one (so the first is the largest), which keeps them fewer than the largest.
+   * The counts {@link shareNodes} still holds, each with the number of the count that took it in
+   * ({@link counts}): each larger than every later one (so the first is the largest), which keeps
+   * them fewer than the largest.
    */
   readonly #peaks: { nodes: number; at: number }[] = [];
-  /** The `sentAt` of the last count that may have followed a loss of registrations. */
+  /** Counts taken in so far. */
+  #counts = 0;
+  /** The number of the last count that may have followed a loss of registrations, for shares. */
   #lostAt = NaN;
-  readonly #syncMs: number;
   /**
    * `performance.now()` when the count came in that began the wait of {@link countedAfter} (the
    * first, or the last that may have followed a loss of registrations), and when the sync of the
@@ -109,10 +111,8 @@ export class Census {
   #lastSentAt = NaN;
   readonly #fallback: () => number;
 
-  /** `syncMs`: the sync period of this node, of which the registry's lifetime is `LIVE_PERIODS`. */
-  constructor(fallback: () => number, syncMs: number) {
+  constructor(fallback: () => number) {
     this.#fallback = fallback;
-    this.#syncMs = syncMs;
   }
 
   /** Whether a sync has counted this structure's nodes yet. */
@@ -140,9 +140,13 @@ export class Census {
   /**
    * The node count a node's share divides by (a quota's `'local'` share, a limiter's `'local'`
    * bucket and credit), at least {@link nodes}: it rises with the count at once, and a higher
-   * count holds until the registry's lifetime (`LIVE_PERIODS` sync periods) has passed both since
-   * it was last counted and since the last count that may have followed a loss of registrations
-   * (as {@link count} begins the credit wait again: a new incarnation, a lower count).
+   * count holds for the registry's lifetime in this node's syncs (`LIVE_PERIODS` counts) after it
+   * was last counted and after the last count that may have followed a loss of registrations: a
+   * new incarnation, or a count at most half the last (nodes registering again one at a time count
+   * from 1). Counted in syncs, not time, so that a spell with no sync (every node cut off from
+   * Redis, which may lose the registry meanwhile) holds it too. Not any lower count: a fleet with
+   * churn (short-lived nodes, each under a new id) counts one or two fewer every lifetime or so,
+   * and a review saw 8–9 live nodes divide by 14 for 30 lifetimes, as long as the churn went on.
    *
    * After Redis lost the registry, the nodes register again one at a time, each at its next sync,
    * and count 1, 2, …, N in turn, as at a start. With Redis gone again before their next syncs (a
@@ -150,11 +154,12 @@ export class Census {
    * whole outage: 4 nodes under a `'local'` quota of 100 admitted 100, 50, 33 and 25, 208 in all
    * (now 25 each). Held from the last sign of a loss, the count before it stays however often
    * Redis restarts, and however long every node was cut off from it (the registry lost as well:
-   * the first count after it drops). The price: the registry counts a node that stopped syncing
-   * for up to two lifetimes, and the shares a lifetime longer (from the drop its leaving makes,
-   * and from any drop after it), so the nodes left admit less than their share meanwhile, never
-   * more. A node started anew holds no earlier count: its first sync's count is its share's, as
-   * at a start, when the nodes started together count 1, 2, …, N until their second syncs.
+   * the first count after it drops to at most half). The price: the registry counts a node that
+   * stopped syncing for up to two lifetimes, and the shares a lifetime of syncs longer (more when
+   * more than half the fleet left at once), so the nodes left admit less than their share
+   * meanwhile, never more. A node started anew holds no earlier count: its first sync's count is
+   * its share's, as at a start, when the nodes started together count 1, 2, …, N until their
+   * second syncs.
    */
   get shareNodes(): number {
     return this.#peaks[0]?.nodes ?? this.#fallback();
@@ -183,14 +188,14 @@ export class Census {
    */
   count(nodes: number, sentAt: number, renewed: boolean): void {
     const counted = Math.max(1, nodes);
-    if (this.#counted === undefined || renewed || counted < this.#counted) {
-      this.#waitFrom = performance.now();
-      this.#lostAt = sentAt;
-    }
+    const last = this.#counted;
+    const n = ++this.#counts;
+    if (last === undefined || renewed || counted < last) this.#waitFrom = performance.now();
+    if (last === undefined || renewed || counted * 2 <= last) this.#lostAt = n;
     const peaks = this.#peaks;
     while (peaks.length > 0 && peaks[peaks.length - 1]!.nodes <= counted) peaks.pop();
-    peaks.push({ nodes: counted, at: sentAt });
-    const held = sentAt - LIVE_PERIODS * this.#syncMs;
+    peaks.push({ nodes: counted, at: n });
+    const held = n - LIVE_PERIODS;
     while (this.#lostAt < held && peaks[0]!.at < held) peaks.shift();
     this.#counted = counted;
     this.#lastSentAt = sentAt;

@@ -78,8 +78,8 @@ const PRESENCE_LAYOUT = 'presence';
  * at `rate / nodes`, which starts from what the node could still admit on a live loan (the loan
  * and the credit it may still take, within [0, `burst / nodes`]; empty for a key without one, so a
  * key first checked while stale waits for the refill). Here, as for credit, `nodes` is the most
- * the registry counted lately, a higher count held until its lifetime (10 sync periods) has passed
- * since it and since the last count that may have followed a loss ({@link Census.shareNodes}).
+ * the registry counted lately, a higher count held for its lifetime in the node's syncs (10) after
+ * it and after the last count that may have followed a loss ({@link Census.shareNodes}).
  * After Redis lost the registry the nodes count 1, 2, …, N in turn: with Redis gone again before
  * their next syncs, 4 nodes had buckets of `burst / 1` to `burst / 4` (208 admitted of a `burst`
  * of 100; now 100). Under the default `leaseMs`
@@ -120,7 +120,7 @@ export class SyncedLimiter implements RequestLimiter {
     // Under the limiter's lease, as its loans are: a process restarted under this node id then
     // takes the id's record over once the old one's lease runs out (without one, never).
     const leaseMs = this.leaseMs;
-    const census = new Census(() => this.#sync.nodes, this.#sync.syncMs);
+    const census = new Census(() => this.#sync.nodes);
     const keys = entryKeys(config.base, 'p', PRESENCE_LAYOUT);
     this.#presence = new SyncedCells(0, keys, census, () => leaseMs, leaseMs);
     this.#sync.add(this, 'SyncedLimiter', config.name);

@@ -225,12 +225,12 @@ export class SyncedWindowQuota implements RequestQuota {
   /**
    * This node's share of the limit under the `'local'` policy: `limit / nodes`, at least 1 if
    * `limit` is, with `nodes` the most Redis counted lately, not only at the last sync: a count
-   * holds until the registry's lifetime (10 sync periods) has passed since it and since the last
-   * count that may have followed a loss of registrations (see `Census.shareNodes`). After Redis
+   * holds for the registry's lifetime in this node's syncs (10) after it and after the last count
+   * that may have followed a loss of registrations (see `Census.shareNodes`). After Redis
    * lost its node registry, the nodes register again one at a time and count 1, 2, …, N in turn,
    * and with Redis gone again before their next syncs each took its share of such a count for the
    * whole outage (4 nodes, a limit of 100: 100, 50, 33 and 25 admitted, 208 in all; now 25 each).
-   * So a node that leaves the registry leaves the others' shares a lifetime later.
+   * So a node that leaves the registry leaves the others' shares a lifetime of syncs later.
    */
   share(): number {
     return Math.max(Math.min(1, this.limit), Math.floor(this.limit / this.#rate.shareNodes));
