@@ -1,30 +1,17 @@
 /**
- * A synced sketch's local state (lib/redis/cells.ts `SyncedCells`) taking in pulls made up here:
+ * A synced sketch's local state (lib/redis/cells.ts `SyncedCells`) taking in made-up pulls:
  * what a new incarnation (Redis lost the entry, or went back to an older snapshot) does to the
  * others' counts a node decides on. No Redis: the pulls are what the script would reply.
  */
 import test from 'ava';
-import { Census, entryKeys, SyncedCells, type Pull } from '../lib/redis/cells.js';
+import { Census, entryKeys, SyncedCells } from '../lib/redis/cells.js';
 import { RedisSync, SyncedEstimator } from '../lib/redis/index.js';
 import { title } from './helpers.js';
+import { pull } from './redis-pulls.js';
 
 /** A sketch of 4 counters whose others' counts stay a floor for `floorMs` after a new incarnation. */
 const cellsOf = (floorMs: number): SyncedCells =>
   new SyncedCells(4, entryKeys('kc:{e}', 'e', 'l'), new Census(() => 1), () => 0, 0, floorMs);
-
-/** A pull of `cells` (counter → the others' count) in `incarnation`. */
-const pull = (cells: Record<number, number>, incarnation = 'i1', version = 1): Pull => ({
-  applied: true,
-  idTaken: false,
-  version,
-  head: version,
-  incarnation,
-  nodes: 2,
-  cells: Object.keys(cells).map(Number),
-  others: Object.values(cells),
-  cursor: '-1',
-  layouts: [],
-});
 
 test(title('a new incarnation keeps the others’ counts known before as a floor: the larger, never the sum'), (t) => {
   const cells = cellsOf(Infinity);

@@ -1,25 +1,12 @@
 import test from 'ava';
-import { Census, entryKeys, type Pull } from '../lib/redis/cells.js';
+import { Census, entryKeys } from '../lib/redis/cells.js';
 import { ExactCells } from '../lib/redis/exact.js';
 import { title } from './helpers.js';
+import { pull } from './redis-pulls.js';
 
 /** A window's exact counts tracking at most `capacity` keys, synced by hand below. */
 const cellsOf = (capacity: number): ExactCells =>
   new ExactCells(capacity, entryKeys('kc:{q}', 'x1', 'x1-00000000', 'x'), new Census(() => 1), () => 0);
-
-/** A pull of `cells` (id → the others' count) in `incarnation`. */
-const pull = (cells: Record<number, number>, incarnation = 'i1', version = 1): Pull => ({
-  applied: true,
-  idTaken: false,
-  version,
-  head: version,
-  incarnation,
-  nodes: 2,
-  cells: Object.keys(cells).map(Number),
-  others: Object.values(cells),
-  cursor: '-1',
-  layouts: [],
-});
 
 test(title('exact cells count tracked keys, add the others’ pulled counts, and push what changed'), (t) => {
   const cells = cellsOf(2);

@@ -242,6 +242,15 @@ test.serial(
   },
 );
 
+/** Two nodes syncing one `SyncedInflight` by hand on `connection`, each under `nodeId` if given. */
+function inflightNodes(connection: Connection, name: string, nodeId?: string) {
+  const node = () => {
+    const sync = new RedisSync({ sendCommand: connection.send, syncMs: BY_HAND, nodeId });
+    return { sync, errors: errorsOf(sync), slots: new SyncedInflight({ sync, name, seed: 3 }) };
+  };
+  return [node(), node()] as const;
+}
+
 test.serial(
   title("a node's count driven past 2^63 saturates: the syncs go on and the fleet keeps its counts"),
   async (t) => {
@@ -250,11 +259,8 @@ test.serial(
     const server = await startRedis();
     const connection = await connectClient('ioredis', server.port);
     try {
-      const nodes = [0, 1].map(() => {
-        const sync = new RedisSync({ sendCommand: connection.send, syncMs: BY_HAND });
-        return { sync, errors: errorsOf(sync), slots: new SyncedInflight({ sync, name: 'huge', seed: 3 }) };
-      });
-      const [a, b] = nodes as [(typeof nodes)[0], (typeof nodes)[0]];
+      const nodes = inflightNodes(connection, 'huge');
+      const [a, b] = nodes;
       b.slots.enter('other', 7);
       for (let i = 0; i < 1100; i++) a.slots.enter('huge', Number.MAX_SAFE_INTEGER);
       for (let round = 0; round < 2; round++) {
@@ -400,11 +406,8 @@ test.serial(
     const server = await startRedis();
     const connection = await connectClient('ioredis', server.port);
     try {
-      const nodes = [0, 1].map(() => {
-        const sync = new RedisSync({ sendCommand: connection.send, syncMs: BY_HAND });
-        return { sync, errors: errorsOf(sync), slots: new SyncedInflight({ sync, name: 'ghost', seed: 3 }) };
-      });
-      const [a, b] = nodes as [(typeof nodes)[0], (typeof nodes)[0]];
+      const nodes = inflightNodes(connection, 'ghost');
+      const [a, b] = nodes;
       a.slots.enter('k', 5);
       for (let i = 0; i < 2; i++) t.deepEqual([await a.sync.flush(), await b.sync.flush()], [true, true]);
       t.is(b.slots.get('k'), 5);
@@ -489,15 +492,6 @@ test.serial(
     }
   },
 );
-
-/** Two nodes syncing one `SyncedInflight` by hand on `connection`, each under `nodeId` if given. */
-function inflightNodes(connection: Connection, name: string, nodeId?: string) {
-  const node = () => {
-    const sync = new RedisSync({ sendCommand: connection.send, syncMs: BY_HAND, nodeId });
-    return { sync, errors: errorsOf(sync), slots: new SyncedInflight({ sync, name, seed: 3 }) };
-  };
-  return [node(), node()] as const;
-}
 
 test.serial(
   title("a node's own sequence number far ahead in a leased entry: reported once, the entry rebuilt, slots exact"),
