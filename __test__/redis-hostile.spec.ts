@@ -5,7 +5,7 @@
  */
 import test, { type ExecutionContext } from 'ava';
 import { KeyHasher } from '../lib/redis/hasher.js';
-import { RedisSync, SyncedEstimator, SyncedInflight, SyncedLimiter } from '../lib/redis/index.js';
+import { RedisSync, SyncedEstimator, SyncedInflight, SyncedLimiter, type SendCommand } from '../lib/redis/index.js';
 import { runFixture, title } from './helpers.js';
 import { connectClient, type Connection } from './redis-clients.js';
 import { startRedis } from '../tools/redis-server.js';
@@ -19,6 +19,12 @@ function errorsOf(sync: RedisSync): Error[] {
   const errors: Error[] = [];
   sync.on('error', (error: Error) => errors.push(error));
   return errors;
+}
+
+/** Sets `node`'s sequence number in hash `key` `by` past the one there, its process token kept. */
+async function ahead(connection: Connection, key: string, node: string, by: number): Promise<void> {
+  const seq = Number(await connection.send(['HGET', key, `s:${node}`]));
+  await connection.send(['HSET', key, `s:${node}`, String(seq + by)]);
 }
 
 /** Ways to write values keepcount never writes into its keys, each of the right Redis type. */
@@ -44,6 +50,13 @@ const corruptions: [string, (connection: Connection, base: string, bucket: strin
     "the node's sequence number far ahead",
     (c, base, _b, node) => c.send(['HSET', `${base}:m`, `s:${node}`, '9e15']).then(),
   ],
+  // Before, below 2^32 ahead, every later sync of the node was refused as a late one's, for good
+  // (ERR_KEEPCOUNT_NODE_ID on a sketch's entry), unreported as corrupt.
+  [
+    "the node's sequence number just under 2^32 ahead",
+    (c, base, _b, node) => ahead(c, `${base}:m`, node, 2 ** 32 - 1000),
+  ],
+  ["the node's sequence number 50 ahead", (c, base, _b, node) => ahead(c, `${base}:m`, node, 50)],
   ['the version counter', (c, base) => c.send(['HSET', `${base}:m`, 'v', 'notint']).then()],
   ['a version that names no cell', (c, base) => c.send(['ZADD', `${base}:v`, '999999', 'bogus']).then()],
   ['a version counter past every number', (c, base) => c.send(['HSET', `${base}:m`, 'v', '1e999']).then()],
@@ -365,6 +378,21 @@ const outOfBounds: [string, RegExp, number, (c: Connection, bucket: string, node
     2,
     (c, bucket, node) => c.send(['HSET', bucket, `s:${node}`, '9e15']),
   ],
+  [
+    // Before, refused as a late sync's (ERR_KEEPCOUNT_NODE_ID) until the node's numbers passed it:
+    // 13 years of syncs. The node read the reply, so its sync was no late one: numbered past, the
+    // next applies, and the loan recorded beside the number is not given back a second time.
+    "the node's own sequence number just under 2^32 ahead",
+    /held a value keepcount never writes \(s:\S+ \d+, ahead of the sync \d+ this process was waiting on\)/,
+    2,
+    (c, bucket, node) => ahead(c, bucket, node, 2 ** 32 - 1000),
+  ],
+  [
+    "the node's own sequence number 50 ahead",
+    /held a value keepcount never writes \(s:\S+ \d+, ahead of the sync \d+ this process was waiting on\)/,
+    2,
+    (c, bucket, node) => ahead(c, bucket, node, 50),
+  ],
 ];
 
 test.serial(
@@ -562,6 +590,85 @@ test.serial(
       t.is(first.errors.length, 1);
       t.is(first.slots.get('k'), 3, "the second process's slots never counted");
       await Promise.all([first.sync.close(), second.sync.close()]);
+    } finally {
+      await connection.close();
+      await server.stop();
+    }
+  },
+);
+
+test.serial(
+  title('a sync that runs after later ones, its reply given up on: refused, nothing reported or counted twice'),
+  async (t) => {
+    // Redis holds the node's record ahead of a late sync, as of a corrupt one: only the node tells
+    // them apart, by reading the reply of the one it waits on. A late sync must apply nothing (its
+    // counts are older, its loan one the node never takes in) and set nothing off.
+    const server = await startRedis();
+    const connection = await connectClient('ioredis', server.port);
+    try {
+      let held: string[] | undefined;
+      let holding = false;
+      const send: SendCommand = (args) => {
+        if (!holding) return connection.send(args);
+        held = args;
+        return new Promise(() => undefined);
+      };
+      const sync = new RedisSync({ sendCommand: send, syncMs: BY_HAND, timeoutMs: 100 });
+      const errors = errorsOf(sync);
+      const sketch = new SyncedEstimator({ sync, name: 'late', seed: 3 });
+      const limiter = new SyncedLimiter({ sync, name: 'late-l', limit: { ...HOURLY, burst: 10 }, creditAfterMs: 0 });
+      const { nodes, flush } = estimatorNodes(connection, 'late');
+      let admitted = 0;
+      const check = (times: number) => {
+        for (let i = 0; i < times; i++) if (limiter.check('k').allowed) admitted++;
+      };
+      t.true(await sync.flush());
+      sketch.incr('x', 5);
+      check(3);
+      t.true(await sync.flush());
+      holding = true;
+      sketch.incr('x', 1);
+      check(3);
+      t.false(await sync.flush(), 'given up on');
+      holding = false;
+      sketch.incr('x', 1);
+      check(3);
+      t.true(await sync.flush());
+      t.true(await sync.flush());
+      // Delivered now, after two later syncs were applied: refused as ahead (3), its loan too (-3),
+      // the entry and the bucket as they were, and the other nodes still see the later count.
+      const meta = ((await connection.send(['KEYS', 'keepcount:{late}:*:m'])) as string[])[0] as string;
+      const state = () => Promise.all([meta, 'keepcount:{late-l}:b:k'].map((key) => connection.send(['HGETALL', key])));
+      const before = await state();
+      const reply = (await connection.send(held as string[])) as unknown[];
+      t.is(Number(reply[0]), 3);
+      t.true(reply.map(String).includes('-3'));
+      t.deepEqual(await state(), before, 'nothing applied');
+      await flush(t, 1);
+      t.deepEqual(
+        nodes.map((node) => node.sketch.get('x')),
+        [7, 7],
+        'the late count never stands',
+      );
+      for (let round = 0; round < 4; round++) {
+        check(5);
+        t.true(await sync.flush());
+        await flush(t, 1);
+      }
+      t.is(sketch.get('x'), 7);
+      t.deepEqual(
+        nodes.map((node) => node.sketch.get('x')),
+        [7, 7],
+        'counted once',
+      );
+      t.is(admitted, 10, 'a bucket of 10 that never refills: admitted once');
+      t.deepEqual(
+        errors.map((error) => (error as { code?: string }).code),
+        ['ERR_KEEPCOUNT_SYNC'],
+        'the timeout alone',
+      );
+      t.deepEqual([...nodes[0].errors, ...nodes[1].errors], []);
+      await Promise.all([sync.close(), ...nodes.map((node) => node.sync.close())]);
     } finally {
       await connection.close();
       await server.stop();

@@ -16,4 +16,5 @@ export const pull = (cells: Record<number, number>, incarnation = 'i1', version 
   others: Object.values(cells),
   cursor: '-1',
   layouts: [],
+  ahead: 0,
 });

@@ -41,7 +41,7 @@ test(
 );
 
 test(
-  title('a rejection with a keepcount code, a throwing code getter or frozen, comes as ERR_KEEPCOUNT_SYNC, untouched'),
+  title('a rejection with a keepcount code, a throwing getter or frozen, comes as ERR_KEEPCOUNT_SYNC, untouched'),
   async (t) => {
     // Before, a code starting ERR_KEEPCOUNT_ was taken for the sync's own: a throwing getter was
     // emitted in its place (no code, the client's value lost), a frozen error turned into a
@@ -54,8 +54,16 @@ test(
         throw new Error('code getter');
       },
     };
+    // Before, the check for NOSCRIPT read `message` unguarded: the getter's error took the place of
+    // the client's value.
+    const message = {
+      get message(): string {
+        throw new Error('message getter');
+      },
+    };
     const senders: [string, () => Promise<unknown>, string, (cause: unknown) => boolean][] = [
       ['a throwing code getter', () => Promise.reject(getter), '[object Object]', (cause) => cause === getter],
+      ['a throwing message getter', () => Promise.reject(message), '[object Object]', (cause) => cause === message],
       ['a frozen ERR_KEEPCOUNT_SYNC', () => Promise.reject(frozen), 'frozen', (cause) => cause === frozen],
       ['an ERR_KEEPCOUNT_NODE_ID', () => Promise.reject(coded), 'coded', (cause) => cause === coded],
       // A sender that gives up before the sync's own timeoutMs, with keepcount's timeout().

@@ -49,6 +49,11 @@ export interface Pull {
   applied: boolean;
   /** Not applied because Redis holds a later sequence number of this node id (script.ts). */
   idTaken: boolean;
+  /**
+   * Not applied because Redis holds this process's own sequence number ahead of the sync: that
+   * number (script.ts `SEQ_SPAN`); else 0.
+   */
+  ahead: number;
   /** The version pulled up to: the next pull asks for the cells changed after it. */
   version: number;
   /**

@@ -177,6 +177,13 @@ export class Ledger {
     const leaving = leave || (account.idle >= IDLE_SYNCS && held >= 0);
     const want = leaving ? -1 : Math.max(0, demand - held);
     account.demand = 0;
+    // A failed sync tells Redis nothing: the demand counts in the next one, and idle syncs are
+    // counted only when they reach Redis. A key that left is gone (its loan lapses in Redis).
+    const failed = () => {
+      account.demand += demand;
+      account.idle = idle;
+      account.short ||= short;
+    };
     return {
       key: `${base}:b:${account.key}`,
       rate: bucket.rate,
@@ -209,12 +216,10 @@ export class Ledger {
         // Paid up, it may make room for a new key (unless checked again or made room for already).
         if (this.#mayMakeRoom(account)) this.#room.offer(account);
       },
-      // A failed sync tells Redis nothing: the demand counts in the next one, and idle syncs are
-      // counted only when they reach Redis. A key that left is gone (its loan lapses in Redis).
-      failed: () => {
-        account.demand += demand;
-        account.idle = idle;
-        account.short ||= short;
+      failed,
+      overtaken: (seq) => {
+        account.got = Math.max(account.got, seq);
+        failed();
       },
     };
   }

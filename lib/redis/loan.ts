@@ -38,4 +38,14 @@ export interface LoanRequest {
   lent(tokens: number, left: number, sentAt: number, seq: number): void;
   /** The sync failed: what the request reported (its demand) must go with the next one. */
   failed(): void;
+  /**
+   * Redis did not apply the request because it held this process's own sequence number `seq` for
+   * the key, ahead of the sync: none the node sent (script.ts `SEQ_SPAN`). What the request
+   * reported goes with the next one, as after {@link failed}, which is numbered past `seq` and
+   * applies; `got` becomes `seq`, so that Redis does not give back the loan it recorded beside that
+   * number: with the number gone, nothing tells whether the node took that loan in, and given back
+   * after it was, it would be admitted twice. One it never took stays out (fewer admitted, never
+   * more).
+   */
+  overtaken(seq: number): void;
 }

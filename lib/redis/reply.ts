@@ -14,6 +14,11 @@ export interface SyncReply {
   lent: number[];
   /** Per loan, the tokens left in its bucket after lending them (0 when not applied). */
   left: number[];
+  /**
+   * Per loan, the sequence number Redis holds for this process in the bucket when it is ahead of
+   * the sync (the loan not applied: script.ts `SEQ_SPAN`), else 0.
+   */
+  ahead: number[];
   /** Keys of another Redis type the script deleted. */
   foreign: { key: string; type: string }[];
   /** Entries and buckets of corrupt values the script deleted, and what failed. */
@@ -41,6 +46,8 @@ export function parseReply(reply: unknown, entries: number, loans: number): Sync
     const status = number(a);
     const applied = status === 1;
     const idTaken = status === 2;
+    // Status 3 tells this process's own record ahead of the sync, its number in place of a version.
+    const ahead = status === 3 ? number(a + 1) : 0;
     const version = number(a + 1);
     const head = number(a + 2);
     const incarnation = String(reply[a + 3]);
@@ -67,12 +74,14 @@ export function parseReply(reply: unknown, entries: number, loans: number): Sync
       if (a >= reply.length) throw unexpected();
       layouts.push(String(reply[a]));
     }
-    pulls.push({ applied, idTaken, version, head, incarnation, nodes, cells, others, cursor, layouts });
+    pulls.push({ applied, idTaken, ahead, version, head, incarnation, nodes, cells, others, cursor, layouts });
   }
   const lent: number[] = [];
   const left: number[] = [];
+  const ahead: number[] = [];
   for (let k = 0; k < loans; k++, a += 2) {
     lent.push(number(a));
+    ahead.push(lent[k] === -3 ? number(a + 1) : 0);
     left.push(Math.max(0, number(a + 1)));
   }
   const foreign: { key: string; type: string }[] = [];
@@ -89,7 +98,7 @@ export function parseReply(reply: unknown, entries: number, loans: number): Sync
   }
   const serverMs = number(a++);
   if (a !== reply.length) throw unexpected();
-  return { pulls, lent, left, foreign, corrupt, serverMs };
+  return { pulls, lent, left, ahead, foreign, corrupt, serverMs };
 }
 
 /**
@@ -143,6 +152,24 @@ export function corruptKeyError(key: string, reason: string, prefix: string): Er
       `Redis key "${key}" (or a key of its entry) held a value keepcount never writes (${reason}): something ` +
         `else writes under the "${prefix}" prefix. keepcount deleted the entry's keys (of a registry, the ` +
         'members named; of a bucket, the fields named) and rebuilt what they held',
+    ),
+    'ERR_KEEPCOUNT_CORRUPT',
+  );
+  return Object.assign(error, { key });
+}
+
+/**
+ * A key (an entry's base, or a bucket) where Redis held this process's own sequence number `held`,
+ * ahead of the sync `sent` the node was waiting on: none it sent, since it sends a key's syncs one
+ * at a time, numbered up, and reads the reply only of the one it waits on (script.ts `SEQ_SPAN`).
+ * That sync applied nothing there; the node numbers its next syncs past it.
+ */
+export function aheadKeyError(key: string, nodeId: string, held: number, sent: string, prefix: string): Error {
+  const error = withCode(
+    new Error(
+      `Redis key "${key}" (or a key of its entry) held a value keepcount never writes (s:${nodeId} ${held}, ` +
+        `ahead of the sync ${sent} this process was waiting on): something else writes under the "${prefix}" ` +
+        "prefix. That sync applied nothing there, and keepcount numbers this node's next syncs past it",
     ),
     'ERR_KEEPCOUNT_CORRUPT',
   );

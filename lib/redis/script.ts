@@ -39,7 +39,11 @@
  *   nothing is lost. Were the sync a late one after all, its older values would stand only until
  *   the node's next sync, which pushes the whole contribution again (its incarnation changed).
  *   The token stays, so another live process under the node id is refused still. A record ahead
- *   by less is refused as a late sync's until the node's numbers pass it.
+ *   by less applies nothing and is told (`3`, with its number) rather than refused as another
+ *   process's: a late sync meets it, but the node never reads a late sync's reply, so a reply it
+ *   reads says the record is none it wrote. The node then numbers its syncs past it, and the next
+ *   one applies as any other, the record kept (before, one `HSET` of it just under 2^32 ahead
+ *   failed the node's syncs as another process's for good: 13 years of 100 ms syncs to pass it).
  * Redis may lose one key of an entry and keep the others (maxmemory eviction takes keys one by
  * one; an operator may delete one), and a node's cumulative push over a lost contribution would
  * count it twice, over lost counts would count it once too few. So `B:c` and every `B:n:<node>`
@@ -158,7 +162,9 @@
  * (see `B:m` above), with the node's other fields, and the sync applies as the node's first: the
  * node states what it holds (`held`) in every sync, and its last loan is not given back, the
  * number that told whether it was taken in being gone: a loan it never took in stays out of the
- * bucket (fewer admitted, never more).
+ * bucket (fewer admitted, never more). Ahead by less, the sync applies nothing and tells the
+ * number (`-3`), as for an entry: the node numbers its syncs past it and sends that number as the
+ * loan it last took in (`got`), so the loan recorded beside it is not given back either.
  *
  * KEYS: per cell entry its base, its registry and its layout registry, then one key per bucket
  * entry. ARGV: node id, registry lifetime (ms, also how long a layout stays live), pull limit,
@@ -170,8 +176,10 @@
  * per ms), burst (the tokens of a new bucket), cap, lease in ms, lifetime in ms (0: none), tokens
  * held, tokens wanted (−1: leaving), the sequence number whose loan it last took in. Reply, per
  * cell entry: applied (1; 0 not applied, 2 not applied and Redis holds a later sequence number of
- * this node id: another process uses it), version, the entry's newest version (past version when
- * the pull was cut short: more versions wait), incarnation, live nodes, m,
+ * this node id: another process uses it; 3 not applied and Redis holds a later one under this
+ * process's token, which the version then is, as a string: `SEQ_SPAN`), version, the entry's
+ * newest version (past version when the pull was cut short: more versions wait), incarnation,
+ * live nodes, m,
  * then m pairs of cell index and the others' count (global minus this node's, as a string: Redis
  * would truncate a Lua number to a 64-bit integer reply), the scan's next cursor (`0`: it went
  * through; `-1`: none ran; else `<run_id>:<cursor>`, this Redis process's id and the HSCAN
@@ -181,8 +189,9 @@
  * entry the tokens lent and the tokens left in the bucket after lending them, as strings (−1 and 0
  * when the sync was not applied: a stale sequence number, e.g. a client that sent the script again
  * after a dropped connection, whose first run lent what the node then never took in; −2 and 0 when
- * the bucket holds a later sequence number of this node id); then f, the
- * number of keys of another type deleted, and f pairs of key and the type it held; then c, the
+ * the bucket holds a later sequence number of this node id; −3 and that number when it is this
+ * process's, under its token); then f, the number of keys of another type deleted, and f pairs
+ * of key and the type it held; then c, the
  * number of entries deleted for corrupt values, and c pairs of key (an entry's base, or a bucket)
  * and what failed; last, the server's time in epoch milliseconds (fractional), which nodes fix
  * synced windows on.
@@ -234,10 +243,21 @@ const BUCKET_SPAN = 2 ** 32;
  * never takes in). The script cannot tell the two apart below the span. A node takes a number only
  * for a sync that sends a call, and each group has one call in flight at a time: at a call every
  * 20 µs, 2^32 numbers take a day, where a retried or redirected call waits seconds. Past the span,
- * the record is corrupt (the module doc); below it, a corrupt one is refused as a late sync's until
- * the node's numbers pass it. A sync that did run a day late would be applied as the node's first:
- * an entry's older values would stand until the node's next sync pushes its whole contribution
- * again, a bucket's loan would go to no one, and a leave would give its tokens back twice.
+ * the record is corrupt (the module doc). A sync that did run a day late would be applied as the
+ * node's first: an entry's older values would stand until the node's next sync pushes its whole
+ * contribution again, a bucket's loan would go to no one, and a leave would give its tokens back
+ * twice.
+ * Below the span the node tells them apart. It sends a key's calls one at a time, numbered up
+ * (groups.ts: a group's next call only once the last one ended), and reads the reply only of the
+ * call it still waits on: one it gave up on (its timeout) rejects first, and its reply, whenever
+ * it comes, is never read. A client that sends a call again (after a reconnect, or a cluster's
+ * `MOVED`/`ASK`) sends the same call, under the same number. So the reply of the call the node
+ * waits on is of its highest number yet, and a record of this process's ahead of it is none it
+ * wrote: the script applies nothing and tells the number (the reply's `3`, a loan's `−3`), the
+ * node reports the key and numbers its next syncs past it (sync-call.ts), and they apply. Another
+ * process cannot make use of it: the record must hold this process's token, which only this
+ * process and Redis know, and a writer that can set it can set any count. Each such number lifts
+ * the node's by at most the span, so 2^21 of them, one a sync, pass 2^53.
  */
 const SEQ_SPAN = 2 ** 32;
 
@@ -411,8 +431,12 @@ local function cell_entry(k, a)
     redis.call('HSET', mine, 'i', i)
     prior = 0
   end
+  -- A record ahead of the sync under no token is refused as another process's (2). One under this
+  -- process's own is told, with its number (3): a late sync meets it, but the node never reads a
+  -- late sync's reply, so one it reads says the record is none it wrote (SEQ_SPAN). Neither
+  -- applies.
   local applied = 0
-  if tonumber(seq) < prior then applied = 2 end
+  if tonumber(seq) < prior then applied = owner == process and 3 or 2 end
   if applied == 0 and tonumber(seq) > prior then
     applied = 1
     redis.call('HSET', meta, 's:' .. node, seq, 'p:' .. node, process)
@@ -453,7 +477,7 @@ local function cell_entry(k, a)
   end
   local told = i .. '/' .. (redis.call('HGET', meta, 'l:' .. node) or '')
   res[#res + 1] = applied
-  res[#res + 1] = version
+  res[#res + 1] = applied == 3 and number(prior) or version
   res[#res + 1] = head
   res[#res + 1] = told
   res[#res + 1] = redis.call('ZCARD', registry)
@@ -552,7 +576,12 @@ local function bucket_entry(k, a)
     f['o:' .. node], f['w:' .. node], f['x:' .. node], f['s:' .. node], f['l:' .. node] = nil, nil, nil, nil, nil
     last = 0
   end
-  if seq < last then lent = -2 end
+  -- Ahead of the sync, nothing applies; this process's own record is told with its number, as in
+  -- cell_entry: the node numbers its syncs past it and sends it as its got (the module doc).
+  if seq < last then
+    lent = owner == process and -3 or -2
+    if lent == -3 then left = last end
+  end
   -- A leave sent again after the node gave up on the reply to one Redis applied: its last request
   -- here, later than any loan it took in, left (its lease field is gone; only a leave removes it
   -- and keeps s:). Applied again, it would give its tokens back, or pay its debt, twice.
@@ -677,7 +706,20 @@ export async function runSyncScript(send: SendCommand, keys: string[], args: str
   try {
     return await send(['EVALSHA', SYNC_SHA, ...tail]);
   } catch (error) {
-    if (!String((error as Error | undefined)?.message).includes('NOSCRIPT')) throw error;
+    if (!isNoScript(error)) throw error;
     return send(['EVAL', SYNC_SCRIPT, ...tail]);
+  }
+}
+
+/**
+ * Whether the client rejected with Redis's `NOSCRIPT`. Reading the rejection may throw (a getter,
+ * a `Proxy`, an object with no prototype): such a rejection is no NOSCRIPT, and goes on as the
+ * client's value, not the getter's error (sync-errors.ts reports it).
+ */
+function isNoScript(error: unknown): boolean {
+  try {
+    return String((error as Error | undefined)?.message).includes('NOSCRIPT');
+  } catch {
+    return false;
   }
 }

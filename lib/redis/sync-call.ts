@@ -7,7 +7,7 @@
  */
 import { LIVE_PERIODS, type Push, type SyncedEntry } from './cells.js';
 import type { LoanRequest } from './loan.js';
-import { corruptKeyError, foreignKeyError, nodeIdTakenError, parseReply } from './reply.js';
+import { aheadKeyError, corruptKeyError, foreignKeyError, nodeIdTakenError, parseReply } from './reply.js';
 import { runSyncScript } from './script.js';
 import type { SendCommand } from './send.js';
 import type { ServerClock } from './server-clock.js';
@@ -55,6 +55,11 @@ export interface CallContext {
   serverClock: ServerClock;
   /** The sync's counters: a call adds the cells it pushed and pulled. */
   stats: SyncStats;
+  /**
+   * Numbers the sync's next calls past `seq`: Redis held this process's own sequence number `seq`,
+   * ahead of a call the node was waiting on, which no number it sent can be (script.ts `SEQ_SPAN`).
+   */
+  numberPast: (seq: number) => void;
 }
 
 /** The node-id refusals that no lease or expiry ends: see {@link refusedForGood}. */
@@ -108,7 +113,7 @@ export async function syncCall(
     }
     const sentAt = performance.now();
     const reply = await Promise.race([runSyncScript(context.send, keys, args), timeout]);
-    const { pulls, lent, left, foreign, corrupt, serverMs } = parseReply(reply, entries.length, loans.length);
+    const { pulls, lent, left, ahead, foreign, corrupt, serverMs } = parseReply(reply, entries.length, loans.length);
     context.serverClock.heard(serverMs, sentAt, performance.now());
     // Not one entry of this sync was applied, nor will any later one be while the other
     // process runs: a failed sync (stale, then the fail policies), not a silent loss.
@@ -119,20 +124,41 @@ export async function syncCall(
       }
       throw error;
     }
+    // This process's own record ahead of this call, which the node was waiting on: none it wrote
+    // (a late call meets one, but its reply is never read). Nothing applied there; the next call,
+    // numbered past it, applies, and the key is reported this once.
+    const overtaken: Error[] = [];
+    const past = (key: string, held: number) => {
+      overtaken.push(aheadKeyError(key, nodeId, held, seq, context.prefix));
+      context.numberPast(held);
+    };
     let nodes = 1;
     const layouts: Layouts = new Map();
     pulls.forEach((pull, k) => {
       const entry = entries[k] as SyncedEntry;
+      const push = pushes[k] as Push;
+      if (pull.ahead > 0) {
+        entry.restore(push);
+        past(entry.keys.base, pull.ahead);
+        return;
+      }
       entry.apply(pull, Number(seq), sentAt);
       nodes = Math.max(nodes, pull.nodes);
       stats.cellsPulled += pull.cells.length;
+      stats.cellsPushed += push.cells.length;
       layouts.set(entry.keys.layouts, { entry, others: new Set(pull.layouts) });
     });
-    for (const push of pushes) stats.cellsPushed += push.cells.length;
-    loans.forEach((loan, k) => loan.lent(lent[k] as number, left[k] as number, started, Number(seq)));
+    loans.forEach((loan, k) => {
+      const held = ahead[k] as number;
+      if (held > 0) {
+        loan.overtaken(held);
+        past(loan.key, held);
+      } else loan.lent(lent[k] as number, left[k] as number, started, Number(seq));
+    });
     const keyErrors = [
       ...foreign.map(({ key, type }) => foreignKeyError(key, type, context.prefix)),
       ...corrupt.map(({ key, reason }) => corruptKeyError(key, reason, context.prefix)),
+      ...overtaken,
     ];
     return { nodes, keyErrors, layouts };
   } catch (error) {

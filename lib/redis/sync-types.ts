@@ -31,8 +31,8 @@ export interface RedisSyncOptions {
    * This node's id in Redis: unique per process, since the server keeps each node's contribution
    * (its cumulative counts) and last sequence number under it. Never reuse one after a restart:
    * the new process would overwrite the old one's counts with its own and its sequence numbers
-   * would be refused as stale. A sync that finds a later sequence number of its id in Redis fails
-   * with `ERR_KEEPCOUNT_NODE_ID` (reported on `'error'`) until the other process's keys expire.
+   * would be refused as stale. A sync that finds a later sequence number of its id in Redis,
+   * another process's, fails with `ERR_KEEPCOUNT_NODE_ID` (reported on `'error'`) until the other process's keys expire.
    * Defaults to a random UUID.
    */
   nodeId?: string;

@@ -104,6 +104,8 @@ export class RedisSync extends EventEmitter {
       stats: this.#stats,
       closed: this.#closed.signal,
       report: (error) => this.#report(error),
+      // Sequence numbers need only go up per process (script.ts `SEQ_SPAN`).
+      numberPast: (seq) => (this.#seq = Math.max(this.#seq, Math.floor(seq))),
     });
     this.#timer = setInterval(() => this.#tick(), this.syncMs).unref();
   }
@@ -186,7 +188,10 @@ export class RedisSync extends EventEmitter {
     this.#groups.add(source, name);
   }
 
-  /** @internal The sequence number of the last sync sent (0: none yet). */
+  /**
+   * @internal The sequence number of the last sync sent (0: none yet), or one Redis held for this
+   * process past it (script.ts `SEQ_SPAN`): the next sync's is one more.
+   */
   get sequence(): number {
     return this.#seq;
   }
