@@ -118,7 +118,9 @@ test(
       // The timer's syncs over the window, and the sync the first ready() makes at once.
       const allowed = windowMs / syncMs + (waiting > 0 ? 1 : 0);
       const sent = sync.stats.commands;
-      t.true(sent >= windowMs / syncMs / 2 && sent <= allowed, `${waiting} waiting: ${sent} syncs, ${allowed} allowed`);
+      // Only the ceiling is about the code: a loaded machine runs the timer late and less often
+      // (a fresh-clone CI saw 8 syncs in the window), never more often. At least 2 shows syncs ran.
+      t.true(sent >= 2 && sent <= allowed, `${waiting} waiting: ${sent} syncs, ${allowed} allowed`);
       t.is(errors.length, sent, `${waiting} waiting: an error per sync`);
       await sync.close();
       t.deepEqual(await Promise.all(calls), Array(waiting).fill('ERR_KEEPCOUNT_CLOSED'));
