@@ -11,7 +11,7 @@ import { pull } from './redis-pulls.js';
 
 /** A sketch of 4 counters whose others' counts stay a floor for `floorMs` after a new incarnation. */
 const cellsOf = (floorMs: number): SyncedCells =>
-  new SyncedCells(4, entryKeys('kc:{e}', 'e', 'l'), new Census(() => 1), () => 0, 0, floorMs);
+  new SyncedCells(4, entryKeys('kc:{e}', 'e', 'l'), new Census({ nodes: 1, syncMs: 100 }), () => 0, 0, floorMs);
 
 test(title('a new incarnation keeps the others’ counts known before as a floor: the larger, never the sum'), (t) => {
   const cells = cellsOf(Infinity);

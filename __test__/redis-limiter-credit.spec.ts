@@ -212,7 +212,7 @@ test.serial(
 test(
   title('the credit wait begins again at a count that drops or a new incarnation, not at one that rises'),
   async (t) => {
-    const census = new Census(() => 1);
+    const census = new Census({ nodes: 1, syncMs: 100 });
     const waitMs = 20;
     census.count(8, performance.now(), false);
     t.false(census.countedAfter(waitMs), 'the first count begins the wait');

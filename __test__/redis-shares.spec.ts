@@ -137,7 +137,7 @@ test.serial(
 
 test(title('the count shares divide by rises at once, holds through losses, drops a lifetime of syncs on'), (t) => {
   // The registry's lifetime is 10 of a node's syncs (LIVE_PERIODS); times are the syncs' own.
-  const census = new Census(() => 3);
+  const census = new Census({ nodes: 3, syncMs: 1 });
   t.is(census.shareNodes, 3, 'before the first count: the fallback');
   for (let i = 0; i < 50; i++) census.count(8, i, false);
   t.deepEqual([census.nodes, census.shareNodes], [8, 8]);
@@ -172,3 +172,134 @@ test(title('the count shares divide by rises at once, holds through losses, drop
   }
   t.is(census.shareNodes, 9, 'churn of a node at a time holds the old count no longer');
 });
+
+test(title('a count after a registry lifetime with none holds the count before, as a loss does'), (t) => {
+  // Sync period 10 ms: the registry keeps a node 200 ms; a gap of 190 ms or more may have lost all.
+  const census = new Census({ nodes: 1, syncMs: 10 });
+  for (let i = 0; i < 20; i++) census.count(4, i * 10, false);
+  // Redis back for under a sync period, again and again, each time after its registry lapsed: the
+  // nodes count 1, 2, 3, 4 in turn, and this one (the third) counts 3 after 3, no drop to half.
+  for (let spell = 1; spell <= 30; spell++) {
+    census.count(3, 200 + spell * 1_000, false);
+    t.is(census.shareNodes, 4, `held at spell ${spell}`);
+  }
+  // Back to a sync every period: a lifetime of syncs on, the count it holds is the one it counts.
+  for (let i = 1; i <= 10; i++) census.count(3, 30_200 + i * 10, false);
+  t.is(census.shareNodes, 4, 'a lifetime of syncs after the last lapse');
+  census.count(3, 30_310, false);
+  t.is(census.shareNodes, 3, 'past it');
+});
+
+test(title('the entries of one sync call count once: a rate’s two windows do not halve the hold'), (t) => {
+  const census = new Census({ nodes: 1, syncMs: 10 });
+  // Both windows' entries take in the count of one call, sent at `sentAt`.
+  const sync = (nodes: number, sentAt: number): void => {
+    census.count(nodes, sentAt, false);
+    census.count(nodes, sentAt, false);
+  };
+  for (let i = 0; i < 5; i++) sync(3, i * 10);
+  for (let i = 1; i <= 10; i++) {
+    sync(2, 40 + i * 10);
+    t.is(census.shareNodes, 3, `held at sync ${i} after the drop`);
+  }
+  sync(2, 150);
+  t.is(census.shareNodes, 2, 'a lifetime of syncs on');
+});
+
+test.serial(
+  title("'local' quota: a node dropped from the registry is held for 10 of a node's syncs, not 5"),
+  async (t) => {
+    const server = await startRedis();
+    const connection = await connectClient('ioredis', server.port);
+    const syncs = Array.from({ length: 3 }, () => {
+      const sync = new RedisSync({ sendCommand: (args) => connection.send(args), syncMs: SYNC_MS });
+      sync.on('error', () => undefined);
+      return sync;
+    });
+    try {
+      const limit = 300;
+      const quotas = syncs.map(
+        (sync) => new SyncedWindowQuota({ sync, name: 'q', seed: 1, limit, windowMs: SYNC_MS, failPolicy: 'local' }),
+      );
+      for (let round = 0; round < 2; round++) for (const sync of syncs) await sync.flush();
+      t.is(quotas[0]!.share(), limit / 3);
+      // The third node gone from the registry, as one past its lifetime would be: 3 counted, then 2.
+      await connection.send(['ZREM', 'keepcount:{q}:w:nodes', syncs[2]!.nodeId]);
+      const shares: number[] = [];
+      for (let i = 0; i < 11; i++) {
+        await syncs[0]!.flush();
+        shares.push(quotas[0]!.share());
+      }
+      // Before, each sync counted twice (the current window and the previous): 5 syncs held.
+      t.deepEqual(shares, [...Array<number>(10).fill(limit / 3), limit / 2]);
+    } finally {
+      await Promise.all(syncs.map((sync) => sync.close()));
+      await connection.close();
+      await server.stop();
+    }
+  },
+);
+
+test.serial(
+  title("'local' quota: Redis back for moments, each after its registry lapsed, leaves the shares held"),
+  async (t) => {
+    const server = await startRedis();
+    const connection = await connectClient('ioredis', server.port);
+    // The node whose link is up (-1: none), so that each syncs once a spell, its timer's syncs failing.
+    const link = { up: 0 };
+    // A sync every 10 ms: the registry keeps a node up to 200 ms after its last sync.
+    const syncMs = 10;
+    const syncs = Array.from({ length: NODES }, (_, node) => {
+      const sendCommand = (args: string[]): Promise<unknown> =>
+        link.up === node ? connection.send(args) : Promise.reject(new Error('cut off by the test'));
+      const sync = new RedisSync({ sendCommand, syncMs, timeoutMs: 1_000, staleAfterMs: STALE_AFTER_MS });
+      sync.on('error', () => undefined);
+      return sync;
+    });
+    try {
+      const limit = 120;
+      const quotas = syncs.map(
+        (sync) => new SyncedWindowQuota({ sync, name: 'q', seed: 1, limit, windowMs: SYNC_MS, failPolicy: 'local' }),
+      );
+      const syncEach = async (): Promise<void> => {
+        for (const [node, sync] of syncs.entries()) {
+          link.up = node;
+          await sync.flush();
+        }
+        link.up = -1;
+      };
+      for (let round = 0; round < 2; round++) await syncEach();
+      t.true(
+        quotas.every((quota) => quota.nodes === NODES),
+        'the nodes count each other',
+      );
+      // Each spell: cut off past the registry's lifetime, then back while each node syncs once, in
+      // turn. The nodes count about 1, 2, 3, 4 each spell, under the same incarnation.
+      const counts: number[][] = [];
+      for (let spell = 0; spell < 10; spell++) {
+        await sleep(300);
+        await syncEach();
+        counts.push(quotas.map((quota) => quota.nodes));
+      }
+      await until(() => syncs.every((sync) => sync.stale), 'every node is stale');
+      const admitted = quotas.map((quota) => {
+        let allowed = 0;
+        for (let i = 0; i < 2 * limit; i++) if (quota.consume('client').allowed) allowed++;
+        return allowed;
+      });
+      t.log(`counted per spell: ${counts.map((c) => c.join('/')).join(', ')}; admitted ${admitted.join(', ')}`);
+      // Before, only a count at most half the last held the 4: after six spells the shares were 120,
+      // 60, 40 and 30, and the nodes admitted 250 between them.
+      t.true(
+        counts.every((spell) => spell[0] === 1),
+        'the registry lapsed between spells',
+      );
+      t.deepEqual(admitted, Array<number>(NODES).fill(limit / NODES));
+    } finally {
+      link.up = -1;
+      await Promise.all(syncs.map((sync) => sync.close()));
+      await connection.close();
+      await server.stop();
+    }
+  },
+);

@@ -86,11 +86,19 @@ export interface Pull {
  */
 export const LIVE_PERIODS = 10;
 
+/** What a {@link Census} reads of its structure's sync. */
+export interface CensusSync {
+  /** The most live nodes any structure on the sync counted: the count before a first sync. */
+  readonly nodes: number;
+  /** The sync period, of which the registry's lifetime is `LIVE_PERIODS`. */
+  readonly syncMs: number;
+}
+
 /**
  * The live nodes syncing one structure, as its registry counted them at the structure's last sync,
  * and the count its `'local'` fail policy and a limiter's credit divide by ({@link shareNodes}).
  * Shared by the structure's cells (a rate's windows come and go; its census stays). Before the
- * structure's first sync both read `fallback`, the most nodes any structure on its sync has
+ * structure's first sync both read the sync's `nodes`, the most nodes any structure on it has
  * counted: a structure added to a running sync knows the fleet's size at once, from its
  * neighbours, rather than taking itself for alone.
  */
@@ -114,10 +122,10 @@ export class Census {
    */
   #waitFrom = NaN;
   #lastSentAt = NaN;
-  readonly #fallback: () => number;
+  readonly #sync: CensusSync;
 
-  constructor(fallback: () => number) {
-    this.#fallback = fallback;
+  constructor(sync: CensusSync) {
+    this.#sync = sync;
   }
 
   /** Whether a sync has counted this structure's nodes yet. */
@@ -139,7 +147,7 @@ export class Census {
 
   /** Live nodes syncing the structure, at least 1. */
   get nodes(): number {
-    return this.#counted ?? this.#fallback();
+    return this.#counted ?? this.#sync.nodes;
   }
 
   /**
@@ -147,8 +155,12 @@ export class Census {
    * bucket and credit), at least {@link nodes}: it rises with the count at once, and a higher
    * count holds for the registry's lifetime in this node's syncs (`LIVE_PERIODS` counts) after it
    * was last counted and after the last count that may have followed a loss of registrations: a
-   * new incarnation, or a count at most half the last (nodes registering again one at a time count
-   * from 1). Counted in syncs, not time, so that a spell with no sync (every node cut off from
+   * new incarnation, a count at most half the last (nodes registering again one at a time count
+   * from 1), or the first count after two registry lifetimes with none (every registration may
+   * have lapsed meanwhile: a Redis back for under a sync period, six times over, each time after
+   * such a spell, brought 4 nodes' shares of a `'local'` quota back to 1/1 … 1/4, 250 admitted of
+   * 120, when only a count at most half the last was a sign). Counted in syncs, not time (the
+   * entries of one call count once), so that a spell with no sync (every node cut off from
    * Redis, which may lose the registry meanwhile) holds it too. Not any lower count: a fleet with
    * churn (short-lived nodes, each under a new id) counts one or two fewer every lifetime or so,
    * and a review saw 8–9 live nodes divide by 14 for 30 lifetimes, as long as the churn went on.
@@ -158,8 +170,8 @@ export class Census {
    * Redis that crashes and restarts), each node went on with its count of the last sync for the
    * whole outage: 4 nodes under a `'local'` quota of 100 admitted 100, 50, 33 and 25, 208 in all
    * (now 25 each). Held from the last sign of a loss, the count before it stays however often
-   * Redis restarts, and however long every node was cut off from it (the registry lost as well:
-   * the first count after it drops to at most half). The price: the registry counts a node that
+   * Redis restarts, and however long every node was cut off from it (the registry lapsed as well:
+   * each node's first count after it is a sign). The price: the registry counts a node that
    * stopped syncing for up to two lifetimes, and the shares a lifetime of syncs longer (more when
    * more than half the fleet left at once), so the nodes left admit less than their share
    * meanwhile, never more. A node started anew holds no earlier count: its first sync's count is
@@ -167,7 +179,7 @@ export class Census {
    * second syncs.
    */
   get shareNodes(): number {
-    return this.#peaks[0]?.nodes ?? this.#fallback();
+    return this.#peaks[0]?.nodes ?? this.#sync.nodes;
   }
 
   /**
@@ -194,10 +206,15 @@ export class Census {
   count(nodes: number, sentAt: number, renewed: boolean): void {
     const counted = Math.max(1, nodes);
     const last = this.#counted;
-    const n = ++this.#counts;
-    if (last === undefined || renewed || counted < last) this.#waitFrom = performance.now();
-    if (last === undefined || renewed || counted * 2 <= last) this.#lostAt = n;
     const peaks = this.#peaks;
+    // The entries of one call (a rate's two windows) are one sync: the hold is counted in syncs.
+    const n = sentAt === this.#lastSentAt ? this.#counts : ++this.#counts;
+    // No count for two registry lifetimes (how long a member stays past its last sync: script.ts),
+    // less a period of margin for the calls' latency: every registration, this node's too, may
+    // have lapsed meanwhile.
+    const lapsed = sentAt - this.#lastSentAt >= (2 * LIVE_PERIODS - 1) * this.#sync.syncMs;
+    if (last === undefined || renewed || counted < last) this.#waitFrom = performance.now();
+    if (last === undefined || renewed || lapsed || counted * 2 <= last) this.#lostAt = n;
     while (peaks.length > 0 && peaks[peaks.length - 1]!.nodes <= counted) peaks.pop();
     peaks.push({ nodes: counted, at: n });
     const held = n - LIVE_PERIODS;

@@ -61,7 +61,7 @@ export class SyncedEstimator {
     // Hashes keys the way every node does; its own counters stay unused (the arrays below count).
     this.#hasher = new KeyHasher(hashes, slots, o.seed);
     const base = `${this.#sync.prefix}:{${name}}`;
-    const census = new Census(() => this.#sync.nodes);
+    const census = new Census(this.#sync);
     const keys = entryKeys(base, 'e', this.#hasher.layout);
     const floorMs = LIVE_PERIODS * this.#sync.syncMs;
     this.#cells = new SyncedCells(hashes * slots, keys, census, () => 0, 0, floorMs);

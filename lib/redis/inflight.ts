@@ -123,7 +123,7 @@ export class SyncedInflight implements InflightCounter {
     const base = `${this.#sync.prefix}:{${name}}`;
     const ttlMs = this.leaseMs * KEEP_LEASES;
     const layout = sketchLayout(hashes, slots, seed);
-    const census = new Census(() => this.#sync.nodes);
+    const census = new Census(this.#sync);
     this.#cells = new SyncedCells(hashes * slots, entryKeys(base, 'i', layout), census, () => ttlMs, this.leaseMs);
     this.#counts = {
       core: {

@@ -120,7 +120,7 @@ export class SyncedLimiter implements RequestLimiter {
     // Under the limiter's lease, as its loans are: a process restarted under this node id then
     // takes the id's record over once the old one's lease runs out (without one, never).
     const leaseMs = this.leaseMs;
-    const census = new Census(() => this.#sync.nodes);
+    const census = new Census(this.#sync);
     const keys = entryKeys(config.base, 'p', PRESENCE_LAYOUT);
     this.#presence = new SyncedCells(0, keys, census, () => leaseMs, leaseMs);
     this.#sync.add(this, 'SyncedLimiter', config.name);

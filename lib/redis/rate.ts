@@ -110,7 +110,7 @@ export class SyncedRate {
     this.#clock = o.clock === undefined ? { now: () => sync.now() } : validateClock(o.clock);
     this.#base = `${this.#sync.prefix}:{${name}}`;
     this.#layout = `${this.#hasher.layout}-w${this.intervalMs}`;
-    this.#census = new Census(() => this.#sync.nodes);
+    this.#census = new Census(this.#sync);
     this.#counters = hashes * slots;
     this.#provisional = o.clock === undefined;
     const now = this.#index(this.#now());
@@ -214,7 +214,7 @@ export class SyncedRate {
    */
   countExactly(threshold: number, capacity: number): ExactCounts {
     const counts = new ExactCounts(threshold, capacity, this.#hasher.layout);
-    this.#exact = { counts, census: new Census(() => this.#sync.nodes) };
+    this.#exact = { counts, census: new Census(this.#sync) };
     return counts;
   }
 
