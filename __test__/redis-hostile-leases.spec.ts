@@ -387,3 +387,51 @@ test.serial(
     }
   },
 );
+
+test.serial(
+  title("a node's sequence number set ahead: that sync's node count and layouts stand; set to its next: pushed again"),
+  async (t) => {
+    const server = await startRedis();
+    const connection = await connectClient('ioredis', server.port);
+    try {
+      const node = (seed: number) => {
+        const sync = new RedisSync({ sendCommand: connection.send, syncMs: BY_HAND });
+        return { sync, errors: errorsOf(sync), sketch: new SyncedEstimator({ sync, name: 'e', seed }) };
+      };
+      // A third node of another seed: another layout of the same name, reported once to each.
+      const [a, b, other] = [node(3), node(3), node(4)];
+      const flushAll = async () => {
+        for (const n of [a, b, other]) t.true(await n.sync.flush());
+      };
+      await flushAll();
+      await flushAll();
+      const codes = (n: typeof a) => n.errors.splice(0).map((error) => (error as { code?: string }).code);
+      t.deepEqual(codes(a), ['ERR_KEEPCOUNT_LAYOUT']);
+      const metas = (await connection.send(['KEYS', 'keepcount:{e}:*:m'])) as string[];
+      const meta = (await Promise.all(
+        metas.map(async (key) => ((await connection.send(['HGET', key, `s:${a.sync.nodeId}`])) === null ? '' : key)),
+      ).then((keys) => keys.find((key) => key !== ''))) as string;
+      await ahead(connection, meta, a.sync.nodeId, 50);
+      t.true(await a.sync.flush());
+      // Before, the overtaken entry was left out: nodes read 1, and the layout was reported again.
+      t.is(a.sync.nodes, 3, 'the overtaken sync counts the nodes');
+      t.deepEqual(codes(a), ['ERR_KEEPCOUNT_CORRUPT']);
+      t.true(await a.sync.flush());
+      t.is(a.sync.nodes, 3);
+      t.deepEqual(codes(a), [], 'the layout not reported again');
+      // The node's next number written before it sends it: Redis takes the call for a retry of one
+      // that applied, and applies nothing. Before, the node took its push for sent: lost for good.
+      a.sketch.incr('x', 100);
+      await connection.send(['HSET', meta, `s:${a.sync.nodeId}`, String(a.sync.sequence + 1)]);
+      for (let round = 0; round < 2; round++) await flushAll();
+      t.deepEqual([a.sketch.get('x'), b.sketch.get('x')], [100, 100], 'the push sent again, counted once');
+      for (let round = 0; round < 2; round++) await flushAll();
+      t.is(b.sketch.get('x'), 100);
+      t.deepEqual([codes(a), codes(b)], [[], ['ERR_KEEPCOUNT_LAYOUT']]);
+      await Promise.all([a, b, other].map((n) => n.sync.close()));
+    } finally {
+      await connection.close();
+      await server.stop();
+    }
+  },
+);

@@ -140,12 +140,19 @@ export async function syncCall(
       if (pull.ahead > 0) {
         entry.restore(push);
         past(entry.keys.base, pull.ahead);
-        return;
+      } else {
+        entry.apply(pull, Number(seq), sentAt);
+        // Not applied, not refused: Redis held this very number already, as after a retried call
+        // that had applied, or a hostile write of the node's next number, which applied nothing
+        // and before lost the push for good. Pushes are cumulative, so pushing it again next time
+        // counts nothing twice.
+        if (!pull.applied) entry.restore(push);
+        stats.cellsPulled += pull.cells.length;
+        stats.cellsPushed += push.cells.length;
       }
-      entry.apply(pull, Number(seq), sentAt);
+      // The registries answer an overtaken call too: left out, the sync's node count read 1 and its
+      // layouts none, so a layout mismatch was reported again at the next sync.
       nodes = Math.max(nodes, pull.nodes);
-      stats.cellsPulled += pull.cells.length;
-      stats.cellsPushed += push.cells.length;
       layouts.set(entry.keys.layouts, { entry, others: new Set(pull.layouts) });
     });
     loans.forEach((loan, k) => {
