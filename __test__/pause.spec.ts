@@ -91,6 +91,33 @@ test.serial(title('while paused for fork, a thenable fulfilling with a thenable 
   t.is(results[1], 'inner');
 });
 
+test.serial(
+  title('while paused for fork, a native promise fulfilled with an object that became a thenable times out at once'),
+  async (t) => {
+    const later: { then?: () => void } = {};
+    const fulfilled = Promise.resolve(later);
+    void fulfilled.then(() => (later.then = () => {}));
+    await fulfilled;
+    pauseForFork();
+    let result: unknown;
+    try {
+      // Before, the native promise's `then` was handed `resolve`, which adopted the new `then`.
+      const timedOut = timeout(fulfilled, 60_000).catch((error: unknown) => error);
+      result = await Promise.race([timedOut, delay(2000, 'still pending')]);
+    } finally {
+      unpause();
+    }
+    t.true(result instanceof TimeoutError, String(result));
+    // A settled native promise with a plain value still wins, as pingora-timeout's does.
+    pauseForFork();
+    try {
+      t.is(await timeout(Promise.resolve(7), 60_000), 7);
+    } finally {
+      unpause();
+    }
+  },
+);
+
 test.serial(title('timers armed before the pause wait for the unpause, on both backends'), async (t) => {
   let slept = false;
   const armed = sleep(20).then(() => (slept = true));

@@ -312,20 +312,15 @@ export function timeout<T>(promise: PromiseLike<T>, ms: number): Promise<T> {
   }
   if (paused) {
     return new Promise<T>((resolve, reject) => {
-      if (then === promiseThen) {
-        // A throwing `then` rejects this promise (the executor throws) before the timer is queued.
-        (then as PromiseLike<T>['then']).call(promise, resolve, reject);
-        queueMicrotask(() => reject(new TimeoutError(ms)));
-      } else {
-        // Not `resolve` itself: handed a thenable, it would lock this promise to it, unbounded. A
-        // waiter of its own, never given a bucket, tells `follow` when to stop.
-        const waiter = [reject, ms, undefined];
-        follow(promise, then as PromiseLike<T>['then'], waiter, 0, resolve, reject);
-        queueMicrotask(() => {
-          settle(waiter, 0, reject);
-          reject(new TimeoutError(ms));
-        });
-      }
+      // Not `resolve` itself, a native promise's `then` included: handed a thenable (an object a
+      // native promise fulfilled with may have become one since), it would lock this promise to
+      // it, unbounded. A waiter of its own, never given a bucket, tells `follow` when to stop.
+      const waiter = [reject, ms, undefined];
+      follow(promise, then as PromiseLike<T>['then'], waiter, 0, resolve, reject);
+      queueMicrotask(() => {
+        settle(waiter, 0, reject);
+        reject(new TimeoutError(ms));
+      });
     });
   }
   // The executor's closure shares its context with the two handlers below. A static executor
