@@ -1,6 +1,7 @@
 import test from 'ava';
-import { spawn } from 'node:child_process';
-import { readdirSync } from 'node:fs';
+import { spawn, spawnSync } from 'node:child_process';
+import { copyFileSync, mkdirSync, mkdtempSync, readdirSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { backend } from '../lib/index.js';
@@ -160,4 +161,28 @@ test.serial(title('npm run demo -- --cluster 2 interrupted by Ctrl-C leaves no s
   const run = await runDemo(60_000, ['--cluster', '2'], up);
   t.not(run.code, 0, 'interrupted');
   t.deepEqual(segments(), [], 'segments left in /dev/shm');
+});
+
+test(title('the demo’s build step, unable to build, names what the demo runs on'), (t) => {
+  // A copy of the step beside a binding.js of the test's making, on a PATH with node and no cargo.
+  const dir = mkdtempSync(join(tmpdir(), 'keepcount-ensure-'));
+  try {
+    mkdirSync(join(dir, 'scripts'));
+    mkdirSync(join(dir, 'bin'));
+    copyFileSync(join(__dirname, '..', 'scripts', 'ensure-native.mjs'), join(dir, 'scripts', 'ensure-native.mjs'));
+    symlinkSync(process.execPath, join(dir, 'bin', 'node'));
+    const run = () =>
+      spawnSync(process.execPath, [join(dir, 'scripts', 'ensure-native.mjs')], {
+        env: { PATH: join(dir, 'bin') },
+        encoding: 'utf8',
+      }).stdout;
+    t.regex(run(), /no Rust toolchain \(cargo\) on PATH; the demo runs on the TypeScript fallback\./);
+    // Before, it said the fallback here too, and the demo then ran on the earlier build's addon.
+    writeFileSync(join(dir, 'binding.js'), 'module.exports = {};\n');
+    t.regex(run(), /the demo runs on the native addon of an earlier build, which may be out of date\./);
+    writeFileSync(join(dir, 'binding.js'), "throw new Error('no addon for this platform');\n");
+    t.regex(run(), /the demo runs on the TypeScript fallback\./);
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
 });

@@ -43,7 +43,7 @@ export interface EstimatorCore {
   reset(): void;
   /** Adds `other`'s counters to this one's; `lib/` has checked hashes, slots and seed are equal. */
   merge(other: EstimatorCore): void;
-  /** The version-2 serialized form (docs/format.md §5). */
+  /** The version-3 serialized form (docs/format.md §5). */
   serialize(): Uint8Array;
   /** Frees the counters now; `lib/` never calls the core again. */
   close(): void;

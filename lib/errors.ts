@@ -12,7 +12,7 @@
  *   has it open), or for `Limiter.openShared` another quota, best-effort quota or capacity, or
  *   `fromSharedBuffer` options that differ from the buffer's, or a buffer of another layout (the
  *   message names the first field that differs).
- * - `ERR_KEEPCOUNT_CORRUPT` (`Error`): `Estimator.deserialize` input that is not a valid version-2
+ * - `ERR_KEEPCOUNT_CORRUPT` (`Error`): `Estimator.deserialize` input that is not a valid version-3
  *   sketch, or an `openShared` segment file or a `fromSharedBuffer` buffer whose header is damaged
  *   or not keepcount's; the message says which check failed.
  * - `ERR_KEEPCOUNT_IO` (`Error`): the system refused a shared segment's file or directory (missing

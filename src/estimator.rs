@@ -71,7 +71,7 @@ impl Estimator {
         .map_err(|failure| map_error(env, failure))
     }
 
-    /// Decodes a version-2 serialized sketch (docs/format.md §5), or returns the first check it
+    /// Decodes a version-3 serialized sketch (docs/format.md §5), or returns the first check it
     /// fails: `'short' | 'magic' | 'version' | 'flags' | 'shape' | 'length' | 'checksum'`.
     #[napi(catch_unwind, ts_return_type = "Estimator | string")]
     pub fn deserialize(
@@ -206,7 +206,7 @@ impl Estimator {
             .map_err(|err| map_error(env, err.into()))
     }
 
-    /// The version-2 serialized form (docs/format.md §5): `28 + 8 × hashes × slots` bytes.
+    /// The version-3 serialized form (docs/format.md §5): `28 + 8 × hashes × slots` bytes.
     #[napi(catch_unwind)]
     pub fn serialize(&self) -> Uint8Array {
         Uint8Array::new(self.sketch.to_bytes())

@@ -185,7 +185,7 @@ impl SharedEstimator {
         .map_err(|failure| map_error(env, failure))
     }
 
-    /// The version-2 serialized form (docs/format.md §5) of the counters as they are now.
+    /// The version-3 serialized form (docs/format.md §5) of the counters as they are now.
     #[napi(catch_unwind)]
     pub fn serialize(&self, env: &Env) -> Result<Uint8Array> {
         self.sketch
