@@ -94,8 +94,9 @@ test.serial(title('while paused for fork, a thenable fulfilling with a thenable 
 test.serial(
   title('while paused for fork, a native promise fulfilled with an object that became a thenable times out at once'),
   async (t) => {
-    const later: { then?: () => void } = {};
+    const later: Record<string, unknown> = {};
     const fulfilled = Promise.resolve(later);
+    // Runs before the await below resumes: the object is a thenable from then on.
     void fulfilled.then(() => (later.then = () => {}));
     await fulfilled;
     pauseForFork();
