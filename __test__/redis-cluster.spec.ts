@@ -417,3 +417,57 @@ test.serial(
     });
   },
 );
+
+test.serial(
+  title('a slot half migrated holds its name’s syncs: none applies there, and after the move each counts once'),
+  async (t) => {
+    await withCluster(async (cluster) => {
+      const cli = async (port: number, ...args: string[]) =>
+        (await run('redis-cli', ['-h', '127.0.0.1', '-p', String(port), ...args])).stdout.trim();
+      const name = 'moving';
+      const from = await masterOf(cluster.nodes[0]!.port, name);
+      const to = cluster.nodes.find((node) => node.port !== from)!.port;
+      const slot = await cli(from, 'CLUSTER', 'KEYSLOT', `{${name}}`);
+      const connections = [
+        await connectCluster('ioredis', cluster.seeds),
+        await connectCluster('ioredis', cluster.seeds),
+      ];
+      try {
+        const [a, b] = connections.map((connection) => {
+          const sync = new RedisSync({
+            sendCommand: connection.send,
+            syncMs: 3_600_000,
+            timeoutMs: 1_000,
+            cluster: true,
+          });
+          sync.on('error', () => undefined);
+          return { sync, sketch: new SyncedEstimator({ sync, name, seed: 7 }) };
+        }) as [{ sync: RedisSync; sketch: SyncedEstimator }, { sync: RedisSync; sketch: SyncedEstimator }];
+        a.sketch.incr('k', 5);
+        for (let round = 0; round < 2; round++) for (const { sync } of [a, b]) t.true(await sync.flush());
+        t.is(b.sketch.get('k'), 5);
+        // Migrating: the key holding a's own contribution moves first, the others stay.
+        const [fromId, toId] = [await cli(from, 'CLUSTER', 'MYID'), await cli(to, 'CLUSTER', 'MYID')];
+        await cli(to, 'CLUSTER', 'SETSLOT', slot, 'IMPORTING', fromId);
+        await cli(from, 'CLUSTER', 'SETSLOT', slot, 'MIGRATING', toId);
+        const keys = (await cli(from, 'CLUSTER', 'GETKEYSINSLOT', slot, '1000')).split('\n');
+        const own = keys.find((key) => key.endsWith(`:n:${a.sync.nodeId}`))!;
+        const migrate = (key: string) => cli(from, 'MIGRATE', '127.0.0.1', String(to), key, '0', '5000');
+        await migrate(own);
+        a.sketch.incr('k', 2);
+        // Run there, the script would read a's contribution as none and add its whole 7 again.
+        t.false(await a.sync.flush(), 'no sync applies on a slot half moved');
+        t.false(await b.sync.flush());
+        t.is(b.sketch.get('k'), 5);
+        for (const key of keys) if (key !== own) await migrate(key);
+        for (const node of cluster.nodes) await cli(node.port, 'CLUSTER', 'SETSLOT', slot, 'NODE', toId);
+        await until(async () => (await a.sync.flush()) && (await b.sync.flush()), 'the syncs go on', 10_000);
+        t.true(await b.sync.flush());
+        t.deepEqual([a.sketch.get('k'), b.sketch.get('k')], [7, 7], 'counted once');
+        await Promise.all([a.sync.close(), b.sync.close()]);
+      } finally {
+        await Promise.all(connections.map((connection) => connection.close()));
+      }
+    });
+  },
+);

@@ -167,7 +167,11 @@
  * loan it last took in (`got`), so the loan recorded beside it is not given back either.
  *
  * KEYS: per cell entry its base, its registry and its layout registry, then one key per bucket
- * entry. ARGV: node id, registry lifetime (ms, also how long a layout stays live), pull limit,
+ * entry. The base is never a key that exists (the script touches only keys under it, all in its
+ * slot): in a Redis Cluster slot being migrated, a call naming a missing key is answered `TRYAGAIN`,
+ * so the script never runs while some of the entry's keys have moved and others not (it would
+ * read a moved contribution as none and count the node's whole count again).
+ * ARGV: node id, registry lifetime (ms, also how long a layout stays live), pull limit,
  * number of cell entries, the process's token (a random id per RedisSync); then per cell entry: sequence number, the last sequence number Redis
  * acknowledged applying (0: none), version last seen, lifetime in ms (0: none), lease in ms (0:
  * none), layout, scan cursor (`-1`: no scan; `0`: begin one; else `<run_id>:<cursor>`, as a reply
