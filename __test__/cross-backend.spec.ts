@@ -5,6 +5,7 @@ import test from 'ava';
 import type { Backend, EstimatorCore, Key, RateCore } from '../lib/core.js';
 import { backend as nativeBackend } from '../lib/native.cjs';
 import { crc32 } from '../fallback/crc32.js';
+import { createBuffer } from '../lib/shared-buffer.js';
 import { fallbackBackend } from '../fallback/index.js';
 import { prng, title } from './helpers.js';
 
@@ -219,6 +220,50 @@ test(title('both backends agree on Rate over random operations and times'), (t) 
     }
   }
 });
+
+test(
+  title('both backends refund alike, stopping each counter at zero, on the heap and in a buffer, to the byte'),
+  (t) => {
+    for (let run = 1; run <= 20; run++) {
+      const random = prng(3000 + run);
+      const interval = 1 + Math.floor(random() * 1000);
+      const hashes = 1 + Math.floor(random() * 4);
+      // Few slots: keys share counters, so a refund meets counters other keys raised or lowered.
+      const slots = 1 + Math.floor(random() * 16);
+      const seed = randomSeed(random);
+      const layout = { kind: 'rate', hashes, slots, seed, intervalMs: interval } as const;
+      const buffers = pair(() => createBuffer(layout));
+      const [nativeBuffer, fallbackBuffer] = buffers.map((buffer) => new BigInt64Array(buffer));
+      const cores: [RateCore, RateCore][] = [
+        pair((b) => new b.Rate(interval, hashes, slots, seed, false)),
+        [
+          nativeBackend.buffers.rate(nativeBuffer!, interval, hashes, slots, seed),
+          fallbackBackend.buffers.rate(fallbackBuffer!, interval, hashes, slots, seed),
+        ],
+      ];
+      const keys = Array.from({ length: 10 }, () => randomKey(random));
+      let now = 0;
+      for (let op = 0; op < 300; op++) {
+        const step = random();
+        now += step < 0.8 ? Math.floor(random() * 10) : step < 0.95 ? interval : Math.floor(random() * 5 * interval);
+        const key = keys[Math.floor(random() * keys.length)]!;
+        const kind = random();
+        // Counts past 2^53 now and then, and some below zero, which a refund leaves as they are.
+        const events =
+          random() < 0.05 ? Number.MAX_SAFE_INTEGER : Math.floor((random() - (kind < 0.5 ? 0.1 : 0)) * 100);
+        for (const [native, fallback] of cores) {
+          const what = `run ${run} op ${op} at ${now} ms`;
+          if (kind < 0.5)
+            t.is(native.observe(key, events, now), fallback.observe(key, events, now), `${what}: observe`);
+          else if (kind < 0.9)
+            t.is(native.refund(key, events, now), fallback.refund(key, events, now), `${what}: refund`);
+          else t.deepEqual({ ...native.sample(key, now) }, { ...fallback.sample(key, now) }, `${what}: sample`);
+        }
+      }
+      t.deepEqual(new Uint8Array(buffers[0]), new Uint8Array(buffers[1]), `run ${run}: the buffers' bytes`);
+    }
+  },
+);
 
 test(title('a Rate interval of 2^52 ms works natively as in the fallback'), (t) => {
   const [native, fallback] = pair((b) => new b.Rate(2 ** 52, 4, 16, 5n, false));

@@ -224,3 +224,63 @@ test(title('observeWindow counts as observe does and tells the milliseconds left
     message: 'The "key" argument must be of type string, number, bigint or Uint8Array. Received null',
   });
 });
+
+test(title('refund takes back counts in the current interval, stopping each counter at zero'), (t) => {
+  // Over a SharedArrayBuffer too: the stores' resetKey and decrement refund there, and two racing
+  // refunds of one count must not take it below zero (sab.spec.ts races them across threads).
+  const clock = new ManualClock();
+  const heap = new Rate({ intervalMs: 1000, clock, seed: 1n });
+  const buffer = Rate.fromSharedBuffer(Rate.createSharedBuffer({ intervalMs: 1000, seed: 1n }), { clock });
+  for (const [name, rate] of [
+    ['heap', heap],
+    ['buffer', buffer],
+  ] as const) {
+    rate.observe('k', 5);
+    t.is(rate.refund('k', 3), 2, name);
+    t.is(rate.refund('k', 10), 0, `${name}: stops at zero`);
+    t.is(rate.refund('k'), 0, `${name}: nothing left to take back`);
+    t.is(rate.observe('k'), 1, `${name}: no negative count left behind`);
+    t.is(rate.refund('k', 0), 1, `${name}: a refund of 0 changes nothing`);
+    // A count taken below zero by a negative observe is left as it is: a refund only lowers.
+    t.is(rate.observe('below', -4), -4);
+    t.is(rate.refund('below', 2), -4, name);
+    t.is(rate.refund('never'), 0);
+    // The previous interval is not the refund's.
+    rate.observe('p', 7);
+    clock.advance(1000);
+    t.is(rate.refund('p', 7), 0);
+    t.is(rate.rate('p'), 7, `${name}: the completed interval keeps its count`);
+    clock.advance(5000);
+  }
+  // Keys sharing a counter: one row of one counter holds both. The refund stops the counter at
+  // zero, so `b` reads 0 too until the interval turns (never below).
+  const tiny = new Rate({ intervalMs: 1000, clock, hashes: 1, slots: 1, seed: 2n });
+  tiny.observe('a', 5);
+  tiny.observe('b', 3);
+  t.is(tiny.refund('a', 5), 3);
+  t.is(tiny.refund('a', 5), 0);
+  t.is(
+    tiny.rateWith('b', (c) => c.currSamples),
+    0,
+  );
+});
+
+test(title('refund refuses what observe refuses, and a negative or fractional count of events'), (t) => {
+  const { rate } = setup();
+  throwsShape(t, () => rate.refund('k', -1), {
+    instanceOf: RangeError,
+    code: 'ERR_OUT_OF_RANGE',
+    message: 'The "events" argument must be a safe integer >= 0. Received -1',
+  });
+  for (const events of [1.5, 2 ** 53, Number.NaN]) {
+    t.throws(() => rate.refund('k', events), { instanceOf: RangeError, code: 'ERR_OUT_OF_RANGE' });
+  }
+  throwsShape(t, () => rate.refund('k', '1' as never), {
+    instanceOf: TypeError,
+    code: 'ERR_INVALID_ARG_TYPE',
+    message: 'The "events" argument must be of type number. Received type string ("1")',
+  });
+  t.throws(() => rate.refund({} as never), { instanceOf: TypeError, code: 'ERR_INVALID_ARG_TYPE' });
+  rate.close();
+  t.throws(() => rate.refund('k'), { code: 'ERR_KEEPCOUNT_CLOSED' });
+});

@@ -55,6 +55,31 @@ test(title('a window quota on a shared Rate holds one limit for all processes to
   await Promise.all(all.map((w) => w.exit()));
 });
 
+test(title('processes refunding counts of a shared Rate at once take each once, never below zero'), async (t) => {
+  const dir = scratch(t);
+  if (backend === 'fallback') {
+    throwsShape(
+      t,
+      () => Rate.openShared('refunds', { intervalMs: 1000, seed: SEED, dir }),
+      unsupported('Rate.openShared'),
+    );
+    return;
+  }
+  const all = await workers(2);
+  await Promise.all(all.map((w) => w.send({ op: 'open-rate', name: 'refunds', dir, intervalMs: 600_000 })));
+  // Each process adds 1 and takes back 2, 20,000 times: every refund finds its own count at least,
+  // so the counts end at exactly zero; `observe(key, -2)` took them to −20,000.
+  const lowest = (await Promise.all(
+    all.map((w) => w.send({ op: 'observe-refund', key: 'k', times: 20_000 })),
+  )) as number[];
+  t.true(
+    lowest.every((count) => count >= 0),
+    `lowest counts a refund left: ${lowest.join(', ')}`,
+  );
+  t.deepEqual(await all[0]!.send({ op: 'sample', key: 'k' }), [0, 0]);
+  await Promise.all(all.map((w) => w.exit()));
+});
+
 test(title('a shared Rate rotates once per interval, seen identically by every process'), async (t) => {
   const dir = scratch(t);
   if (backend === 'fallback') {

@@ -104,6 +104,38 @@ export class AtomicEstimator implements EstimatorCore {
     return min;
   }
 
+  /**
+   * Takes back up to `value` (>= 0) of the hashed key's count, each counter above zero dropping by
+   * `value` or to zero by compare-and-swap, so that threads refunding one count at once take it
+   * once between them; one at or below zero stays (estimator.rs `refund_hash` and
+   * saturating.rs `refund_to_zero`). Returns the minimum of what each counter held after.
+   */
+  refundHashed(h1: number, h2: number, value: number): number {
+    const { words, first } = this;
+    const indexes = this.rows.locate(h1, h2);
+    const take = BigInt(value);
+    let min = Infinity;
+    for (let row = 0; row < indexes.length; row++) {
+      const i = first + indexes[row]!;
+      let after: bigint;
+      for (;;) {
+        const seen = Atomics.load(words, i);
+        if (seen <= 0n || take <= 0n) {
+          after = seen;
+          break;
+        }
+        const next = seen > take ? seen - take : 0n;
+        if (Atomics.compareExchange(words, i, seen, next) === seen) {
+          after = next;
+          break;
+        }
+      }
+      const c = Number(after);
+      if (c < min) min = c;
+    }
+    return min;
+  }
+
   getHashed(h1: number, h2: number): number {
     const { words, first, hashes, slots } = this;
     const { lows, highs, shift } = this.rows;
@@ -287,6 +319,17 @@ export class BufferRate implements RateCore {
     const h = hashKey(key, this.k0, this.k1);
     window[0] = Number((view.past % this.intervalNs) / 1_000_000n);
     return this.count(h.h1, h.h2, events, view);
+  }
+
+  /**
+   * rate.rs `refund_hash`: takes nothing while a rotation runs (readers report 0 for the new
+   * interval then, and after idleness the carry would take what a refund left below its copy).
+   */
+  refund(key: Key, events: number, nowMs: number): number {
+    const view = this.view(nowMs);
+    if (view.rotating) return 0;
+    const h = hashKey(key, this.k0, this.k1);
+    return this.sketches[view.current].refundHashed(h.h1, h.h2, events);
   }
 
   previousCount(key: Key, nowMs: number): number {

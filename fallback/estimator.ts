@@ -77,6 +77,25 @@ export class FallbackEstimator implements EstimatorCore {
     return min;
   }
 
+  /**
+   * Takes back up to `value` (>= 0) of the key's count: each counter above zero drops by `value`
+   * or to zero, one at or below zero stays (estimator.rs `refund_hash`); returns the new estimate.
+   */
+  refundHashed(h1: number, h2: number, value: number): number {
+    if (value > 0) {
+      const { numbers } = this;
+      const indexes = this.rows.locate(h1, h2);
+      for (let row = 0; row < indexes.length; row++) {
+        const i = indexes[row]!;
+        const c = numbers[i]!;
+        // A wide positive counter is past 2^53 > value: it stays above zero, exactly subtracted.
+        if (c === Infinity) this.counters.addExactly(i, BigInt(-value));
+        else if (c > 0) numbers[i] = c > value ? c - value : 0;
+      }
+    }
+    return this.getHashed(h1, h2);
+  }
+
   /** The key's estimate: the minimum of its counters. */
   getHashed(h1: number, h2: number): number {
     const { numbers, hashes, slots } = this;

@@ -47,6 +47,12 @@ export class FallbackRate implements RateCore {
     return this.intervals.current.incr(key, events);
   }
 
+  refund(key: Key, events: number, nowMs: number): number {
+    this.intervals.maybeReset(nowMs);
+    const h = hashKey(key, this.k0, this.k1);
+    return this.intervals.current.refundHashed(h.h1, h.h2, events);
+  }
+
   previousCount(key: Key, nowMs: number): number {
     if (this.intervals.maybeReset(nowMs) >= this.intervalMs * 2) return 0;
     return this.intervals.previous.get(key);

@@ -48,6 +48,7 @@ export function closedRate(): RateCore {
   const standIn: RateCore = {
     observe: fail,
     observeInWindow: fail,
+    refund: fail,
     previousCount: fail,
     sample: fail,
     close: () => {},

@@ -81,6 +81,13 @@ export interface RateCore {
    * to the window's end from one call.
    */
   observeInWindow(key: Key, events: number, nowMs: number, window: Float64Array): number;
+  /**
+   * Takes back up to `events` (a safe integer >= 0) of `key`'s count in the current interval:
+   * each of its counters drops by `events` but stops at zero (one at or below zero is left as it
+   * is), with a compare-and-swap where threads or processes share the counters; returns `key`'s
+   * count there (0, taking nothing, while a shared rate's rotation runs).
+   */
+  refund(key: Key, events: number, nowMs: number): number;
   /** `key`'s count in the previous interval, 0 if two or more intervals passed without a reset. */
   previousCount(key: Key, nowMs: number): number;
   /** pingora's `rate_with` components for `key`. */

@@ -281,6 +281,10 @@ class NativeSharedRate implements RateCore {
     return count;
   }
 
+  refund(key: Key, events: number): number {
+    return this.native.refund(key, events);
+  }
+
   previousCount(key: Key): number {
     return this.native.previousCount(key);
   }
@@ -411,6 +415,10 @@ class NativeBufferRate implements RateCore {
     return count;
   }
 
+  refund(key: Key, events: number, nowMs: number): number {
+    return this.native.refund(key, events, nowMs);
+  }
+
   previousCount(key: Key, nowMs: number): number {
     return this.native.sample(key, nowMs).prevSamples;
   }
@@ -466,6 +474,10 @@ class NativeRate implements RateCore {
           : rateObserveInWindowKey(this.handle, key, events, nowMs);
     window[0] = windowScratch[0]!;
     return count;
+  }
+
+  refund(key: Key, events: number, nowMs: number): number {
+    return this.native.refund(key, events, nowMs);
   }
 
   previousCount(key: Key, nowMs: number): number {

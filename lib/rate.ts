@@ -309,6 +309,28 @@ export class Rate {
     return { count, resetMs: this.intervalMs - this.#window[0]! };
   }
 
+  /**
+   * Takes back up to `events` (a safe integer >= 0; defaults to 1) of `key`'s count in the current
+   * interval, and returns its count there: a refund, for a request that should not count after
+   * all. Each of the key's counters drops by `events` but **stops at zero**: a refund past the
+   * key's count takes the rest from keys sharing its counters, down to zero at most (they read low
+   * until the interval turns), and a counter a negative `observe` took below zero is left as it
+   * is. Unlike `observe(key, -events)`, refunds racing each other (worker threads on a
+   * `fromSharedBuffer` rate, processes on an `openShared` one) take each count once between them:
+   * each counter is lowered with a compare-and-swap from the value it replaces. While a shared
+   * rate's interval is rotating (microseconds, at its end) a refund takes nothing and returns 0,
+   * the count readers report then. The previous interval is left as it is.
+   */
+  refund(key: Key, events = 1): number {
+    const k = validateKey(key);
+    if (typeof events !== 'number') throw invalidType('The "events" argument', 'of type number', events);
+    if (!(Number.isSafeInteger(events) && events >= 0)) {
+      throw outOfRange('The "events" argument', 'a safe integer >= 0', events);
+    }
+    const now = this.#elapsed();
+    return this.#core.refund(k, events, now);
+  }
+
   /** `key`'s events per second in the last completed interval (0 if none completed recently). */
   rate(key: Key): number {
     const k = validateKey(key);

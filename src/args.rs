@@ -54,6 +54,17 @@ pub(crate) fn count(what: &str, value: f64) -> Result<isize> {
     }
 }
 
+/// A refund's events: a safe integer >= 0 (what `count` takes, but not below zero).
+pub(crate) fn refund(what: &str, value: f64) -> Result<isize> {
+    // NaN fails the comparisons; integral exactly when it survives a round trip (see `integer`).
+    if (0.0..=MAX_SAFE_INTEGER).contains(&value) && value as i64 as f64 == value {
+        // Exact: an integer within [0, 2^53), and isize is 64 bits on every target shipped.
+        Ok(value as isize)
+    } else {
+        Err(Failure::out_of_range(what, "a safe integer >= 0"))
+    }
+}
+
 /// Elapsed whole milliseconds (`nowMs`): a safe integer >= 0.
 #[inline]
 pub(crate) fn millis(what: &str, value: f64) -> Result<u64> {

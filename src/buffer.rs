@@ -213,6 +213,27 @@ impl BufferRate {
         .map_err(|failure| map_error(env, failure))
     }
 
+    /// Takes back up to `events` (a safe integer >= 0) of `key`'s count in the current interval
+    /// as of `nowMs`, stopping each of its counters at zero however many threads refund at once;
+    /// returns the key's count there.
+    #[napi(catch_unwind)]
+    pub fn refund(
+        &self,
+        env: &Env,
+        #[napi(ts_arg_type = "string | number | bigint | Uint8Array")] key: Unknown,
+        events: f64,
+        now_ms: f64,
+    ) -> Result<f64> {
+        (|| -> Outcome<f64> {
+            let events = args::refund("The \"events\" argument", events)?;
+            let sketches = self.at(now_ms)?;
+            // SAFETY: live handles of this call.
+            let key = unsafe { keys::hash_key(env.raw(), key.raw(), |k| sketches.hash_key(k)) }?;
+            Ok(sketches.refund_hash(key, events) as f64)
+        })()
+        .map_err(|failure| map_error(env, failure))
+    }
+
     /// pingora's `rate_with` components for `key` as of `nowMs`.
     #[napi(catch_unwind)]
     pub fn sample(

@@ -174,6 +174,28 @@ impl Rate {
         .map_err(|failure| map_error(env, failure))
     }
 
+    /// Takes back up to `events` (a safe integer >= 0) of `key`'s count in the interval current
+    /// at `nowMs`, stopping each of its counters at zero; returns the key's count there.
+    #[napi(catch_unwind)]
+    pub fn refund(
+        &self,
+        env: &Env,
+        #[napi(ts_arg_type = "string | number | bigint | Uint8Array")] key: Unknown,
+        events: f64,
+        now_ms: f64,
+    ) -> Result<f64> {
+        (|| -> Outcome<f64> {
+            let events = args::refund("The \"events\" argument", events)?;
+            let inner = &*self.inner;
+            // SAFETY: live handles of this call.
+            let key =
+                unsafe { keys::hash_key(env.raw(), key.raw(), |k| inner.sketches.hash_key(k)) }?;
+            inner.set_now(now_ms)?;
+            Ok(inner.sketches.refund_hash(key, events) as f64)
+        })()
+        .map_err(|failure| map_error(env, failure))
+    }
+
     /// This rate's handle for the fast paths ([`FAST_PATHS`]), valid while this object lives.
     #[napi(getter)]
     pub fn handle(&self) -> f64 {

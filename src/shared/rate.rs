@@ -105,6 +105,26 @@ impl SharedRate {
         .map_err(|failure| map_error(env, failure))
     }
 
+    /// Takes back up to `events` (a safe integer >= 0) of `key`'s count in the host's current
+    /// interval, stopping each of its counters at zero however many processes refund at once;
+    /// returns the key's count there.
+    #[napi(catch_unwind)]
+    pub fn refund(
+        &self,
+        env: &Env,
+        #[napi(ts_arg_type = "string | number | bigint | Uint8Array")] key: Unknown,
+        events: f64,
+    ) -> Result<f64> {
+        (|| -> Outcome<f64> {
+            let events = args::refund("The \"events\" argument", events)?;
+            let sketches = self.sketches.get()?;
+            // SAFETY: live handles of this call.
+            let key = unsafe { keys::hash_key(env.raw(), key.raw(), |k| sketches.hash_key(k)) }?;
+            Ok(sketches.refund_hash(key, events) as f64)
+        })()
+        .map_err(|failure| map_error(env, failure))
+    }
+
     /// `key`'s count in the previous interval; 0 if two or more intervals passed.
     #[napi(catch_unwind)]
     pub fn previous_count(

@@ -34,7 +34,7 @@ mod saturating;
 pub(crate) use carry::Baseline;
 pub use merge::MergeError;
 pub(crate) use saturating::add_saturating;
-use saturating::sub_saturating;
+use saturating::{refund_to_zero, sub_saturating};
 
 /// A lock-free count-min sketch over `hashes × slots` atomic `i64` counters.
 ///
@@ -226,6 +226,32 @@ impl<S: CounterStore> Estimator<S> {
         self.decr_hash(self.hash_key(key), value);
     }
 
+    /// Takes back up to `value` of `key`'s count: each of its counters drops by `value` but stops
+    /// at zero, and one already at or below zero (a negative increment took it there) is left as
+    /// it is; a `value` that is not positive takes nothing. Returns the new estimate.
+    ///
+    /// Unlike [`decr`](Self::decr), a refund never takes a counter below zero, however many race
+    /// for one count: each counter is lowered with a compare-and-swap from the value it replaces,
+    /// so two threads (or processes, on a [shared](crate::shared) sketch) taking back one count
+    /// take it once between them. A refund larger than the key's own count takes the rest from
+    /// keys sharing its counters (at most down to zero): they read low until the counts are back.
+    ///
+    /// ```
+    /// use keepcount_limits::estimator::Estimator;
+    /// let est = Estimator::with_seed(4, 1024, 1).unwrap();
+    /// est.incr("a", 5);
+    /// assert_eq!(est.refund("a", 3), 2);
+    /// assert_eq!(est.refund("a", 3), 0); // stops at zero
+    /// ```
+    ///
+    /// # Performance
+    /// A compare-and-swap loop per row instead of one atomic add: a few nanoseconds more per
+    /// counter, retried only while other threads change that counter.
+    #[inline]
+    pub fn refund<T: Hash>(&self, key: T, value: isize) -> isize {
+        self.refund_hash(self.hash_key(key), value)
+    }
+
     /// The estimated count of `key`, like pingora's.
     ///
     /// ```
@@ -308,6 +334,27 @@ impl<S: CounterStore> Estimator<S> {
         self.for_each_counter(key, |counter| {
             sub_saturating(counter, value);
         });
+    }
+
+    /// [`refund`](Self::refund) for a key hashed with [`hash_key`](Self::hash_key). Advanced API.
+    ///
+    /// ```
+    /// use keepcount_limits::estimator::Estimator;
+    /// let est = Estimator::new(4, 1024);
+    /// let key = est.hash_key(7u32);
+    /// est.incr_hash(key, 2);
+    /// assert_eq!(est.refund_hash(key, 5), 0);
+    /// ```
+    #[inline]
+    pub fn refund_hash(&self, key: KeyHash, value: isize) -> isize {
+        // isize is at most 64 bits on every supported target: lossless.
+        let value = value as i64;
+        let mut min = i64::MAX;
+        self.for_each_counter(key, |counter| {
+            min = min.min(refund_to_zero(counter, value));
+        });
+        // Exact on 64-bit targets; truncates on 32-bit ones (documented on the type).
+        min as isize
     }
 
     /// [`get`](Self::get) for a key hashed with [`hash_key`](Self::hash_key). Advanced API.

@@ -194,6 +194,30 @@ impl<C: Clock> Rate<C> {
         self.observe_hash(self.hash_key(key), events)
     }
 
+    /// Takes back up to `events` of `key`'s count in the current interval, stopping each of its
+    /// counters at zero ([`Estimator::refund`]), and returns the key's count there: a refund
+    /// (a request that should not count after all) that racing refunds of the same count cannot
+    /// take below zero, as `observe` with negative events can. The previous interval is left as
+    /// it is.
+    ///
+    /// ```
+    /// use keepcount_limits::rate::Rate;
+    /// use std::time::Duration;
+    /// let rate = Rate::new(Duration::from_secs(1));
+    /// rate.observe(&"k", 3);
+    /// assert_eq!(rate.refund(&"k", 2), 1);
+    /// assert_eq!(rate.refund(&"k", 2), 0); // stops at zero
+    /// ```
+    ///
+    /// # Thread safety
+    /// Refunds racing each other or `observe` never take a counter below zero. One racing the
+    /// rotation after two idle intervals, which takes the stale counts out of the sketches while
+    /// other threads count on, may take stale counts the rotation then takes out again: the
+    /// counter ends below zero by at most that refund, until the interval turns.
+    pub fn refund<T: Hash>(&self, key: &T, events: isize) -> isize {
+        self.refund_hash(self.hash_key(key), events)
+    }
+
     /// Calls `rate_calc_fn` with the previous and current counts of `key`, the interval and the
     /// elapsed fraction of the current interval, and returns its result, like pingora's:
     /// after two idle intervals both counts are 0; when the current interval has just ended,
@@ -277,6 +301,21 @@ impl<C: Clock> Rate<C> {
                 0
             },
         )
+    }
+
+    /// [`refund`](Self::refund) for a key hashed with [`hash_key`](Self::hash_key).
+    ///
+    /// ```
+    /// use keepcount_limits::rate::Rate;
+    /// use std::time::Duration;
+    /// let rate = Rate::new(Duration::from_secs(1));
+    /// let key = rate.hash_key(1u32);
+    /// rate.observe_hash(key, 4);
+    /// assert_eq!(rate.refund_hash(key, 1), 3);
+    /// ```
+    pub fn refund_hash(&self, key: KeyHash, events: isize) -> isize {
+        self.maybe_reset();
+        self.current(self.red_or_blue()).refund_hash(key, events)
     }
 
     /// [`rate`](Self::rate) for a key hashed with [`hash_key`](Self::hash_key).
@@ -494,6 +533,19 @@ mod tests {
         let parts = r.rate_with(&"k", |p| p);
         assert_eq!((parts.prev_samples, parts.curr_samples), (6, 0));
         assert_eq!(parts.current_interval_fraction, 0.25);
+    }
+
+    #[test]
+    fn refunds_take_back_current_counts_down_to_zero_only() {
+        let clock = ManualClock::new();
+        let r = rate(&clock);
+        r.observe(&"k", 5);
+        clock.advance(SECOND);
+        r.observe(&"k", 4);
+        assert_eq!(r.refund(&"k", 3), 1);
+        assert_eq!(r.refund(&"k", 3), 0);
+        assert_eq!(r.rate(&"k"), 5.0, "the previous interval is not refunded");
+        assert_eq!(r.observe(&"k", 1), 1);
     }
 
     #[test]

@@ -38,6 +38,27 @@ pub(super) fn sub_saturating(counter: &AtomicI64, value: i64) {
     }
 }
 
+/// Subtracts up to `value` from `counter`, stopping at zero: a counter above zero drops by
+/// `value` or to zero, whichever is less far; one at or below zero (a negative increment took it
+/// there) is left as it is, as is every counter when `value` is not positive. Returns the value
+/// the counter holds after the call.
+///
+/// A compare-and-swap loop, not a `fetch_sub`: the subtraction depends on the value it replaces,
+/// so two refunds racing for one count take it once between them, where a read followed by a
+/// subtraction took it twice and left the counter below zero.
+#[inline]
+pub(super) fn refund_to_zero(counter: &AtomicI64, value: i64) -> i64 {
+    // `c.min(value)` <= c when c > 0: the difference cannot overflow.
+    let lowered = |c: i64| (c > 0 && value > 0).then(|| c - c.min(value));
+    // Relaxed both ways, as in add_saturating: each step updates this counter alone and publishes
+    // nothing else. `fetch_update` retries on the value another thread stored meanwhile, so each
+    // step subtracts from what it replaces; `Err` carries a counter left as it was.
+    match counter.fetch_update(Ordering::Relaxed, Ordering::Relaxed, lowered) {
+        Ok(previous) => previous - previous.min(value),
+        Err(unchanged) => unchanged,
+    }
+}
+
 /// Applies `f` to `counter` in a compare-and-swap loop; returns the value stored.
 #[cold]
 fn saturate(counter: &AtomicI64, f: impl Fn(i64) -> i64) -> i64 {
@@ -72,5 +93,22 @@ mod tests {
         other.incr("a", 5);
         merged.merge(&other).unwrap();
         assert_eq!(merged.get("a"), isize::MAX);
+    }
+
+    #[test]
+    fn refunds_stop_each_counter_at_zero_and_leave_negative_ones() {
+        // Four keys in 4 × 1024 counters, none sharing all its counters with another (seed 0).
+        let sketch = Estimator::with_seed(4, 1024, 0).unwrap();
+        sketch.incr("a", 5);
+        assert_eq!(sketch.refund("a", 3), 2);
+        assert_eq!(sketch.refund("a", 10), 0);
+        assert_eq!(sketch.get("a"), 0);
+        sketch.incr("b", -4);
+        assert_eq!(sketch.refund("b", 2), -4);
+        sketch.incr("c", isize::MAX);
+        assert_eq!(sketch.refund("c", isize::MAX), 0);
+        sketch.incr("d", 3);
+        assert_eq!(sketch.refund("d", 0), 3);
+        assert_eq!(sketch.refund("d", -7), 3, "a negative refund takes nothing");
     }
 }

@@ -164,3 +164,30 @@ fn concurrent_increments_of_one_key_are_exact() {
     }
     assert_eq!(est.get("hot"), THREADS as isize * PER_THREAD);
 }
+
+// Refunds racing each other for the same counts: each thread adds 1, then takes back 2. A read
+// followed by a `decr` of what it read took counts twice and left the counters below zero; the
+// compare-and-swap refund takes each count once, so no estimate is ever negative and the total
+// ends at exactly zero.
+#[test]
+fn concurrent_refunds_never_take_a_counter_below_zero() {
+    const THREADS: usize = 4;
+    const PER_THREAD: usize = 10_000;
+    let est = Arc::new(Estimator::with_seed(4, 1024, 1).unwrap());
+    let handles: Vec<_> = (0..THREADS)
+        .map(|_| {
+            let est = Arc::clone(&est);
+            std::thread::spawn(move || {
+                for _ in 0..PER_THREAD {
+                    est.incr("hot", 1);
+                    assert!(est.refund("hot", 2) >= 0);
+                    assert!(est.get("hot") >= 0);
+                }
+            })
+        })
+        .collect();
+    for handle in handles {
+        handle.join().unwrap();
+    }
+    assert_eq!(est.get("hot"), 0);
+}

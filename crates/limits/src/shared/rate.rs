@@ -283,6 +283,31 @@ impl<C: Clock> SharedRate<C> {
         (count, view.past % self.interval_nanos)
     }
 
+    /// Takes back up to `events` of `key`'s count in the current interval, stopping each of its
+    /// counters at zero, as [`Rate::refund`](crate::rate::Rate::refund) does: however many
+    /// processes race to take back one count, they take it once between them. Returns the key's
+    /// count there.
+    ///
+    /// While a rotation is under way it takes nothing and returns 0, the count readers report for
+    /// the new interval then: what is counted meanwhile goes into the sketch that ended, and after
+    /// idleness is carried into the new interval by its gain over a copy taken before the claim, so
+    /// a refund there could take stale counts the carry then takes again (an over-count until the
+    /// interval turns, rather than a count below zero). A process stalled for more than an
+    /// interval between reading the word and refunding can still lower the sketch a rotation after
+    /// idleness is carrying from, as it can add to one (the module documentation).
+    pub fn refund<T: Hash>(&self, key: &T, events: isize) -> isize {
+        self.refund_hash(self.hash_key(key), events)
+    }
+
+    /// [`refund`](Self::refund) for a key hashed with [`hash_key`](Self::hash_key).
+    pub fn refund_hash(&self, key: KeyHash, events: isize) -> isize {
+        let view = self.view();
+        if view.rotating {
+            return 0;
+        }
+        self.sketches[view.current].refund_hash(key, events)
+    }
+
     /// [`rate`](Self::rate) for a key hashed with [`hash_key`](Self::hash_key).
     pub fn rate_hash(&self, key: KeyHash) -> f64 {
         let (previous, _) = self.counts(key, self.view());

@@ -31,6 +31,44 @@ fn readers_during_a_rotation_see_the_ended_interval_whole() {
 }
 
 #[test]
+fn refunds_stop_at_zero_and_take_nothing_while_a_rotation_runs() {
+    let dir = Scratch::new("rate", "refund");
+    let clock = ManualClock::new();
+    clock.advance(SECOND * 10);
+    let rate = open(&dir, &clock);
+    rate.observe(&"k", 3);
+    assert_eq!(rate.refund(&"k", 2), 1);
+    assert_eq!(rate.refund(&"k", 2), 0);
+    rate.observe(&"k", 3);
+    // Readers see 0 in the new interval while a rotation runs: a refund takes nothing either.
+    let start = clock.now_nanos() & !LOW_BITS;
+    rate.word().store(start | ROTATING, Ordering::SeqCst);
+    assert_eq!(rate.refund(&"k", 3), 0);
+    rate.word().store(start, Ordering::SeqCst);
+    assert_eq!(rate.observe(&"k", 0), 3);
+}
+
+#[test]
+fn refunds_racing_across_handles_take_each_count_once() {
+    // Two handles of one segment, as two processes have: each thread adds 1, then takes back 2.
+    let dir = Scratch::new("rate", "refund-race");
+    let clock = ManualClock::new();
+    clock.advance(SECOND * 10);
+    let rates = [open(&dir, &clock), open(&dir, &clock)];
+    std::thread::scope(|scope| {
+        for rate in &rates {
+            scope.spawn(move || {
+                for _ in 0..10_000 {
+                    rate.observe(&"k", 1);
+                    assert!(rate.refund(&"k", 2) >= 0);
+                }
+            });
+        }
+    });
+    assert_eq!(rates[0].observe(&"k", 0), 0);
+}
+
+#[test]
 fn observe_in_interval_counts_and_tells_how_far_into_the_interval() {
     let dir = Scratch::new("rate", "in-interval");
     let clock = ManualClock::new();
