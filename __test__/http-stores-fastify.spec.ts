@@ -5,10 +5,11 @@ import test, { type ExecutionContext } from 'ava';
 import Fastify from 'fastify';
 import { mock } from 'node:test';
 import { inspect } from 'node:util';
-import { ManualClock } from '../lib/index.js';
+import { ManualClock, Rate } from '../lib/index.js';
 import { KeepcountFastifyStore, keepcountFastifyStore } from '../lib/http/index.js';
 import { title } from './helpers.js';
 import { get } from './http-client.js';
+import { badStoreOptions } from './http-store-options.js';
 
 test(title('@fastify/rate-limit with the keepcount store limits globally and per route through child()'), async (t) => {
   const clock = new ManualClock();
@@ -82,32 +83,10 @@ test(title('the fastify store reads without counting, and refuses per-key window
   });
 });
 
-/** Bad options of `keepcountFastifyStore`, each with the error class, code and message it must throw. */
-const badFastifyOptions: [
-  options: object,
-  instanceOf: typeof TypeError | typeof RangeError,
-  code: string,
-  message: RegExp,
-][] = [
-  [{ clients: -1 }, RangeError, 'ERR_OUT_OF_RANGE', /^The "clients" option must be an integer in \[1, 1000000\]/],
-  [{ clients: '10' }, TypeError, 'ERR_INVALID_ARG_TYPE', /^The "clients" option must be of type number/],
-  [{ clients: 1_000_000, hashes: 1 }, RangeError, 'ERR_OUT_OF_RANGE', /^The "clients" option must be small enough/],
-  [{ hashes: 'x' }, TypeError, 'ERR_INVALID_ARG_TYPE', /^The "hashes" option must be of type number/],
-  [{ hashes: 0 }, RangeError, 'ERR_OUT_OF_RANGE', /^The "hashes" option must be an integer in \[1, 32\]/],
-  [{ slots: 0 }, RangeError, 'ERR_OUT_OF_RANGE', /^The "slots" option must be an integer/],
-  [{ hashes: 4, slots: 2 ** 26 }, RangeError, 'ERR_OUT_OF_RANGE', /^The "slots" option must be at most 33554432/],
-  [{ seed: {} }, TypeError, 'ERR_INVALID_ARG_TYPE', /^The "seed" option must be of type bigint or number/],
-  [{ seed: -1 }, RangeError, 'ERR_OUT_OF_RANGE', /^The "seed" option must be a safe integer >= 0/],
-  [{ clock: 3 }, TypeError, 'ERR_INVALID_ARG_TYPE', /^The "clock" option must be an object with a now\(\) method/],
-  [{ heavyHitters: 5 }, TypeError, 'ERR_INVALID_ARG_TYPE', /^The "heavyHitters" option must be a boolean or an object/],
-  [{ heavyHitters: { threshold: 0 } }, RangeError, 'ERR_OUT_OF_RANGE', /^The "threshold" option must be an integer/],
-  [{ heavyHitters: { capacity: -1 } }, RangeError, 'ERR_OUT_OF_RANGE', /^The "capacity" option must be an integer/],
-];
-
 test(title('keepcountFastifyStore() refuses each bad option where it is given, not at the first request'), (t) => {
   // Checked at the first incr, a bad option failed every request, and with the plugin's
   // skipOnError let every request through uncounted.
-  for (const [options, instanceOf, code, message] of badFastifyOptions) {
+  for (const [options, instanceOf, code, message] of badStoreOptions) {
     t.throws(() => keepcountFastifyStore(options as never), { instanceOf, code, message }, inspect(options));
   }
   // As KeepcountStore and WindowQuota, the store ignores names it does not know (the plugin's
@@ -168,8 +147,13 @@ test(title('the fastify store counts a key that is not a string under its String
   t.is(await incr('5'), 2);
   t.is(await incr(1.5), 1);
   t.is(await incr(Symbol('s')), 1);
-  // String() itself throws: an error through the callback, nothing thrown at the plugin.
-  await t.throwsAsync(incr(Object.create(null)), { instanceOf: TypeError });
+  // String() itself throws: an error through the callback, nothing thrown at the plugin, coded as
+  // other arguments of the wrong type.
+  await t.throwsAsync(incr(Object.create(null)), {
+    instanceOf: TypeError,
+    code: 'ERR_INVALID_ARG_TYPE',
+    message: /^The "key" argument must be a string or have a string form/,
+  });
 });
 
 test(
@@ -270,5 +254,162 @@ test(
     t.is(warnings.length, 1);
     t.is((warnings[0] as Error & { code?: string }).code, 'ERR_KEEPCOUNT_UNSUPPORTED');
     t.regex(warnings[0]!.message, /at most 16 distinct timeWindow values/);
+  },
+);
+
+/** The `KeepcountWarning`s emitted while a test runs whose message matches `pattern`. */
+function keepcountWarnings(t: ExecutionContext, pattern: RegExp): (Error & { code?: string })[] {
+  const warnings: (Error & { code?: string })[] = [];
+  const onWarning = (warning: Error): void => {
+    if (warning.name === 'KeepcountWarning' && pattern.test(warning.message)) warnings.push(warning);
+  };
+  process.on('warning', onWarning);
+  t.teardown(() => process.off('warning', onWarning));
+  return warnings;
+}
+
+/** The statuses of `n` requests to `/` of a listening Fastify `app`. */
+async function statusesOf(app: ReturnType<typeof Fastify>, n: number, path = '/'): Promise<number[]> {
+  const { port } = app.server.address() as { port: number };
+  const statuses = [];
+  for (let i = 0; i < n; i++) statuses.push((await get(port, path)).status);
+  return statuses;
+}
+
+test(
+  title("@fastify/rate-limit with a rate: a route's timeWindow other than its interval fails at registration"),
+  async (t) => {
+    // Before, registration went through and every request failed in the store (with skipOnError:
+    // every request let through uncounted, without a word).
+    const rate = new Rate({ intervalMs: 60_000 });
+    const app = Fastify();
+    t.teardown(() => app.close());
+    const registered = app.register(fastifyRateLimitPlugin, {
+      max: 3,
+      timeWindow: 1000,
+      skipOnError: true,
+      store: keepcountFastifyStore({ rate }),
+    });
+    await t.throwsAsync(registered, {
+      instanceOf: RangeError,
+      code: 'ERR_OUT_OF_RANGE',
+      message: 'The "rate" option must be a Rate whose intervalMs is the route\'s timeWindow (1000). Received 60000',
+    });
+
+    // A route of its own (config.rateLimit) is checked as the plugin makes its store (child()).
+    const routed = Fastify();
+    t.teardown(() => routed.close());
+    await routed.register(fastifyRateLimitPlugin, {
+      max: 3,
+      timeWindow: 60_000,
+      store: keepcountFastifyStore({ rate }),
+    });
+    t.throws(() => routed.get('/other', { config: { rateLimit: { timeWindow: 5000 } } }, async () => 'ok'), {
+      instanceOf: RangeError,
+      code: 'ERR_OUT_OF_RANGE',
+      message: /intervalMs is the route's timeWindow \(5000\)\. Received 60000$/,
+    });
+    routed.get('/', async () => 'ok');
+    routed.get('/same', { config: { rateLimit: { max: 1, timeWindow: '1 minute' } } }, async () => 'ok');
+    await routed.listen({ port: 0, host: '127.0.0.1' });
+    t.deepEqual(await statusesOf(routed, 4), [200, 200, 200, 429]);
+
+    // With `global: false` the plugin's own timeWindow (60 s unless given) counts nothing: only the
+    // routes' windows must match.
+    const local = Fastify();
+    t.teardown(() => local.close());
+    const quick = new Rate({ intervalMs: 1000 });
+    await local.register(fastifyRateLimitPlugin, {
+      global: false,
+      max: 2,
+      store: keepcountFastifyStore({ rate: quick }),
+    });
+    local.get('/', { config: { rateLimit: { timeWindow: 1000 } } }, async () => 'ok');
+    await local.listen({ port: 0, host: '127.0.0.1' });
+    t.deepEqual(await statusesOf(local, 3), [200, 200, 429]);
+  },
+);
+
+test(
+  title('with skipOnError, a store error only a request can meet is a process warning, once per kind'),
+  async (t) => {
+    // A timeWindow function returning another window than the rate's cannot be checked at
+    // registration: each request fails in the store, which skipOnError drops without a word.
+    const warnings = keepcountWarnings(t, /whose intervalMs is the windowMs \(4321\)/);
+    const rate = new Rate({ intervalMs: 60_000 });
+    const app = Fastify();
+    t.teardown(() => app.close());
+    await app.register(fastifyRateLimitPlugin, {
+      max: 1,
+      timeWindow: () => 4321,
+      skipOnError: true,
+      store: keepcountFastifyStore({ rate }),
+    });
+    app.get('/', async () => 'ok');
+    await app.listen({ port: 0, host: '127.0.0.1' });
+    t.deepEqual(await statusesOf(app, 3), [200, 200, 200], 'let through: the plugin drops store errors');
+    await new Promise((resolve) => setImmediate(resolve));
+    t.is(warnings.length, 1);
+    t.is(warnings[0]!.code, 'ERR_OUT_OF_RANGE');
+  },
+);
+
+test(title('keepcountFastifyStore() refuses a clock whose now() is not a finite number, where it is given'), (t) => {
+  // Read once there: before, every request failed in the store (with skipOnError: let through
+  // uncounted).
+  for (const now of [Number.NaN, Infinity, '5', undefined]) {
+    t.throws(() => keepcountFastifyStore({ clock: { now: () => now as number } }), {
+      instanceOf: RangeError,
+      code: 'ERR_OUT_OF_RANGE',
+      message: /^The clock's now\(\) must be a finite number of milliseconds/,
+    });
+  }
+  // A rate keeps its own clock: the option is ignored then, as documented.
+  t.notThrows(() => keepcountFastifyStore({ rate: new Rate({ intervalMs: 1000 }), clock: { now: () => Number.NaN } }));
+});
+
+test(title("@fastify/rate-limit refuses a route whose max is below the store's heavy-hitter threshold"), async (t) => {
+  // With threshold 5 and max 2, a client read its sketch count up to 4, then its exact count from
+  // 1 on: the route admitted requests 1–2, then 5–6.
+  const Store = keepcountFastifyStore({ clock: new ManualClock(), heavyHitters: { threshold: 5 } });
+  const app = Fastify();
+  t.teardown(() => app.close());
+  await t.throwsAsync(app.register(fastifyRateLimitPlugin, { max: 2, timeWindow: 60_000, store: Store }), {
+    instanceOf: RangeError,
+    code: 'ERR_OUT_OF_RANGE',
+    message: 'The "threshold" option must be an integer in [1, 2] (the route\'s max). Received 5',
+  });
+  const routed = Fastify();
+  t.teardown(() => routed.close());
+  await routed.register(fastifyRateLimitPlugin, { max: 10, timeWindow: 60_000, store: Store });
+  t.throws(() => routed.get('/strict', { config: { rateLimit: { max: 3 } } }, async () => 'ok'), {
+    instanceOf: RangeError,
+    code: 'ERR_OUT_OF_RANGE',
+    message: /^The "threshold" option must be an integer in \[1, 3\] \(the route's max\)/,
+  });
+  routed.get('/', async () => 'ok');
+  routed.get('/blocked', { config: { rateLimit: { max: 0 } } }, async () => 'ok');
+  await routed.listen({ port: 0, host: '127.0.0.1' });
+  t.deepEqual(await statusesOf(routed, 15), [...Array<number>(14).fill(200), 429], 'max + threshold − 1');
+  t.deepEqual(await statusesOf(routed, 1, '/blocked'), [429], 'max 0 (refuse all) takes any threshold');
+});
+
+test(
+  title('a max function below the heavy-hitter threshold is a process warning, once, as it is known per request'),
+  async (t) => {
+    const warnings = keepcountWarnings(t, /threshold \(7\) is above the max \(3\)/);
+    const app = Fastify();
+    t.teardown(() => app.close());
+    await app.register(fastifyRateLimitPlugin, {
+      max: () => 3,
+      timeWindow: 60_000,
+      store: keepcountFastifyStore({ clock: new ManualClock(), heavyHitters: { threshold: 7 } }),
+    });
+    app.get('/', async () => 'ok');
+    await app.listen({ port: 0, host: '127.0.0.1' });
+    await statusesOf(app, 3);
+    await new Promise((resolve) => setImmediate(resolve));
+    t.is(warnings.length, 1);
+    t.is(warnings[0]!.code, 'ERR_OUT_OF_RANGE');
   },
 );

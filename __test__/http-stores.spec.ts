@@ -1,14 +1,16 @@
 // express-rate-limit's KeepcountStore, and what both stores share (heavy hitters under a flood);
 // @fastify/rate-limit's store is in http-stores-fastify.spec.ts.
 import test from 'ava';
-import express from 'express';
+import express, { type NextFunction, type Request, type Response } from 'express';
 import { MemoryStore, rateLimit as expressRateLimit } from 'express-rate-limit';
 import { createServer } from 'node:http';
 import { mock } from 'node:test';
+import { inspect } from 'node:util';
 import { ManualClock } from '../lib/index.js';
 import { keepcountFastifyStore, KeepcountStore, type FastifyStore } from '../lib/http/index.js';
-import { prng, title } from './helpers.js';
+import { prng, throwsShape, title } from './helpers.js';
 import { close, eventually, get, listen } from './http-client.js';
+import { badStoreOptions } from './http-store-options.js';
 
 test(
   title('express-rate-limit with KeepcountStore limits, sends its draft-8 headers, resets keys and windows'),
@@ -57,7 +59,11 @@ test(
 test(title('KeepcountStore: decrement never goes below zero and resetAll forgets everyone'), async (t) => {
   const clock = new ManualClock();
   const store = new KeepcountStore({ clock });
-  t.throws(() => store.increment('a'), { message: 'KeepcountStore used before init(): pass it to express-rate-limit' });
+  t.throws(() => store.increment('a'), {
+    instanceOf: Error,
+    code: 'ERR_KEEPCOUNT_UNINITIALIZED',
+    message: 'KeepcountStore used before init(): pass it to express-rate-limit',
+  });
   store.init({ windowMs: 1000 });
   t.is(store.localKeys, true);
   t.is(store.prefix, '');
@@ -131,14 +137,86 @@ test(title('both stores read a client a flood raised, but never counted, below i
   t.true((await callStore(store, 'read', 'innocent')) < 4);
 });
 
-test(title('KeepcountStore refuses heavyHitters that are neither a boolean nor settings'), (t) => {
-  for (const heavyHitters of [5, 'yes', null]) {
-    const store = new KeepcountStore({ heavyHitters: heavyHitters as never });
-    t.throws(() => store.init({ windowMs: 60_000, limit: 4 } as never), {
-      instanceOf: TypeError,
-      message: /heavyHitters/,
-    });
+test(title('KeepcountStore refuses each bad option at construction, as keepcountFastifyStore()'), (t) => {
+  // Checked in init() alone, a bad option was an error express-rate-limit only logs; every request
+  // then failed as "used before init()" (or, with passOnStoreError, went through uncounted).
+  for (const [options, instanceOf, code, message] of badStoreOptions) {
+    t.throws(() => new KeepcountStore(options as never), { instanceOf, code, message }, inspect(options));
   }
+  t.notThrows(() => new KeepcountStore({ cache: 5000 } as never), 'names it does not know are ignored');
+});
+
+test(
+  title("KeepcountStore remembers what init() refused and every request fails with it, not as 'before init'"),
+  async (t) => {
+    // express-rate-limit catches what init() throws and only logs it. What only init() can check
+    // (here a threshold above express-rate-limit's limit) must then fail each request by its name.
+    const logged: unknown[] = [];
+    const logger = { error: (error: unknown) => void logged.push(error), warn: () => {} };
+    const store = new KeepcountStore({ clock: new ManualClock(), heavyHitters: { threshold: 5 } });
+    const app = express();
+    app.use(expressRateLimit({ windowMs: 60_000, limit: 2, store, logger }));
+    app.get('/', (_req, res) => void res.send('ok'));
+    app.use((error: Error & { code?: string }, _req: Request, res: Response, _next: NextFunction) => {
+      res.status(500).send(`${error.name} ${error.code}: ${error.message}`);
+    });
+    const server = createServer(app);
+    const port = await listen(server);
+    t.teardown(() => close(server));
+    const refusal =
+      'RangeError ERR_OUT_OF_RANGE: The "threshold" option must be an integer in [1, 2] (express-rate-limit\'s ' +
+      'limit). Received 5';
+    t.like(logged[0], { name: 'RangeError', code: 'ERR_OUT_OF_RANGE' });
+    for (let i = 0; i < 3; i++) t.like(await get(port, '/'), { status: 500, body: refusal });
+    t.throws(() => store.get('a'), { instanceOf: RangeError, code: 'ERR_OUT_OF_RANGE', message: /threshold/ });
+    // A later init() that succeeds counts afresh.
+    store.init({ windowMs: 60_000, limit: 5 });
+    t.is(store.increment('a').totalHits, 1);
+  },
+);
+
+test(title("KeepcountStore refuses a heavy-hitter threshold above express-rate-limit's numeric limit"), (t) => {
+  // With threshold 50 and limit 10, a client's totalHits read its sketch count up to 49, then its
+  // exact count from 1 on: requests 1–10 admitted, then 50–59 too.
+  throwsShape(t, () => new KeepcountStore({ heavyHitters: { threshold: 50 } }).init({ windowMs: 1000, limit: 10 }), {
+    instanceOf: RangeError,
+    code: 'ERR_OUT_OF_RANGE',
+    message: 'The "threshold" option must be an integer in [1, 10] (express-rate-limit\'s limit). Received 50',
+  });
+  const store = new KeepcountStore({ clock: new ManualClock(), heavyHitters: { threshold: 10 } });
+  store.init({ windowMs: 1000, limit: 10 });
+  const admitted = [];
+  for (let i = 1; i <= 30; i++) if (store.increment('a').totalHits <= 10) admitted.push(i);
+  t.deepEqual(
+    admitted,
+    Array.from({ length: 19 }, (_, i) => i + 1),
+    'limit + threshold − 1, then none',
+  );
+  // A limit function tells the store no number; limit 0 refuses every request whatever the
+  // threshold.
+  t.notThrows(() => new KeepcountStore({ heavyHitters: { threshold: 50 } }).init({ windowMs: 1000, limit: () => 5 }));
+  t.notThrows(() => new KeepcountStore({ heavyHitters: { threshold: 50 } }).init({ windowMs: 1000, limit: 0 }));
+});
+
+test(title('KeepcountStore refuses a key with no string form by its code, as other keys of the wrong type'), (t) => {
+  const store = new KeepcountStore({ clock: new ManualClock() });
+  store.init({ windowMs: 1000, limit: 10 });
+  for (const key of [Symbol('client'), Object.create(null) as object]) {
+    for (const call of [
+      () => store.increment(key as never),
+      () => store.get(key as never),
+      () => store.decrement(key as never),
+      () => store.resetKey(key as never),
+    ]) {
+      t.throws(call, {
+        instanceOf: TypeError,
+        code: 'ERR_INVALID_ARG_TYPE',
+        message: /^The "key" argument must be a string or have a string form/,
+      });
+    }
+  }
+  t.is(store.increment(5 as never).totalHits, 1, 'a number counts under its string form, as before');
+  t.is(store.increment('5').totalHits, 2);
 });
 
 test(
@@ -267,11 +345,16 @@ test.serial(
 );
 
 test.serial(
-  title('the shared window: at most 2 × limit in any windowMs span, a first window as short as 1 ms'),
+  title('the shared window: at most 2 × (limit + threshold − 1) in any windowMs span, a first window as short as 1 ms'),
   async (t) => {
     // Measures the worst case the shared window has and per-key windows (MemoryStore) do not, on
-    // the same fake Date. Serial: ava runs serial tests first, so no other test sees the fake Date.
-    const limit = 5;
+    // the same fake Date, with a real limit: its default heavy-hitter threshold, ceil(100 / 4) =
+    // 25, lets a window admit up to limit + threshold − 1 = 124 (the requests before a client
+    // enters the exact table are read from the sketch). Serial: ava runs serial tests first, so
+    // no other test sees the fake Date.
+    const limit = 100;
+    const threshold = 25;
+    const perWindow = limit + threshold - 1;
     const windowMs = 1000;
     mock.timers.enable({ apis: ['Date'], now: 0 });
     t.teardown(() => mock.timers.reset());
@@ -284,45 +367,50 @@ test.serial(
     const keepcount = new KeepcountStore();
     const memory = new MemoryStore();
     t.teardown(() => memory.shutdown());
-    keepcount.init({ windowMs });
-    memory.init({ windowMs } as never);
+    keepcount.init({ windowMs, limit });
+    memory.init({ windowMs, limit } as never);
 
-    // Someone else started the shared window at 0; a new client arrives at 999 ms.
+    // Someone else started the shared window at 0; a new client arrives at 999 ms. Exact figures,
+    // so that a window admitting one request more fails here.
     await send(keepcount, 'someone', 1);
     mock.timers.tick(windowMs - 1);
-    const first = await send(keepcount, 'new', limit + 1);
+    const first = await send(keepcount, 'new', 2 * limit);
     mock.timers.tick(1);
-    const second = await send(keepcount, 'new', limit + 1);
-    t.is(first + second, 2 * limit, 'keepcount: 2 × limit within 1 ms of a new client arriving');
+    const second = await send(keepcount, 'new', 2 * limit);
+    t.is(first, perWindow, 'keepcount: limit + threshold − 1 in a window');
+    t.is(first + second, 2 * perWindow, 'keepcount: 2 × (limit + threshold − 1) within 1 ms of a new client');
 
     // MemoryStore: the client's window starts at its own first request; the same burst needs a
     // full window first and reaches 2 × limit − 1.
     const start = Date.now();
     const opening = await send(memory, 'new', 1);
     mock.timers.tick(windowMs - 1);
-    const late = await send(memory, 'new', limit + 1);
+    const late = await send(memory, 'new', 2 * limit);
     mock.timers.tick(1);
-    const next = await send(memory, 'new', limit + 1);
+    const next = await send(memory, 'new', 2 * limit);
     t.is(opening, 1);
     t.is(late + next, 2 * limit - 1, 'MemoryStore: 2 × limit − 1 within 1 ms, after a full window');
     t.is(Date.now() - start, windowMs);
 
-    // Any span of windowMs, random arrivals over 50 windows (seed 12): never more than 2 × limit.
+    // Any span of windowMs, random bursts over some 30 windows (seed 12): never more than
+    // 2 × (limit + threshold − 1), with bursts of up to 39 requests every 0–99 ms, which pass the
+    // limit in every window.
     const random = prng(12);
     const admittedAt: number[] = [];
     const store = new KeepcountStore();
-    store.init({ windowMs });
-    for (let i = 0; i < 2000; i++) {
-      mock.timers.tick(Math.floor(random() * 50));
-      if ((await send(store, 'client', 1)) === 1) admittedAt.push(Date.now());
+    store.init({ windowMs, limit });
+    for (let i = 0; i < 600; i++) {
+      mock.timers.tick(Math.floor(random() * 100));
+      const admitted = await send(store, 'client', Math.floor(random() * 40));
+      for (let j = 0; j < admitted; j++) admittedAt.push(Date.now());
     }
     let worst = 0;
     for (let i = 0, j = 0; i < admittedAt.length; i++) {
       while (admittedAt[i]! - admittedAt[j]! >= windowMs) j++;
       worst = Math.max(worst, i - j + 1);
     }
-    t.log(`most admitted in any ${windowMs} ms span: ${worst} (limit ${limit})`);
-    t.true(worst <= 2 * limit);
+    t.log(`most admitted in any ${windowMs} ms span: ${worst} (limit ${limit}, threshold ${threshold})`);
+    t.true(worst <= 2 * perWindow);
   },
 );
 

@@ -6,6 +6,7 @@ import { fork } from 'node:child_process';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { Worker } from 'node:worker_threads';
 import test from 'ava';
 import express from 'express';
 import { rateLimit as expressRateLimit } from 'express-rate-limit';
@@ -13,6 +14,7 @@ import { createServer } from 'node:http';
 import { backend, Rate } from '../lib/index.js';
 import { keepcountFastifyStore, KeepcountStore } from '../lib/http/index.js';
 import { RedisSync, SyncedRate } from '../lib/redis/index.js';
+import type { ResetRaceData } from './fixtures/reset-race-worker.js';
 import { fixture, throwsShape, title } from './helpers.js';
 import { close, get, listen } from './http-client.js';
 
@@ -196,4 +198,43 @@ test(title('the Fastify store with a rate counts there and reports another timeW
   t.true(error instanceof RangeError);
   t.is(error.code, 'ERR_OUT_OF_RANGE');
   t.regex(error.message, /^The "rate" option must be a Rate whose intervalMs is the windowMs \(5000\)/);
+});
+
+test(title('two threads resetting one key of a shared rate at once never take its count below zero'), async (t) => {
+  // resetKey read the count and then subtracted it: two resets at once subtracted it twice, so
+  // the key read −50 (in ~15% of rounds) and had 50 requests of extra quota, and express-rate-limit
+  // saw totalHits <= 0. A refund stops each counter at zero, on either backend.
+  const windowMs = 600_000;
+  const buffer = Rate.createSharedBuffer({ intervalMs: windowMs, seed: 7n });
+  const flag = new SharedArrayBuffer(4);
+  const round = new Int32Array(flag);
+  const store = new KeepcountStore({ rate: Rate.fromSharedBuffer(buffer) });
+  store.init({ windowMs, limit: 100 });
+  const data: ResetRaceData = { buffer, flag, windowMs };
+  const workers = [0, 1].map(
+    () =>
+      new Worker(`require('tsx/cjs'); require(${JSON.stringify(fixture('reset-race-worker.ts'))});`, {
+        eval: true,
+        workerData: data,
+        env: { ...process.env, KEEPCOUNT_BACKEND: backend },
+      }),
+  );
+  t.teardown(async () => {
+    Atomics.store(round, 0, -1);
+    await Promise.all(workers.map((worker) => worker.terminate()));
+  });
+  const next = () => Promise.all(workers.map((worker) => new Promise((resolve) => worker.once('message', resolve))));
+  await next();
+  const after: number[] = [];
+  // 200 rounds: with the old read-then-subtract, P(no round below zero) = 0.85^200, about 10^-14.
+  for (let i = 1; i <= 200; i++) {
+    let hits = 0;
+    for (let j = 0; j < 50; j++) hits = store.increment('k').totalHits;
+    t.is(hits, 50, `round ${i}: counted from zero`);
+    const reset = next();
+    Atomics.store(round, 0, i);
+    await reset;
+    after.push(store.get('k').totalHits);
+  }
+  t.deepEqual(after, Array<number>(200).fill(0));
 });

@@ -24,6 +24,9 @@
  * - `ERR_KEEPCOUNT_CLOSED` (`Error`): a method of an `Estimator`, a `Rate` or a shared `Limiter` called
  *   after its `close()`; or a count on a keepcount/redis `SyncedEstimator`, `SyncedRate` or
  *   `SyncedWindowQuota` or `SyncedInflight` after its `close()` (its reads still answer).
+ * - `ERR_KEEPCOUNT_UNINITIALIZED` (`Error`): a keepcount/http `KeepcountStore` used before
+ *   express-rate-limit called its `init()` (the store was not passed to express-rate-limit). An
+ *   `init()` that threw instead makes every later call throw that error, with its own code.
  * - `ERR_KEEPCOUNT_BACKEND` (`Error`): `KEEPCOUNT_BACKEND` names an unknown backend, or forces
  *   `native` where the binding cannot load (the load error is the `cause`).
  * - `ERR_KEEPCOUNT_TIMEOUT` ({@link TimeoutError}): `timeout()` ran out of time.
@@ -78,6 +81,7 @@ export type ErrorCode =
   | 'ERR_KEEPCOUNT_FULL'
   | 'ERR_KEEPCOUNT_RELEASED'
   | 'ERR_KEEPCOUNT_CLOSED'
+  | 'ERR_KEEPCOUNT_UNINITIALIZED'
   | 'ERR_KEEPCOUNT_BACKEND'
   | 'ERR_KEEPCOUNT_TIMEOUT'
   | 'ERR_KEEPCOUNT_DUPLICATE_KEY'

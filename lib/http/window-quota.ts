@@ -123,9 +123,12 @@ export const CAPACITY_PER_CLIENT = 2;
  * Semantics, and where they differ from an exact per-key counter:
  * - One window for all keys, as in keepcount's `Rate`: it starts on the first request at least
  *   `windowMs` after the previous start. A client's first window may therefore be shorter (1 ms
- *   to `windowMs`), so a new client can get 2 × `limit` requests within 1 ms of arriving, which
- *   per-key windows allow (less one) only a window after the first request; in any span of
- *   `windowMs` both admit at most 2 × `limit`.
+ *   to `windowMs`), so a new client can get two windows' worth within 1 ms of arriving, which
+ *   per-key windows allow (2 × `limit` − 1) only a window after the first request. A window
+ *   admits a client at most `limit + threshold − 1` requests with heavy hitters (below), `limit`
+ *   without, so in any span of `windowMs` at most 2 × (`limit + threshold − 1`): 248 for limit 100
+ *   at the default threshold of 25, 2 × `limit` with `threshold: 1` or `heavyHitters: false`,
+ *   where per-key windows admit 2 × `limit`.
  * - With heavy hitters (the default), every request goes to a count-min sketch, and a client whose
  *   sketch count reaches `threshold` (≤ `limit`) is counted exactly from then on, in a table of
  *   `capacity` clients per window. A request is refused only when its client's exact count is over
@@ -236,12 +239,21 @@ export class WindowQuota implements Disposable {
     return { count, resetMs };
   }
 
-  /** Adds `delta` (possibly negative: a refund) to `key`'s count in the current window. */
+  /**
+   * Adds `delta` to `key`'s count in the current window; a negative `delta` is a refund, which
+   * never takes a count below zero. With heavy hitters it lowers a tracked client's exact count
+   * (the sketch, shared by all keys, is not lowered); without, or over a given `rate`, it lowers
+   * the key's sketch counters, each stopping at zero (`Rate.refund`), so refunds racing over a
+   * shared rate take each count once, and a refund past the key's own count leaves keys sharing
+   * its counters reading low, never below zero, until the window turns.
+   */
   adjust(key: string, delta: number): void {
     quotaArgument('delta', delta, -MAX_VALUE);
     const counts = this.#counts;
-    if (!(counts instanceof HeavyHitters)) counts.observe(key, delta);
-    else if (delta > 0) counts.incr(storedKey(key), delta);
+    if (!(counts instanceof HeavyHitters)) {
+      if (delta < 0) counts.refund(key, -delta);
+      else counts.observe(key, delta);
+    } else if (delta > 0) counts.incr(storedKey(key), delta);
     else if (delta < 0) counts.decr(storedKey(key), -delta);
     // Nothing to count, but the key is checked and a closed quota refuses, as over a plain rate.
     else counts.count(storedKey(key));

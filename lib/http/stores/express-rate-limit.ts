@@ -15,10 +15,15 @@
  *   never low, sometimes high when it collides with busy keys in every row (see `slots`).
  * - `resetKey(key)` and `decrement(key)` lower the exact count of a client in the table (never
  *   below zero). The sketch is shared by all keys and never lowered with heavy hitters, so a client
- *   counted there keeps its estimate until the window turns. With `heavyHitters: false`,
- *   `resetKey` subtracts the key's estimate from its counters (keys sharing one read low until the
- *   window turns) and `decrement` subtracts one while the estimate is above zero. `resetAll()` is
- *   exact (fresh counts).
+ *   counted there keeps its estimate until the window turns. With `heavyHitters: false` (and over
+ *   a given `rate`), `resetKey` refunds the key's estimate from its counters and `decrement` one
+ *   while the estimate is above zero (`Rate.refund`): each counter stops at zero, so keys sharing
+ *   one read low, never below zero, until the window turns, and resets racing in other threads or
+ *   processes of a shared rate take the count once between them (a read and a subtraction took
+ *   it twice: −50 after two resets of 50, and 50 requests of extra quota). `resetAll()` is exact
+ *   (fresh counts).
+ * - A key that is not a string counts under its string form (`prefix + key`: `5` and `'5'` are one
+ *   key); one with none (a symbol) is `ERR_INVALID_ARG_TYPE`.
  * - `get(key)` never returns `undefined`: a key never seen reads `{ totalHits: 0, resetTime }`
  *   (`MemoryStore` returns `undefined` for a key it never saw or whose window has ended).
  *
@@ -41,7 +46,7 @@ import { invalidType, withCode } from '../../errors.js';
 import { MAX_VALUE, topArguments } from '../../heavy.js';
 import type { Rate } from '../../rate.js';
 import { WindowQuota, type HeavyHitterSettings } from '../window-quota.js';
-import { DateReading, storeQuota, wholeWindowMs } from './window.js';
+import { checkedStoreOptions, DateReading, keyText, storeQuota, thresholdWithin, wholeWindowMs } from './window.js';
 
 /** express-rate-limit's `ClientRateLimitInfo`. */
 export interface ClientRateLimitInfo {
@@ -71,6 +76,8 @@ export interface KeepcountStoreOptions {
    * with the threshold `ceil(limit / 4)` when `limit` is a number (a client is then refused after
    * at most `limit + threshold − 1` requests) and 1 (every client counted exactly, up to the
    * table's capacity) when it is a function; `{ threshold: 1 }` makes a numeric limit exact too.
+   * A threshold above a numeric `limit` is refused at `init()` (a client would be admitted again
+   * after its limit: requests 1–10 and 50–59 with limit 10 and threshold 50).
    */
   heavyHitters?: boolean | HeavyHitterSettings;
   /**
@@ -113,55 +120,89 @@ export class KeepcountStore {
   #limit: unknown;
   /** The quota's clock when it is `Date.now()` (the default), whose last reading dates resets. */
   #date: DateReading | undefined;
+  /**
+   * The heavy-hitter threshold as given (1 when not given), which {@link init} checks against
+   * express-rate-limit's `limit`; `undefined` with heavy hitters off.
+   */
+  readonly #threshold: number | undefined;
+  /** What the last {@link init} threw: every later call throws it (express-rate-limit logs it). */
+  #failure: unknown;
   /** Set by {@link shutdown}, cleared by {@link init}. */
   #shutDown = false;
 
+  /**
+   * Checks every option, as `keepcountFastifyStore()` does (a `TypeError` or `RangeError` naming
+   * it): express-rate-limit only logs what {@link init} throws. What needs express-rate-limit's
+   * `windowMs` and `limit` is checked in {@link init}.
+   */
   constructor(options: KeepcountStoreOptions = {}) {
     if (typeof options !== 'object' || options === null)
       throw invalidType('The "options" argument', 'of type object', options);
     this.#options = { ...options };
     const { prefix = '' } = options;
     if (typeof prefix !== 'string') throw invalidType('The "prefix" option', 'of type string', prefix);
+    const counts = checkedStoreOptions(this.#options);
+    this.#threshold = counts.rate === undefined ? counts.heavy?.threshold : undefined;
     this.prefix = prefix;
     this.localKeys = options.rate === undefined;
   }
 
-  /** Called by express-rate-limit with its options; takes `windowMs` and a numeric `limit` from them. */
+  /**
+   * Called by express-rate-limit with its options; takes `windowMs` and a numeric `limit` from
+   * them. A `windowMs` out of range, a heavy-hitter threshold above a numeric `limit` or a `rate`
+   * over another interval throws here, and every later call throws the same error:
+   * express-rate-limit catches what `init()` throws and logs it, so its requests then fail by that
+   * error's code (`passOnStoreError: true` lets them through uncounted, logging it each time).
+   */
   init(options: { windowMs: number; limit?: unknown }): void {
     const { clients, hashes, slots, seed, clock, heavyHitters, rate } = this.#options;
-    const windowMs = wholeWindowMs('The "windowMs" option', options.windowMs);
-    this.#limit = options.limit;
-    // Deciding is express-rate-limit's business: the store only counts.
-    const quota = storeQuota(heavyHitters, options.limit, rate);
-    // A given rate keeps its own (monotonic) clock, and the `clock` option is ignored then.
-    this.#date = clock === undefined && rate === undefined ? new DateReading() : undefined;
-    this.#quota = new WindowQuota({ ...quota, windowMs, clients, hashes, slots, seed, clock: clock ?? this.#date });
+    try {
+      const windowMs = wholeWindowMs('The "windowMs" option', options.windowMs);
+      thresholdWithin(this.#threshold, options.limit, "express-rate-limit's limit");
+      // Deciding is express-rate-limit's business: the store only counts.
+      const quota = storeQuota(heavyHitters, options.limit, rate);
+      // A given rate keeps its own (monotonic) clock, and the `clock` option is ignored then.
+      const date = clock === undefined && rate === undefined ? new DateReading() : undefined;
+      this.#quota = new WindowQuota({ ...quota, windowMs, clients, hashes, slots, seed, clock: clock ?? date });
+      this.#date = date;
+      this.#limit = options.limit;
+      this.#failure = undefined;
+    } catch (error) {
+      this.#failure = error;
+      this.#quota = undefined;
+      throw error;
+    }
     this.#shutDown = false;
   }
 
   /** Counts a hit for `key`. */
   increment(key: string): ClientRateLimitInfo {
-    const { count, resetMs } = this.#ready().count(this.prefix + key);
+    const quota = this.#ready();
+    const { count, resetMs } = quota.count(this.#key(key));
     return { totalHits: count, resetTime: this.#resetTime(resetMs) };
   }
 
-  /** Takes back one hit, never below zero. */
+  /** Takes back one hit, never below zero (see the module notes on colliding keys). */
   decrement(key: string): void {
-    const k = this.prefix + key;
-    if (this.#ready().current(k).count > 0) this.#ready().adjust(k, -1);
+    const quota = this.#ready();
+    const k = this.#key(key);
+    // A refund stops each counter at zero, so two racing over a shared rate cannot pass it either.
+    if (quota.current(k).count > 0) quota.adjust(k, -1);
   }
 
-  /** Subtracts `key`'s current estimate (see the module notes on colliding keys). */
+  /** Takes back `key`'s current count, never below zero (see the module notes on sharing). */
   resetKey(key: string): void {
-    const k = this.prefix + key;
-    const { count } = this.#ready().current(k);
+    const quota = this.#ready();
+    const k = this.#key(key);
+    const { count } = quota.current(k);
     // In steps a heavy-hitter table takes (2^32 − 1 at most), for a key counted past that.
-    for (let left = count; left > 0; left -= MAX_VALUE) this.#ready().adjust(k, -Math.min(left, MAX_VALUE));
+    for (let left = count; left > 0; left -= MAX_VALUE) quota.adjust(k, -Math.min(left, MAX_VALUE));
   }
 
   /** `key`'s hits and reset time; `{ totalHits: 0, … }` for a key not counted in this window. */
   get(key: string): ClientRateLimitInfo {
-    const { count, resetMs } = this.#ready().current(this.prefix + key);
+    const quota = this.#ready();
+    const { count, resetMs } = quota.current(this.#key(key));
     return { totalHits: count, resetTime: this.#resetTime(resetMs) };
   }
 
@@ -218,8 +259,24 @@ export class KeepcountStore {
     return new Date(date === undefined ? Date.now() + resetMs - 1 : date.last + resetMs);
   }
 
+  /**
+   * The quota, or what {@link init} threw, or `ERR_KEEPCOUNT_UNINITIALIZED` before any `init()`.
+   */
   #ready(): WindowQuota {
-    if (this.#quota === undefined) throw new Error('KeepcountStore used before init(): pass it to express-rate-limit');
-    return this.#quota;
+    const quota = this.#quota;
+    if (quota !== undefined) return quota;
+    if (this.#failure !== undefined) throw this.#failure;
+    throw withCode(
+      new Error('KeepcountStore used before init(): pass it to express-rate-limit'),
+      'ERR_KEEPCOUNT_UNINITIALIZED',
+    );
+  }
+
+  /**
+   * `key` under the prefix: a key that is not a string in its string form, as `prefix + key`
+   * gives it (`5` and `'5'` are one key); one with none (a symbol) is `ERR_INVALID_ARG_TYPE`.
+   */
+  #key(key: string): string {
+    return typeof key === 'string' ? this.prefix + key : keyText(key, (k) => this.prefix + (k as string));
   }
 }

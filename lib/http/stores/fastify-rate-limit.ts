@@ -9,8 +9,9 @@
  *   (per route with its own `config.rateLimit`): a `timeWindow` function returning ever-new values
  *   (the milliseconds left until midnight, say) would count every request in a quota of its own,
  *   so it would never limit and its memory would grow without bound; past the cap `incr` fails
- *   with `ERR_KEEPCOUNT_UNSUPPORTED` instead, and the first such failure of a store class is also
- *   a process warning: with `skipOnError` the plugin drops store errors without a word.
+ *   with `ERR_KEEPCOUNT_UNSUPPORTED` instead, and the first failure of each `code` a store class
+ *   meets is also a process warning: with `skipOnError` the plugin drops store errors without a
+ *   word.
  * - `current` is a count-min estimate: never low, sometimes high on a collision in every row.
  * - `continueExceeding` and `exponentialBackoff` extend one key's window; a shared window cannot,
  *   so the constructor refuses them rather than silently ignoring them.
@@ -23,7 +24,7 @@
  *   itself. It is never an error: with the plugin's `skipOnError`, a store error lets the request
  *   through uncounted, so a client could escape the limit by leaving out the header its key comes
  *   from. (A key `String()` throws on, such as an object with no `toString`, fails through the
- *   callback.)
+ *   callback with `ERR_INVALID_ARG_TYPE`.)
  *
  * Like `LocalStore` it reads `Date.now()` by default, so tests that fake `Date` turn its windows,
  * and takes any `timeWindow` >= 0, rounded up to whole milliseconds (0 as 1 ms). (While `Date.now`
@@ -36,10 +37,10 @@
  * @module
  */
 import { dateClock, type Clock } from '../../clock.js';
-import { invalidType, withCode } from '../../errors.js';
+import { invalidType, outOfRange, withCode } from '../../errors.js';
 import type { Rate } from '../../rate.js';
-import { quotaCounts, WindowQuota, type HeavyHitterSettings } from '../window-quota.js';
-import { storeQuota, wholeWindowMs } from './window.js';
+import { WindowQuota, type HeavyHitterSettings } from '../window-quota.js';
+import { checkedStoreOptions, keyText, storeQuota, thresholdWithin, wholeWindowMs } from './window.js';
 
 /** Options of {@link keepcountFastifyStore}. */
 export interface KeepcountFastifyStoreOptions {
@@ -57,14 +58,18 @@ export interface KeepcountFastifyStoreOptions {
    * Count clients near the limit exactly, so that none within the plugin's `max` is ever refused
    * because of other clients (see `WindowQuotaOptions.heavyHitters`). Defaults to `true`, with
    * threshold 1 (every client counted exactly up to the table's capacity: routes with different
-   * `max` share a window's quota) unless you set one at most your smallest `max`.
+   * `max` share a window's quota) unless you set one at most your smallest `max`: a route whose
+   * numeric `max` is below it is refused where it is registered (a client is admitted up to
+   * `max + threshold − 1` requests a window, and one above would be admitted again after its
+   * `max`), and a `max` function answering less is a process warning, once.
    */
   heavyHitters?: boolean | HeavyHitterSettings;
   /**
    * A `Rate` to count in, chiefly `Rate.openShared(name, …)` so that one limit holds for every
-   * process of a host. Every `timeWindow` must then be the rate's `intervalMs` (another is refused
-   * through the plugin's callback) and routes share its counts; heavy hitters are off (they are
-   * per process), and `clients`, `hashes`, `slots`, `seed` and `clock` are the rate's own.
+   * process of a host. Every `timeWindow` must then be the rate's `intervalMs` (a numeric one is
+   * refused where its route is registered, a `timeWindow` function's answer through the plugin's
+   * callback) and routes share its counts; heavy hitters are off (they are per process), and
+   * `clients`, `hashes`, `slots`, `seed` and `clock` are the rate's own.
    */
   rate?: Rate;
 }
@@ -76,6 +81,12 @@ export interface KeepcountFastifyStoreOptions {
 export interface FastifyStoreParams {
   continueExceeding?: boolean;
   exponentialBackoff?: boolean;
+  /** `false`: the plugin's own options limit no route, each route's `child()` has its own. */
+  global?: boolean;
+  /** The route's window: whole milliseconds when a number, else a function known per request. */
+  timeWindow?: unknown;
+  /** The route's limit: a number, or a function known per request. */
+  max?: unknown;
 }
 
 /** The callback of `incr`/`read`. */
@@ -99,9 +110,9 @@ const MAX_TIME_WINDOWS = 16;
 
 /**
  * The key a request is counted under: a string as it is, anything else as its `String()` form
- * (see the module notes on why never an error).
+ * (see the module notes on why never an error), `ERR_INVALID_ARG_TYPE` if it has none.
  */
-const countedKey = (key: unknown): string => (typeof key === 'string' ? key : String(key));
+const countedKey = (key: unknown): string => (typeof key === 'string' ? key : keyText(key, String));
 
 /** The error of a store asked for one `timeWindow` value more than {@link MAX_TIME_WINDOWS}. */
 function tooManyWindows(windowMs: number): Error {
@@ -130,9 +141,17 @@ function refuseExtensions(options: object | undefined): void {
 
 /**
  * A store class for @fastify/rate-limit with these sketch options, checked here: a bad one throws
- * the `TypeError` or `RangeError` a `WindowQuota` would, naming it. Names it does not know are
- * ignored, as by `KeepcountStore` and `WindowQuota`. Only what needs the plugin's `timeWindow` (a
- * `rate` over another interval) fails later, through the callback of `incr` and `read`.
+ * the `TypeError` or `RangeError` a `WindowQuota` would, naming it (a `clock` is read once, and
+ * refused unless it answers a finite number). Names it does not know are ignored, as by
+ * `KeepcountStore` and `WindowQuota`. What needs a route's options is checked as the plugin makes
+ * the route's store (the constructor for its own options, `child()` for a route's
+ * `config.rateLimit`), so registering the plugin or the route fails: a numeric `timeWindow`
+ * other than a given `rate`'s `intervalMs`, and a numeric `max` below the heavy-hitter threshold
+ * (a `max` of 0, refusing everyone, takes any). What only a request can tell (a `timeWindow` or
+ * `max` function's answer, a clock that stops answering numbers) fails or is found per request:
+ * errors go through the callback of `incr` and `read`, and since the plugin's `skipOnError` drops
+ * them without a word, the first of each `code` a store class meets is also a process warning
+ * (`KeepcountWarning`), as is a `max` below the threshold, once.
  *
  * @example
  * ```ts
@@ -150,16 +169,35 @@ export function keepcountFastifyStore(options: KeepcountFastifyStoreOptions = {}
   // Quotas are made per `timeWindow`, at the first request in each: a bad option found then failed
   // every request, and the plugin's `skipOnError` let each one through uncounted, without a word.
   // So every option is checked now, as each quota's constructor will, without making a sketch.
-  quotaCounts({ ...sketch, ...counting }, counting.limit);
-  /** Whether a store of this class warned of too many `timeWindow` values (once per class). */
-  let warned = false;
-  const refuseWindow = (windowMs: number): Error => {
-    const error = tooManyWindows(windowMs);
-    if (!warned) {
-      warned = true;
-      process.emitWarning(error.message, { type: 'KeepcountWarning', code: 'ERR_KEEPCOUNT_UNSUPPORTED' });
+  const counts = checkedStoreOptions(options);
+  /** The heavy-hitter threshold, which a route's `max` must not be below; `undefined` when off. */
+  const threshold = counts.rate === undefined ? counts.heavy?.threshold : undefined;
+  /** What a store of this class warned of: each once per class. */
+  const warned = new Set<string>();
+  const warnOnce = (what: string, message: string, code: string | undefined): void => {
+    if (warned.has(what)) return;
+    warned.add(what);
+    process.emitWarning(message, { type: 'KeepcountWarning', code });
+  };
+  /** Passes `error` to the plugin's `callback`, warning of the first of its code (see above). */
+  const fail = (error: Error & { code?: string }, callback: FastifyStoreCallback): void => {
+    warnOnce(`error ${error.code ?? error.name}`, error.message, error.code);
+    callback(error);
+  };
+  /** What the plugin tells of a route, checked where the route is registered (see above). */
+  const checkRoute = (params: object | undefined): void => {
+    const { timeWindow, max } = (params ?? {}) as FastifyStoreParams;
+    if (rate !== undefined && typeof timeWindow === 'number') {
+      const windowMs = wholeWindowMs('The "timeWindow" option', timeWindow);
+      if (rate.intervalMs !== windowMs) {
+        throw outOfRange(
+          'The "rate" option',
+          `a Rate whose intervalMs is the route's timeWindow (${windowMs})`,
+          rate.intervalMs,
+        );
+      }
     }
-    return error;
+    thresholdWithin(threshold, max, "the route's max");
   };
 
   return class KeepcountFastifyStore implements FastifyStore {
@@ -174,15 +212,26 @@ export function keepcountFastifyStore(options: KeepcountFastifyStoreOptions = {}
 
     constructor(params: object) {
       refuseExtensions(params);
+      // With `global: false` the plugin's own options (its default 60 s window) limit no route.
+      if ((params as FastifyStoreParams | undefined)?.global !== false) checkRoute(params);
     }
 
-    incr(key: string, callback: FastifyStoreCallback, timeWindow: number): void {
+    incr(key: string, callback: FastifyStoreCallback, timeWindow: number, max: number): void {
+      if (threshold !== undefined && typeof max === 'number' && max >= 1 && threshold > max) {
+        warnOnce(
+          'threshold',
+          `The keepcount store's heavy-hitter threshold (${threshold}) is above the max (${max}) a request was ` +
+            `limited by: a client reads its sketch count up to ${threshold - 1}, then its exact count from 1 on, ` +
+            'so it is admitted again after its max. Set heavyHitters.threshold at most the smallest max',
+          'ERR_OUT_OF_RANGE',
+        );
+      }
       let result;
       try {
         const { count, resetMs } = this.#quota(timeWindow).count(countedKey(key));
         result = { current: count, ttl: resetMs };
       } catch (error) {
-        return callback(error as Error);
+        return fail(error as Error, callback);
       }
       callback(null, result);
     }
@@ -194,12 +243,14 @@ export function keepcountFastifyStore(options: KeepcountFastifyStoreOptions = {}
         const { count, resetMs } = this.#quota(timeWindow).current(countedKey(key));
         result = { current: count, ttl: count > 0 ? resetMs : 0 };
       } catch (error) {
-        return callback(error as Error);
+        return fail(error as Error, callback);
       }
       callback(null, result);
     }
 
     child(routeOptions: object): FastifyStore {
+      // Checked here whatever `global` says: the route's own options limit it.
+      checkRoute(routeOptions);
       return new KeepcountFastifyStore(routeOptions);
     }
 
@@ -208,7 +259,7 @@ export function keepcountFastifyStore(options: KeepcountFastifyStoreOptions = {}
       const windowMs = wholeWindowMs('The "timeWindow" option', timeWindow);
       let quota = this.#quotas.get(windowMs);
       if (quota === undefined) {
-        if (this.#quotas.size >= MAX_TIME_WINDOWS) throw refuseWindow(windowMs);
+        if (this.#quotas.size >= MAX_TIME_WINDOWS) throw tooManyWindows(windowMs);
         quota = new WindowQuota({ ...sketch, ...counting, windowMs, clock: sketch.clock ?? dateClock });
         this.#quotas.set(windowMs, quota);
       }

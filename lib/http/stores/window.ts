@@ -1,12 +1,13 @@
 /**
  * The window and the clock the stores count on, as the exact stores they replace have them:
  * express-rate-limit's `MemoryStore` and @fastify/rate-limit's `LocalStore` both read `Date.now()`
- * and take any window length.
+ * and take any window length. And what both stores check of their options and keys, where they
+ * are given rather than at a request the package may let through uncounted on a store error.
  */
 import { ForwardTime, type Clock } from '../../clock.js';
 import { invalidType, outOfRange } from '../../errors.js';
 import type { Rate } from '../../rate.js';
-import type { HeavyHitterSettings, WindowQuotaOptions } from '../window-quota.js';
+import { quotaCounts, type HeavyHitterSettings, type QuotaCounts, type WindowQuotaOptions } from '../window-quota.js';
 
 /**
  * `Date.now()` counted in its forward steps, as `lib/clock.ts`'s `dateClock` is (a step back counts
@@ -79,4 +80,61 @@ export function storeQuota(
     limit: Number.MAX_SAFE_INTEGER,
     heavyHitters: { ...heavyHitters, threshold: given === undefined ? threshold : given },
   };
+}
+
+/** The sketch options both stores take, as `WindowQuotaOptions` has them. */
+export type StoreSketchOptions = Pick<
+  WindowQuotaOptions,
+  'clients' | 'hashes' | 'slots' | 'seed' | 'clock' | 'heavyHitters' | 'rate'
+>;
+
+/**
+ * Checks a store's options where they are given, making nothing: each throws the `TypeError` or
+ * `RangeError` a `WindowQuota` would, naming it. The stores make their quotas later (at
+ * express-rate-limit's `init()`, at a `timeWindow`'s first request), where a bad option failed
+ * every request: express-rate-limit only logs what `init()` throws, and both packages can let
+ * every request through uncounted on a store error (`passOnStoreError`, `skipOnError`). A `clock`
+ * is read once too: one answering `NaN` passed the type check and failed in the first count.
+ * Returns what the quotas will count in, the heavy-hitter threshold resolved as when the
+ * package's limit is not known (a given one, else 1).
+ */
+export function checkedStoreOptions(options: StoreSketchOptions): QuotaCounts {
+  const { heavyHitters, rate, ...sketch } = options;
+  const counts = quotaCounts({ ...sketch, ...storeQuota(heavyHitters, undefined, rate) }, Number.MAX_SAFE_INTEGER);
+  const clock = counts.rate === undefined ? counts.sketch.clock : undefined;
+  if (clock !== undefined) {
+    const now = clock.now();
+    if (typeof now !== 'number' || !Number.isFinite(now)) {
+      throw outOfRange("The clock's now()", 'a finite number of milliseconds', now);
+    }
+  }
+  return counts;
+}
+
+/**
+ * Refuses a heavy-hitter `threshold` above a numeric `limit` the package gives (`whose`:
+ * express-rate-limit's `limit`, a route's `max`), as `WindowQuota` refuses one above its own: a
+ * client is read at its sketch count up to `threshold − 1` and at its exact count from 1 once it
+ * reaches the threshold, so above the limit it was admitted again after being refused (requests
+ * 1–10 and 50–59 with limit 10 and threshold 50). A limit below 1 refuses every request whatever
+ * the threshold, so it takes any; a limit that is not a number (a function) is known only per
+ * request.
+ */
+export function thresholdWithin(threshold: number | undefined, limit: unknown, whose: string): void {
+  if (threshold === undefined || typeof limit !== 'number' || !(limit >= 1)) return;
+  const most = Math.floor(limit);
+  if (threshold > most) throw outOfRange('The "threshold" option', `an integer in [1, ${most}] (${whose})`, threshold);
+}
+
+/**
+ * `key` as a string by `convert`, or for a key that has no string form (a symbol, an object
+ * without `toString`) the `TypeError` `ERR_INVALID_ARG_TYPE` of any other argument of the wrong
+ * type, instead of the engine's uncoded one.
+ */
+export function keyText(key: unknown, convert: (key: unknown) => string): string {
+  try {
+    return convert(key);
+  } catch {
+    throw invalidType('The "key" argument', 'a string or have a string form', key);
+  }
 }
