@@ -342,7 +342,11 @@ test(
   title('many ready() calls waiting on one sync print no listener-leak warning, and all end at close()'),
   async (t) => {
     const warnings: string[] = [];
-    const onWarning = (warning: Error): void => void warnings.push(warning.name);
+    // The other tests of this file run alongside, and those that make a rate or quota on a sync
+    // whose timer never fires are warned that its windows are shorter than the sync period.
+    const onWarning = (warning: Error & { code?: string }): void => {
+      if (warning.code !== 'KEEPCOUNT_SHORT_WINDOW') warnings.push(warning.name);
+    };
     process.on('warning', onWarning);
     try {
       const sync = new RedisSync({

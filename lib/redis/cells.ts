@@ -359,6 +359,11 @@ export class SyncedCells extends PulledEntry implements SyncedEntry {
    * a counter changed behind them reached the other nodes 660 ms late instead of one sync.
    */
   readonly #pushed: Float64Array;
+  /**
+   * Whether the last push taken is not answered yet: its call is in flight, and a failure would
+   * mark its cells again ({@link restore}). See {@link pending}.
+   */
+  #inFlight = false;
 
   /** The structure's census, which this entry's pulls update. */
   readonly census: Census;
@@ -447,6 +452,7 @@ export class SyncedCells extends PulledEntry implements SyncedEntry {
       values.push(String(value));
     }
     this.#dirty = next === this.#dirty.length ? [] : this.#dirty.slice(next);
+    this.#inFlight = cells.length > 0;
     return { cells, values };
   }
 
@@ -455,8 +461,18 @@ export class SyncedCells extends PulledEntry implements SyncedEntry {
     return this.#dirty.length;
   }
 
+  /**
+   * Whether Redis may still lack some of this node's counts: cells wait for a push, or the last
+   * push taken has not been answered (its call in flight may fail and mark them again). A rate
+   * keeps a window that ended while it is pending (rate.ts `SyncedRate.entries`).
+   */
+  get pending(): boolean {
+    return this.#inFlight || this.#dirty.length > 0;
+  }
+
   /** Marks the cells of a push that failed, to go (with their values by then) in the next one. */
   restore(push: Push): void {
+    this.#inFlight = false;
     for (const i of push.cells) {
       this.#pushed[i] = NaN;
       this.#mark(i);
@@ -482,6 +498,7 @@ export class SyncedCells extends PulledEntry implements SyncedEntry {
    * entry) the others' counts go, and come back with the pulls.
    */
   apply(pull: Pull, seq: number, sentAt: number): void {
+    this.#inFlight = false;
     if (pull.applied) this.acked = seq;
     if (this.#floor !== undefined && sentAt >= this.#floorUntil) {
       if (this.#pulledOthers !== undefined) this.others.set(this.#pulledOthers);

@@ -11,7 +11,8 @@
  * keys that changed. The same protocol, so a count is never added twice (cumulative values) nor
  * lost for good (a Redis that lost the entry gets every node's counts again). Every node syncs the
  * entry from the window's start, tracking keys or not, so one that begins tracking a key already
- * holds the others' counts of it.
+ * holds the others' counts of it, and after the window ended until what it counted exactly in it
+ * has been pushed (as the window's sketch: rate.ts `SyncedRate`, "Windows and syncs").
  *
  * The others' counts arrive with the sync's lag, as the sketch's do, and a pull carries at most
  * 4,096 changed cells (sync-call.ts): while a flood changes more exact counts a sync than that,
@@ -94,6 +95,13 @@ export class ExactCells extends PulledEntry implements SyncedEntry {
    * began here: a floor under what it pulls ({@link apply}); `undefined` when none holds.
    */
   #floor: Map<number, number> | undefined;
+  /** Whether the last push taken is not answered yet: see `SyncedCells.pending`. */
+  #inFlight = false;
+  /**
+   * Whether the window ended here ({@link forgetOthers}): its pulls, while it still pushes what
+   * it had not, keep only the counts of keys this node tracks.
+   */
+  #ended = false;
 
   constructor(capacity: number, keys: EntryKeys, census: Census, ttlMs: () => number) {
     super();
@@ -161,10 +169,12 @@ export class ExactCells extends PulledEntry implements SyncedEntry {
   }
 
   /**
-   * Drops the others' counts of keys this node does not track: needed only to begin tracking
-   * them, which an ended window never does (its tracked keys stay, for their top talkers).
+   * Drops the others' counts of keys this node does not track, for good: needed only to begin
+   * tracking them, which an ended window never does (its tracked keys stay, for their top
+   * talkers, and so does what it has not pushed of them: see `SyncedRate.entries`).
    */
   forgetOthers(): void {
+    this.#ended = true;
     for (const [id, cell] of this.#cells) if (cell.mine === undefined) this.#cells.delete(id);
     this.#floor = undefined;
   }
@@ -182,6 +192,7 @@ export class ExactCells extends PulledEntry implements SyncedEntry {
       cell.dirty = false;
       return String(saturated(cell.mine as number));
     });
+    this.#inFlight = cells.length > 0;
     return { cells, values };
   }
 
@@ -189,7 +200,13 @@ export class ExactCells extends PulledEntry implements SyncedEntry {
     return this.#dirty.length;
   }
 
+  /** Whether Redis may still lack some of this node's counts: see `SyncedCells.pending`. */
+  get pending(): boolean {
+    return this.#inFlight || this.#dirty.length > 0;
+  }
+
   restore(push: Push): void {
+    this.#inFlight = false;
     for (const id of push.cells) {
       const cell = this.#cells.get(id)!;
       if (!cell.dirty) {
@@ -205,9 +222,11 @@ export class ExactCells extends PulledEntry implements SyncedEntry {
    * floor for the window's life: each reads the larger of it and what it pulls, so a key is not
    * judged on this node's count alone until the others push theirs again (up to 198 admitted in
    * a window of 100 before). A pulled count of a key this node does not track is kept while the
-   * cells number under {@link CELLS_PER_CAPACITY} × `capacity`.
+   * cells number under {@link CELLS_PER_CAPACITY} × `capacity`, and only while the window has not
+   * ended here.
    */
   apply(pull: Pull, seq: number, sentAt: number): void {
+    this.#inFlight = false;
     if (pull.applied) this.acked = seq;
     const renewed = this.pulled(pull);
     this.census.count(pull.nodes, sentAt, renewed);
@@ -223,7 +242,7 @@ export class ExactCells extends PulledEntry implements SyncedEntry {
       }
       this.#floor = floor;
     }
-    const room = CELLS_PER_CAPACITY * this.capacity;
+    const room = this.#ended ? 0 : CELLS_PER_CAPACITY * this.capacity;
     for (let j = 0; j < pull.cells.length; j++) {
       const id = pull.cells[j] as number;
       const others = Math.max(this.#floor?.get(id) ?? 0, pull.others[j] as number);

@@ -21,6 +21,29 @@ const MAX_INTERVAL_MS = 86_400_000;
  */
 const SKEW_MARGIN_MS = 10_000;
 
+/**
+ * Most windows older than the previous one a rate keeps for what they have not pushed
+ * ({@link SyncedRate.entries}). Window `w`'s keys live until `SKEW_MARGIN_MS` past the end of
+ * window `w + 1`, so with windows of 5 s or more at most two such windows are still in Redis: the
+ * cap binds only on shorter windows, whose counts a sync more than two windows late loses (the
+ * oldest first). Each kept window is a sketch as large as the current one (25 bytes a counter:
+ * this node's counts, the others', the values last pushed, a mark), so a rate holds at most four
+ * windows, twice what it holds while its syncs come in time.
+ */
+const MAX_ENDED = 2;
+
+/**
+ * @internal In a rate's options, the structure it is made for and that structure's window option,
+ * which the warning of a window shorter than the sync period names: a `SyncedWindowQuota` counts
+ * on a rate of its own.
+ */
+export const madeFor = Symbol('keepcount.syncedRate.madeFor');
+
+/** @internal {@link SyncedRateOptions} as a structure making a rate for itself gives them. */
+export interface OwnedRateOptions extends SyncedRateOptions {
+  [madeFor]?: { kind: string; option: string };
+}
+
 /** Options of {@link SyncedRate}. */
 export interface SyncedRateOptions {
   /** The {@link RedisSync} that carries it. Required. */
@@ -29,7 +52,13 @@ export interface SyncedRateOptions {
   name: string;
   /** The hash seed, the same on every node; see `SyncedEstimatorOptions.seed`. Required. */
   seed: bigint | number;
-  /** Length of one window in milliseconds: an integer in [1, 86,400,000]. Required. */
+  /**
+   * Length of one window in milliseconds: an integer in [1, 86,400,000]. Required. Make it at least
+   * the sync's `syncMs`, better several times it: the nodes see each other's counts only at their
+   * syncs, so in a window shorter than that period each node sees mostly its own counts, and
+   * constructing such a rate emits a `KeepcountWarning` (`KEEPCOUNT_SHORT_WINDOW`; see the class
+   * doc).
+   */
   intervalMs: number;
   /** Rows of each window's sketch. Defaults to 4. */
   hashes?: number;
@@ -40,6 +69,9 @@ export interface SyncedRateOptions {
    * intervalMs)` on this clock. Defaults to Redis's clock as the sync estimates it
    * (`sync.now()`), which every node shares; a clock given here is each node's own, and nodes
    * whose clocks disagree count in different windows around each boundary (see the class doc).
+   * With a clock no warning says the window is shorter than `syncMs`: the clock's milliseconds need
+   * not be the sync timer's (a test moves its clock by hand and syncs with `sync.flush()`, on a
+   * sync whose timer never fires).
    */
   clock?: Clock;
 }
@@ -71,6 +103,29 @@ interface Window {
  * than the limit in one window, and as many fewer in the next. With a `clock` option, `d` is how
  * far the nodes' clocks disagree. A clock that goes back stays in the later window until it
  * catches up. Keys outlive their last reader by 10 s for slower clocks.
+ *
+ * # Windows and syncs
+ * A node sees the others' counts as of its last sync, and they see its own as of theirs: a count
+ * reaches the other nodes up to `2 × (syncMs + RTT)` after it was made. A window shorter than
+ * `syncMs` therefore ends before most of its counts reach the others: each node's `rate()` reads
+ * mostly its own counts, and a `SyncedWindowQuota` holds each node, not the fleet, to its limit
+ * (two nodes, 0.85 requests/ms each, syncs every 100 ms: windows of 40 ms admitted 40 a window on
+ * a limit of 20, against 1,091 on a limit of 1,000 for windows of 1 s; 29 Nov 2026). Constructing
+ * one warns once per process and structure (`KeepcountWarning`, `KEEPCOUNT_SHORT_WINDOW`), but
+ * for a rate given its own `clock`.
+ *
+ * A sync pushes the current and the previous window, and any older window that still holds counts
+ * not pushed (one that ended between two syncs, or while the node could not reach Redis) until a
+ * sync has pushed them: the two windows before the previous one at most, and only while Redis
+ * keeps the window's keys (10 s past the end of the window after it). Older windows are dropped
+ * with what they had not pushed, so that memory stays at four windows' sketches however long
+ * Redis is away. With windows of 5 s or more that drops none Redis still keeps; windows shorter
+ * than a third or so of `syncMs` lose counts this way while Redis is up (Redis held 100 % of a
+ * node's counts with windows of 40 ms and syncs every 100 ms, 81 % at 50 and 200 ms, 69 % at 20
+ * and 100 ms, against 61 %, 28–47 % and 23 % before; 29 Nov 2026). No node reads a window older
+ * than its previous one (but one whose clock runs behind, within those 10 s), so a late push
+ * serves Redis's totals, not decisions. It lands in its own window's keys: the other nodes never
+ * count it in their current window, and pushes are cumulative, so nothing counts twice.
  */
 export class SyncedRate {
   /** The window length in milliseconds. */
@@ -93,13 +148,19 @@ export class SyncedRate {
   #current: Window;
   #previous: Window;
   /**
+   * Windows older than {@link #previous} that may hold counts Redis lacks, oldest first: at most
+   * {@link MAX_ENDED}, each kept until a sync pushed it or Redis dropped its keys
+   * ({@link entries}).
+   */
+  #ended: Window[] = [];
+  /**
    * True while the windows are placed on this process's `Date.now()`, before the sync knows
    * Redis's clock: the first roll after it does places them again on Redis's clock, back too.
    */
   #provisional: boolean;
 
   constructor(options: SyncedRateOptions) {
-    const o = optionsObject(options);
+    const o = optionsObject<OwnedRateOptions>(options);
     this.#sync = syncOption(o.sync);
     const name = nameOption('name', o.name);
     if (o.seed === undefined) throw invalidType('The "seed" option', 'a bigint or a number', o.seed);
@@ -117,6 +178,10 @@ export class SyncedRate {
     this.#previous = this.#window(now - 1);
     this.#current = this.#window(now);
     this.#sync.add(this, 'SyncedRate (or SyncedWindowQuota)', name);
+    if (o.clock === undefined && this.intervalMs < this.#sync.syncMs) {
+      const { kind, option } = o[madeFor] ?? { kind: 'SyncedRate', option: 'intervalMs' };
+      warnShortWindow(kind, option, name, this.intervalMs, this.#sync.syncMs);
+    }
   }
 
   /** @internal Whether its windows are on Redis's clock (or the given one): see `SyncSource.placed`. */
@@ -188,16 +253,29 @@ export class SyncedRate {
   }
 
   /**
-   * @internal What the sync pushes and pulls: the current window and the previous one, and the
-   * current window's exact counts if it has any.
+   * @internal What the sync pushes and pulls: the current window and the previous one, the
+   * current window's exact counts if it has any, and what older windows and the previous
+   * window's exact counts hold that Redis may lack. An ended window that a sync still carries
+   * pulls too, which no decision reads; it is dropped once nothing of it is pending (asked only
+   * here, when no call carrying this rate is in flight: one that fails marks its cells again) or
+   * once Redis has dropped its keys, when a push would only make them again for nobody.
    */
   entries(): SyncedEntry[] {
-    this.#roll(this.#now());
+    const now = this.#now();
+    this.#roll(now);
+    this.#ended = this.#ended.filter((window) => now < this.#keysEnd(window.index) && pending(window));
+    const entries: SyncedEntry[] = [];
+    for (const window of this.#ended) {
+      if (window.cells.pending) entries.push(window.cells);
+      if (window.exact?.pending === true) entries.push(window.exact);
+    }
+    entries.push(this.#previous.cells, this.#current.cells);
+    if (this.#previous.exact?.pending === true) entries.push(this.#previous.exact);
     // Exact counts sync from the window's start, tracked keys or not: a node that begins tracking
     // a key then already holds the others' counts of it.
     const exact = this.exactCells(true);
-    const cells = [this.#previous.cells, this.#current.cells];
-    return exact === undefined ? cells : [...cells, exact];
+    if (exact !== undefined) entries.push(exact);
+    return entries;
   }
 
   /**
@@ -277,8 +355,8 @@ export class SyncedRate {
   /**
    * Moves to the window `now` is in. A clock that went back stays in the later window (no time
    * passing, as `Rate`), except from windows placed before Redis's clock was known. Windows older
-   * than the previous one are dropped, with anything not yet pushed: no decision reads them any
-   * more.
+   * than the previous one that may hold counts Redis lacks are kept for the sync to push (see
+   * {@link entries}), the newest {@link MAX_ENDED}; no decision reads them any more.
    */
   #roll(now: number): void {
     const index = this.#index(now);
@@ -286,17 +364,23 @@ export class SyncedRate {
       this.#provisional = false;
       // Placed on a clock ahead of Redis's (most likely made before the first sync, as at start
       // up): staying would count apart from the fleet until Redis's clock caught up. What was
-      // counted in the windows left behind and not yet pushed is dropped.
+      // counted in the windows left behind and not yet pushed is dropped: pushed, it would count
+      // in windows the fleet has not reached.
       if (index < this.#current.index) {
         this.#previous = this.#window(index - 1);
         this.#current = this.#window(index);
+        this.#ended = [];
         return;
       }
     }
     if (index <= this.#current.index) return;
-    // A window that ended keeps its exact counts only to list its top talkers.
+    // A window that ended keeps its exact counts only to list its top talkers, and to push them.
     this.#current.exact?.forgetOthers();
-    this.#previous = index === this.#current.index + 1 ? this.#current : this.#window(index - 1);
+    const next = index === this.#current.index + 1;
+    const left = next ? [this.#previous] : [this.#previous, this.#current];
+    this.#ended.push(...left.filter(pending));
+    if (this.#ended.length > MAX_ENDED) this.#ended = this.#ended.slice(-MAX_ENDED);
+    this.#previous = next ? this.#current : this.#window(index - 1);
     this.#current = this.#window(index);
   }
 
@@ -316,8 +400,45 @@ export class SyncedRate {
     };
   }
 
-  /** How long window `index`'s keys live after a sync: until the end of window index + 1, on clocks up to the skew margin behind. */
+  /** How long window `index`'s keys live after a sync: until {@link #keysEnd}. */
   #windowTtl(index: number): () => number {
-    return () => Math.max(1, Math.ceil((index + 2) * this.intervalMs - this.#now()) + SKEW_MARGIN_MS);
+    return () => Math.max(1, Math.ceil(this.#keysEnd(index) - this.#now()));
   }
+
+  /**
+   * When window `index`'s keys expire, on this rate's clock: at the end of window `index + 1`, the
+   * last that reads it, on clocks up to the skew margin behind.
+   */
+  #keysEnd(index: number): number {
+    return (index + 2) * this.intervalMs + SKEW_MARGIN_MS;
+  }
+}
+
+/** Whether `window` may hold counts of this node's that Redis lacks, in its sketch or exact counts. */
+function pending(window: Window): boolean {
+  return window.cells.pending || window.exact?.pending === true;
+}
+
+/** The structures (kind and name) warned of a short window in this process: each once. */
+const warnedShort = new Set<string>();
+
+/**
+ * Warns, once a process for each structure, that its windows (`windowMs` long, its option
+ * `option`) are shorter than its sync's period: in such a window each node sees mostly its own
+ * counts, which nothing else says (see {@link SyncedRate}).
+ */
+function warnShortWindow(kind: string, option: string, name: string, windowMs: number, syncMs: number): void {
+  const key = `${kind}\n${name}`;
+  if (warnedShort.has(key)) return;
+  warnedShort.add(key);
+  const consequence =
+    kind === 'SyncedWindowQuota'
+      ? 'each node admits up to the limit a window, and the fleet up to the limit times the nodes'
+      : "its counts and rate() are mostly this node's own";
+  process.emitWarning(
+    `${kind} "${name}": its ${option} (${windowMs}) is shorter than its RedisSync's syncMs (${syncMs}). ` +
+      "The nodes see each other's counts only at their syncs, so in a window this short they see " +
+      `mostly their own: ${consequence}. Make ${option} several times syncMs, or syncMs shorter`,
+    { type: 'KeepcountWarning', code: 'KEEPCOUNT_SHORT_WINDOW' },
+  );
 }

@@ -9,7 +9,7 @@ import { MAX_CAPACITY, MAX_VALUE, topArguments } from '../heavy.js';
 import { MAX_HASHES } from '../limits.js';
 import { integerOption, optionsObject } from '../options.js';
 import type { ExactCells, ExactCounts } from './exact.js';
-import { SyncedRate } from './rate.js';
+import { madeFor, SyncedRate, type OwnedRateOptions } from './rate.js';
 import { failPolicyOption, type FailPolicy } from './fail-policy.js';
 import type { RedisSync } from './sync.js';
 
@@ -23,7 +23,12 @@ export interface SyncedWindowQuotaOptions {
   seed: bigint | number;
   /** Requests allowed per key per window, fleet-wide: an integer >= 0. Required. */
   limit: number;
-  /** The window in milliseconds: an integer in [1, 86,400,000]. Required. */
+  /**
+   * The window in milliseconds: an integer in [1, 86,400,000]. Required. Make it several times the
+   * sync's `syncMs`: a window shorter than that ends before most of its requests reach the other
+   * nodes, so each node admits up to the limit (see the class doc), and constructing such a quota
+   * without a `clock` emits a `KeepcountWarning` (`KEEPCOUNT_SHORT_WINDOW`).
+   */
   windowMs: number;
   /** The policy name in the RateLimit headers. Defaults to `'default'`. */
   policy?: string;
@@ -89,7 +94,12 @@ export interface SyncedHeavyHitterStats {
  *     limit + (nodes − 1) × r × 2 × (syncMs + RTT)
  *
  * admissions per window: the last node to admit saw every admission but the others' last `D` ms.
- * Count-min collisions only ever refuse more. Staleness (`sync.staleness`; with `cluster: true`,
+ * So the quota is the fleet's only for windows well over `D`: in a window shorter than `syncMs`
+ * each node sees mostly its own requests and admits up to `limit` (two nodes, 0.85 requests/ms
+ * each, syncs every 100 ms: windows of 40 ms admitted 40 a window on a limit of 20, windows of
+ * 1 s 1,091 on a limit of 1,000), which a `KeepcountWarning` (`KEEPCOUNT_SHORT_WINDOW`) says at
+ * construction (but with a `clock`: see `SyncedRateOptions.clock`). Count-min collisions only
+ * ever refuse more. Staleness (`sync.staleness`; with `cluster: true`,
  * that of the last successful call for this quota's name) is the age of the others' counts; past
  * `staleAfterMs` the {@link FailPolicy} applies. Under `'local'` a node whose sync never reached
  * Redis refuses then: it knows no node count to divide the limit by. Await
@@ -160,7 +170,7 @@ export class SyncedWindowQuota implements RequestQuota {
         Math.min(MAX_CAPACITY, CAPACITY_PER_CLIENT * clients),
       ),
     };
-    this.#rate = new SyncedRate({
+    const rateOptions: OwnedRateOptions = {
       sync: o.sync as RedisSync,
       name: o.name as string,
       seed: o.seed as bigint | number,
@@ -168,7 +178,9 @@ export class SyncedWindowQuota implements RequestQuota {
       hashes,
       slots: o.slots ?? slotsFor(clients, hashes),
       clock: o.clock,
-    });
+      [madeFor]: { kind: 'SyncedWindowQuota', option: 'windowMs' },
+    };
+    this.#rate = new SyncedRate(rateOptions);
     this.#sync = o.sync as RedisSync;
     if (exact !== undefined) this.#exact = this.#rate.countExactly(exact.threshold, exact.capacity);
   }
