@@ -6,7 +6,12 @@ import { pull } from './redis-pulls.js';
 
 /** A window's exact counts tracking at most `capacity` keys, synced by hand below. */
 const cellsOf = (capacity: number): ExactCells =>
-  new ExactCells(capacity, entryKeys('kc:{q}', 'x1', 'x1-00000000', 'x'), new Census({ nodes: 1, syncMs: 100 }), () => 0);
+  new ExactCells(
+    capacity,
+    entryKeys('kc:{q}', 'x1', 'x1-00000000', 'x'),
+    new Census({ nodes: 1, syncMs: 100 }),
+    () => 0,
+  );
 
 test(title('exact cells count tracked keys, add the others’ pulled counts, and push what changed'), (t) => {
   const cells = cellsOf(2);
