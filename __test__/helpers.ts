@@ -54,10 +54,19 @@ export interface ChildResult {
   exitAt: number;
 }
 
-/** Runs a fixture (with `args`) with tsx in a child process, inheriting KEEPCOUNT_BACKEND unless `env` overrides it. */
+/**
+ * Runs a fixture (with `args`) with tsx in a child process, inheriting KEEPCOUNT_BACKEND unless
+ * `env` overrides it; as the user and group `uid` and `gid` if given (which takes root).
+ */
 export function runFixture(
   name: string,
-  options: { env?: Record<string, string | undefined>; nodeArgs?: string[]; args?: string[] } = {},
+  options: {
+    env?: Record<string, string | undefined>;
+    nodeArgs?: string[];
+    args?: string[];
+    uid?: number;
+    gid?: number;
+  } = {},
 ): Promise<ChildResult> {
   const env: Record<string, string | undefined> = { ...process.env, ...options.env };
   for (const key of Object.keys(env)) if (env[key] === undefined) delete env[key];
@@ -67,6 +76,8 @@ export function runFixture(
     {
       env,
       stdio: ['ignore', 'pipe', 'pipe'],
+      uid: options.uid,
+      gid: options.gid,
     },
   );
   let stdout = '';

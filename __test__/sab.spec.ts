@@ -2,10 +2,13 @@
 // threads, the native and the fallback backend giving the same answers on one buffer (each worker
 // forces its own backend), one rotation per interval for every thread, a buffer that outlives the
 // thread that made it and a worker terminated mid-loop, and the errors for bad buffers.
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { Worker } from 'node:worker_threads';
 import test, { type ExecutionContext } from 'ava';
 import { crc32 } from '../fallback/crc32.js';
-import { backend, Estimator, ManualClock, Rate } from '../lib/index.js';
+import { backend, Estimator, Inflight, ManualClock, Rate } from '../lib/index.js';
 import type { BufferWorkerData, Command } from './fixtures/buffer-worker.js';
 import { fixture, runFixture, throwsShape, title } from './helpers.js';
 
@@ -388,6 +391,36 @@ test(title('bad buffers and options are refused with the same errors on both bac
     code: 'ERR_INVALID_ARG_TYPE',
     message: 'The "intervalMs" option must be of type number. Received undefined',
   });
+});
+
+test(title('an in-flight segment copied into a buffer is a kind mismatch, not a damaged buffer'), (t) => {
+  // Layout 5's in-flight file: the total and 2 processes' sketches of 1 × 8 counters end at byte
+  // 320, a cache line; then one 64-byte slot per process. Built by hand, so both backends read it.
+  const bytes = 128 + 3 * 8 * 8 + 2 * 64;
+  const inflight = new SharedArrayBuffer(bytes);
+  new Uint8Array(inflight).set(new Uint8Array(Estimator.createSharedBuffer({ hashes: 1, slots: 8, seed: 5n }), 0, 64));
+  const view = new DataView(inflight);
+  view.setUint32(12, 3, true);
+  view.setBigUint64(48, BigInt(bytes), true);
+  view.setUint32(56, 2, true);
+  view.setUint32(60, crc32(new Uint8Array(inflight), 60), true);
+  const kind = (requested: string) => ({
+    instanceOf: Error,
+    code: 'ERR_KEEPCOUNT_MISMATCH',
+    message: `The shared buffer was created with kind in-flight, not ${requested} as requested`,
+  });
+  throwsShape(t, () => Estimator.fromSharedBuffer(inflight), kind('estimator'));
+  throwsShape(t, () => Rate.fromSharedBuffer(inflight), kind('rate'));
+  if (backend === 'fallback') return;
+  // The file Inflight.openShared makes is that long: what a user would copy.
+  const dir = mkdtempSync(join(tmpdir(), 'keepcount-sab-'));
+  t.teardown(() => rmSync(dir, { recursive: true, force: true }));
+  Inflight.openShared('copied', { seed: 5n, dir, hashes: 1, slots: 8, processes: 2 }).close();
+  const file = readFileSync(join(dir, 'keepcount.copied'));
+  t.is(file.length, bytes);
+  const copied = new SharedArrayBuffer(file.length);
+  new Uint8Array(copied).set(file);
+  throwsShape(t, () => Rate.fromSharedBuffer(copied), kind('rate'));
 });
 
 /** A copy of `buffer` in a new SharedArrayBuffer. */

@@ -4,12 +4,26 @@
 import { readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import test from 'ava';
-import { backend, Limiter, SharedLimiter, type SharedLimiterStats } from '../lib/index.js';
+import {
+  backend,
+  Limiter,
+  SharedLimiter,
+  type LimiterDecision,
+  type Quota,
+  type SharedLimiterStats,
+} from '../lib/index.js';
 import { get } from './http-client.js';
 import { throwsShape, title } from './helpers.js';
 import { scratch, unsupported, workers } from './shared-workers.js';
 
 const SEED = 0x5eedn;
+
+/** `quota` as a limiter's `quota` reports it: every limit as amount per `periodMs`. */
+function quotaInfoOf(quota: Quota): unknown {
+  const info = (limit: NonNullable<Quota['requests']>) =>
+    'perSecond' in limit ? { amount: limit.perSecond, periodMs: 1000, burst: limit.burst } : limit;
+  return Object.fromEntries(Object.entries(quota).map(([name, limit]) => [name, info(limit)]));
+}
 
 test(title('four processes hammering three keys admit at most burst + rate × t per key'), async (t) => {
   const dir = scratch(t);
@@ -262,6 +276,129 @@ test(title('tokenBucket over a shared Limiter holds one bucket per client across
   t.is(statuses.filter((s) => s === 429).length, 4, statuses.join(' '));
   await Promise.all(all.map((w) => w.exit()));
 });
+
+test(title('day and month quotas a local Limiter takes open shared, and decide as the local one'), (t) => {
+  const dir = scratch(t);
+  const DAY = 86_400_000;
+  // Each full bucket is 2^64 nanosecond units or more as written (burst × period): opening them
+  // was refused, "burst times its period in nanoseconds must be below 2^64". In lowest terms
+  // (amount and period divided by their gcd), which decides exactly alike, each fits.
+  const cases: Record<string, { quota: Quota; cost: number; admitted: number }> = {
+    '1M requests a day': {
+      quota: { requests: { amount: 1_000_000, periodMs: DAY, burst: 1_000_000 } },
+      cost: 1,
+      admitted: 1_000_000,
+    },
+    '10k requests per 30 days': {
+      quota: { requests: { amount: 10_000, periodMs: 30 * DAY, burst: 10_000 } },
+      cost: 1,
+      admitted: 10_000,
+    },
+    '5 GB a day': { quota: { units: { amount: 5e9, periodMs: DAY, burst: 5e9 } }, cost: 1e8, admitted: 50 },
+    '100 MB a second, bursts of 100 GB': {
+      quota: { units: { perSecond: 1e8, burst: 1e11 } },
+      cost: 1e10,
+      admitted: 10,
+    },
+  };
+  for (const [label, { quota, cost, admitted }] of Object.entries(cases)) {
+    if (backend === 'fallback') {
+      throwsShape(
+        t,
+        () => Limiter.openShared(label.replace(/\W/g, ''), { quota, seed: SEED, dir }),
+        unsupported('Limiter.openShared'),
+      );
+      continue;
+    }
+    using shared = Limiter.openShared('long', { quota, capacity: 4, seed: SEED, dir });
+    t.deepEqual(shared.quota, quotaInfoOf(quota), label);
+    const local = new Limiter({ bestEffort: quota });
+    // The whole burst and then a refusal, alike: a million checks take long enough for a few
+    // more requests to refill (11.6 a second), hence a slack of one in a thousand (86 s of them).
+    const spend = (check: () => LimiterDecision) => {
+      let allowed = 0;
+      while (check().allowed && allowed <= 2 * admitted) allowed++;
+      return allowed;
+    };
+    for (const allowed of [spend(() => shared.check('k', cost)), spend(() => local.check('k', cost))]) {
+      t.true(allowed >= admitted && allowed <= admitted + Math.floor(admitted / 1000), `${label}: ${allowed}`);
+    }
+    shared.close();
+    Limiter.unlink('long', { dir });
+  }
+});
+
+test(title('processes opening a shared Limiter with quotas that decide alike share its buckets'), (t) => {
+  const dir = scratch(t);
+  const tenASecond = { requests: { perSecond: 10, burst: 20 } };
+  const twentyEveryTwo = { requests: { amount: 20, periodMs: 2000, burst: 20 } };
+  if (backend === 'fallback') {
+    throwsShape(
+      t,
+      () => Limiter.openShared('alike', { quota: tenASecond, seed: SEED, dir }),
+      unsupported('Limiter.openShared'),
+    );
+    return;
+  }
+  // Refused as another quota before, though every decision is the same.
+  using a = Limiter.openShared('alike', { quota: tenASecond, seed: SEED, dir });
+  using b = Limiter.openShared('alike', { quota: twentyEveryTwo, seed: SEED, dir });
+  let allowed = 0;
+  for (let i = 0; i < 30; i++) if ((i % 2 === 0 ? a : b).check('k').allowed) allowed++;
+  t.is(allowed, 20, 'one bucket of 20 between them');
+  // A day's quota written either way, the segment keeping it in lowest terms.
+  const day = { requests: { amount: 1_000_000, periodMs: 86_400_000, burst: 1_000_000 } };
+  const lowest = { requests: { amount: 1, periodMs: 86.4, burst: 1_000_000 } };
+  using c = Limiter.openShared('day', { quota: day, seed: SEED, dir });
+  using d = Limiter.openShared('day', { quota: lowest, seed: SEED, dir });
+  t.true(c.check('k', 1).allowed && d.check('k', 1).allowed);
+  // Another burst decides otherwise: still a mismatch, naming the quota.
+  throwsShape(
+    t,
+    () => Limiter.openShared('alike', { quota: { requests: { perSecond: 10, burst: 21 } }, seed: SEED, dir }),
+    {
+      instanceOf: Error,
+      code: 'ERR_KEEPCOUNT_MISMATCH',
+      message:
+        /was created with quota \{ requests: \{ amount: 10, periodMs: 1000, burst: 20 \} \}, not \{ requests: \{ amount: 10, periodMs: 1000, burst: 21 \} \} as requested/,
+    },
+  );
+});
+
+test(
+  title('a quota too wide for a shared bucket even in lowest terms is a RangeError naming its burst, on both backends'),
+  (t) => {
+    const dir = scratch(t);
+    // One request a day: no common factor to take out, 8.64 × 10^13 ns a token, so at most
+    // floor((2^64 − 1) / 8.64e13) = 213,503 tokens fit a bucket word.
+    const wide = { requests: { amount: 1, periodMs: 86_400_000, burst: 213_504 } };
+    const fits = { requests: { amount: 1, periodMs: 86_400_000, burst: 213_503 } };
+    const refused = (option: string) => ({
+      instanceOf: RangeError,
+      code: 'ERR_OUT_OF_RANGE',
+      message:
+        `The "${option}" option must be at most 213503 for 1 every 86400000 ms in a shared limiter, whose buckets ` +
+        'hold burst × period / gcd(amount, period) nanosecond units below 2^64 (a local Limiter has no such limit). ' +
+        'Received 213504',
+    });
+    throwsShape(t, () => Limiter.openShared('wide', { quota: wide, seed: SEED, dir }), refused('quota.requests.burst'));
+    throwsShape(
+      t,
+      () => Limiter.openShared('wide', { quota: fits, bestEffort: { units: wide.requests }, seed: SEED, dir }),
+      refused('bestEffort.units.burst'),
+    );
+    if (backend === 'fallback') {
+      throwsShape(
+        t,
+        () => Limiter.openShared('wide', { quota: fits, seed: SEED, dir }),
+        unsupported('Limiter.openShared'),
+      );
+      return;
+    }
+    using limiter = Limiter.openShared('wide', { quota: fits, seed: SEED, dir });
+    t.true(limiter.check('k').allowed);
+  },
+);
 
 test(title('Limiter.openShared checks its options before the backend, on both backends'), (t) => {
   const quota = { requests: { perSecond: 1, burst: 1 } };

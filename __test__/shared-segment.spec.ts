@@ -1,12 +1,12 @@
 // The segment files behind openShared: options that must match, permissions and owners, damaged
 // or foreign files, other layout versions, reuse after close, and the checks made before opening.
 // On the fallback backend every entry point refuses with ERR_KEEPCOUNT_UNSUPPORTED.
-import { chmodSync, chownSync, existsSync, readFileSync, statSync, writeFileSync } from 'node:fs';
+import { chmodSync, chownSync, existsSync, mkdirSync, readFileSync, statSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import test from 'ava';
 import { crc32 } from '../fallback/crc32.js';
 import { backend, Estimator, Inflight, Limiter, Rate } from '../lib/index.js';
-import { throwsShape, title } from './helpers.js';
+import { runFixture, throwsShape, title } from './helpers.js';
 import { scratch, unsupported } from './shared-workers.js';
 
 const SEED = 0x5eedn;
@@ -136,12 +136,13 @@ test(title('a "dir" that names no directory is ERR_KEEPCOUNT_IO naming the optio
     // A file where the path needs a directory: no such directory either.
     throwsShape(t, () => open(join(file, 'sub')), noDirectory(join(file, 'sub'), absent));
   }
-  // The system's error stays as the cause, for whoever needs the file it failed on.
+  // The system's error stays as the cause, naming the directory it could not create the segment
+  // in (it named the creator's temporary file there, a path the caller never gave).
   const error = t.throws(() => opens['Rate.openShared'](missing));
-  t.like(error?.cause, { code: 'ERR_KEEPCOUNT_IO' });
-  t.true(
-    (error?.cause as Error).message.startsWith(`Cannot open the shared segment: ${join(missing, '.keepcount.d.')}`),
-  );
+  t.like(error?.cause, {
+    code: 'ERR_KEEPCOUNT_IO',
+    message: `Cannot open the shared segment: cannot create a segment file in ${missing}: No such file or directory (os error 2)`,
+  });
   t.false(existsSync(missing));
   for (const unlink of Object.values(unlinks)) {
     // Nothing to remove where there is no directory, as for any segment that does not exist.
@@ -149,6 +150,47 @@ test(title('a "dir" that names no directory is ERR_KEEPCOUNT_IO naming the optio
     throwsShape(t, () => unlink(file), noDirectory(file, 'is not a directory'));
   }
 });
+
+test(
+  title('a "dir" this process cannot create files in is ERR_KEEPCOUNT_IO naming the option and the directory'),
+  async (t) => {
+    const scratchDir = scratch(t);
+    // Root writes anywhere: the opens run as `nobody` then, in a directory that user can enter but
+    // not write; anyone else opens here, in a directory without write permission.
+    const root = process.getuid?.() === 0;
+    chmodSync(scratchDir, 0o755);
+    const dir = join(scratchDir, 'read-only');
+    mkdirSync(dir, { mode: 0o555 });
+    const child = await runFixture('open-in-dir.ts', { args: [dir], ...(root ? { uid: 65_534, gid: 65_534 } : {}) });
+    if (root && child.code !== 0 && child.stdout === '' && /EACCES|ERR_MODULE_NOT_FOUND/.test(child.stderr)) {
+      // A checkout that only root can read: `nobody` cannot even load the fixture (or tsx).
+      t.log(`skipped: user nobody cannot load the fixture here (${child.stderr.split('\n')[0]})`);
+      t.pass();
+      return;
+    }
+    t.is(child.code, 0, child.stderr);
+    const thrown = JSON.parse(child.stdout) as Record<string, unknown>;
+    for (const [what, error] of Object.entries(thrown)) {
+      if (backend === 'fallback') {
+        t.like(error, { code: 'ERR_KEEPCOUNT_UNSUPPORTED' }, what);
+        continue;
+      }
+      // It named the creator's temporary file (`.keepcount.x.<pid>.<hex>.tmp: Permission denied`),
+      // a path the caller never gave, as the only error.
+      t.deepEqual(
+        error,
+        {
+          name: 'Error',
+          code: 'ERR_KEEPCOUNT_IO',
+          message: `The "dir" option names a directory this process cannot create the segment in: ${dir} is not writable by it (EACCES)`,
+          cause: `Cannot open the shared segment: cannot create a segment file in ${dir}: Permission denied (os error 13)`,
+        },
+        what,
+      );
+    }
+    t.false(existsSync(join(dir, 'keepcount.x')));
+  },
+);
 
 test(title('a mismatch in the default directory names the unlink call without a dir'), (t) => {
   if (backend === 'fallback') {

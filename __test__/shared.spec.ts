@@ -154,3 +154,33 @@ test(title('a clock option is refused where time is shared, on both backends, be
   throwsShape(t, () => Rate.createSharedBuffer({ intervalMs: 1000, clock } as never), refused);
   t.false(existsSync(join(dir, 'keepcount.clocked')));
 });
+
+test(title('a shared Rate interval beyond 64-bit nanoseconds is refused on both backends, as a buffer’s is'), (t) => {
+  const dir = scratch(t);
+  // The segment keeps the interval in nanoseconds in 64 bits: every longer interval used to be
+  // stored as 2^64 − 1 ns, so different intervals opened one segment without a mismatch.
+  for (const intervalMs of [18446744073710, 2 ** 45, 2 ** 52]) {
+    throwsShape(t, () => Rate.openShared('long', { intervalMs, seed: SEED, dir, hashes: 1, slots: 8 }), {
+      instanceOf: RangeError,
+      code: 'ERR_OUT_OF_RANGE',
+      message: `The "intervalMs" option must be an integer in [1, 18446744073709]. Received ${intervalMs}`,
+    });
+  }
+  t.false(existsSync(join(dir, 'keepcount.long')));
+  if (backend === 'fallback') {
+    throwsShape(
+      t,
+      () => Rate.openShared('long', { intervalMs: 18446744073709, seed: SEED, dir }),
+      unsupported('Rate.openShared'),
+    );
+    return;
+  }
+  // The longest, 584 years, still opens, and a shorter one is told apart from it.
+  using longest = Rate.openShared('long', { intervalMs: 18446744073709, seed: SEED, dir, hashes: 1, slots: 8 });
+  t.is(longest.intervalMs, 18446744073709);
+  throwsShape(t, () => Rate.openShared('long', { intervalMs: 18446744073708, seed: SEED, dir, hashes: 1, slots: 8 }), {
+    instanceOf: Error,
+    code: 'ERR_KEEPCOUNT_MISMATCH',
+    message: /was created with intervalMs 18446744073709, not 18446744073708 as requested/,
+  });
+});

@@ -381,8 +381,9 @@ export interface SharedBackend {
   ): RateCore;
   /**
    * In-flight counts over segment `name` with `processes` slots (an integer in [1, 1024]); this
-   * process's contribution is taken back by the survivors if it dies (the native adapter checks
-   * every 100 ms, `crates/limits/src/shared/inflight.rs` `RECLAIM_INTERVAL`).
+   * process's contribution is taken back by the survivors if it dies (the native adapter asks
+   * every 100 ms whether it is its turn to for the host, `crates/limits/src/shared/inflight.rs`
+   * `RECLAIM_INTERVAL`).
    */
   openInflight(
     name: string,

@@ -185,7 +185,9 @@ export class Estimator {
     const dir = sharedDir(o);
     const mode = sharedMode(o);
     const shared = sharedBackend('Estimator.openShared');
-    return new Estimator(new Adopted(inSharedDir(dir, () => shared.openEstimator(n, hashes, slots, seed, dir, mode))));
+    return new Estimator(
+      new Adopted(inSharedDir(dir, n, () => shared.openEstimator(n, hashes, slots, seed, dir, mode))),
+    );
   }
 
   /**
@@ -242,7 +244,7 @@ export class Estimator {
     const n = sharedName(name);
     const dir = sharedDir(optionsObject(options));
     const shared = sharedBackend('Estimator.unlink');
-    inSharedDir(dir, () => shared.unlink(n, dir));
+    inSharedDir(dir, n, () => shared.unlink(n, dir));
   }
 
   /** Rows of counters. */

@@ -249,7 +249,7 @@ export class Inflight implements InflightCounter, Disposable {
     const dir = sharedDir(o);
     const mode = sharedMode(o);
     const shared = sharedBackend('Inflight.openShared');
-    const core = inSharedDir(dir, () => shared.openInflight(n, hashes, slots, seed, processes, dir, mode));
+    const core = inSharedDir(dir, n, () => shared.openInflight(n, hashes, slots, seed, processes, dir, mode));
     return new Inflight(new Adopted(core));
   }
 
@@ -261,7 +261,7 @@ export class Inflight implements InflightCounter, Disposable {
     const n = sharedName(name);
     const dir = sharedDir(optionsObject(options));
     const shared = sharedBackend('Inflight.unlink');
-    inSharedDir(dir, () => shared.unlink(n, dir));
+    inSharedDir(dir, n, () => shared.unlink(n, dir));
   }
 
   /**

@@ -127,7 +127,7 @@ export class Limiter implements Disposable {
     const n = sharedName(name);
     const dir = sharedDir(optionsObject(options));
     const shared = sharedBackend('Limiter.unlink');
-    inSharedDir(dir, () => shared.unlink(n, dir));
+    inSharedDir(dir, n, () => shared.unlink(n, dir));
   }
 
   /**

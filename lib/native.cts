@@ -299,16 +299,18 @@ class NativeSharedRate implements RateCore {
 }
 
 /**
- * How often every process holding a shared `Inflight` takes back the contributions of dead ones
- * (`crates/limits/src/shared/inflight.rs` `RECLAIM_INTERVAL`).
+ * How often every object holding a slot of a shared `Inflight` asks whether it is its turn to take
+ * back the contributions of dead processes for the host (`crates/limits/src/shared/inflight.rs`
+ * `RECLAIM_INTERVAL`, "Reclaiming in turn").
  */
 const SHARED_RECLAIM_INTERVAL_MS = 100;
 
 /**
- * The native {@link OwnedInflightCore} over a shared segment. It also takes back dead processes'
- * contributions every {@link SHARED_RECLAIM_INTERVAL_MS}: an unref'd timer holding the binding
- * object weakly, so it neither keeps the process alive nor the object from being collected
- * (collection gives back what this process still holds, and the timer then stops).
+ * The native {@link OwnedInflightCore} over a shared segment. Every
+ * {@link SHARED_RECLAIM_INTERVAL_MS} it also takes back dead processes' contributions when it is
+ * its turn to for the host: an unref'd timer holding the binding object weakly, so it neither
+ * keeps the process alive nor the object from being collected (collection gives back what this
+ * process still holds, and the timer then stops).
  */
 class NativeSharedInflight implements OwnedInflightCore {
   private readonly handle: number;
@@ -320,7 +322,7 @@ class NativeSharedInflight implements OwnedInflightCore {
     const timer = setInterval(() => {
       const live = weak.deref();
       if (live === undefined) clearInterval(timer);
-      else live.reclaim();
+      else live.reclaimInTurn();
     }, SHARED_RECLAIM_INTERVAL_MS);
     timer.unref();
     this.timer = timer;

@@ -22,10 +22,11 @@ import {
 /** Longest interval: 2^52 ms, so twice it is still exact. */
 const MAX_INTERVAL_MS = 4503599627370496;
 /**
- * Longest interval of a rate in a `SharedArrayBuffer`, whose header and interval word count
- * nanoseconds in 64 bits: `floor((2^64 − 1) / 10^6)` ms, 584 years.
+ * Longest interval of a shared rate, in a segment or a `SharedArrayBuffer`, whose header and
+ * interval word count nanoseconds in 64 bits: `floor((2^64 − 1) / 10^6)` ms, 584 years. Longer ones
+ * would be stored as 2^64 − 1 ns, each the same interval as every other.
  */
-const MAX_BUFFER_INTERVAL_MS = 18446744073709;
+const MAX_SHARED_INTERVAL_MS = 18446744073709;
 
 /** Options of {@link Rate}. */
 export interface RateOptions {
@@ -49,7 +50,10 @@ export interface RateOptions {
 
 /** Options of {@link Rate.openShared}. */
 export interface SharedRateOptions extends SharedCreation {
-  /** As {@link RateOptions.intervalMs}; every process must pass the same. Required. */
+  /**
+   * Length of one counting interval in milliseconds: an integer in [1, 18446744073709] (2^64 − 1
+   * nanoseconds, 584 years, what the segment holds). Every process must pass the same. Required.
+   */
   intervalMs: number;
   /** As {@link RateOptions.hashes}. Defaults to 4. */
   hashes?: number;
@@ -218,13 +222,13 @@ export class Rate {
     const n = sharedName(name);
     const o = optionsObject<SharedRateOptions>(options);
     noClock(o);
-    const intervalMs = integerOption('intervalMs', o.intervalMs, 1, MAX_INTERVAL_MS);
+    const intervalMs = integerOption('intervalMs', o.intervalMs, 1, MAX_SHARED_INTERVAL_MS);
     const { hashes, slots } = shapeOptions(o.hashes, o.slots, DEFAULT_SHAPE);
     const seed = sharedSeed(o.seed);
     const dir = sharedDir(o);
     const mode = sharedMode(o);
     const shared = sharedBackend('Rate.openShared');
-    const core = inSharedDir(dir, () => shared.openRate(n, intervalMs, hashes, slots, seed, dir, mode));
+    const core = inSharedDir(dir, n, () => shared.openRate(n, intervalMs, hashes, slots, seed, dir, mode));
     return new Rate(new Adopted(core, intervalMs));
   }
 
@@ -236,7 +240,7 @@ export class Rate {
   static createSharedBuffer(options: SharedBufferRateOptions): SharedArrayBuffer {
     const o = optionsObject(options);
     noClock(o);
-    const intervalMs = integerOption('intervalMs', o.intervalMs, 1, MAX_BUFFER_INTERVAL_MS);
+    const intervalMs = integerOption('intervalMs', o.intervalMs, 1, MAX_SHARED_INTERVAL_MS);
     const { hashes, slots } = shapeOptions(o.hashes, o.slots, DEFAULT_SHAPE);
     return createBuffer({ kind: 'rate', hashes, slots, seed: seedOption(o.seed), intervalMs });
   }
@@ -282,7 +286,7 @@ export class Rate {
     const n = sharedName(name);
     const dir = sharedDir(optionsObject(options));
     const shared = sharedBackend('Rate.unlink');
-    inSharedDir(dir, () => shared.unlink(n, dir));
+    inSharedDir(dir, n, () => shared.unlink(n, dir));
   }
 
   /** Records `events` (a safe integer; defaults to 1) for `key`; returns its count in the current interval. */

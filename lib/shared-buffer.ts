@@ -7,7 +7,7 @@
  * of a file:
  *
  * ```text
- * 0..64    magic "KCSHARED", format version 3, kind (1 estimator, 2 rate), hashes, slots, seed,
+ * 0..64    magic "KCSHARED", format version 5, kind (1 estimator, 2 rate), hashes, slots, seed,
  *          interval (ns; 0 for an estimator), creation time (Unix ns), length, 0, CRC-32 of 0..60
  * 64..72   a rate's interval word (start in ns | stale | rotating | flag), 0 in a new buffer
  * 128..    i64 counters, row-major: one sketch (estimator) or two (rate)
@@ -36,6 +36,8 @@ const CHECKSUM_OFFSET = 60;
 export const FIRST_COUNTER = HEADER_BYTES / 8;
 /** Index of a rate's interval word (byte 64) in a 64-bit array over the buffer. */
 export const RATE_WORD = 8;
+/** Bytes of an in-flight segment's process slot, one cache line (`SLOT_BYTES` in layout.rs). */
+const SLOT_BYTES = 64;
 /** Most process slots an in-flight segment has (`MAX_PROCESSES` in inflight.rs). */
 const MAX_PROCESSES = 1024;
 /** Nanoseconds per millisecond: the header keeps a rate's interval in nanoseconds. */
@@ -63,6 +65,19 @@ const intervalNanos = (intervalMs: number): bigint => BigInt(intervalMs) * NANOS
 /** Bytes of a buffer holding `kind` with sketches of `hashes × slots`. */
 export function bufferBytes(kind: BufferKind, hashes: number, slots: number): number {
   return HEADER_BYTES + (kind === 'rate' ? 2 : 1) * hashes * slots * 8;
+}
+
+/**
+ * Bytes of a segment of kind `code` (`Layout::total_bytes` in layout.rs): the counters of its
+ * sketches after the header, and for an in-flight segment (a file copied into a buffer, refused
+ * as another kind once its length is known good) one 64-byte slot per process from the next
+ * cache line after them.
+ */
+function segmentBytes(code: number, hashes: number, slots: number, processes: number): number {
+  const sketches = code === 3 ? 1 + processes : code === 2 ? 2 : 1;
+  const countersEnd = HEADER_BYTES + sketches * hashes * slots * 8;
+  if (code !== 3) return countersEnd;
+  return Math.ceil(countersEnd / SLOT_BYTES) * SLOT_BYTES + processes * SLOT_BYTES;
 }
 
 /** A new buffer for `layout` (validated by the caller): header written, every counter 0. */
@@ -165,8 +180,7 @@ export function readBuffer(buffer: unknown, expected: Partial<BufferLayout> & { 
   ) {
     throw corrupt('layout', `kind ${code}, ${hashes} hashes × ${slots} slots, interval ${intervalNs} ns`);
   }
-  const sketches = code === 3 ? 1 + processes : code === 2 ? 2 : 1;
-  const total = HEADER_BYTES + sketches * hashes * slots * 8 + processes * 16;
+  const total = segmentBytes(code, hashes, slots, processes);
   const declared = view.getBigUint64(48, true);
   if (declared !== BigInt(total) || length !== total) {
     // Name all three: which of the buffer, the length field and the shape disagrees is the fault.

@@ -35,13 +35,54 @@ const MAX_CAPACITY = 2 ** 22;
 /** Default `capacity`: 65,536 keys, a 6 MiB segment (48 bytes per table entry, at most 3/4 full). */
 const DEFAULT_CAPACITY = 65_536;
 
+/**
+ * 2^64: a shared bucket keeps the units it lacks in a 64-bit word, below this
+ * (`crates/limits/src/shared/limiter.rs`, "Layout and lock-freedom").
+ */
+const BUCKET_WORD = 2n ** 64n;
+
+/**
+ * `spec`, the option `option` (`quota` or `bestEffort`), after checking that each of its limits
+ * fits a shared bucket: a full bucket is `burst × period` units of a nanosecond, kept in lowest
+ * terms (amount and period divided by their gcd, which decides alike) and below
+ * {@link BUCKET_WORD}. The crate refuses what does not fit too, but not naming the option, and the
+ * fallback would answer `ERR_KEEPCOUNT_UNSUPPORTED` first: checked here, the error is the same on
+ * both backends.
+ */
+function fitsBucketWords(option: string, spec: QuotaSpec): QuotaSpec {
+  for (const name of ['requests', 'units'] as const) {
+    const limit = spec[name];
+    if (limit == null) continue;
+    const period = BigInt(limit.periodNs);
+    let [rest, gcd] = [BigInt(limit.amount), period];
+    while (rest !== 0n) [rest, gcd] = [gcd % rest, rest];
+    const most = (BUCKET_WORD - 1n) / (period / gcd);
+    if (BigInt(limit.burst) > most) {
+      throw outOfRange(
+        `The "${option}.${name}.burst" option`,
+        `at most ${most} for ${limit.amount} every ${limit.periodNs / 1e6} ms in a shared limiter, whose buckets hold ` +
+          'burst × period / gcd(amount, period) nanosecond units below 2^64 (a local Limiter has no such limit)',
+        limit.burst,
+      );
+    }
+  }
+  return spec;
+}
+
 /** Options of `Limiter.openShared`. Every process must pass the same `quota`, `bestEffort`, `capacity` and `seed`. */
 export interface SharedLimiterOptions extends SharedCreation {
-  /** Every key's quota, as in a `Limiter`'s key table: `requests`, `units` or both. Required. */
+  /**
+   * Every key's quota, as in a `Limiter`'s key table: `requests`, `units` or both. Required. A
+   * bucket counts its tokens in nanoseconds of its period below 2^64, so each `burst` must be at
+   * most `(2^64 − 1) / (period in ns / gcd(amount, period in ns))`: round numbers fit whole days
+   * and months (a million a day, 10,000 every 30 days), one a day in bursts above 213,503 does not
+   * (a `RangeError` naming the burst). Quotas that decide alike (`{ perSecond: 10 }` and
+   * `{ amount: 20, periodMs: 2000 }`, with one burst) open one segment.
+   */
   quota: Quota;
   /**
-   * The quota of the one bucket that keys arriving once the table is full share. Defaults to
-   * `quota` (so all of them together get what one key gets).
+   * The quota of the one bucket that keys arriving once the table is full share, within the
+   * bounds of `quota`'s. Defaults to `quota` (so all of them together get what one key gets).
    */
   bestEffort?: Quota;
   /**
@@ -83,14 +124,17 @@ export class SharedLimiter {
   static open(name: string, options: SharedLimiterOptions): SharedLimiter {
     const n = sharedName(name);
     const o = optionsObject<SharedLimiterOptions>(options);
-    const quota = quotaSpec('The "quota" option', o.quota);
-    const bestEffort = o.bestEffort === undefined ? quota : quotaSpec('The "bestEffort" option', o.bestEffort);
+    const quota = fitsBucketWords('quota', quotaSpec('The "quota" option', o.quota));
+    const bestEffort =
+      o.bestEffort === undefined
+        ? quota
+        : fitsBucketWords('bestEffort', quotaSpec('The "bestEffort" option', o.bestEffort));
     const capacity = integerOption('capacity', o.capacity, 1, MAX_CAPACITY, DEFAULT_CAPACITY);
     const seed = sharedSeed(o.seed);
     const dir = sharedDir(o);
     const mode = sharedMode(o);
     const backend = sharedBackend('Limiter.openShared');
-    const core = inSharedDir(dir, () => backend.openLimiter(n, quota, bestEffort, capacity, seed, dir, mode));
+    const core = inSharedDir(dir, n, () => backend.openLimiter(n, quota, bestEffort, capacity, seed, dir, mode));
     return new SharedLimiter(core, quota, bestEffort);
   }
 

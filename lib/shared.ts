@@ -9,7 +9,8 @@
  *
  * @module
  */
-import { statSync } from 'node:fs';
+import { accessSync, constants, lstatSync, statSync } from 'node:fs';
+import { join } from 'node:path';
 import { active } from './backend.js';
 import type { SharedBackend } from './core.js';
 import { invalidType, outOfRange, withCode, type KeepcountError } from './errors.js';
@@ -72,18 +73,19 @@ export function sharedDir(options: SharedPlacement): string | undefined {
 }
 
 /**
- * Runs `segment` (an open or an unlink in `dir`, `undefined`: the default directory) and, if it
- * fails with `ERR_KEEPCOUNT_IO` because the `dir` option names no directory, throws an
- * `ERR_KEEPCOUNT_IO` saying so instead, the system's error as its `cause`: that one names a file
- * in `dir` (a temporary one when creating) that the caller never named. Checked once the call
+ * Runs `segment` (an open or an unlink of segment `name` in `dir`, `undefined`: the default
+ * directory) and, if it fails with `ERR_KEEPCOUNT_IO` because the `dir` option names no directory,
+ * or one this process cannot create the segment in, throws an `ERR_KEEPCOUNT_IO` saying so
+ * instead, the system's error as its `cause`: that one names a path (a file in `dir`, or the
+ * directory the segment could not be created in) but not the option to fix. Checked once the call
  * failed, so an open pays nothing for it and the fallback's `ERR_KEEPCOUNT_UNSUPPORTED` comes
  * first; an unlink of a directory that does not exist still removes nothing without error.
  */
-export function inSharedDir<T>(dir: string | undefined, segment: () => T): T {
+export function inSharedDir<T>(dir: string | undefined, name: string, segment: () => T): T {
   try {
     return segment();
   } catch (error) {
-    throw (dir !== undefined && noDirectory(dir, error)) || error;
+    throw (dir !== undefined && (noDirectory(dir, error) ?? notWritable(dir, name, error))) || error;
   }
 }
 
@@ -103,6 +105,38 @@ function noDirectory(dir: string, error: unknown): KeepcountError | undefined {
   }
   return withCode(
     new Error(`The "dir" option names no directory: ${dir} ${why}`, { cause: error }),
+    'ERR_KEEPCOUNT_IO',
+  );
+}
+
+/**
+ * The error naming the `dir` option when `error` is an I/O error creating segment `name` in
+ * `dir`, a directory this process cannot write. Only while the segment does not exist: an open or
+ * unlink of an existing one fails on that file, which the system's error names.
+ */
+function notWritable(dir: string, name: string, error: unknown): KeepcountError | undefined {
+  if ((error as { code?: unknown } | null)?.code !== 'ERR_KEEPCOUNT_IO') return undefined;
+  try {
+    lstatSync(join(dir, `keepcount.${name}`));
+    return undefined;
+  } catch {
+    // No segment: the failed call was creating it.
+  }
+  let code: string | undefined;
+  try {
+    accessSync(dir, constants.W_OK | constants.X_OK);
+    return undefined;
+  } catch (accessError) {
+    code = (accessError as NodeJS.ErrnoException).code;
+  }
+  let why: string;
+  if (code === 'EROFS') why = 'is on a read-only filesystem (EROFS)';
+  else if (code === 'EACCES' || code === 'EPERM') why = `is not writable by it (${code})`;
+  else return undefined;
+  return withCode(
+    new Error(`The "dir" option names a directory this process cannot create the segment in: ${dir} ${why}`, {
+      cause: error,
+    }),
     'ERR_KEEPCOUNT_IO',
   );
 }

@@ -111,7 +111,9 @@ impl From<SharedError> for Failure {
             SharedError::Unsupported | SharedError::NoWideAtomics => {
                 (Class::Error, "ERR_KEEPCOUNT_UNSUPPORTED")
             }
-            SharedError::Io { .. } => (Class::Error, "ERR_KEEPCOUNT_IO"),
+            SharedError::Io { .. } | SharedError::Create { .. } => {
+                (Class::Error, "ERR_KEEPCOUNT_IO")
+            }
             SharedError::Full { .. } => (Class::Error, "ERR_KEEPCOUNT_FULL"),
             // Name, shape, interval and mode: `lib/` checks them first.
             _ => (Class::RangeError, "ERR_OUT_OF_RANGE"),
@@ -230,5 +232,17 @@ mod tests {
             Failure::from(SharedError::Mode(0o1000)).class,
             Class::RangeError
         );
+        // A directory that refused a new segment is the system's refusal, as any other.
+        let refused = Failure::from(SharedError::Create {
+            dir: "/run/ro".into(),
+            source: std::io::Error::from_raw_os_error(libc::EACCES),
+        });
+        assert_eq!(
+            (refused.class, refused.code),
+            (Class::Error, "ERR_KEEPCOUNT_IO")
+        );
+        assert!(refused.message.starts_with(
+            "Cannot open the shared segment: cannot create a segment file in /run/ro: "
+        ));
     }
 }

@@ -109,14 +109,15 @@ impl SharedInflight {
         .map_err(|failure| map_error(env, failure))
     }
 
-    /// Takes back the contributions of dead processes; returns how many slots it freed (0 once
-    /// closed).
+    /// Takes back the contributions of dead processes if it is this object's turn to for the
+    /// host (the crate's `SharedInflight::reclaim_in_turn`, called every 100 ms from every
+    /// object); returns how many slots it freed (0 once closed).
     #[napi(catch_unwind)]
-    pub fn reclaim(&self) -> u32 {
+    pub fn reclaim_in_turn(&self) -> u32 {
         // At most 1024 slots.
         self.inflight
             .get_open()
-            .map_or(0, |inflight| inflight.reclaim() as u32)
+            .map_or(0, |inflight| inflight.reclaim_in_turn() as u32)
     }
 
     /// This object's handle for the fast paths ([`FAST_PATHS`]), valid while it lives.

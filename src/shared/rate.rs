@@ -23,8 +23,9 @@ thread_local! {
     static SHARED_RATES: RefCell<Slab<Sketches>> = const { RefCell::new(Slab::new(6)) };
 }
 
-/// Longest interval `lib/rate.ts` accepts: 2^52 ms.
-const MAX_INTERVAL_MS: u64 = 1 << 52;
+/// Longest interval `lib/rate.ts` accepts for a shared rate: what the segment's 64 bits of
+/// nanoseconds hold, `floor((2^64 − 1) / 10^6)` ms (584 years).
+const MAX_INTERVAL_MS: u64 = u64::MAX / 1_000_000;
 
 /// pingora-limits' `Rate` over the shared segment `name`, on the host's monotonic clock. Use the
 /// package's `Rate.openShared`; this class takes only validated input.
@@ -43,8 +44,8 @@ impl ObjectFinalize for SharedRate {
 #[napi]
 impl SharedRate {
     /// Opens (creating if needed) the shared rate `name` over intervals of `intervalMs` (an
-    /// integer in [1, 2^52]) with two sketches of `hashes × slots` keyed by `seed`; errors as
-    /// `SharedEstimator.open`.
+    /// integer in [1, 18446744073709]) with two sketches of `hashes × slots` keyed by `seed`;
+    /// errors as `SharedEstimator.open`.
     #[napi(factory, catch_unwind)]
     #[allow(clippy::too_many_arguments)]
     pub fn open(

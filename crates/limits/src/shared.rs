@@ -35,7 +35,8 @@
 //! ```text
 //! 0..64    immutable header: magic "KCSHARED", format version, kind, hashes, slots, seed,
 //!          interval (ns), creation time (Unix ns), file length, CRC-32 of the above
-//! 64..128  mutable words: a rate's interval word
+//! 64..128  mutable words: a rate's interval word, a limiter's counts, an in-flight segment's
+//!          reclaim turn
 //! 128..    i64 counters, row-major, one sketch (estimator), two (rate), or 1 + process slots
 //!          (in-flight), then the in-flight slot table; or a limiter's quotas, best-effort
 //!          bucket and key table
@@ -54,7 +55,9 @@ mod scratch;
 mod segment;
 
 pub use error::{CorruptReason, SharedError};
-pub use inflight::{MAX_PROCESSES, RECLAIM_INTERVAL, SETTLE_ATTEMPTS, SharedInflight};
+pub use inflight::{
+    MAX_PROCESSES, RECLAIM_INTERVAL, SETTLE_ATTEMPTS, SharedInflight, TURN_TIMEOUT,
+};
 pub use limiter::{MAX_CAPACITY, SharedLimiter, SharedLimiterStats};
 pub use rate::SharedRate;
 pub use segment::{Counters, DEFAULT_MODE, MAX_NAME_BYTES, SharedOptions, unlink};

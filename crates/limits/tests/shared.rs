@@ -377,7 +377,7 @@ fn a_segment_that_does_not_fit_its_filesystem_is_refused_at_creation() {
     // is a SIGBUS that kills the process (and every later opener). Needs a small tmpfs, which
     // only root can mount: skipped, and said so, where mounting is refused.
     let dir = Dir::new("small-tmpfs");
-    let Some(_mount) = Tmpfs::mount(&dir.0, "1m") else {
+    let Some(_mount) = Tmpfs::mount(&dir.0, "size=1m") else {
         eprintln!("skipped: cannot mount a 1 MiB tmpfs here (needs root)");
         return;
     };
@@ -394,13 +394,57 @@ fn a_segment_that_does_not_fit_its_filesystem_is_refused_at_creation() {
 }
 
 #[test]
+fn a_directory_that_refuses_a_new_segment_is_named_not_the_temporary_file() {
+    // Creating there failed naming the creator's temporary file (`.keepcount.x.<pid>.<hex>.tmp`),
+    // a path the caller never gave: the directory is what to fix.
+    let dir = Dir::new("refusing");
+    let refused = |at: &Path, errno: i32| match open_estimator(
+        "x",
+        shape(),
+        SEED,
+        &SharedOptions::new().dir(at),
+    ) {
+        Err(err @ SharedError::Create { .. }) => {
+            let SharedError::Create { dir, source } = &err else {
+                unreachable!()
+            };
+            assert_eq!((dir.as_path(), source.raw_os_error()), (at, Some(errno)));
+            assert_eq!(
+                err.to_string(),
+                format!("cannot create a segment file in {}: {source}", at.display())
+            );
+        }
+        other => panic!(
+            "expected a refused creation in {}, got {other:?}",
+            at.display()
+        ),
+    };
+    refused(&dir.0.join("missing"), libc::ENOENT);
+    // A directory this process cannot write: read-only (root writes anywhere else), or, for
+    // anyone else, one without write permission.
+    let read_only = dir.0.join("read-only");
+    fs::create_dir(&read_only).unwrap();
+    if let Some(_mount) = Tmpfs::mount(&read_only, "size=1m,ro") {
+        refused(&read_only, libc::EROFS);
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    } else if unsafe { libc::geteuid() } != 0 {
+        use std::os::unix::fs::PermissionsExt;
+        fs::set_permissions(&read_only, fs::Permissions::from_mode(0o555)).unwrap();
+        refused(&read_only, libc::EACCES);
+        fs::set_permissions(&read_only, fs::Permissions::from_mode(0o755)).unwrap();
+    } else {
+        eprintln!("skipped the unwritable directory: root, and cannot mount a read-only tmpfs");
+    }
+}
+
+#[test]
 fn a_creator_killed_mid_create_leaves_nothing_behind() {
     // Reserving a large segment takes a while; a creator killed then left a temporary file
     // holding what it had reserved (of /dev/shm: memory) until someone deleted it. Killed once
     // its reservation shows in the filesystem's use, which needs a tmpfs of its own: skipped
     // where mounting is refused.
     let dir = Dir::new("killed-creator");
-    let Some(_mount) = Tmpfs::mount(&dir.0, "1g") else {
+    let Some(_mount) = Tmpfs::mount(&dir.0, "size=1g") else {
         eprintln!("skipped: cannot mount a tmpfs here (needs root)");
         return;
     };
@@ -445,9 +489,11 @@ fn used_bytes(dir: &Path) -> u64 {
 struct Tmpfs(PathBuf);
 
 impl Tmpfs {
-    fn mount(dir: &Path, size: &str) -> Option<Self> {
+    /// A tmpfs mounted on `dir` with mount `options` (`size=1m`, say), unmounted when dropped;
+    /// `None` where mounting is refused (it needs root).
+    fn mount(dir: &Path, options: &str) -> Option<Self> {
         Command::new("mount")
-            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
+            .args(["-t", "tmpfs", "-o", options, "tmpfs"])
             .arg(dir)
             .stderr(Stdio::null())
             .status()

@@ -99,6 +99,29 @@ impl Limit {
     pub(crate) const fn capacity(&self) -> u128 {
         self.units(self.burst)
     }
+
+    /// The same limit with `amount` and `period` divided by their greatest common divisor `g`
+    /// (`amount` 0: a period of 1 ns, since `g` is the period). Every decision is the same: each
+    /// count of units the arithmetic makes (a full bucket `burst × period`, a cost `cost × period`,
+    /// a refill `amount × elapsed`, and their sums, differences and minima) is a multiple of `g`
+    /// in the written form and exactly that count divided by `g` in this one, so every comparison
+    /// goes the same way and every wait `⌈(need − tokens) / amount⌉` is the same quotient. A full
+    /// bucket is `g` times smaller: a shared limiter stores a limit so when written it would not
+    /// fit its 64-bit bucket word (a day's quota in nanoseconds, say).
+    pub(crate) fn in_lowest_terms(self) -> Self {
+        let period = self.period_nanos.get();
+        // Euclid's: `gcd` ends as gcd(amount, period), at least 1 since the period is not 0.
+        let (mut rest, mut gcd) = (self.amount, period);
+        while rest != 0 {
+            (rest, gcd) = (gcd % rest, rest);
+        }
+        Self {
+            amount: self.amount / gcd,
+            // `gcd` divides the period: the quotient is at least 1 (`MIN` is never taken).
+            period_nanos: NonZeroU64::new(period / gcd).unwrap_or(NonZeroU64::MIN),
+            burst: self.burst,
+        }
+    }
 }
 
 /// What one bucket admits: a [`Limit`] on requests (each check is one request) and a [`Limit`]
@@ -187,6 +210,20 @@ mod tests {
     fn largest_values_do_not_overflow() {
         let limit = Limit::new(u64::MAX, Duration::from_nanos(u64::MAX), u64::MAX).unwrap();
         assert_eq!(limit.capacity(), u64::MAX as u128 * u64::MAX as u128);
+    }
+
+    #[test]
+    fn lowest_terms_divide_amount_and_period_by_their_gcd() {
+        let lowest = |amount, nanos| {
+            let limit = Limit::new(amount, Duration::from_nanos(nanos), 7).unwrap();
+            let l = limit.in_lowest_terms();
+            (l.amount(), l.period_nanos(), l.burst())
+        };
+        assert_eq!(lowest(1_000_000, 86_400_000_000_000), (1, 86_400_000, 7));
+        assert_eq!(lowest(6, 4), (3, 2, 7));
+        assert_eq!(lowest(7, 5), (7, 5, 7));
+        assert_eq!(lowest(0, 1_000), (0, 1, 7));
+        assert_eq!(lowest(u64::MAX, u64::MAX), (1, 1, 7));
     }
 
     #[test]

@@ -62,10 +62,14 @@ pub enum SharedError {
     Processes(u32),
     /// A shared rate's interval is zero.
     ZeroInterval,
+    /// A shared rate's interval is longer than the segment's 64 bits of nanoseconds hold
+    /// (`u64::MAX` ns, 584 years): stored saturated, different intervals would open one segment.
+    LongInterval,
     /// A shared limiter's capacity is not in `1..=MAX_CAPACITY`.
     Capacity(u32),
-    /// A shared limiter's full bucket would be `2^64` units or more (`burst × period` in
-    /// nanoseconds): more than a bucket word holds.
+    /// A shared limiter's full bucket would be `2^64` units or more even in lowest terms
+    /// (`burst × period / gcd(amount, period)`, the period in nanoseconds): more than a bucket
+    /// word holds.
     WideQuota,
     /// The mode asks for bits beyond `0o777`, or lets the group or others read the file without
     /// writing it (see [`SharedOptions::mode`](crate::shared::SharedOptions::mode)).
@@ -75,6 +79,15 @@ pub enum SharedError {
     /// This CPU has no lock-free 128-bit compare-and-swap, which a shared limiter's buckets need
     /// (only the earliest AMD64 processors lack it).
     NoWideAtomics,
+    /// The directory refused the new file a segment is created in (no write permission, a
+    /// read-only filesystem, no such directory): named rather than the creator's temporary file,
+    /// a name the caller never gave.
+    Create {
+        /// The directory.
+        dir: PathBuf,
+        /// What the system said.
+        source: io::Error,
+    },
     /// The operating system refused an operation on the file.
     Io {
         /// The file or directory.
@@ -173,13 +186,17 @@ impl fmt::Display for SharedError {
                 crate::shared::inflight::MAX_PROCESSES
             ),
             Self::ZeroInterval => f.write_str("the rate interval must be longer than zero"),
+            Self::LongInterval => f.write_str(
+                "the rate interval must be at most 2^64 - 1 nanoseconds (about 584 years)",
+            ),
             Self::Capacity(capacity) => write!(
                 f,
                 "the key capacity must be between 1 and {}, got {capacity}",
                 crate::shared::limiter::MAX_CAPACITY
             ),
             Self::WideQuota => f.write_str(
-                "a shared limiter's burst times its period in nanoseconds must be below 2^64",
+                "a shared limiter's full bucket, burst × period in nanoseconds / gcd(amount, \
+                 period), must be below 2^64",
             ),
             Self::Mode(mode) => write!(
                 f,
@@ -192,6 +209,11 @@ impl fmt::Display for SharedError {
             Self::NoWideAtomics => f.write_str(
                 "a shared limiter needs a CPU with a lock-free 128-bit compare-and-swap",
             ),
+            Self::Create { dir, source } => write!(
+                f,
+                "cannot create a segment file in {}: {source}",
+                dir.display()
+            ),
             Self::Io { path, source } => write!(f, "{}: {source}", path.display()),
         }
     }
@@ -200,7 +222,7 @@ impl fmt::Display for SharedError {
 impl std::error::Error for SharedError {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
-            Self::Io { source, .. } => Some(source),
+            Self::Io { source, .. } | Self::Create { source, .. } => Some(source),
             Self::Shape(err) => Some(err),
             _ => None,
         }

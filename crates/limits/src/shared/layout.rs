@@ -18,7 +18,9 @@
 //!               key table was full (crate::shared::limiter), 0 otherwise
 //!     80     8  a limiter's claimed key-table entries, 0 otherwise
 //!     88     8  a limiter's entries taken over by new keys (their buckets were full), 0 otherwise
-//!     96    32  zero
+//!     96     8  an in-flight segment's reclaim turn: when it was taken (host monotonic µs) and by
+//!               which slot's holder (crate::shared::inflight, "Reclaiming in turn"), 0 otherwise
+//!    104    24  zero
 //!    128        counters: i64, row-major, one sketch after another: an estimator has one, a
 //!               rate two, an in-flight counter 1 + process slots (the total, then each
 //!               process's own contribution)
@@ -108,6 +110,10 @@ pub(crate) const KEYS_WORD_OFFSET: usize = 80;
 /// Offset of a limiter's count of entries taken over by new keys. Zero in a segment made before
 /// takeovers existed, which stays readable: a build that never takes over only ever leaves it so.
 pub(crate) const TAKEOVERS_WORD_OFFSET: usize = 88;
+/// Offset of an in-flight segment's reclaim turn. Zero in a segment made before turns existed,
+/// which stays readable: a zero turn is one long stale, taken at the first call; and a build that
+/// knows no turn only reclaims more often than its turn would have it, which is safe.
+pub(crate) const TURN_WORD_OFFSET: usize = 96;
 /// Where a limiter's immutable block (capacity and quotas) starts: just after the header.
 pub(crate) const LIMITER_BLOCK_OFFSET: usize = HEADER_BYTES;
 /// Bytes of that block, checksum and padding included: two cache lines.

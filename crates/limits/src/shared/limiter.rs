@@ -36,8 +36,13 @@
 //!
 //! - **A bucket dimension** is `last` (the refill time, host monotonic nanoseconds) in the high 64
 //!   bits and the tokens it *lacks* (`burst × period − tokens`) in the low 64. A zeroed word is a
-//!   full bucket, so a new key needs no initialisation, and a quota whose full bucket does not fit
-//!   64 bits of units is refused ([`SharedError::WideQuota`]).
+//!   full bucket, so a new key needs no initialisation. A limit whose full bucket does not fit 64
+//!   bits of units as written (a day's period is 8.64 × 10^13 ns, so any burst above 213,503) is
+//!   stored in lowest terms, `amount` and `period` divided by their gcd, which decides exactly
+//!   alike ([`Limit`](crate::limiter::Limit)'s units scale by the gcd): a million a day, or 100
+//!   MB a second in bursts of 100 GB, fits. One that does not fit even so (one request a day,
+//!   bursts above 213,503) is refused ([`SharedError::WideQuota`]). Processes opening with
+//!   quotas that decide alike share the segment, counting in the form it was created with.
 //! - **A key** is stored as its 128-bit SipHash-1-3 keyed by the segment's seed (0 marks an empty
 //!   entry; a key hashing to 0 is stored as 1). Two keys are one bucket only if their 128-bit
 //!   hashes collide: about `n² / 2^129` for `n` keys by chance (below 10^-25 at a million keys), and
@@ -176,10 +181,11 @@ impl SharedLimiter {
     ///
     /// # Errors
     /// [`SharedError::Capacity`] unless `1 ≤ capacity ≤ MAX_CAPACITY`; [`SharedError::WideQuota`]
-    /// if a full bucket of either quota is `2^64` units or more (`burst × period` in
-    /// nanoseconds); [`SharedError::NoWideAtomics`] without lock-free 128-bit atomics; and the
-    /// errors of every shared segment, [`SharedError::Mismatch`] naming `kind`, `capacity`,
-    /// `quota`, `bestEffort` or `seed`.
+    /// if a full bucket of either quota is `2^64` units or more in lowest terms
+    /// (`burst × period / gcd(amount, period)`, the period in nanoseconds);
+    /// [`SharedError::NoWideAtomics`] without lock-free 128-bit atomics; and the errors of every
+    /// shared segment, [`SharedError::Mismatch`] naming `kind`, `capacity`, `quota` (one that
+    /// decides otherwise than the segment's), `bestEffort` or `seed`.
     pub fn open(
         name: &str,
         quota: Quota,
@@ -208,11 +214,7 @@ impl<C: Clock> SharedLimiter<C> {
         if capacity == 0 || capacity > MAX_CAPACITY {
             return Err(SharedError::Capacity(capacity));
         }
-        let block = LimiterLayout {
-            capacity,
-            quota,
-            best_effort,
-        };
+        let block = LimiterLayout::new(capacity, quota, best_effort);
         if !block.fits() {
             return Err(SharedError::WideQuota);
         }
@@ -230,6 +232,10 @@ impl<C: Clock> SharedLimiter<C> {
         };
         // Zeroed words are full buckets and empty entries: nothing to initialise.
         let segment = Segment::open(name, layout, options, &|_| {})?;
+        // The segment's own quotas, which every process counts its buckets in: the ones asked for,
+        // or quotas that decide alike in another form (LimiterLayout::difference). A limiter
+        // segment always has its block.
+        let block = segment.layout().limiter.unwrap_or(block);
         Ok(Self {
             segment,
             block,

@@ -122,9 +122,11 @@ pub struct SharedRate<C: Clock = HostClock> {
     clock: C,
 }
 
-/// The layout of a rate segment, and its interval in nanoseconds (never 0).
+/// The layout of a rate segment, and its interval in nanoseconds (never 0, and exact: a longer
+/// interval is refused rather than stored as `u64::MAX`, which would make it another's).
 fn rate_layout(interval: Duration, shape: Shape, seed: u64) -> Result<(Layout, u64), SharedError> {
-    let interval_nanos = u64::try_from(interval.as_nanos()).unwrap_or(u64::MAX);
+    let interval_nanos =
+        u64::try_from(interval.as_nanos()).map_err(|_| SharedError::LongInterval)?;
     if interval_nanos == 0 {
         return Err(SharedError::ZeroInterval);
     }
@@ -161,7 +163,9 @@ fn finished(claimed: u64) -> u64 {
 impl SharedRate {
     /// Opens (or creates) the shared rate `name`: two sketches of `shape` keyed by `seed`, over
     /// intervals of `interval`, reading the host's monotonic clock. Fails if the segment exists
-    /// with another kind, shape, seed or interval ([`SharedError::Mismatch`]).
+    /// with another kind, shape, seed or interval ([`SharedError::Mismatch`]), and for an interval
+    /// of zero ([`SharedError::ZeroInterval`]) or longer than `u64::MAX` nanoseconds
+    /// ([`SharedError::LongInterval`]).
     pub fn open(
         name: &str,
         interval: Duration,

@@ -6,8 +6,10 @@ use crate::estimator::Estimator;
 use crate::hash::KeyHash;
 use crate::shared::error::SharedError;
 use crate::shared::segment::{Counters, Segment};
-use std::sync::Mutex;
+#[cfg(test)]
+use std::sync::atomic::AtomicUsize;
 use std::sync::atomic::Ordering;
+use std::sync::{Mutex, MutexGuard};
 
 /// Owner-word states.
 pub(super) const FREE: u64 = 0;
@@ -72,6 +74,9 @@ pub(super) struct Locks {
     /// threads of one handle would both take a dead slot's lock, and the one that lost the slot
     /// would let go of the lock the winner sweeps under.
     reclaiming: Mutex<()>,
+    /// Lock attempts made through this handle, for tests of what a reclaim costs.
+    #[cfg(test)]
+    pub(super) attempts: AtomicUsize,
 }
 
 impl Locks {
@@ -90,6 +95,8 @@ impl Locks {
             #[cfg(target_os = "linux")]
             file,
             reclaiming: Mutex::new(()),
+            #[cfg(test)]
+            attempts: AtomicUsize::new(0),
         })
     }
 
@@ -98,6 +105,8 @@ impl Locks {
     /// this handle holds already succeeds.
     #[cfg(target_os = "linux")]
     pub(super) fn try_lock(&self, slot: usize) -> std::io::Result<bool> {
+        #[cfg(test)]
+        self.attempts.fetch_add(1, Ordering::Relaxed);
         match self.fcntl(slot, libc::F_WRLCK) {
             Ok(()) => Ok(true),
             Err(err) if matches!(err.raw_os_error(), Some(libc::EAGAIN | libc::EACCES)) => {
@@ -154,8 +163,18 @@ pub(super) struct Holder<'a> {
 }
 
 impl Holder<'_> {
-    fn slots(&self) -> usize {
+    pub(super) fn slots(&self) -> usize {
         self.segment.layout().processes as usize
+    }
+
+    /// The handle's reclaims one at a time: [`sweep_dead`](Self::sweep_dead), and anything else
+    /// that takes slot locks to judge their holders, runs under it.
+    pub(super) fn one_at_a_time(&self) -> MutexGuard<'_, ()> {
+        // A poisoned lock guards nothing but the order of reclaims: go on.
+        self.locks
+            .reclaiming
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     /// Takes a free slot for this handle, or `None` if every slot is held. On Linux its lock
@@ -197,13 +216,14 @@ impl Holder<'_> {
         Ok(None)
     }
 
+    /// Sweeps every dead holder's slot; returns how many it freed.
     pub(super) fn reclaim(&self) -> usize {
-        // A poisoned lock guards nothing but the order of reclaims: go on.
-        let _one_at_a_time = self
-            .locks
-            .reclaiming
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let _one_at_a_time = self.one_at_a_time();
+        self.sweep_dead()
+    }
+
+    /// [`reclaim`](Self::reclaim) for a caller holding [`one_at_a_time`](Self::one_at_a_time).
+    pub(super) fn sweep_dead(&self) -> usize {
         let mut freed = 0;
         for slot in 0..self.slots() {
             if self.own == Some(slot) {
@@ -245,7 +265,7 @@ impl Holder<'_> {
     /// slot's lock, which it then holds (the word read again under it); a slot its holder freed
     /// meanwhile lets the lock go.
     #[cfg(target_os = "linux")]
-    fn dead(&self, slot: usize, _seen: u64) -> Option<u64> {
+    pub(super) fn dead(&self, slot: usize, _seen: u64) -> Option<u64> {
         // An error is a lock this handle cannot judge: take the holder for alive.
         if !self.locks.try_lock(slot).unwrap_or(false) {
             return None;
@@ -261,7 +281,7 @@ impl Holder<'_> {
 
     /// Elsewhere: by its pid, for slots of this PID namespace only.
     #[cfg(not(target_os = "linux"))]
-    fn dead(&self, slot: usize, seen: u64) -> Option<u64> {
+    pub(super) fn dead(&self, slot: usize, seen: u64) -> Option<u64> {
         let words = self.segment.slot_words(slot);
         if words[NAMESPACE].load(Ordering::Acquire) != self.namespace {
             return None;
@@ -278,7 +298,7 @@ impl Holder<'_> {
     }
 
     /// Lets go of slot `slot`'s lock, taken by [`dead`](Self::dead) (Linux).
-    fn let_go(&self, slot: usize) {
+    pub(super) fn let_go(&self, slot: usize) {
         #[cfg(target_os = "linux")]
         self.locks.unlock(slot);
         #[cfg(not(target_os = "linux"))]

@@ -1,7 +1,9 @@
 //! Settling by hand-made kills: slot states written as a process killed mid-change leaves them.
 
 use super::slots::{FREE, SWEEPING, UNSETTLED, state, sweeper};
+use super::turn::turn_word;
 use super::*;
+use crate::shared::layout::TURN_WORD_OFFSET;
 use crate::shared::scratch::Scratch;
 
 /// A scratch directory for one test's segment.
@@ -302,4 +304,118 @@ fn threads_reclaiming_through_one_handle_sweep_each_dead_slot_once() {
         assert_eq!(freed, 3);
         assert_eq!(counts(&here, key), [1, 1]);
     }
+}
+
+/// Milliseconds as host-clock nanoseconds, for the turn's tests (their times are made up: the
+/// turn only compares readings).
+fn ms(ms: u64) -> u64 {
+    ms * 1_000_000
+}
+
+#[test]
+fn only_the_handle_whose_turn_it_is_reclaims_while_it_lives() {
+    let dir = Dir::new("turn");
+    let (a, b) = (dir.open(), dir.open());
+    let key = a.hash_key("api");
+    let start = ms(10_000);
+    assert_eq!(a.reclaim_in_turn_at(start), 0, "a takes the turn");
+    let victim = dir.open();
+    victim.incr_hash(key, 3);
+    let slot = victim.slot;
+    victim.die();
+    // Every other holder's tick in that interval leaves the dead slot to the turn's holder: one
+    // reclaim per interval for the host, where each holder reclaimed at each of its ticks.
+    for tick in [1, 40, 99] {
+        assert_eq!(b.reclaim_in_turn_at(start + ms(tick)), 0, "b at +{tick} ms");
+    }
+    assert_ne!(
+        a.segment.slot_words(slot)[OWNER].load(Ordering::SeqCst),
+        FREE
+    );
+    assert_eq!(a.get_hash(key), 3);
+    // The turn's holder, at its next tick.
+    assert_eq!(a.reclaim_in_turn_at(start + ms(100)), 1);
+    assert_eq!(a.get_hash(key), 0);
+    assert_eq!(b.reclaim_in_turn_at(start + ms(150)), 0, "still a's turn");
+}
+
+#[test]
+fn a_turn_holder_that_dies_is_taken_over_at_the_next_tick() {
+    let dir = Dir::new("turn-died");
+    let (a, b) = (dir.open(), dir.open());
+    let key = a.hash_key("api");
+    let start = ms(10_000);
+    assert_eq!(a.reclaim_in_turn_at(start), 0);
+    // It dies right after taking the turn, holding a count: nothing waits for the turn to age.
+    a.incr_hash(key, 2);
+    a.die();
+    assert_eq!(b.reclaim_in_turn_at(start + ms(1)), 1);
+    assert_eq!(b.get_hash(key), 0);
+    // A turn holder that closed is gone too.
+    let c = dir.open();
+    assert_eq!(b.reclaim_in_turn_at(start + ms(100)), 0, "b's turn");
+    drop(b);
+    let victim = dir.open();
+    victim.incr_hash(key, 5);
+    victim.die();
+    assert_eq!(c.reclaim_in_turn_at(start + ms(101)), 1);
+    assert_eq!(c.get_hash(key), 0);
+}
+
+#[test]
+fn a_turn_holder_that_stalls_is_taken_over_once_its_turn_is_stale() {
+    let dir = Dir::new("turn-stalled");
+    let (a, b) = (dir.open(), dir.open());
+    let key = a.hash_key("api");
+    let start = ms(10_000);
+    assert_eq!(a.reclaim_in_turn_at(start), 0);
+    let victim = dir.open();
+    victim.incr_hash(key, 1);
+    victim.die();
+    // `a` lives but ticks no more (its event loop blocked): its turn is someone else's once
+    // TURN_TIMEOUT old.
+    let stale = u64::try_from(TURN_TIMEOUT.as_nanos()).unwrap();
+    assert_eq!(b.reclaim_in_turn_at(start + stale - 1), 0);
+    assert_eq!(b.reclaim_in_turn_at(start + stale), 1);
+    assert_eq!(a.get_hash(key), 0);
+    // `a`, back, finds the turn taken: nothing to do until b stalls or dies in turn.
+    assert_eq!(a.reclaim_in_turn_at(start + stale + ms(1)), 0);
+    assert_eq!(
+        b.reclaim_in_turn_at(start + stale + ms(100)),
+        0,
+        "b keeps it"
+    );
+    // A turn taken on another clock (a segment kept from another boot) is taken at once.
+    let now = start + stale + ms(101);
+    let far = now + crate::shared::OTHER_CLOCK_NANOS + ms(1);
+    a.segment
+        .word(TURN_WORD_OFFSET)
+        .store(turn_word(far, b.slot), Ordering::SeqCst);
+    let victim = dir.open();
+    victim.incr_hash(key, 1);
+    victim.die();
+    assert_eq!(a.reclaim_in_turn_at(now), 1);
+}
+
+#[cfg(target_os = "linux")]
+#[test]
+fn idle_holders_try_one_lock_a_tick_and_the_turn_holder_one_a_slot() {
+    // Each holder used to reclaim at each tick: one lock attempt per held slot, each of which
+    // the kernel checks against every lock on the file, so N idle holders cost O(N^3) a period.
+    let dir = Dir::new("turn-cost");
+    let holders: Vec<_> = (0..4).map(|_| dir.open()).collect();
+    let start = ms(10_000);
+    let attempts = |holders: &[SharedInflight]| -> usize {
+        holders
+            .iter()
+            .map(|h| h.locks.attempts.load(Ordering::Relaxed))
+            .sum()
+    };
+    let before = attempts(&holders);
+    for (n, holder) in holders.iter().enumerate() {
+        holder.reclaim_in_turn_at(start + ms(n as u64));
+    }
+    // The first reclaims (a lock attempt on each of the 3 others' slots); the 3 others each ask
+    // whether it lives (one attempt).
+    assert_eq!(attempts(&holders) - before, 3 + 3);
 }

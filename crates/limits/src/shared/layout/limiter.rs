@@ -21,6 +21,32 @@ pub(crate) struct LimiterLayout {
 }
 
 impl LimiterLayout {
+    /// The block a limiter of `capacity` keys under `quota` and `best_effort` creates: each limit
+    /// as written when its full bucket fits the 64 bits a bucket word gives it, else in lowest
+    /// terms ([`Limit::in_lowest_terms`]: the same decisions, a smaller full bucket). Written forms
+    /// are kept where they fit so that a segment any earlier build could make is made byte for
+    /// byte as it made it, and opens in either build; [`fits`](Self::fits) says whether this one
+    /// can be made at all.
+    pub(crate) fn new(capacity: u32, quota: Quota, best_effort: Quota) -> Self {
+        let stored = |quota: Quota| {
+            let [requests, units] = quota.dimensions().map(|limit| {
+                limit.map(|limit| {
+                    if fits(limit) {
+                        limit
+                    } else {
+                        limit.in_lowest_terms()
+                    }
+                })
+            });
+            Quota::new(requests, units)
+        };
+        Self {
+            capacity,
+            quota: stored(quota),
+            best_effort: stored(best_effort),
+        }
+    }
+
     /// The block's bytes, checksum included.
     pub(crate) fn encode(&self) -> [u8; LIMITER_BLOCK_BYTES] {
         let mut bytes = [0u8; LIMITER_BLOCK_BYTES];
@@ -87,10 +113,14 @@ impl LimiterLayout {
             .iter()
             .flat_map(|quota| quota.dimensions())
             .flatten()
-            .all(|limit| limit.capacity() <= u128::from(u64::MAX))
+            .all(fits)
     }
 
-    /// The first field in which the segment's block (`self`) differs from `requested`.
+    /// The first field in which the segment's block (`self`) differs from `requested`. Quotas
+    /// differ only if their decisions can: compared in lowest terms, so a process asking for 20
+    /// requests every 2 s opens a segment made for 10 a second, and one asking for a day's quota
+    /// as written opens the segment that stores it in lowest terms. The segment's own form is
+    /// then the one its buckets are counted in, by every process.
     pub(super) fn difference(&self, requested: &Self) -> Option<Difference> {
         let (a, b) = (self, requested);
         if a.capacity != b.capacity {
@@ -100,12 +130,25 @@ impl LimiterLayout {
             ("quota", a.quota, b.quota),
             ("bestEffort", a.best_effort, b.best_effort),
         ] {
-            if a != b {
+            if lowest_terms(a) != lowest_terms(b) {
                 return Some((field, describe(&a), describe(&b)));
             }
         }
         None
     }
+}
+
+/// Whether `limit`'s full bucket fits the 64 bits a bucket word gives its count.
+fn fits(limit: Limit) -> bool {
+    limit.capacity() <= u128::from(u64::MAX)
+}
+
+/// `quota` with each limit in lowest terms: equal for quotas that decide alike.
+fn lowest_terms(quota: Quota) -> Quota {
+    let [requests, units] = quota
+        .dimensions()
+        .map(|limit| limit.map(Limit::in_lowest_terms));
+    Quota::new(requests, units)
 }
 
 /// Table entries for `capacity` keys: the power of two that keeps the table at most 3/4 full, so

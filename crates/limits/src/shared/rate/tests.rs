@@ -210,3 +210,19 @@ fn a_start_a_moment_ahead_is_no_time_passed_and_one_far_ahead_is_another_clock()
         "stale, and a new interval"
     );
 }
+
+#[test]
+fn an_interval_beyond_64_bit_nanoseconds_is_refused_not_saturated() {
+    let dir = Scratch::new("rate", "long");
+    let shape = Shape::new(1, 8).unwrap();
+    let longest = Duration::from_nanos(u64::MAX);
+    // Each used to be stored as 2^64 − 1 ns: the same segment as `longest`, whatever the interval.
+    for interval in [longest + Duration::from_nanos(1), Duration::MAX] {
+        assert!(matches!(
+            SharedRate::open("long", interval, shape, 1, &dir.options()),
+            Err(SharedError::LongInterval)
+        ));
+    }
+    let rate = SharedRate::open("long", longest, shape, 1, &dir.options()).unwrap();
+    assert_eq!(rate.interval_nanos, u64::MAX);
+}

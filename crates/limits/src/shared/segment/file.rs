@@ -47,12 +47,17 @@ impl Temporary {
             ".{FILE_PREFIX}{name}.{}.{unique:016x}.tmp",
             std::process::id()
         ));
+        // The directory, not the temporary name, is what the caller gave and what to fix (an
+        // unnamed file's failure, ignored above, is the same refusal).
         let file = open_options()
             .read(true)
             .write(true)
             .create_new(true)
             .open(&path)
-            .map_err(|err| SharedError::io(&path, err))?;
+            .map_err(|source| SharedError::Create {
+                dir: dir.clone(),
+                source,
+            })?;
         Ok(Self {
             file,
             path,
