@@ -20,10 +20,12 @@ set -euo pipefail
 repo=$(cd "$(dirname "$0")/../.." && pwd)
 here="$repo/scripts/install-test"
 # Main tarball bound: dist/ (the CommonJS build with declarations, the ES module entries), the
-# README and the generated loader are ~302 kB packed today (keepcount/redis, shared limiters and buffers grew it from ~60 kB, the
-# synced heavy hitters and the README's performance notes from ~213 kB); 400 kB leaves room to grow
-# and still catches sources, tests, benchmark results or a .node (1.4 MB) sneaking in.
-max_main_bytes=400000
+# README and the generated loader are ~402 kB packed today (keepcount/redis, shared limiters and
+# buffers grew it from ~60 kB, the synced heavy hitters and the README's performance notes from
+# ~213 kB, the audits' fixes and their documented bounds from ~302 kB; the README alone is 218 kB
+# unpacked); 450 kB leaves room to grow and still catches sources (lib/ and fallback/ add ~240 kB
+# packed), tests, benchmark results or a .node (~700 kB packed) sneaking in.
+max_main_bytes=450000
 
 failures=0
 pass() { printf 'PASS %s\n' "$*"; }
