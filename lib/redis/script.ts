@@ -169,8 +169,10 @@
  * KEYS: per cell entry its base, its registry and its layout registry, then one key per bucket
  * entry. The base is never a key that exists (the script touches only keys under it, all in its
  * slot): in a Redis Cluster slot being migrated, a call naming a missing key is answered `TRYAGAIN`,
- * so the script never runs while some of the entry's keys have moved and others not (it would
- * read a moved contribution as none and count the node's whole count again).
+ * so the script never runs while some of the entry's keys have moved and others not: Redis would
+ * refuse its access to a moved key, which the script's `pcall` takes for a corrupt value, and it
+ * would delete the entry's keys left on the source, mid-migration (a review saw it, with the base
+ * made to exist).
  * ARGV: node id, registry lifetime (ms, also how long a layout stays live), pull limit,
  * number of cell entries, the process's token (a random id per RedisSync); then per cell entry: sequence number, the last sequence number Redis
  * acknowledged applying (0: none), version last seen, lifetime in ms (0: none), lease in ms (0:
