@@ -293,7 +293,10 @@ test(
     await t.throwsAsync(registered, {
       instanceOf: RangeError,
       code: 'ERR_OUT_OF_RANGE',
-      message: 'The "rate" option must be a Rate whose intervalMs is the route\'s timeWindow (1000). Received 60000',
+      message:
+        'The "rate" option must be a Rate whose intervalMs is the plugin\'s timeWindow (1000), the window of every ' +
+        'route without a config.rateLimit of its own (global: true): give the plugin timeWindow: 60000, or ' +
+        'global: false if every route has its own. Received 60000',
     });
 
     // A route of its own (config.rateLimit) is checked as the plugin makes its store (child()).
@@ -377,7 +380,10 @@ test(title("@fastify/rate-limit refuses a route whose max is below the store's h
   await t.throwsAsync(app.register(fastifyRateLimitPlugin, { max: 2, timeWindow: 60_000, store: Store }), {
     instanceOf: RangeError,
     code: 'ERR_OUT_OF_RANGE',
-    message: 'The "threshold" option must be an integer in [1, 2] (the route\'s max). Received 5',
+    message:
+      'The "threshold" option must be an integer in [1, 2] (the plugin\'s max, the limit of every route without ' +
+      'a config.rateLimit of its own (global: true): give the plugin a max of at least 5, or global: false if ' +
+      'every route has its own). Received 5',
   });
   const routed = Fastify();
   t.teardown(() => routed.close());
@@ -413,3 +419,106 @@ test(
     t.is(warnings[0]!.code, 'ERR_OUT_OF_RANGE');
   },
 );
+
+test(
+  title(
+    'with global: false, fastify.rateLimit() without options fails each request on plugin options the store refuses',
+  ),
+  async (t) => {
+    // @fastify/rate-limit's documented pattern: its own options limit no route, but
+    // `fastify.rateLimit()` and `createRateLimit()` without options count in the plugin's store
+    // under them. Unchecked, max 3 under threshold 5 admitted 200 200 200 429 200 200 200 429.
+    const app = Fastify();
+    t.teardown(() => app.close());
+    await app.register(fastifyRateLimitPlugin, {
+      global: false,
+      max: 3,
+      timeWindow: 60_000,
+      store: keepcountFastifyStore({ clock: new ManualClock(), heavyHitters: { threshold: 5 } }),
+    });
+    app.get('/guarded', { onRequest: app.rateLimit() }, async () => 'ok');
+    const limit = app.createRateLimit();
+    app.get('/checked', async (request) => ((await limit(request)).isAllowed ? 'allowed' : 'counted'));
+    // A route of its own is checked and counted as ever: the plugin's options may go unused.
+    app.get('/own', { config: { rateLimit: { max: 6 } } }, async () => 'ok');
+    await app.listen({ port: 0, host: '127.0.0.1' });
+    const { port } = app.server.address() as { port: number };
+    const message =
+      'The "threshold" option must be an integer in [1, 3] (the plugin\'s max, the limit of ' +
+      'fastify.rateLimit() and createRateLimit() called without options, which fail with this error ' +
+      '(global: false): give the plugin a max of at least 5, or pass those calls options of their own). Received 5';
+    for (const path of ['/guarded', '/checked']) {
+      const replies = [];
+      for (let i = 0; i < 8; i++) replies.push(await get(port, path));
+      t.deepEqual(
+        replies.map((reply) => reply.status),
+        Array(8).fill(500),
+        `${path}: every request fails, none is counted`,
+      );
+      const body = JSON.parse(replies[0]!.body) as { code: string; message: string };
+      t.deepEqual([body.code, body.message], ['ERR_OUT_OF_RANGE', message]);
+    }
+    t.deepEqual(await statusesOf(app, 11, '/own'), [...Array<number>(10).fill(200), 429], 'max + threshold − 1');
+  },
+);
+
+test(
+  title('with global: false and skipOnError, the plugin options a rate refuses are a warning naming the plugin'),
+  async (t) => {
+    // The plugin's default 60 s window under a 1 s rate. Each request fails in the store, which
+    // skipOnError lets through: the warning has to say which options and what to do.
+    const warnings = keepcountWarnings(t, /the plugin's timeWindow \(60000/);
+    const app = Fastify();
+    t.teardown(() => app.close());
+    await app.register(fastifyRateLimitPlugin, {
+      global: false,
+      max: 3,
+      skipOnError: true,
+      store: keepcountFastifyStore({ rate: new Rate({ intervalMs: 1000 }) }),
+    });
+    app.get('/', { onRequest: app.rateLimit() }, async () => 'ok');
+    await app.listen({ port: 0, host: '127.0.0.1' });
+    t.deepEqual(await statusesOf(app, 5), Array(5).fill(200), 'let through: the plugin drops store errors');
+    await new Promise((resolve) => setImmediate(resolve));
+    t.is(warnings.length, 1);
+    t.is(warnings[0]!.code, 'ERR_OUT_OF_RANGE');
+    t.is(
+      warnings[0]!.message,
+      'The "rate" option must be a Rate whose intervalMs is the plugin\'s timeWindow (60000, its default ' +
+        'when none is given), the window of fastify.rateLimit() and createRateLimit() called without options, ' +
+        'which fail with this error (global: false): give the plugin timeWindow: 1000, or pass those calls ' +
+        'options of their own. Received 1000',
+    );
+  },
+);
+
+test(
+  title("with global: true, a rate other than the plugin's default timeWindow is refused, saying so and what to do"),
+  async (t) => {
+    // The store cannot tell whether any route goes without a config.rateLimit of its own (and so
+    // counts in the plugin's window): refused at registration, naming the default the plugin filled
+    // in rather than a 60000 the user never wrote as "the route's".
+    const rate = new Rate({ intervalMs: 1000 });
+    const app = Fastify();
+    t.teardown(() => app.close());
+    await t.throwsAsync(app.register(fastifyRateLimitPlugin, { max: 3, store: keepcountFastifyStore({ rate }) }), {
+      instanceOf: RangeError,
+      code: 'ERR_OUT_OF_RANGE',
+      message:
+        'The "rate" option must be a Rate whose intervalMs is the plugin\'s timeWindow (60000, its default ' +
+        'when none is given), the window of every route without a config.rateLimit of its own (global: true): ' +
+        'give the plugin timeWindow: 1000, or global: false if every route has its own. Received 1000',
+    });
+    // Either way out works.
+    for (const fix of [{ timeWindow: 1000 }, { global: false }]) {
+      const fixed = Fastify();
+      t.teardown(() => fixed.close());
+      await fixed.register(fastifyRateLimitPlugin, { max: 2, ...fix, store: keepcountFastifyStore({ rate }) });
+      fixed.get('/', { config: { rateLimit: { timeWindow: 1000, keyGenerator: () => JSON.stringify(fix) } } }, ok);
+      await fixed.listen({ port: 0, host: '127.0.0.1' });
+      t.deepEqual(await statusesOf(fixed, 3), [200, 200, 429], JSON.stringify(fix));
+    }
+  },
+);
+
+const ok = async (): Promise<string> => 'ok';

@@ -352,6 +352,23 @@ test(title('processes opening a shared Limiter with quotas that decide alike sha
   using c = Limiter.openShared('day', { quota: day, seed: SEED, dir });
   using d = Limiter.openShared('day', { quota: lowest, seed: SEED, dir });
   t.true(c.check('k', 1).allowed && d.check('k', 1).allowed);
+  // A mismatch shows the segment's quota as the segment keeps it, saying so ("1 per 86.4 ms" alone
+  // read as a quota nobody wrote), and the requested one as given.
+  throwsShape(
+    t,
+    () => Limiter.openShared('day', { quota: { requests: { ...day.requests, burst: 999_999 } }, seed: SEED, dir }),
+    {
+      instanceOf: Error,
+      code: 'ERR_KEEPCOUNT_MISMATCH',
+      message:
+        `Cannot open the shared segment: ${join(dir, 'keepcount.day')} was created with quota { requests: { amount: ` +
+        '1, periodMs: 86.4, burst: 1000000 } } (as the segment keeps it: a limit whose full bucket would not fit 64 ' +
+        'bits as written is kept in lowest terms, amount and periodMs divided by their greatest common divisor, ' +
+        'which decides alike), not { requests: { amount: 1000000, periodMs: 86400000, burst: 999999 } } as ' +
+        'requested: every process must open it with the same options; to change them, call ' +
+        `Limiter.unlink('day', { dir: '${dir}' }) once no process has it open (or use a new name)`,
+    },
+  );
   // Another burst decides otherwise: still a mismatch, naming the quota.
   throwsShape(
     t,
@@ -360,7 +377,7 @@ test(title('processes opening a shared Limiter with quotas that decide alike sha
       instanceOf: Error,
       code: 'ERR_KEEPCOUNT_MISMATCH',
       message:
-        /was created with quota \{ requests: \{ amount: 10, periodMs: 1000, burst: 20 \} \}, not \{ requests: \{ amount: 10, periodMs: 1000, burst: 21 \} \} as requested/,
+        /was created with quota \{ requests: \{ amount: 10, periodMs: 1000, burst: 20 \} \}, not \{ requests: \{ amount: 10, periodMs: 1000, burst: 21 \} \} as requested: every/,
     },
   );
 });

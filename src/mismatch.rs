@@ -4,6 +4,7 @@
 //! `unlink` call) depends on the class and options the segment was opened with.
 
 use crate::error::{Class, Failure};
+use keepcount_limits::limiter::{Limit, Quota};
 use keepcount_limits::shared::SharedError;
 use std::borrow::Cow;
 
@@ -13,6 +14,11 @@ pub(crate) struct Opener<'a> {
     pub(crate) class: &'static str,
     pub(crate) name: &'a str,
     pub(crate) dir: Option<&'a str>,
+    /// A limiter's `quota` and `bestEffort` as the call gave them, which a mismatch of either
+    /// shows as given: the crate shows both quotas as the segment keeps them, a limit too wide
+    /// for its bucket as written in lowest terms (a million a day as 1 per 86.4 ms). `None` for
+    /// the classes without quotas.
+    pub(crate) quotas: Option<(Quota, Quota)>,
 }
 
 impl Opener<'_> {
@@ -71,7 +77,11 @@ impl Opener<'_> {
                  neither is shown): every process must open it with the same options; {fix}"
             ),
             _ => {
-                let (field, existing, requested) = option_values(field, existing, requested);
+                let given = match (*field, self.quotas) {
+                    ("quota", Some((quota, _))) | ("bestEffort", Some((_, quota))) => Some(quota),
+                    _ => None,
+                };
+                let (field, existing, requested) = option_values(field, existing, requested, given);
                 format!(
                     "{path} was created with {field} {existing}, not {requested} as requested: \
                      every process must open it with the same options; {fix}"
@@ -111,27 +121,75 @@ fn class_of_kind(kind: &str) -> Option<&'static str> {
     }
 }
 
+/// What follows a segment's quota in a mismatch when a limit of it is in lowest terms: the segment
+/// keeps a limit whose full bucket would not fit its 64-bit word as written in lowest terms, and
+/// keeps only that form, so a quota created as a million a day reads 1 per 86.4 ms, which nobody
+/// wrote. The segment cannot tell whether a limit in lowest terms was written so: any brings the
+/// note, which states the rule rather than that it applied (as to 1 per second, written so).
+const LOWEST_TERMS_NOTE: &str = " (as the segment keeps it: a limit whose full bucket would not \
+     fit 64 bits as written is kept in lowest terms, amount and periodMs divided by their greatest \
+     common divisor, which decides alike)";
+
 /// A mismatched `field` and its two values as `openShared` takes them: the interval as
-/// `intervalMs` in milliseconds, quotas as the limiter's `quota` reports them. Values the crate
-/// shows in a way this does not know are left as they are.
+/// `intervalMs` in milliseconds, quotas as the limiter's `quota` reports them, the segment's
+/// followed by [`LOWEST_TERMS_NOTE`] when a limit of it is in lowest terms, the requested one as
+/// `given` when the opener knows it. Values the crate shows in a way this does not know are left
+/// as they are.
 fn option_values<'a>(
     field: &'a str,
     existing: &'a str,
     requested: &'a str,
+    given: Option<Quota>,
 ) -> (&'a str, Cow<'a, str>, Cow<'a, str>) {
-    let convert =
-        |name, value: fn(&str) -> Option<String>| match (value(existing), value(requested)) {
-            (Some(existing), Some(requested)) => Some((name, existing.into(), requested.into())),
-            _ => None,
-        };
     let converted = match field {
-        "interval" => convert("intervalMs", |ns| {
-            Some(millis(ns.strip_suffix(" ns")?.parse().ok()?))
-        }),
-        "quota" | "bestEffort" => convert(field, js_quota),
+        "interval" => interval_ms(existing)
+            .zip(interval_ms(requested))
+            .map(|pair| ("intervalMs", pair)),
+        "quota" | "bestEffort" => {
+            let requested = match given {
+                Some(quota) => Some(js_quota(&limits_of(&quota))),
+                None => crate_limits(requested).map(|limits| js_quota(&limits)),
+            };
+            crate_limits(existing)
+                .zip(requested)
+                .map(|(limits, requested)| {
+                    let note = if limits.iter().any(|limit| gcd(limit.1, limit.2) == 1) {
+                        LOWEST_TERMS_NOTE
+                    } else {
+                        ""
+                    };
+                    (field, (format!("{}{note}", js_quota(&limits)), requested))
+                })
+        }
         _ => None,
     };
-    converted.unwrap_or((field, existing.into(), requested.into()))
+    match converted {
+        Some((field, (existing, requested))) => (field, existing.into(), requested.into()),
+        None => (field, existing.into(), requested.into()),
+    }
+}
+
+/// An interval as the crate's mismatch shows it (`1000000000 ns`) in milliseconds.
+fn interval_ms(nanos: &str) -> Option<String> {
+    Some(millis(nanos.strip_suffix(" ns")?.parse().ok()?))
+}
+
+/// A quota's limits: dimension name, amount, period in nanoseconds and burst.
+type Limits = Vec<(&'static str, u64, u64, u64)>;
+
+/// `quota`'s limits.
+fn limits_of(quota: &Quota) -> Limits {
+    let dimensions: [(&str, Option<Limit>); 2] =
+        [("requests", quota.requests()), ("units", quota.units())];
+    dimensions
+        .into_iter()
+        .filter_map(|(name, limit)| {
+            let limit = limit?;
+            // A limit's period is made from whole nanoseconds in a u64: `as_nanos` fits one.
+            let period = u64::try_from(limit.period().as_nanos()).unwrap_or(u64::MAX);
+            Some((name, limit.amount(), period, limit.burst()))
+        })
+        .collect()
 }
 
 /// `nanos` in milliseconds as JavaScript prints the number.
@@ -144,34 +202,50 @@ fn millis(nanos: u64) -> String {
     }
 }
 
-/// A quota as the crate's mismatch shows it (`(requests 10 per 1000000000 ns, burst 20; units
-/// unlimited)`) as `Limiter`'s `quota` reports it: `{ requests: { amount: 10, periodMs: 1000,
-/// burst: 20 } }`.
-fn js_quota(quota: &str) -> Option<String> {
+/// The limits of a quota as the crate's mismatch shows it: `(requests 10 per 1000000000 ns,
+/// burst 20; units unlimited)`.
+fn crate_limits(quota: &str) -> Option<Limits> {
     let inner = quota.strip_prefix("(requests ")?.strip_suffix(')')?;
     let (requests, units) = inner.split_once("; units ")?;
-    let mut dimensions = Vec::new();
+    let mut limits = Vec::new();
     for (name, limit) in [("requests", requests), ("units", units)] {
         if limit == "unlimited" {
             continue;
         }
         let (amount, rest) = limit.split_once(" per ")?;
         let (period, burst) = rest.split_once(" ns, burst ")?;
-        let (amount, period, burst) = (
-            amount.parse::<u64>().ok()?,
-            period.parse::<u64>().ok()?,
-            burst.parse::<u64>().ok()?,
-        );
-        let period = millis(period);
-        dimensions.push(format!(
-            "{name}: {{ amount: {amount}, periodMs: {period}, burst: {burst} }}"
+        limits.push((
+            name,
+            amount.parse().ok()?,
+            period.parse().ok()?,
+            burst.parse().ok()?,
         ));
     }
-    Some(if dimensions.is_empty() {
-        "{}".into()
-    } else {
-        format!("{{ {} }}", dimensions.join(", "))
-    })
+    Some(limits)
+}
+
+/// A quota's `limits` as `Limiter`'s `quota` reports them: `{ requests: { amount: 10, periodMs:
+/// 1000, burst: 20 } }`.
+fn js_quota(limits: &Limits) -> String {
+    if limits.is_empty() {
+        return "{}".into();
+    }
+    let limits: Vec<String> = limits
+        .iter()
+        .map(|&(name, amount, period, burst)| {
+            let period = millis(period);
+            format!("{name}: {{ amount: {amount}, periodMs: {period}, burst: {burst} }}")
+        })
+        .collect();
+    format!("{{ {} }}", limits.join(", "))
+}
+
+/// The greatest common divisor of `a` and `b` (Euclid's): 1 for a limit in lowest terms.
+fn gcd(mut a: u64, mut b: u64) -> u64 {
+    while b != 0 {
+        (a, b) = (b, a % b);
+    }
+    a
 }
 
 /// `text` as a single-quoted JavaScript string literal.
@@ -202,6 +276,7 @@ fn js_string(text: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::Duration;
 
     fn mismatch(field: &'static str, existing: &str, requested: &str) -> SharedError {
         SharedError::Mismatch {
@@ -218,6 +293,7 @@ mod tests {
             class: "Rate",
             name: "api",
             dir: None,
+            quotas: None,
         };
         let failure = rate.failure(mismatch("interval", "1000000000 ns", "60000000000 ns"));
         assert_eq!(
@@ -234,6 +310,7 @@ mod tests {
             class: "Limiter",
             name: "api",
             dir: Some("/run/it's"),
+            quotas: None,
         };
         let failure = limiter.failure(mismatch(
             "quota",
@@ -247,6 +324,39 @@ mod tests {
              1.5, burst: 5 } }, not {} as requested: every process must open it with the same \
              options; to change them, call Limiter.unlink('api', { dir: '/run/it\\'s' }) once no \
              process has it open (or use a new name)"
+        );
+        // A segment's limit in lowest terms is said to be, and the requested quota is shown as
+        // given where the opener knows it: a million a day, not the segment's 1 per 86.4 ms.
+        let day = |burst| Limit::new(1_000_000, Duration::from_secs(86_400), burst).unwrap();
+        let given = Opener {
+            quotas: Some((Quota::new(Some(day(999_999)), None), Quota::UNLIMITED)),
+            ..limiter
+        };
+        let failure = given.failure(mismatch(
+            "quota",
+            "(requests 1 per 86400000 ns, burst 1000000; units unlimited)",
+            "(requests 1 per 86400000 ns, burst 999999; units unlimited)",
+        ));
+        assert!(failure.message.contains(
+            "created with quota { requests: { amount: 1, periodMs: 86.4, burst: 1000000 } } (as \
+             the segment keeps it: a limit whose full bucket would not fit 64 bits as written is \
+             kept in lowest terms, amount and periodMs divided by their greatest common divisor, \
+             which decides alike), not { requests: { amount: 1000000, periodMs: 86400000, burst: \
+             999999 } } as requested: every process"
+        ));
+        // Best effort's given quota is the second; a segment limit not in lowest terms, no note.
+        let failure = given.failure(mismatch(
+            "bestEffort",
+            "(requests unlimited; units 10 per 1000000000 ns, burst 20)",
+            "(requests unlimited; units unlimited)",
+        ));
+        assert!(failure.message.contains(
+            "created with bestEffort { units: { amount: 10, periodMs: 1000, burst: 20 } }, not {} \
+             as requested"
+        ));
+        assert_eq!(
+            (gcd(0, 7), gcd(86_400_000_000_000, 1_000_000)),
+            (7, 1_000_000)
         );
         // Another kind's segment: the fix is another name, never unlinking the other kind's.
         let kind = rate.failure(mismatch("kind", "in-flight", "rate"));

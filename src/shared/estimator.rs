@@ -70,6 +70,7 @@ impl SharedEstimator {
                 class: "Estimator",
                 name: &name,
                 dir: dir.as_deref(),
+                quotas: None,
             };
             let sketch = shared::open_estimator(&name, shape, seed, &options(opener.dir, mode))
                 .map_err(|err| opener.failure(err))?;

@@ -61,6 +61,7 @@ impl SharedInflight {
                 class: "Inflight",
                 name: &name,
                 dir: dir.as_deref(),
+                quotas: None,
             };
             let inflight =
                 Inflight::open(&name, shape, seed, processes, &options(opener.dir, mode))

@@ -68,15 +68,17 @@ impl SharedLimiter {
         mode: u32,
     ) -> Result<Self> {
         (|| -> Outcome<Self> {
+            let (quota, best_effort) = (limiter::quota(&quota)?, limiter::quota(&best_effort)?);
             let opener = Opener {
                 class: "Limiter",
                 name: &name,
                 dir: dir.as_deref(),
+                quotas: Some((quota, best_effort)),
             };
             let limiter = Buckets::open(
                 &name,
-                limiter::quota(&quota)?,
-                limiter::quota(&best_effort)?,
+                quota,
+                best_effort,
                 capacity,
                 args::seed(&seed)?,
                 &options(opener.dir, mode),

@@ -70,6 +70,7 @@ impl SharedRate {
                 class: "Rate",
                 name: &name,
                 dir: dir.as_deref(),
+                quotas: None,
             };
             let sketches = Sketches::open(
                 &name,

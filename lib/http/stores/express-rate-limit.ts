@@ -77,7 +77,11 @@ export interface KeepcountStoreOptions {
    * at most `limit + threshold − 1` requests) and 1 (every client counted exactly, up to the
    * table's capacity) when it is a function; `{ threshold: 1 }` makes a numeric limit exact too.
    * A threshold above a numeric `limit` is refused at `init()` (a client would be admitted again
-   * after its limit: requests 1–10 and 50–59 with limit 10 and threshold 50).
+   * after its limit: requests 1–10 and 50–59 with limit 10 and threshold 50). One you give with a
+   * `limit` function is not checked, and no warning says so: express-rate-limit asks the function
+   * after the store has counted, and never tells the store its answer (the Fastify store, which is
+   * told, warns). Keep every answer at least the threshold: answering 3 under threshold 5 admits
+   * a client's requests 1–3 and 5–7 each window.
    */
   heavyHitters?: boolean | HeavyHitterSettings;
   /**

@@ -61,15 +61,21 @@ export interface KeepcountFastifyStoreOptions {
    * `max` share a window's quota) unless you set one at most your smallest `max`: a route whose
    * numeric `max` is below it is refused where it is registered (a client is admitted up to
    * `max + threshold − 1` requests a window, and one above would be admitted again after its
-   * `max`), and a `max` function answering less is a process warning, once.
+   * `max`), and a `max` function answering less is a process warning, once. The plugin's own
+   * `max` (1000 unless given) is checked too; with `global: false` a `max` below the threshold
+   * fails the requests of `fastify.rateLimit()` and `createRateLimit()` called without options
+   * instead of the registration.
    */
   heavyHitters?: boolean | HeavyHitterSettings;
   /**
    * A `Rate` to count in, chiefly `Rate.openShared(name, …)` so that one limit holds for every
    * process of a host. Every `timeWindow` must then be the rate's `intervalMs` (a numeric one is
    * refused where its route is registered, a `timeWindow` function's answer through the plugin's
-   * callback) and routes share its counts; heavy hitters are off (they are per process), and
-   * `clients`, `hashes`, `slots`, `seed` and `clock` are the rate's own.
+   * callback), the plugin's own too (60000 unless given: with `global: true`, the default, give
+   * the plugin `timeWindow: rate.intervalMs` even if every route sets its own; with
+   * `global: false` a mismatch fails only the requests counted under it), and routes share its
+   * counts; heavy hitters are off (they are per process), and `clients`, `hashes`, `slots`,
+   * `seed` and `clock` are the rate's own.
    */
   rate?: Rate;
 }
@@ -114,6 +120,38 @@ const MAX_TIME_WINDOWS = 16;
  */
 const countedKey = (key: unknown): string => (typeof key === 'string' ? key : keyText(key, String));
 
+/**
+ * @fastify/rate-limit's `timeWindow` and `max` when its options give none: it fills them in before
+ * the store sees its options, so a value the store refuses may be one the user never wrote.
+ */
+const PLUGIN_DEFAULTS = { timeWindow: 60_000, max: 1000 } as const;
+
+/**
+ * Whose options a store is made with, for what refusing them says: a route's own (`child()`), or
+ * the plugin's, limiting every route without a `config.rateLimit` of its own (`global`, the
+ * plugin's default) or only `fastify.rateLimit()` and `createRateLimit()` called without options
+ * (`global: false`: `unrouted`).
+ */
+type Scope = 'route' | 'global' | 'unrouted';
+
+/** What `child()` passes the constructor: the options are a route's own, not the plugin's. */
+const ROUTE = Symbol('route');
+
+/** A value of the plugin's options, saying so when it is the one the plugin fills in. */
+const pluginValue = (name: keyof typeof PLUGIN_DEFAULTS, value: number): string =>
+  value === PLUGIN_DEFAULTS[name] ? `${value}, its default when none is given` : String(value);
+
+/** What the plugin's `window` or `limit` applies to in `scope`. */
+const pluginUse = (scope: Scope, what: 'window' | 'limit'): string =>
+  scope === 'unrouted'
+    ? `the ${what} of fastify.rateLimit() and createRateLimit() called without options, which fail with ` +
+      'this error (global: false)'
+    : `the ${what} of every route without a config.rateLimit of its own (global: true)`;
+
+/** The other way out of a refused option of the plugin's, in `scope`. */
+const pluginFix = (scope: Scope): string =>
+  scope === 'unrouted' ? 'pass those calls options of their own' : 'global: false if every route has its own';
+
 /** The error of a store asked for one `timeWindow` value more than {@link MAX_TIME_WINDOWS}. */
 function tooManyWindows(windowMs: number): Error {
   return withCode(
@@ -147,10 +185,14 @@ function refuseExtensions(options: object | undefined): void {
  * the route's store (the constructor for its own options, `child()` for a route's
  * `config.rateLimit`), so registering the plugin or the route fails: a numeric `timeWindow`
  * other than a given `rate`'s `intervalMs`, and a numeric `max` below the heavy-hitter threshold
- * (a `max` of 0, refusing everyone, takes any). What only a request can tell (a `timeWindow` or
- * `max` function's answer, a clock that stops answering numbers) fails or is found per request:
- * errors go through the callback of `incr` and `read`, and since the plugin's `skipOnError` drops
- * them without a word, the first of each `code` a store class meets is also a process warning
+ * (a `max` of 0, refusing everyone, takes any). The plugin's own options are checked as the
+ * plugin fills them in (`timeWindow` 60000 and `max` 1000 when not given), and the error says
+ * so. With `global: false` they limit only `fastify.rateLimit()` and `createRateLimit()` called
+ * without options, and may go unused: their registration goes through, and each request counted
+ * under them fails with the error instead. What only a request can tell (a `timeWindow` or `max`
+ * function's answer, a clock that stops answering numbers) fails or is found per request: errors
+ * go through the callback of `incr` and `read`, and since the plugin's `skipOnError` drops them
+ * without a word, the first of each `code` a store class meets is also a process warning
  * (`KeepcountWarning`), as is a `max` below the threshold, once.
  *
  * @example
@@ -184,20 +226,30 @@ export function keepcountFastifyStore(options: KeepcountFastifyStoreOptions = {}
     warnOnce(`error ${error.code ?? error.name}`, error.message, error.code);
     callback(error);
   };
-  /** What the plugin tells of a route, checked where the route is registered (see above). */
-  const checkRoute = (params: object | undefined): void => {
+  /**
+   * Refuses what the store cannot count in `params` (whose they are: `scope`), a `RangeError`
+   * `ERR_OUT_OF_RANGE`: a numeric `timeWindow` other than the `rate`'s `intervalMs`, a numeric
+   * `max` below the heavy-hitter threshold.
+   */
+  const checkParams = (params: object | undefined, scope: Scope): void => {
     const { timeWindow, max } = (params ?? {}) as FastifyStoreParams;
     if (rate !== undefined && typeof timeWindow === 'number') {
       const windowMs = wholeWindowMs('The "timeWindow" option', timeWindow);
       if (rate.intervalMs !== windowMs) {
-        throw outOfRange(
-          'The "rate" option',
-          `a Rate whose intervalMs is the route's timeWindow (${windowMs})`,
-          rate.intervalMs,
-        );
+        const whose =
+          scope === 'route'
+            ? `the route's timeWindow (${windowMs})`
+            : `the plugin's timeWindow (${pluginValue('timeWindow', windowMs)}), ${pluginUse(scope, 'window')}: ` +
+              `give the plugin timeWindow: ${rate.intervalMs}, or ${pluginFix(scope)}`;
+        throw outOfRange('The "rate" option', `a Rate whose intervalMs is ${whose}`, rate.intervalMs);
       }
     }
-    thresholdWithin(threshold, max, "the route's max");
+    const whose =
+      scope === 'route'
+        ? "the route's max"
+        : `the plugin's max${max === PLUGIN_DEFAULTS.max ? ` (${max} when none is given)` : ''}, ` +
+          `${pluginUse(scope, 'limit')}: give the plugin a max of at least ${threshold}, or ${pluginFix(scope)}`;
+    thresholdWithin(threshold, max, whose);
   };
 
   return class KeepcountFastifyStore implements FastifyStore {
@@ -210,13 +262,39 @@ export function keepcountFastifyStore(options: KeepcountFastifyStoreOptions = {}
     #lastWindow = NaN;
     #lastQuota: WindowQuota | undefined;
 
-    constructor(params: object) {
+    /**
+     * With `global: false`, what {@link checkParams} refused of the plugin's own options: every
+     * `incr` and `read` of this store fails with it (see the constructor).
+     */
+    readonly #refused: Error | undefined;
+
+    /**
+     * The plugin makes its store with its own options (`child()` passes {@link ROUTE} with a
+     * route's). With `global` (the plugin's default) they limit every route without a
+     * `config.rateLimit` of its own, so what the store cannot count in them is refused here: the
+     * plugin's registration fails. With `global: false` they limit only `fastify.rateLimit()` and
+     * `createRateLimit()` called without options (the plugin then counts in this store under them)
+     * and may go unused; refused here, a setup that never uses them would fail, so each request
+     * counted under them fails instead, through the callback, with the error refusing them here
+     * would throw. (A route's options are the plugin's with the route's own over them: `child()`
+     * checks the window or limit a route takes from the plugin.)
+     */
+    constructor(params: object, route?: typeof ROUTE) {
       refuseExtensions(params);
-      // With `global: false` the plugin's own options (its default 60 s window) limit no route.
-      if ((params as FastifyStoreParams | undefined)?.global !== false) checkRoute(params);
+      const global = (params as FastifyStoreParams | undefined)?.global !== false;
+      if (route === ROUTE || global) {
+        checkParams(params, route === ROUTE ? 'route' : 'global');
+        return;
+      }
+      try {
+        checkParams(params, 'unrouted');
+      } catch (error) {
+        this.#refused = error as Error;
+      }
     }
 
     incr(key: string, callback: FastifyStoreCallback, timeWindow: number, max: number): void {
+      if (this.#refused !== undefined) return fail(this.#refused, callback);
       if (threshold !== undefined && typeof max === 'number' && max >= 1 && threshold > max) {
         warnOnce(
           'threshold',
@@ -238,6 +316,7 @@ export function keepcountFastifyStore(options: KeepcountFastifyStoreOptions = {}
 
     /** The plugin's non-mutating peek (`createRateLimit(...)(req, { increment: false })`). */
     read(key: string, callback: FastifyStoreCallback, timeWindow: number): void {
+      if (this.#refused !== undefined) return fail(this.#refused, callback);
       let result;
       try {
         const { count, resetMs } = this.#quota(timeWindow).current(countedKey(key));
@@ -249,9 +328,8 @@ export function keepcountFastifyStore(options: KeepcountFastifyStoreOptions = {}
     }
 
     child(routeOptions: object): FastifyStore {
-      // Checked here whatever `global` says: the route's own options limit it.
-      checkRoute(routeOptions);
-      return new KeepcountFastifyStore(routeOptions);
+      // Checked whatever `global` says: the route's own options limit it.
+      return new KeepcountFastifyStore(routeOptions, ROUTE);
     }
 
     #quota(timeWindow: number): WindowQuota {
