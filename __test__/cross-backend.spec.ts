@@ -232,7 +232,11 @@ test(
       const slots = 1 + Math.floor(random() * 16);
       const seed = randomSeed(random);
       const layout = { kind: 'rate', hashes, slots, seed, intervalMs: interval } as const;
-      const buffers = pair(() => createBuffer(layout));
+      // One buffer and a copy: each header holds its creation time, which two calls may not share.
+      const created = createBuffer(layout);
+      const copy = new SharedArrayBuffer(created.byteLength);
+      new Uint8Array(copy).set(new Uint8Array(created));
+      const buffers: [SharedArrayBuffer, SharedArrayBuffer] = [created, copy];
       const [nativeBuffer, fallbackBuffer] = buffers.map((buffer) => new BigInt64Array(buffer));
       const cores: [RateCore, RateCore][] = [
         pair((b) => new b.Rate(interval, hashes, slots, seed, false)),
