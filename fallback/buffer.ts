@@ -52,6 +52,27 @@ function settle(words: BigInt64Array, i: number, old: bigint, value: bigint): bi
   }
 }
 
+/**
+ * Takes up to `value` out of `words[i]` toward zero, never past it, by compare-and-swap: a
+ * positive `value` from a counter above zero, a negative one from a counter below zero, nothing
+ * when their signs differ. Returns the value the counter held before; it now holds that less
+ * {@link towardZero} of it (saturating.rs `take_toward_zero`).
+ */
+function takeTowardZero(words: BigInt64Array, i: number, value: bigint): bigint {
+  for (;;) {
+    const seen = Atomics.load(words, i);
+    const taken = towardZero(seen, value);
+    if (taken === 0n || Atomics.compareExchange(words, i, seen, seen - taken) === seen) return seen;
+  }
+}
+
+/** What a counter holding `c` gives up of `value` toward zero: `value` clamped to [0, `c`]. */
+function towardZero(c: bigint, value: bigint): bigint {
+  if (c > 0n) return value <= 0n ? 0n : value < c ? value : c;
+  if (c < 0n) return value >= 0n ? 0n : value > c ? value : c;
+  return 0n;
+}
+
 /** The fallback {@link EstimatorCore} over a buffer's counters from `first` on. */
 export class AtomicEstimator implements EstimatorCore {
   private readonly k0: number;
@@ -113,24 +134,12 @@ export class AtomicEstimator implements EstimatorCore {
   refundHashed(h1: number, h2: number, value: number): number {
     const { words, first } = this;
     const indexes = this.rows.locate(h1, h2);
-    const take = BigInt(value);
+    // A value that is not positive takes nothing; a positive one, only from a counter above zero.
+    const take = value > 0 ? BigInt(value) : 0n;
     let min = Infinity;
     for (let row = 0; row < indexes.length; row++) {
-      const i = first + indexes[row]!;
-      let after: bigint;
-      for (;;) {
-        const seen = Atomics.load(words, i);
-        if (seen <= 0n || take <= 0n) {
-          after = seen;
-          break;
-        }
-        const next = seen > take ? seen - take : 0n;
-        if (Atomics.compareExchange(words, i, seen, next) === seen) {
-          after = next;
-          break;
-        }
-      }
-      const c = Number(after);
+      const before = takeTowardZero(words, first + indexes[row]!, take);
+      const c = Number(before - towardZero(before, take));
       if (c < min) min = c;
     }
     return min;
@@ -182,11 +191,17 @@ export class AtomicEstimator implements EstimatorCore {
     }
   }
 
-  /** Moves the hashed key's counters of `from` into this sketch whole (carry.rs `carry_key_from`). */
-  carryKeyFrom(from: AtomicEstimator, h1: number, h2: number): void {
+  /**
+   * Moves up to `events` of the hashed key's counts in `from` into this sketch, each counter giving
+   * up to `events` toward zero by compare-and-swap: a late writer's own events, never the whole
+   * counter with the stale count under them (carry.rs `carry_events_from`, whose module
+   * documentation says why each event still moves once).
+   */
+  carryEventsFrom(from: AtomicEstimator, h1: number, h2: number, events: number): void {
     const indexes = this.rows.locate(h1, h2);
+    const value = BigInt(events);
     for (let row = 0; row < indexes.length; row++) {
-      const taken = Atomics.exchange(from.words, from.first + indexes[row]!, 0n);
+      const taken = towardZero(takeTowardZero(from.words, from.first + indexes[row]!, value), value);
       if (taken !== 0n) addSaturating(this.words, this.first + indexes[row]!, taken);
     }
   }
@@ -284,18 +299,21 @@ export class BufferRate implements RateCore {
   /** Counts `events` for the hashed key in the sketch `view` names as current (rate.rs `count`). */
   private count(h1: number, h2: number, events: number, view: View): number {
     const count = this.sketches[view.current].incrHashed(h1, h2, events);
-    if (view.rotating && view.stale) this.carryLate(h1, h2, view);
+    // Counting nothing (a read) leaves nothing of ours to move.
+    if (view.rotating && view.stale && events !== 0) this.carryLate(h1, h2, events, view);
     return count;
   }
 
   /**
-   * After counting into the stale sketch during a rotation after idleness: if that rotation has
-   * finished meanwhile, its carry may have passed our counters, so we move them (rate.rs
-   * `carry_late`; `Atomics` are sequentially consistent, the fences there).
+   * After counting `events` into the stale sketch during a rotation after idleness: if that
+   * rotation has finished meanwhile, its carry may have passed our counters, so we move our events,
+   * and only ours (rate.rs `carry_late`; `Atomics` are sequentially consistent, the fences there).
+   * Moved whole, a counter brought the stale count along for the carry to subtract later, and a
+   * refund in between left it below zero.
    */
-  private carryLate(h1: number, h2: number, view: View): void {
+  private carryLate(h1: number, h2: number, events: number, view: View): void {
     if (Atomics.load(this.word, RATE_WORD) === finished(view.word)) {
-      this.sketches[1 - view.current]!.carryKeyFrom(this.sketches[view.current], h1, h2);
+      this.sketches[1 - view.current]!.carryEventsFrom(this.sketches[view.current], h1, h2, events);
     }
   }
 
@@ -324,6 +342,8 @@ export class BufferRate implements RateCore {
   /**
    * rate.rs `refund_hash`: takes nothing while a rotation runs (readers report 0 for the new
    * interval then, and after idleness the carry would take what a refund left below its copy).
+   * Once it has finished, the new sketch holds no stale count and the carry only adds to it, so a
+   * counter refunded to zero stays at or above it.
    */
   refund(key: Key, events: number, nowMs: number): number {
     const view = this.view(nowMs);

@@ -323,7 +323,11 @@ export class Rate {
    * `fromSharedBuffer` rate, processes on an `openShared` one) take each count once between them:
    * each counter is lowered with a compare-and-swap from the value it replaces. While a shared
    * rate's interval is rotating (microseconds, at its end) a refund takes nothing and returns 0,
-   * the count readers report then. The previous interval is left as it is.
+   * the count readers report then. After an idle spell, what other threads counted during that
+   * rotation reaches the new interval microseconds later, only ever added to it: a refund meanwhile
+   * misses those events (they count after it), and no counter it stopped at zero goes below later
+   * (short of a thread or process stalled for a whole interval mid-call). The previous interval is
+   * left as it is.
    */
   refund(key: Key, events = 1): number {
     const k = validateKey(key);

@@ -43,19 +43,35 @@ pub(super) fn sub_saturating(counter: &AtomicI64, value: i64) {
 /// there) is left as it is, as is every counter when `value` is not positive. Returns the value
 /// the counter holds after the call.
 ///
-/// A compare-and-swap loop, not a `fetch_sub`: the subtraction depends on the value it replaces,
-/// so two refunds racing for one count take it once between them, where a read followed by a
-/// subtraction took it twice and left the counter below zero.
+/// A compare-and-swap loop ([`take_toward_zero`]), not a `fetch_sub`: the subtraction depends on
+/// the value it replaces, so two refunds racing for one count take it once between them, where a
+/// read followed by a subtraction took it twice and left the counter below zero.
 #[inline]
 pub(super) fn refund_to_zero(counter: &AtomicI64, value: i64) -> i64 {
-    // `c.min(value)` <= c when c > 0: the difference cannot overflow.
-    let lowered = |c: i64| (c > 0 && value > 0).then(|| c - c.min(value));
+    // A value that is not positive takes nothing; a positive one, only from a counter above zero.
+    let (previous, taken) = take_toward_zero(counter, value.max(0));
+    previous - taken
+}
+
+/// Takes up to `value` out of `counter` toward zero, never past it: a positive `value` from a
+/// counter above zero, a negative one from a counter below zero, nothing when their signs differ.
+/// Returns the value the counter held before and what was taken, so that the counter holds the
+/// difference.
+///
+/// A compare-and-swap loop: what is taken depends on the value it replaces, so threads racing to
+/// take from one counter never take more than it held between them.
+#[inline]
+pub(super) fn take_toward_zero(counter: &AtomicI64, value: i64) -> (i64, i64) {
+    // `value` clamped between 0 and `c`: `c - taken` lies between 0 and `c`, so cannot overflow.
+    let taken = |c: i64| value.clamp(c.min(0), c.max(0));
     // Relaxed both ways, as in add_saturating: each step updates this counter alone and publishes
     // nothing else. `fetch_update` retries on the value another thread stored meanwhile, so each
-    // step subtracts from what it replaces; `Err` carries a counter left as it was.
-    match counter.fetch_update(Ordering::Relaxed, Ordering::Relaxed, lowered) {
-        Ok(previous) => previous - previous.min(value),
-        Err(unchanged) => unchanged,
+    // step takes from what it replaces; `Err` carries a counter left as it was.
+    match counter.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |c| {
+        Some(c - taken(c)).filter(|&after| after != c)
+    }) {
+        Ok(previous) => (previous, taken(previous)),
+        Err(unchanged) => (unchanged, 0),
     }
 }
 
@@ -71,7 +87,33 @@ fn saturate(counter: &AtomicI64, f: impl Fn(i64) -> i64) -> i64 {
 
 #[cfg(test)]
 mod tests {
+    use super::take_toward_zero;
     use crate::estimator::Estimator;
+    use std::sync::atomic::{AtomicI64, Ordering};
+
+    #[test]
+    fn taking_toward_zero_never_passes_it_from_either_side() {
+        // (counter, value) -> (counter after, taken)
+        for (start, value, after, taken) in [
+            (5, 3, 2, 3),
+            (5, 9, 0, 5),
+            (5, -3, 5, 0),
+            (-5, -3, -2, -3),
+            (-5, -9, 0, -5),
+            (-5, 3, -5, 0),
+            (0, 4, 0, 0),
+            (i64::MIN, i64::MIN, 0, i64::MIN),
+            (i64::MAX, i64::MIN, i64::MAX, 0),
+        ] {
+            let counter = AtomicI64::new(start);
+            assert_eq!(take_toward_zero(&counter, value), (start, taken));
+            assert_eq!(
+                counter.load(Ordering::Relaxed),
+                after,
+                "{start} take {value}"
+            );
+        }
+    }
 
     #[test]
     fn counters_saturate_instead_of_wrapping() {

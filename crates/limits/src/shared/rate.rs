@@ -31,16 +31,25 @@
 //! and, once finished, **carries** each counter's gain over that copy into the new current sketch
 //! (`estimator/carry.rs`). A writer that counted into the stale sketch during the rotation then
 //! checks the word: if the rotation has finished, the carry may have passed its counters, so it
-//! carries them itself. A `SeqCst` fence on each side (after the writer's count, after the
+//! moves its own events itself: up to what it counted out of each counter, by compare-and-swap,
+//! never the whole counter. A `SeqCst` fence on each side (after the writer's count, after the
 //! claimant's finish) makes sure that of a writer and the carry at least one sees the other, and
-//! each move empties a counter with one swap, so every event lands in the new interval exactly
-//! once. Until the carry has passed a counter its events are missing from the new interval, and a
-//! counter a late writer moved holds the stale count with its own until the carry subtracts it:
-//! microseconds for the usual shapes. The copy holds the stale sketch's nonzero counters (16
-//! bytes each), briefly, in each process racing to end that interval, and the carry swaps every
-//! nonzero counter: on 4 × 8,192 a rotation after idleness took 40–65 µs after 200 keys and
-//! ~240 µs after 20,000 (a clear took 18–24 µs), medians on a loaded 2-core VM, once per idle
-//! spell.
+//! every event lands in the new interval exactly once (`estimator/carry.rs` says why).
+//!
+//! So the new sketch holds only events of the new interval, never a stale count, and the carry
+//! only adds to it: a refund there stops each counter at zero for good. A writer used to move its
+//! counters whole, stale count included, for the carry to subtract when it reached them; a refund
+//! in between took the stale count as the key's and the subtraction left the counter below zero,
+//! by as much as the count before the idle spell. (Marking the carry in the word instead, for
+//! refunds to take nothing until it ends, would have taken a fourth low bit, so a new layout
+//! version; a carrier that died would have left refunds idle until the next rotation, and its
+//! stale counts in the new interval.) Until the carry has passed a counter, the events
+//! counted into it during the rotation, except a late writer's own, are missing from the new
+//! interval: microseconds for the usual shapes. The copy holds the stale sketch's nonzero
+//! counters (16 bytes each), briefly, in each process racing to end that interval, and the carry
+//! swaps every nonzero counter: on 4 × 8,192 a rotation after idleness took 40–65 µs after 200
+//! keys and ~240 µs after 20,000 (a clear took 18–24 µs), medians on a loaded 2-core VM, once
+//! per idle spell.
 //!
 //! # What it does not promise
 //! As in pingora's `Rate`, an event racing with a rotation may be counted in either interval. A
@@ -49,12 +58,14 @@
 //! takeover: bounded by what arrives during that stall. A claimant killed mid-rotation is a
 //! stalled one that never comes back: nothing tells it from a slow one, so it is taken over an
 //! interval after its claim, and until then writers count into the sketch that ended (reads high
-//! by its counts; after idleness the takeover's baseline swallows what was counted meanwhile). The count an `observe` returns while a
-//! rotation after idleness is under way includes the stale counts of the interval before the
-//! idle spell (its events are carried into the new interval all the same). A claimant killed
-//! mid-carry (or a worker thread terminated mid-carry on the fallback) leaves the counters it had
-//! not reached uncarried, and where a late writer had moved one of those whole, its stale count
-//! stays in the new interval: an over-count for one interval.
+//! by its counts; after idleness the takeover's baseline swallows what was counted meanwhile).
+//! The count an `observe` returns while a rotation after idleness is under way includes the stale
+//! counts of the interval before the idle spell (its events are carried into the new interval all
+//! the same). A claimant killed mid-carry (or a worker thread terminated mid-carry on the
+//! fallback) leaves the events in the counters it had not reached out of the new interval, except
+//! late writers' own: an under-count for one interval. A process of an earlier build, which moved
+//! a late writer's counters whole, can share the segment (the layout did not change), and where it
+//! moves one, a refund racing with the carry can leave that counter below zero as before.
 //!
 //! # Time
 //! Every process reads [`HostClock`] (`CLOCK_MONOTONIC`): on Linux and macOS one clock per boot
@@ -296,9 +307,14 @@ impl<C: Clock> SharedRate<C> {
     /// the new interval then: what is counted meanwhile goes into the sketch that ended, and after
     /// idleness is carried into the new interval by its gain over a copy taken before the claim, so
     /// a refund there could take stale counts the carry then takes again (an over-count until the
-    /// interval turns, rather than a count below zero). A process stalled for more than an
-    /// interval between reading the word and refunding can still lower the sketch a rotation after
-    /// idleness is carrying from, as it can add to one (the module documentation).
+    /// interval turns, rather than a count below zero). Once the rotation has finished, a refund
+    /// works on the new sketch, which holds no stale count and which that carry only adds to: no
+    /// counter a refund stopped at zero goes below it later, though events counted during the
+    /// rotation that the carry has not moved yet (microseconds) are not there to take: they count
+    /// after the refund. What still takes a counter below zero: a negative `observe`; a process
+    /// stalled for more than an interval between reading the word and refunding, which can lower
+    /// the sketch a rotation after idleness is carrying from, as it can add to one; a process of
+    /// an earlier build moving a late writer's counters whole (the module documentation).
     pub fn refund<T: Hash>(&self, key: &T, events: isize) -> isize {
         self.refund_hash(self.hash_key(key), events)
     }
@@ -364,20 +380,26 @@ impl<C: Clock> SharedRate<C> {
     #[inline]
     fn count(&self, key: KeyHash, events: isize, view: View) -> isize {
         let count = self.sketches[view.current].incr_hash(key, events);
-        if view.rotating && view.stale {
-            self.carry_late(key, view);
+        // Counting nothing (a read) leaves nothing of ours to move.
+        if view.rotating && view.stale && events != 0 {
+            self.carry_late(key, events, view);
         }
         count
     }
 
-    /// After counting into the stale sketch during a rotation after idleness: if that rotation
-    /// has finished meanwhile, its carry may have passed our counters, so we move them.
+    /// After counting `events` into the stale sketch during a rotation after idleness: if that
+    /// rotation has finished meanwhile, its carry may have passed our counters, so we move our
+    /// events, and only ours (module documentation).
     #[cold]
-    fn carry_late(&self, key: KeyHash, view: View) {
+    fn carry_late(&self, key: KeyHash, events: isize, view: View) {
         // SeqCst: pairs with the fence after the claimant's finish (module documentation).
         fence(Ordering::SeqCst);
         if self.word().load(Ordering::Relaxed) == finished(view.word) {
-            self.sketches[1 - view.current].carry_key_from(&self.sketches[view.current], key);
+            self.sketches[1 - view.current].carry_events_from(
+                &self.sketches[view.current],
+                key,
+                events,
+            );
         }
     }
 

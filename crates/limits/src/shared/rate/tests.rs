@@ -149,20 +149,65 @@ fn a_rotation_after_idleness_carries_the_events_counted_during_it() {
 }
 
 #[test]
-fn stale_counts_a_late_writer_moves_before_the_carry_are_subtracted_by_it() {
+fn a_late_writer_moves_its_own_events_and_never_the_stale_counts() {
     let dir = Scratch::new("rate", "idle-late");
     let clock = ManualClock::new();
     let (rate, claimed, baseline, during) = idle_rotation(&dir, &clock);
     // The claimant has cleared and finished but not carried yet.
     rate.sketches[1].reset();
     rate.word().store(finished(claimed), Ordering::SeqCst);
-    // A late writer moves its counters whole, the stale 3 with its 4...
+    // A late writer moves the 4 it counted, not the stale 3 its counters also hold...
     assert_eq!(rate.count(rate.hash_key("k"), 4, during), 7);
-    assert_eq!(samples(&rate, "k"), (0, 7));
-    // ...and the carry takes the 3 back: each event once, no stale count.
+    assert_eq!(samples(&rate, "k"), (0, 4));
+    // ...and the carry adds what is left of the gain over its copy: nothing.
     rate.carry(0, &baseline, finished(claimed));
     assert_eq!(samples(&rate, "k"), (0, 4));
     assert_eq!(samples(&rate, "other"), (0, 0));
+}
+
+#[test]
+fn a_refund_between_a_late_writer_and_the_carry_leaves_no_counter_below_zero() {
+    let dir = Scratch::new("rate", "idle-refund");
+    let clock = ManualClock::new();
+    let (rate, claimed, baseline, during) = idle_rotation(&dir, &clock);
+    rate.sketches[1].reset();
+    rate.word().store(finished(claimed), Ordering::SeqCst);
+    // A writer counted during the rotation and moves its counts late; a refund then takes back
+    // what "k" reads in the new interval, before the carry reaches its counters.
+    assert_eq!(rate.count(rate.hash_key("k"), 4, during), 7);
+    let read = rate.observe(&"k", 0);
+    assert_eq!(rate.refund(&"k", read), 0);
+    // The carry only adds to the new sketch: each counter stays where the refund stopped it. (When
+    // the late writer moved the stale 3 too, the refund took them and the carry then subtracted
+    // them: "k" read -3.)
+    rate.carry(0, &baseline, finished(claimed));
+    assert_eq!(samples(&rate, "k"), (0, 0));
+    assert!(
+        rate.sketches[1]
+            .snapshot()
+            .iter()
+            .all(|&(_, count)| count >= 0)
+    );
+}
+
+#[test]
+fn a_late_writer_whose_events_the_carry_took_moves_only_what_is_left() {
+    let dir = Scratch::new("rate", "idle-taken");
+    let clock = ManualClock::new();
+    let (rate, claimed, baseline, during) = idle_rotation(&dir, &clock);
+    let k = rate.hash_key("k");
+    // Writer A counts 2 during the rotation, but checks the word only after the carry took them.
+    rate.sketches[0].incr_hash(k, 2);
+    rate.rotate(claimed, Some(&baseline));
+    assert_eq!(samples(&rate, "k"), (0, 2));
+    // Writer B counts 1 after the carry passed; A's check comes first and takes B's 1 (A cannot
+    // tell whose events are left), B's finds nothing left: each event moved once.
+    rate.sketches[0].incr_hash(k, 1);
+    rate.carry_late(k, 2, during);
+    rate.carry_late(k, 1, during);
+    assert_eq!(samples(&rate, "k"), (0, 3));
+    assert_eq!(samples(&rate, "other"), (0, 0));
+    assert_eq!(rate.sketches[0].get_hash(k), 0);
 }
 
 #[test]
